@@ -1,0 +1,42 @@
+# `make run` and `make test` each work on a fresh machine: they create .venv and
+# install the project first when needed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test test-fast test-slow bench bench-smoke data install clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/evolve run --generations 500
+	$(BIN)/evolve benchmark
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(BIN)/evolve bench
+
+bench-smoke: $(STAMP)
+	$(BIN)/evolve bench --smoke
+
+data: $(STAMP)
+	$(BIN)/evolve data generate --force
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
+	find . -name __pycache__ -prune -exec rm -rf {} +

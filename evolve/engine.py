@@ -1,0 +1,414 @@
+"""The evolution loop: DEAP trees, selection, variation, bloat control, elitism.
+
+All randomness comes from one ``random.Random`` state owned by the engine; it
+is swapped into Python's ``random`` module only while DEAP code runs (DEAP's
+operators draw from the module functions), so nothing leaks between engines
+or into the caller. The state is part of every checkpoint, which makes resume
+exact.
+
+Fitness is computed on train by the batched population kernel; the hall of
+fame is scored on valid and the champion is the hall-of-fame member with the
+best valid fitness (ties: smaller, then older). Test is never looked at here.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from evolve import fitness as F
+from evolve import primitives as P
+from evolve import treeio
+
+# Baselines expressed in the primitive language, for --seed-baselines.
+SEED_TREES = {
+    "standard_rejection": "pmin(1.0, pdiv(target_prob, draft_prob))",
+    "always_accept": "pmax(1.0, 1.0)",
+    "conservative": "ite(lt(target_prob, draft_prob), 0.0, 1.0)",
+    "top_token_match": "ite(top_token_match, 0.95, pmin(1.0, pdiv(target_prob, draft_prob)))",
+    "ratio_floor_0.3": "pmax(pmin(1.0, pdiv(target_prob, draft_prob)), 0.3)",
+    "position_aware": "pmin(1.0, mul(pmin(1.0, pdiv(target_prob, draft_prob)), "
+                      "add(1.0, pdiv(pmin(position, 50.0), 100.0))))",
+    "entropy_aware": "pmin(1.0, mul(pmin(1.0, pdiv(target_prob, draft_prob)), sub(1.0, "
+                     "mul(0.5, pmin(1.0, pdiv(pdiv(add(draft_entropy, target_entropy), 2.0), "
+                     "10.0))))))",
+    "leniency_0.5": "pmin(1.0, pdiv(target_prob, mul(0.5, draft_prob)))",
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value out of range; the message names option and value."""
+
+
+@dataclass
+class Config:
+    generations: int = 100
+    population: int = 500
+    seed: int = 0
+    objective: str = "expected"
+    tournament: int = 7
+    parsimony: float = 1.4
+    cx_prob: float = 0.7
+    mut_prob: float = 0.25
+    max_height: int = 10
+    max_size: int = 60
+    init_min_height: int = 1
+    init_max_height: int = 4
+    elitism: int = 2
+    hof_size: int = 20
+    seed_baselines: bool = False
+    threads: int = 0            # 0: Numba's default (all cores)
+    checkpoint_every: int = 1
+
+    def validate(self) -> None:
+        def need(cond, option, value, what):
+            if not cond:
+                raise ConfigError(f"--{option.replace('_', '-')}: {value!r} is invalid; {what}")
+        need(isinstance(self.generations, int) and self.generations >= 1, "generations",
+             self.generations, "expected a whole number >= 1")
+        need(isinstance(self.population, int) and self.population >= 2, "population",
+             self.population, "expected a whole number >= 2")
+        need(self.objective in F.OBJECTIVES, "objective", self.objective,
+             f"expected one of {', '.join(F.OBJECTIVES)}")
+        need(1 <= self.tournament <= self.population, "tournament", self.tournament,
+             f"expected 1..population ({self.population})")
+        need(1.0 <= self.parsimony <= 2.0, "parsimony", self.parsimony, "expected 1.0..2.0")
+        for name in ("cx_prob", "mut_prob"):
+            v = getattr(self, name)
+            need(0.0 <= v <= 1.0, name, v, "expected a probability in [0, 1]")
+        need(self.cx_prob + self.mut_prob <= 1.0, "mut_prob", self.mut_prob,
+             f"cx-prob + mut-prob must be <= 1 (cx-prob is {self.cx_prob})")
+        need(1 <= self.init_min_height <= self.init_max_height, "init_min_height",
+             self.init_min_height, f"expected 1..init-max-height ({self.init_max_height})")
+        need(self.init_max_height <= self.max_height, "init_max_height", self.init_max_height,
+             f"expected <= max-height ({self.max_height})")
+        need(2 <= self.max_height <= 30, "max_height", self.max_height, "expected 2..30")
+        need(3 <= self.max_size <= 1000, "max_size", self.max_size, "expected 3..1000")
+        need(0 <= self.elitism < self.population, "elitism", self.elitism,
+             f"expected 0..population-1 ({self.population - 1})")
+        need(1 <= self.hof_size <= 1000, "hof_size", self.hof_size, "expected 1..1000")
+        need(self.threads >= 0, "threads", self.threads, "expected >= 0 (0 = all cores)")
+        need(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
+             "expected >= 1")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Config":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ConfigError(f"config: unknown key {unknown[0]!r}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+
+# ------------------------------------------------------------- individuals
+
+def _make_classes():
+    from deap import base, gp
+
+    class FitnessMax(base.Fitness):
+        weights = (1.0,)
+
+    class Individual(gp.PrimitiveTree):
+        def __init__(self, content=()):
+            super().__init__(content)
+            self.fitness = FitnessMax()
+            self.born = 0
+
+    return FitnessMax, Individual
+
+
+FitnessMax, Individual = _make_classes()
+
+
+@dataclass
+class HofEntry:
+    tree: str
+    fitness: float
+    size: int
+    born: int
+
+
+class HallOfFame:
+    """The best distinct trees seen on train (by tree text), best first."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.entries: list[HofEntry] = []
+
+    @staticmethod
+    def _key(e: HofEntry):
+        return (-e.fitness, e.size, e.born, e.tree)
+
+    def update(self, population) -> None:
+        have = {e.tree: e for e in self.entries}
+        for ind in population:
+            s = str(ind)
+            f = ind.fitness.values[0]
+            if s in have:
+                continue
+            if len(self.entries) >= self.size and self._key(
+                    HofEntry(s, f, len(ind), ind.born)) >= self._key(self.entries[-1]):
+                continue
+            e = HofEntry(s, f, len(ind), ind.born)
+            have[s] = e
+            self.entries.append(e)
+            self.entries.sort(key=self._key)
+            if len(self.entries) > self.size:
+                dropped = self.entries.pop()
+                have.pop(dropped.tree, None)
+
+    def to_json(self) -> list[dict]:
+        return [asdict(e) for e in self.entries]
+
+    @classmethod
+    def from_json(cls, size: int, data: list[dict]) -> "HallOfFame":
+        hof = cls(size)
+        for d in data:
+            treeio.parse(d["tree"])
+            hof.entries.append(HofEntry(str(d["tree"]), float(d["fitness"]), int(d["size"]),
+                                        int(d["born"])))
+        hof.entries.sort(key=cls._key)
+        return hof
+
+
+# ----------------------------------------------------------------- engine
+
+class Evaluator:
+    """Scores trees on one split with the population kernel, caching by tree text."""
+
+    CACHE_LIMIT = 100_000
+
+    def __init__(self, split, name: str):
+        from evolve.kernels import SplitArrays
+        self.name = name
+        self.arrays = SplitArrays(split)
+        self.n = self.arrays.n
+        self.cache: OrderedDict[str, tuple] = OrderedDict()
+        self.kernel_seconds = 0.0
+        self.kernel_programs = 0
+        self.node_evals = 0
+
+    def counts(self, trees: list[str], nodes: list | None = None) -> np.ndarray:
+        """Kernel count rows (k, 6) for tree strings, computing only the unknown."""
+        from evolve.kernels import population_counts
+        todo: dict[str, int] = {}
+        for i, s in enumerate(trees):
+            if s not in self.cache and s not in todo:
+                todo[s] = i
+        if todo:
+            node_lists = [nodes[i] if nodes is not None else treeio.parse(s)
+                          for s, i in todo.items()]
+            progs = treeio.linearise(node_lists)
+            t0 = time.perf_counter()
+            rows = population_counts(progs, self.arrays)
+            self.kernel_seconds += time.perf_counter() - t0
+            self.kernel_programs += len(progs)
+            self.node_evals += int(progs.lengths.sum()) * self.n
+            for j, s in enumerate(todo):
+                self.cache[s] = rows[j].copy()
+            while len(self.cache) > self.CACHE_LIMIT:
+                self.cache.popitem(last=False)
+        out = np.empty((len(trees), 6), dtype=np.int64)
+        for i, s in enumerate(trees):
+            out[i] = self.cache[s]
+        return out
+
+    def fitness(self, objective: str, trees: list[str], nodes=None) -> np.ndarray:
+        return np.atleast_1d(F.objective_fitness(objective, self.n, self.counts(trees, nodes)))
+
+
+class Evolution:
+    def __init__(self, config: Config, train, valid):
+        config.validate()
+        self.config = config
+        self.pset = P.make_pset()
+        self.train = Evaluator(train, "train")
+        self.valid = Evaluator(valid, "valid")
+        self.rng = random.Random(config.seed)
+        self.generation = -1
+        self.population: list = []
+        self.hof = HallOfFame(config.hof_size)
+        self.toolbox = self._toolbox()
+        if config.threads:
+            import numba
+            numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
+
+    # --- randomness -----------------------------------------------------
+    @contextmanager
+    def _random(self):
+        """Run DEAP code with the engine's RNG state in the random module."""
+        outer = random.getstate()
+        random.setstate(self.rng.getstate())
+        try:
+            yield
+        finally:
+            self.rng.setstate(random.getstate())
+            random.setstate(outer)
+
+    # --- DEAP toolbox ---------------------------------------------------
+    def _toolbox(self):
+        import operator
+        from deap import base, gp, tools
+
+        c = self.config
+        tb = base.Toolbox()
+        tb.register("expr", gp.genHalfAndHalf, pset=self.pset,
+                    min_=c.init_min_height, max_=c.init_max_height)
+        tb.register("select", tools.selDoubleTournament, fitness_size=c.tournament,
+                    parsimony_size=c.parsimony, fitness_first=True)
+        tb.register("mate", gp.cxOnePoint)
+        tb.register("expr_mut", gp.genFull, min_=0, max_=2)
+        tb.register("mutate", self._mutate)
+        for name in ("mate", "mutate"):
+            tb.decorate(name, gp.staticLimit(key=operator.attrgetter("height"),
+                                             max_value=c.max_height))
+            tb.decorate(name, gp.staticLimit(key=len, max_value=c.max_size))
+        tb.register("clone", copy.deepcopy)
+        return tb
+
+    def _mutate(self, ind):
+        from deap import gp
+        r = random.random()
+        if r < 0.5:
+            return gp.mutUniform(ind, expr=self.toolbox.expr_mut, pset=self.pset)
+        if r < 0.7:
+            return gp.mutNodeReplacement(ind, pset=self.pset)
+        if r < 0.85:
+            return gp.mutShrink(ind)
+        return gp.mutEphemeral(ind, mode="one")
+
+    def _new_individual(self, nodes_or_tree):
+        return Individual(nodes_or_tree)
+
+    # --- evaluation ----------------------------------------------------
+    def _evaluate(self, individuals) -> int:
+        """Set train fitness on individuals whose fitness is invalid; return how many."""
+        todo = [ind for ind in individuals if not ind.fitness.valid]
+        if not todo:
+            return 0
+        strings = [str(ind) for ind in todo]
+        nodes = [treeio.from_deap(ind) for ind in todo]
+        fit = self.train.fitness(self.config.objective, strings, nodes)
+        for ind, f in zip(todo, fit):
+            ind.fitness.values = (float(f),)
+        return len(todo)
+
+    def valid_scores(self, trees: list[str]) -> np.ndarray:
+        return self.valid.fitness(self.config.objective, trees)
+
+    # --- the loop -------------------------------------------------------
+    def initialise(self) -> dict:
+        c = self.config
+        with self._random():
+            pop = []
+            if c.seed_baselines:
+                for text in SEED_TREES.values():
+                    if len(pop) < c.population:
+                        pop.append(treeio.deap_from_string(text, self.pset, Individual))
+            while len(pop) < c.population:
+                pop.append(Individual(self.toolbox.expr()))
+        for ind in pop:
+            ind.born = 0
+        self.generation = 0
+        return self._finish_generation(pop, time.perf_counter())
+
+    def step(self) -> dict:
+        c = self.config
+        t0 = time.perf_counter()
+        self.generation += 1
+        with self._random():
+            from deap import algorithms
+            n_off = c.population - c.elitism
+            chosen = self.toolbox.select(self.population, n_off)
+            offspring = algorithms.varAnd(chosen, self.toolbox, c.cx_prob, c.mut_prob)
+        for ind in offspring:
+            if not ind.fitness.valid:
+                ind.born = self.generation
+        elite = sorted(self.population, key=lambda i: (-i.fitness.values[0], len(i)))[:c.elitism]
+        offspring.extend(self.toolbox.clone(e) for e in elite)
+        return self._finish_generation(offspring, t0)
+
+    def _finish_generation(self, pop, t0) -> dict:
+        k0, p0, n0 = self.train.kernel_seconds, self.train.kernel_programs, self.train.node_evals
+        invalid = [ind for ind in pop if not ind.fitness.valid]
+        unique = len({str(ind) for ind in invalid})
+        self._evaluate(pop)
+        self.population = pop
+        self.hof.update(pop)
+        hof_trees = [e.tree for e in self.hof.entries]
+        valid_fit = self.valid_scores(hof_trees)
+        fits = np.array([ind.fitness.values[0] for ind in pop])
+        sizes = np.array([len(ind) for ind in pop])
+        best = int(np.argmax(fits))
+        elapsed = time.perf_counter() - t0
+        kernel = self.train.kernel_seconds - k0
+        record = {
+            "generation": self.generation,
+            "evaluated": len(invalid),
+            "unique": unique,
+            "best_train": float(fits[best]),
+            "median_train": float(np.median(fits)),
+            "best_valid": float(valid_fit.max()),
+            "mean_size": float(sizes.mean()),
+            "max_size": int(sizes.max()),
+            "best_tree": str(pop[best]),
+            "timing": {
+                "seconds": elapsed,
+                "kernel_seconds": kernel,
+                "kernel_programs": self.train.kernel_programs - p0,
+                "node_evals_per_s": ((self.train.node_evals - n0) / kernel) if kernel > 0 else 0.0,
+                "evals_per_s": (len(invalid) / elapsed) if elapsed > 0 else 0.0,
+            },
+        }
+        return record
+
+    def champion(self) -> HofEntry:
+        """The hall-of-fame member with the best valid fitness (ties: smaller, older)."""
+        trees = [e.tree for e in self.hof.entries]
+        vf = self.valid_scores(trees)
+        order = sorted(range(len(trees)),
+                       key=lambda i: (-vf[i], self.hof.entries[i].size, self.hof.entries[i].born,
+                                      trees[i]))
+        return self.hof.entries[order[0]]
+
+    # --- checkpoints ----------------------------------------------------
+    def state(self) -> dict:
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "format": "evolve-checkpoint",
+            "version": 1,
+            "generation": self.generation,
+            "config": self.config.to_dict(),
+            "random_state": [version, list(internal), gauss],
+            "population": [{"tree": str(ind), "fitness": ind.fitness.values[0],
+                            "born": ind.born} for ind in self.population],
+            "hall_of_fame": self.hof.to_json(),
+        }
+
+    def restore(self, state: dict) -> None:
+        version, internal, gauss = state["random_state"]
+        self.rng.setstate((int(version), tuple(int(x) for x in internal),
+                           None if gauss is None else float(gauss)))
+        pop = []
+        for item in state["population"]:
+            ind = treeio.deap_from_string(item["tree"], self.pset, Individual)
+            ind.fitness.values = (float(item["fitness"]),)
+            ind.born = int(item["born"])
+            pop.append(ind)
+        if len(pop) != self.config.population:
+            raise ValueError(f"checkpoint holds {len(pop)} individuals, config says "
+                             f"{self.config.population}")
+        self.population = pop
+        self.hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
+        self.generation = int(state["generation"])

@@ -1,0 +1,151 @@
+"""The one table of primitives.
+
+Every consumer reads this table: the DEAP primitive set (engine), the opcodes of
+the population kernel (kernels), generated source code and infix text (codegen),
+the tree parser (treeio) and the numpy reference (the DEAP-style evaluator used
+by benchmarks and tests). Semantics of the protected operators are written down
+once, in ``heuristics/ops.py``; the numpy forms here and the kernel's opcodes
+implement the same formulas and are tested against them.
+
+Types: ``float`` for numbers, ``bool`` for truth values (``top_token_match``,
+comparisons). The kernel stores booleans as 1.0 / 0.0.
+"""
+
+from __future__ import annotations
+
+import operator
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from heuristics import ops
+
+# ------------------------------------------------------------------ inputs
+
+# (name in trees and code, short name in infix text, type)
+INPUTS = (
+    ("draft_prob", "d", float),
+    ("target_prob", "t", float),
+    ("position", "pos", float),
+    ("draft_entropy", "de", float),
+    ("target_entropy", "te", float),
+    ("top_token_match", "match", bool),
+)
+INPUT_NAMES = tuple(i[0] for i in INPUTS)
+N_INPUTS = len(INPUTS)
+OP_CONST = N_INPUTS          # opcode 6: push a constant
+
+
+# ------------------------------------------------------- numpy reference ops
+
+def _np_pdiv(a, b):
+    with np.errstate(all="ignore"):
+        return np.where(np.abs(b) > ops.DIV_EPS, np.divide(a, b), 1.0)
+
+
+def _np_plog(a):
+    x = np.abs(a)
+    with np.errstate(all="ignore"):
+        return np.where(x > ops.LOG_EPS, np.log(x), ops.LOG_FLOOR)
+
+
+def _np_pexp(a):
+    with np.errstate(all="ignore"):
+        return np.where(np.asarray(a) < ops.EXP_MAX, np.exp(a), ops.EXP_CAP)
+
+
+def _np_min(a, b):
+    return np.where(np.asarray(a) < b, a, b)
+
+
+def _np_max(a, b):
+    return np.where(np.asarray(a) > b, a, b)
+
+
+def _np_arith(f):
+    def g(*args):
+        with np.errstate(all="ignore"):
+            return f(*args)
+    g.__name__ = f.__name__
+    return g
+
+
+@dataclass(frozen=True)
+class Primitive:
+    name: str                 # name in tree strings (DEAP) and generated code
+    opcode: int               # kernel opcode
+    args: tuple               # argument types
+    ret: type                 # return type
+    scalar: Callable          # plain-Python scalar meaning
+    numpy: Callable           # numpy meaning (element-wise on arrays)
+    code: str                 # Python source template, {0}, {1}, ... are arguments
+    infix: str                # human-readable template
+
+    @property
+    def arity(self) -> int:
+        return len(self.args)
+
+
+F, B = float, bool
+
+PRIMITIVES: tuple[Primitive, ...] = (
+    Primitive("add", 7, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})", "({0} + {1})"),
+    Primitive("sub", 8, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})", "({0} - {1})"),
+    Primitive("mul", 9, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})", "({0} * {1})"),
+    Primitive("pdiv", 10, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})"),
+    Primitive("pmin", 11, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})"),
+    Primitive("pmax", 12, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})"),
+    Primitive("neg", 13, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})"),
+    Primitive("absf", 14, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|"),
+    Primitive("plog", 15, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})"),
+    Primitive("pexp", 16, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})"),
+    Primitive("psqrt", 17, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
+              "psqrt({0})", "sqrt|{0}|"),
+    Primitive("square", 18, (F,), F, ops.square, _np_arith(np.square), "square({0})", "({0})^2"),
+    Primitive("lt", 19, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})", "({0} < {1})"),
+    Primitive("ite", 20, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
+              "ite({0}, {1}, {2})", "({1} if {0} else {2})"),
+    Primitive("and_", 21, (B, B), B, lambda a, b: a and b, np.logical_and,
+              "({0} and {1})", "({0} and {1})"),
+    Primitive("or_", 22, (B, B), B, lambda a, b: a or b, np.logical_or,
+              "({0} or {1})", "({0} or {1})"),
+    Primitive("not_", 23, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})"),
+)
+
+BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
+BY_OPCODE: dict[int, Primitive] = {p.opcode: p for p in PRIMITIVES}
+INPUT_INDEX = {name: i for i, name in enumerate(INPUT_NAMES)}
+INPUT_TYPE = {i[0]: i[2] for i in INPUTS}
+INPUT_SHORT = {i[0]: i[1] for i in INPUTS}
+MAX_OPCODE = max(BY_OPCODE)
+
+# Opcodes, by name, for the kernel (plain ints so Numba sees constants).
+OP = {p.name: p.opcode for p in PRIMITIVES}
+
+# Names a tree string may contain; anything else is rejected by the parser.
+RESERVED = set(BY_NAME) | set(INPUT_NAMES)
+
+# Constants the generator draws from half of the time (the rest uniform in [-1, 1]).
+ROUND_CONSTANTS = (0.0, 0.1, 0.5, 1.0, 2.0, 10.0)
+CONSTANT_NAME = "const"
+
+
+def random_constant() -> float:
+    """The ephemeral constant generator (module-level, so it pickles)."""
+    if random.random() < 0.5:
+        return random.choice(ROUND_CONSTANTS)
+    return round(random.uniform(-1.0, 1.0), 3)
+
+
+def make_pset():
+    """The strongly typed DEAP primitive set, built from the table."""
+    from deap import gp
+
+    pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in INPUTS], float)
+    pset.renameArguments(**{f"ARG{i}": name for i, name in enumerate(INPUT_NAMES)})
+    for p in PRIMITIVES:
+        pset.addPrimitive(p.numpy, list(p.args), p.ret, name=p.name)
+    pset.addEphemeralConstant(CONSTANT_NAME, random_constant, float)
+    return pset

@@ -1,0 +1,195 @@
+"""What `evolve benchmark`, `evolve inspect` and `evolve runs` compute and show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve import codegen, data, treeio
+from evolve import primitives as P
+from evolve.runs import RunDir, RunError, list_runs
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+# ---------------------------------------------------------------- benchmark
+
+def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dict:
+    from evolve.scoring import PreparedSplit, score
+    from heuristics import registry
+
+    all_names = registry.names()
+    names = heuristics or all_names
+    unknown = [n for n in names if n not in all_names]
+    if unknown:
+        raise KeyError(f"--heuristic: unknown heuristic {unknown[0]!r} "
+                       f"(known: {', '.join(all_names)})")
+    splits = data.load_splits(data_dir)
+    prepared = {k: PreparedSplit(v) for k, v in splits.items()}
+    compiled = {n: registry.compiled(n) for n in names}
+    out = {"splits": {}}
+    for split, ps in prepared.items():
+        out["splits"][split] = {
+            "tokens": ps.n,
+            "heuristics": {n: score(compiled[n], ps, repeats) for n in names},
+        }
+    out["evolved"] = registry.evolved_metadata()
+    return out
+
+
+def show_benchmark(result: dict, term) -> None:
+    splits = result["splits"]
+    order_split = "valid" if "valid" in splits else next(iter(splits))
+    names = sorted(splits[order_split]["heuristics"],
+                   key=lambda n: -splits[order_split]["heuristics"][n]["fitness"])
+    cols = [("heuristic", "left"), ("accept %", "right"), ("accuracy %", "right"),
+            ("quality", "right"), ("fitness", "right"), ("eval ms", "right")]
+    for split, body in splits.items():
+        rows, styles = [], []
+        for n in names:
+            m = body["heuristics"][n]
+            label = f"{n} *" if n == "evolved" else n
+            rows.append([label, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
+                         f"{m['quality']:.4f}", f"{m['fitness']:.4f}", f"{m['eval_ms']:.3f}"])
+            styles.append("bold" if n == "evolved" else None)
+        term.table(f"{split} ({body['tokens']:,} tokens), sorted by {order_split} fitness",
+                   cols, rows, styles)
+        term.result("")
+    meta = result.get("evolved") or {}
+    if "evolved" in names:
+        term.result(f"* evolved: heuristics/evolved.py (run {meta.get('run', '?')}, "
+                    f"tree {meta.get('tree', '?')})")
+
+
+# ------------------------------------------------------------------- runs
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [values[min(len(values) - 1, int(i * step))] for i in range(width)]
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return SPARK[-1] * len(values)
+    return "".join(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))] for v in values)
+
+
+def simplified(nodes) -> str | None:
+    """A sympy-simplified form when the tree uses only exact operators."""
+    exact = {"add", "sub", "mul", "neg", "square"}
+    if any(n.kind == "prim" and n.name not in exact for n in nodes):
+        return None
+    import sympy
+    syms = {name: sympy.Symbol(short) for name, short in P.INPUT_SHORT.items()}
+    out = []
+    for n in reversed(nodes):
+        if n.kind == "input":
+            out.append(syms[n.name])
+        elif n.kind == "const":
+            out.append(sympy.Float(n.value) if n.value != int(n.value) else sympy.Integer(int(n.value)))
+        else:
+            k = n.arity
+            args = [out.pop() for _ in range(k)]
+            if n.name == "add":
+                out.append(args[0] + args[1])
+            elif n.name == "sub":
+                out.append(args[0] - args[1])
+            elif n.name == "mul":
+                out.append(args[0] * args[1])
+            elif n.name == "neg":
+                out.append(-args[0])
+            else:
+                out.append(args[0] ** 2)
+    return str(sympy.simplify(out[0]))
+
+
+def inspect_run(run: RunDir) -> dict:
+    meta = run.meta()
+    history = run.history()
+    summary = run.summary()
+    try:
+        champ = run.champion()
+    except RunError:
+        champ = None
+    out = {"run": run.name, "path": str(run.path), "config": meta.get("config"),
+           "versions": meta.get("versions"), "data": meta.get("data"),
+           "summary": summary, "generations": len(history), "champion": None,
+           "history": {"best_train": [h["best_train"] for h in history],
+                       "best_valid": [h["best_valid"] for h in history],
+                       "mean_size": [h["mean_size"] for h in history]}}
+    if champ:
+        nodes = treeio.parse(champ["tree"])   # validates; never evaluated
+        out["champion"] = {**champ, "expression": codegen.infix(nodes),
+                           "size": len(nodes), "depth": treeio.depth(nodes),
+                           "simplified": simplified(nodes)}
+    return out
+
+
+def show_inspect(info: dict, term, standard: dict | None) -> None:
+    term.result(f"run {info['run']}  ({info['path']})")
+    s = info.get("summary") or {}
+    if s:
+        term.result(f"status: {s.get('status')} at generation {s.get('generation')}"
+                    + (f"; resume with: {s['resume']}" if s.get("resume") else ""))
+    ch = info.get("champion")
+    if not ch:
+        term.result("no champion yet (the run has not finished)")
+    else:
+        term.result(f"formula:  {ch['expression']}")
+        if ch.get("simplified"):
+            term.result(f"simplified: {ch['simplified']}")
+        term.result(f"tree:     {ch['tree']}")
+        term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
+                    f"{ch.get('generation')}; inputs: d=draft_prob t=target_prob pos=position "
+                    "de/te=draft/target entropy match=top_token_match")
+        cols = [("split", "left"), ("accept %", "right"), ("accuracy %", "right"),
+                ("quality", "right"), ("fitness", "right"), ("std. rejection fitness", "right")]
+        rows = []
+        for split, m in ch.get("metrics", {}).items():
+            std = standard.get(split) if standard else None
+            rows.append([split, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
+                         f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
+                         f"{std['fitness']:.4f}" if std else "-"])
+        term.table("champion metrics", cols, rows)
+    h = info["history"]
+    if h["best_train"]:
+        term.result(f"best train fitness  {sparkline(h['best_train'])}  "
+                    f"{h['best_train'][0]:.4f} -> {h['best_train'][-1]:.4f}")
+        term.result(f"best valid fitness  {sparkline(h['best_valid'])}  "
+                    f"{h['best_valid'][0]:.4f} -> {h['best_valid'][-1]:.4f}")
+        term.result(f"mean size           {sparkline(h['mean_size'])}  "
+                    f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
+    cfg = info.get("config") or {}
+    term.result("config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+
+
+def standard_metrics(data_dir: Path) -> dict | None:
+    """Standard rejection's metrics per split (numpy path; no compilation)."""
+    from evolve.fitness import counts_from_thresholds
+    try:
+        splits = data.load_splits(data_dir)
+    except data.DataError:
+        return None
+    return {k: counts_from_thresholds(ds.standard_threshold(), ds.rand_value,
+                                      ds.baseline_accepts, ds.standard_threshold()).metrics()
+            for k, ds in splits.items()}
+
+
+def runs_table(parent: Path) -> list[dict]:
+    rows = []
+    for run in list_runs(parent):
+        row = {"run": run.name, "status": None, "generation": None, "expression": None,
+               "valid_fitness": None, "test_fitness": None}
+        try:
+            s = run.summary()
+            row["status"] = s.get("status", "running or killed")
+            row["generation"] = s.get("generation")
+            champ = run.champion() if run.file("champion.json").exists() else None
+            if champ:
+                row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
+                row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
+                row["test_fitness"] = champ["metrics"]["test"]["fitness"]
+        except (RunError, treeio.TreeError, KeyError, TypeError) as e:
+            row["status"] = f"damaged: {e}"
+        rows.append(row)
+    return rows

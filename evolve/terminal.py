@@ -1,0 +1,105 @@
+"""The one place that owns rich: console, tables, progress.
+
+Results go to stdout, progress and notes to stderr. When stderr is not a
+terminal, progress becomes plain lines; ``NO_COLOR`` is honoured (rich reads
+it); ``--json`` prints one JSON document on stdout and nothing else there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+class Terminal:
+    def __init__(self, json_mode: bool = False):
+        from rich.console import Console
+        self.json_mode = json_mode
+        # Not a terminal and no COLUMNS: wide enough that tables are never cut.
+        width = None if (sys.stdout.isatty() or os.environ.get("COLUMNS")) else 160
+        self.out = Console(highlight=False, soft_wrap=False, width=width)
+        self.err = Console(stderr=True, highlight=False, width=width)
+
+    # --- messages -------------------------------------------------------
+    def note(self, text: str) -> None:
+        self.err.print(text, markup=False)
+
+    def error(self, text: str) -> None:
+        first = str(text).splitlines()[0] if str(text) else "unknown error"
+        self.err.print(f"error: {first}", markup=False, style="bold red")
+
+    def result(self, text: str) -> None:
+        if not self.json_mode:
+            self.out.print(text, markup=False)
+
+    def print_json(self, obj) -> None:
+        sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
+        sys.stdout.flush()
+
+    # --- tables ---------------------------------------------------------
+    def table(self, title: str, columns: list[tuple[str, str]], rows: list[list],
+              styles: list[str | None] | None = None) -> None:
+        """columns: (header, justify); rows: already formatted cells."""
+        if self.json_mode:
+            return
+        from rich.table import Table
+        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        for header, justify in columns:
+            t.add_column(header, justify=justify, no_wrap=True)
+        for i, row in enumerate(rows):
+            t.add_row(*[str(c) for c in row], style=(styles[i] if styles else None))
+        self.out.print(t)
+
+    # --- progress -------------------------------------------------------
+    def progress(self, total: int, start: int = 0):
+        return _Progress(self, total, start)
+
+
+class _Progress:
+    """Generation progress: a live rich bar on a terminal, plain lines otherwise."""
+
+    def __init__(self, term: Terminal, total: int, start: int):
+        self.term = term
+        self.total = total
+        self.start = start
+        self.live = term.err.is_terminal and not term.json_mode
+        self.t0 = time.perf_counter()
+        self.last_plain = 0.0
+        self._bar = None
+
+    def __enter__(self):
+        if self.live:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            self._bar = Progress(TextColumn("gen"), MofNCompleteColumn(), BarColumn(),
+                                 TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
+                                 TextColumn("eta"), TimeRemainingColumn(),
+                                 console=self.term.err, transient=False)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("evolve", total=self.total, completed=self.start,
+                                            info="")
+        return self
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
+
+    def update(self, record: dict) -> None:
+        g = record["generation"]
+        info = (f"train {record['best_train']:.4f} (median {record['median_train']:.4f}) "
+                f"valid {record['best_valid']:.4f} size {record['mean_size']:.1f} "
+                f"{record['timing']['evals_per_s']:.0f} evals/s")
+        if self._bar is not None:
+            self._bar.update(self._task, completed=g, info=info)
+            return
+        if self.term.json_mode:
+            return
+        now = time.perf_counter()
+        if g in (0, self.total) or now - self.last_plain >= 2.0 or g % 50 == 0:
+            done = max(1, g - self.start)
+            eta = (now - self.t0) / done * (self.total - g)
+            self.term.note(f"gen {g}/{self.total} {info} eta {eta:.0f}s")
+            self.last_plain = now

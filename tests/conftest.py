@@ -1,0 +1,30 @@
+import os
+
+import pytest
+
+from evolve import data, synth
+
+# Tiny budgets for unit tests, kept in one place.
+TINY = {"generations": 4, "population": 40}
+SMALL_SEQUENCES = {"train": 30, "valid": 10, "test": 10}
+
+os.environ.setdefault("COLUMNS", "160")
+os.environ.setdefault("NO_COLOR", "1")
+
+
+@pytest.fixture(scope="session")
+def small_splits():
+    return synth.generate_splits(sequences=SMALL_SEQUENCES)
+
+
+@pytest.fixture(scope="session")
+def small_data_dir(tmp_path_factory, small_splits):
+    d = tmp_path_factory.mktemp("small_data")
+    for name, ds in small_splits.items():
+        data.save_npz(ds, data.split_path(d, name))
+    return d
+
+
+@pytest.fixture(scope="session")
+def default_splits():
+    return data.load_splits(data.DEFAULT_DIR)
