@@ -204,9 +204,18 @@ class SplitArrays:
         self.std_q = quantise(ds.standard_threshold())
 
 
+def _check_inputs(programs, split: SplitArrays) -> None:
+    """Programs may only load inputs the split has (the kernel never checks)."""
+    loads = programs.ops[programs.ops < OP_CONST]
+    if loads.size and int(loads.max()) >= split.X.shape[0]:
+        name = P.INPUTS[int(loads.max())][0] if int(loads.max()) < len(P.INPUTS) else "?"
+        raise ValueError(f"a program reads input '{name}', which this split does not have")
+
+
 def population_counts(programs, split: SplitArrays) -> np.ndarray:
     """Counts for every program, int64 (P, 6): accepted, FA, FR, then the
     expected accepted, FA, FR in fixed point (fitness.EXPECTED_SCALE)."""
+    _check_inputs(programs, split)
     k = len(programs)
     out = np.zeros((k, 6), dtype=np.int64)
     if k:
@@ -217,6 +226,7 @@ def population_counts(programs, split: SplitArrays) -> np.ndarray:
 
 
 def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
+    _check_inputs(programs, split)
     out = np.empty((len(programs), split.n), dtype=np.float64)
     if len(programs):
         _population_thresholds(programs.ops, programs.consts, programs.starts,

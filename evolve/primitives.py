@@ -24,7 +24,9 @@ from heuristics import ops
 
 # ------------------------------------------------------------------ inputs
 
-# (name in trees and code, short name in infix text, type)
+# (name in trees and code, short name in infix text, type). The kernel's opcode
+# of an input is its index here. The first six are the original record's
+# features and the reference signature of every heuristic.
 INPUTS = (
     ("draft_prob", "d", float),
     ("target_prob", "t", float),
@@ -35,7 +37,8 @@ INPUTS = (
 )
 INPUT_NAMES = tuple(i[0] for i in INPUTS)
 N_INPUTS = len(INPUTS)
-OP_CONST = N_INPUTS          # opcode 6: push a constant
+MAX_INPUTS = 12              # opcodes 0..11 are reserved for inputs
+OP_CONST = MAX_INPUTS        # opcode 12: push a constant
 
 
 # ------------------------------------------------------- numpy reference ops
@@ -91,27 +94,27 @@ class Primitive:
 F, B = float, bool
 
 PRIMITIVES: tuple[Primitive, ...] = (
-    Primitive("add", 7, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})", "({0} + {1})"),
-    Primitive("sub", 8, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})", "({0} - {1})"),
-    Primitive("mul", 9, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})", "({0} * {1})"),
-    Primitive("pdiv", 10, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})"),
-    Primitive("pmin", 11, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})"),
-    Primitive("pmax", 12, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})"),
-    Primitive("neg", 13, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})"),
-    Primitive("absf", 14, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|"),
-    Primitive("plog", 15, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})"),
-    Primitive("pexp", 16, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})"),
-    Primitive("psqrt", 17, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
+    Primitive("add", 16, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})", "({0} + {1})"),
+    Primitive("sub", 17, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})", "({0} - {1})"),
+    Primitive("mul", 18, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})", "({0} * {1})"),
+    Primitive("pdiv", 19, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})"),
+    Primitive("pmin", 20, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})"),
+    Primitive("pmax", 21, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})"),
+    Primitive("neg", 22, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})"),
+    Primitive("absf", 23, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|"),
+    Primitive("plog", 24, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})"),
+    Primitive("pexp", 25, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})"),
+    Primitive("psqrt", 26, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
               "psqrt({0})", "sqrt|{0}|"),
-    Primitive("square", 18, (F,), F, ops.square, _np_arith(np.square), "square({0})", "({0})^2"),
-    Primitive("lt", 19, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})", "({0} < {1})"),
-    Primitive("ite", 20, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
+    Primitive("square", 27, (F,), F, ops.square, _np_arith(np.square), "square({0})", "({0})^2"),
+    Primitive("lt", 28, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})", "({0} < {1})"),
+    Primitive("ite", 29, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
               "ite({0}, {1}, {2})", "({1} if {0} else {2})"),
-    Primitive("and_", 21, (B, B), B, lambda a, b: a and b, np.logical_and,
+    Primitive("and_", 30, (B, B), B, lambda a, b: a and b, np.logical_and,
               "({0} and {1})", "({0} and {1})"),
-    Primitive("or_", 22, (B, B), B, lambda a, b: a or b, np.logical_or,
+    Primitive("or_", 31, (B, B), B, lambda a, b: a or b, np.logical_or,
               "({0} or {1})", "({0} or {1})"),
-    Primitive("not_", 23, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})"),
+    Primitive("not_", 32, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})"),
 )
 
 BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
