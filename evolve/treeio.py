@@ -196,7 +196,7 @@ def from_deap(individual) -> list[Node]:
 def to_deap(nodes: list[Node], pset, cls=None):
     """Build a DEAP PrimitiveTree (or ``cls``) from parsed nodes, no evaluation."""
     from deap import gp
-    eph = getattr(gp, P.CONSTANT_NAME)
+    eph = pset.mapping[P.CONSTANT_NAME]   # the pset's ephemeral constant class
     out = []
     for node in nodes:
         if node.kind == "prim" or node.kind == "input":
