@@ -192,6 +192,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
 @click.option("--max-height", type=int, default=None, help="Tree height limit [10].")
 @click.option("--max-size", type=int, default=None, help="Tree size limit (nodes) [60].")
+@click.option("--init-max-height", type=int, default=None,
+              help="Height limit of the first population's trees [4].")
 @click.option("--elitism", type=int, default=None, help="Elites kept each generation [2].")
 @click.option("--seed-baselines", is_flag=True, default=None,
               help="Put the baselines (as trees) into the first population.")
@@ -205,7 +207,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @json_option
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_prob,
-            max_height, max_size, elitism, seed_baselines, threads, name, resume,
+            max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
             no_writeback, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve import runner, runs
@@ -213,6 +215,7 @@ def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_p
     given = {"generations": generations, "population": population, "seed": seed,
              "objective": objective, "tournament": tournament, "cx_prob": cx_prob,
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
+             "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads}
     term = _term(json_mode)
     if resume:

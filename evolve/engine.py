@@ -84,12 +84,12 @@ class Config:
             need(0.0 <= v <= 1.0, name, v, "expected a probability in [0, 1]")
         need(self.cx_prob + self.mut_prob <= 1.0, "mut_prob", self.mut_prob,
              f"cx-prob + mut-prob must be <= 1 (cx-prob is {self.cx_prob})")
+        need(2 <= self.max_height <= 30, "max_height", self.max_height, "expected 2..30")
+        need(3 <= self.max_size <= 1000, "max_size", self.max_size, "expected 3..1000")
         need(1 <= self.init_min_height <= self.init_max_height, "init_min_height",
              self.init_min_height, f"expected 1..init-max-height ({self.init_max_height})")
         need(self.init_max_height <= self.max_height, "init_max_height", self.init_max_height,
              f"expected <= max-height ({self.max_height})")
-        need(2 <= self.max_height <= 30, "max_height", self.max_height, "expected 2..30")
-        need(3 <= self.max_size <= 1000, "max_size", self.max_size, "expected 3..1000")
         need(0 <= self.elitism < self.population, "elitism", self.elitism,
              f"expected 0..population-1 ({self.population - 1})")
         need(1 <= self.hof_size <= 1000, "hof_size", self.hof_size, "expected 1..1000")

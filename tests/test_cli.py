@@ -1,0 +1,146 @@
+"""The commands users run, through click's CliRunner (fixed COLUMNS, NO_COLOR)."""
+
+import json
+import shutil
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from evolve import runner
+from evolve.cli import main
+from evolve.engine import Config
+from evolve.scoring import PreparedSplit, score
+from evolve.writeback import load_module_from
+from heuristics.registry import compile_function
+from tests.conftest import TINY
+
+ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
+REPO = Path(__file__).resolve().parent.parent
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
+
+
+def test_help_lists_commands():
+    r = invoke("--help")
+    assert r.exit_code == 0
+    for cmd in ("run", "benchmark", "inspect", "runs", "data"):
+        assert cmd in r.output
+
+
+def test_benchmark_json_schema(small_data_dir):
+    r = invoke("benchmark", "--data", small_data_dir, "--json", "--repeats", "2")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert set(res["splits"]) == {"train", "valid", "test"}
+    body = res["splits"]["train"]
+    assert body["tokens"] > 0
+    assert "evolved" in body["heuristics"] and "standard_rejection" in body["heuristics"]
+    for m in body["heuristics"].values():
+        assert {"accept_rate", "accuracy", "quality", "fitness", "false_accepts",
+                "false_rejects", "eval_ms"} <= set(m)
+        assert 0 <= m["accept_rate"] <= 1 and m["eval_ms"] > 0
+
+
+def test_benchmark_table_sorted_by_valid_fitness(small_data_dir):
+    r = invoke("benchmark", "--data", small_data_dir, "--repeats", "1",
+               "--heuristic", "conservative", "--heuristic", "standard_rejection",
+               "--heuristic", "always_accept")
+    assert r.exit_code == 0, r.output
+    train = r.stdout.split("valid (")[0]
+    assert train.index("standard_rejection") < train.index("conservative") < \
+        train.index("always_accept")
+    assert "evolved" not in train
+
+
+def test_benchmark_unknown_heuristic(small_data_dir):
+    r = invoke("benchmark", "--data", small_data_dir, "--heuristic", "nope")
+    assert r.exit_code == 2
+    assert "--heuristic" in r.stderr and "'nope'" in r.stderr and "Traceback" not in r.output
+
+
+def test_run_inspect_runs(tmp_path, small_data_dir):
+    runs = tmp_path / "runs"
+    r = invoke("run", "--generations", 3, "--population", 30, "--seed", 2, "--name", "t1",
+               "--data", small_data_dir, "--runs-dir", runs, "--no-writeback", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    champ = json.loads((runs / "t1" / "champion.json").read_text())
+    assert res["champion"] == champ
+    assert set(champ) >= {"expression", "tree", "size", "depth", "generation", "metrics"}
+    assert set(champ["metrics"]) == {"train", "valid", "test"}
+    for f in ("config.json", "history.jsonl", "hall_of_fame.json", "champion.py",
+              "checkpoint.json", "summary.json"):
+        assert (runs / "t1" / f).is_file(), f
+    cfg = json.loads((runs / "t1" / "config.json").read_text())
+    assert cfg["config"]["population"] == 30 and cfg["versions"]["numba"]
+    hist = (runs / "t1" / "history.jsonl").read_text().splitlines()
+    assert [json.loads(h)["generation"] for h in hist] == [0, 1, 2, 3]
+
+    r = invoke("inspect", "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    assert "formula:" in r.stdout and champ["expression"] in r.stdout
+    assert "best valid fitness" in r.stdout
+    r = invoke("inspect", "t1", "--runs-dir", runs, "--json")
+    assert json.loads(r.stdout)["champion"]["tree"] == champ["tree"]
+    r = invoke("runs", "--runs-dir", runs, "--json")
+    rows = json.loads(r.stdout)
+    assert rows[0]["run"] == "t1" and rows[0]["status"] == "finished"
+
+
+def test_run_plain_progress_and_table(tmp_path, small_data_dir):
+    r = invoke("run", "--generations", 2, "--population", 20, "--data", small_data_dir,
+               "--runs-dir", tmp_path, "--no-writeback", "--name", "p")
+    assert r.exit_code == 0, r.output
+    assert "gen 0/2" in r.stderr and "gen 2/2" in r.stderr
+    assert "champion" in r.stdout and "write-back skipped" in r.stdout
+
+
+def test_inspect_without_runs(tmp_path):
+    r = invoke("inspect", "--runs-dir", tmp_path)
+    assert r.exit_code == 2 and "no runs yet" in r.stderr
+
+
+def test_writeback_and_benchmark_agree_exactly(tmp_path, small_splits, small_data_dir):
+    heur = tmp_path / "heuristics"
+    heur.mkdir()
+    shutil.copy(REPO / "heuristics" / "evolved.py", heur / "evolved.py")
+    opts = runner.RunOptions(config=Config(**TINY, seed=3), data_dir=small_data_dir,
+                             runs_parent=tmp_path / "runs", name="wb", force=True,
+                             heuristics_dir=heur)
+    from evolve.terminal import Terminal
+    code, result = runner.execute(opts, Terminal(json_mode=True))
+    assert code == 0 and result["writeback"]["written"]
+    assert len(list((heur / "history").glob("evolved-*.py"))) == 1
+    text = (heur / "evolved.py").read_text()
+    assert "Generated by `evolve run`" in text and "run: wb" in text
+    mod = load_module_from(heur / "evolved.py", "_wb_check")
+    assert mod.METADATA["tree"] == result["champion"]["tree"]
+    ufunc = compile_function(mod.evolved)
+    for split, ds in small_splits.items():
+        m = score(ufunc, PreparedSplit(ds), repeats=1)
+        want = result["champion"]["metrics"][split]
+        assert {k: v for k, v in m.items() if k != "eval_ms"} == \
+            {k: v for k, v in want.items() if k != "eval_ms"}
+
+
+def test_writeback_keeps_better_file(tmp_path, small_data_dir):
+    heur = tmp_path / "heuristics"
+    heur.mkdir()
+    shutil.copy(REPO / "heuristics" / "evolved.py", heur / "evolved.py")   # standard rule
+    before = (heur / "evolved.py").read_text()
+    # a deliberately poor run: one generation of tiny random trees
+    cfg = Config(generations=1, population=4, seed=0, tournament=2, init_max_height=1,
+                 max_height=2, elitism=0)
+    opts = runner.RunOptions(config=cfg, data_dir=small_data_dir,
+                             runs_parent=tmp_path / "runs", name="poor", heuristics_dir=heur)
+    from evolve.terminal import Terminal
+    code, result = runner.execute(opts, Terminal(json_mode=True))
+    assert code == 0
+    # with this seed the champion is a poor random tree (fixed, deterministic)
+    assert result["champion"]["metrics"]["valid"]["fitness"] < \
+        result["writeback"]["current_valid_fitness"]
+    assert not result["writeback"]["written"]
+    assert (heur / "evolved.py").read_text() == before
+    assert not (heur / "history").exists()
