@@ -183,7 +183,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 
 @main.command("run")
 @click.option("--generations", type=int, default=None, help="Generations [default: 100].")
-@click.option("--population", type=int, default=None, help="Population size [default: 500].")
+@click.option("--population", type=int, default=None, help="Population size [default: 1000].")
 @click.option("--seed", type=int, default=None, help="Random seed [default: 0].")
 @click.option("--objective", type=str, default=None,
               help="expected (noise-free, default) or seed (the original metric).")
@@ -225,7 +225,7 @@ def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_p
             raise runs.RunError(f"{opt}: cannot be changed on --resume (only --generations)")
     cfg = Config(**{k: v for k, v in given.items() if v is not None})
     if resume and generations is None:
-        cfg.generations = 0   # keep the run's own
+        cfg.generations = None   # keep the run's own
     opts = runner.RunOptions(config=cfg, data_dir=data_dir or _default_data(),
                              runs_parent=runs.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=not no_writeback, force=force)

@@ -14,6 +14,7 @@ best valid fitness (ties: smaller, then older). Test is never looked at here.
 from __future__ import annotations
 
 import copy
+import math
 import random
 import time
 from collections import OrderedDict
@@ -49,7 +50,7 @@ class ConfigError(ValueError):
 @dataclass
 class Config:
     generations: int = 100
-    population: int = 500
+    population: int = 1000
     seed: int = 0
     objective: str = "expected"
     tournament: int = 7
@@ -72,8 +73,8 @@ class Config:
                 raise ConfigError(f"--{option.replace('_', '-')}: {value!r} is invalid; {what}")
         need(isinstance(self.generations, int) and self.generations >= 1, "generations",
              self.generations, "expected a whole number >= 1")
-        need(isinstance(self.population, int) and self.population >= 2, "population",
-             self.population, "expected a whole number >= 2")
+        need(isinstance(self.population, int) and 2 <= self.population <= MAX_POPULATION,
+             "population", self.population, f"expected a whole number 2..{MAX_POPULATION}")
         need(self.objective in F.OBJECTIVES, "objective", self.objective,
              f"expected one of {', '.join(F.OBJECTIVES)}")
         need(1 <= self.tournament <= self.population, "tournament", self.tournament,
@@ -102,13 +103,38 @@ class Config:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Config":
+        """A Config from a run's config.json; every value is type-checked first."""
+        if not isinstance(d, dict):
+            raise ConfigError(f"config: expected an object, got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - known, key=str)
         if unknown:
-            raise ConfigError(f"config: unknown key {unknown[0]!r}")
+            raise ConfigError(f"config: unknown key {_short(repr(unknown[0]))}")
+        defaults = cls()
+        for key, value in d.items():
+            want = type(getattr(defaults, key))
+            if want is bool:
+                ok = isinstance(value, bool)
+            elif want is int:
+                ok = isinstance(value, int) and not isinstance(value, bool)
+            elif want is float:
+                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
+                      and math.isfinite(value))
+            else:
+                ok = isinstance(value, want)
+            if not ok:
+                raise ConfigError(f"config: {key!r} is {_short(repr(value))}; expected "
+                                  f"{'a finite number' if want is float else want.__name__}")
         cfg = cls(**d)
         cfg.validate()
         return cfg
+
+
+MAX_POPULATION = 1_000_000
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # ------------------------------------------------------------- individuals
@@ -397,18 +423,80 @@ class Evolution:
         }
 
     def restore(self, state: dict) -> None:
-        version, internal, gauss = state["random_state"]
-        self.rng.setstate((int(version), tuple(int(x) for x in internal),
-                           None if gauss is None else float(gauss)))
+        """Continue from ``state()`` output (e.g. read back from checkpoint.json).
+
+        Every field is type- and range-checked and every tree is parsed against
+        the primitive table (nothing is evaluated); anything malformed raises
+        ValueError (or treeio.TreeError) naming the field, and leaves the engine
+        untouched.
+        """
+        rng_state, generation = _check_state(state, self.config)
         pop = []
         for item in state["population"]:
             ind = treeio.deap_from_string(item["tree"], self.pset, Individual)
             ind.fitness.values = (float(item["fitness"]),)
             ind.born = int(item["born"])
             pop.append(ind)
-        if len(pop) != self.config.population:
-            raise ValueError(f"checkpoint holds {len(pop)} individuals, config says "
-                             f"{self.config.population}")
+        hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
+        self.rng.setstate(rng_state)
         self.population = pop
-        self.hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
-        self.generation = int(state["generation"])
+        self.hof = hof
+        self.generation = generation
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _check_state(state, config: Config):
+    """Validate a checkpoint's structure; returns (random state tuple, generation)."""
+    if not isinstance(state, dict):
+        raise ValueError(f"checkpoint must be an object, got {type(state).__name__}")
+    generation = state.get("generation")
+    if not _is_int(generation) or generation < 0:
+        raise ValueError(f"field 'generation' must be a whole number >= 0, "
+                         f"got {_short(repr(generation))}")
+    rs = state.get("random_state")
+    if not (isinstance(rs, list) and len(rs) == 3 and _is_int(rs[0])
+            and isinstance(rs[1], list) and all(_is_int(x) and 0 <= x < 2 ** 32 for x in rs[1])
+            and (rs[2] is None or _is_number(rs[2]))):
+        raise ValueError("field 'random_state' is not a random-module state "
+                         "[version, [ints], gauss]")
+    rng_state = (rs[0], tuple(rs[1]), None if rs[2] is None else float(rs[2]))
+    try:
+        random.Random().setstate(rng_state)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise ValueError(f"field 'random_state' is not a valid state ({e})") from None
+    pop = state.get("population")
+    if not isinstance(pop, list) or len(pop) != config.population:
+        got = f"{len(pop)} individuals" if isinstance(pop, list) else type(pop).__name__
+        raise ValueError(f"field 'population' must hold {config.population} individuals "
+                         f"(the config's population), got {got}")
+    hof = state.get("hall_of_fame")
+    if not isinstance(hof, list) or not 1 <= len(hof) <= config.hof_size:
+        got = f"{len(hof)} entries" if isinstance(hof, list) else type(hof).__name__
+        raise ValueError(f"field 'hall_of_fame' must hold 1..{config.hof_size} entries, "
+                         f"got {got}")
+    for field, items in (("population", pop), ("hall_of_fame", hof)):
+        for i, item in enumerate(items):
+            keys = ("tree", "fitness", "born") + (("size",) if field == "hall_of_fame" else ())
+            if not isinstance(item, dict) or any(k not in item for k in keys):
+                raise ValueError(f"field '{field}' item {i}: expected an object with "
+                                 f"{', '.join(keys)}")
+            if not isinstance(item["tree"], str):
+                raise ValueError(f"field '{field}' item {i}: 'tree' must be a string")
+            if not _is_number(item["fitness"]):
+                raise ValueError(f"field '{field}' item {i}: 'fitness' must be a finite "
+                                 f"number, got {_short(repr(item['fitness']))}")
+            if not _is_int(item["born"]) or not 0 <= item["born"] <= generation:
+                raise ValueError(f"field '{field}' item {i}: 'born' must be a generation "
+                                 f"0..{generation}, got {_short(repr(item['born']))}")
+            if field == "hall_of_fame" and (not _is_int(item["size"]) or
+                                            item["size"] != len(treeio.parse(item["tree"]))):
+                raise ValueError(f"field 'hall_of_fame' item {i}: 'size' is not the "
+                                 "tree's node count")
+    return rng_state, generation
