@@ -74,33 +74,43 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))] for v in values)
 
 
+SIMPLIFY_MAX_NODES = 40
+
+
 def simplified(nodes) -> str | None:
-    """A sympy-simplified form when the tree uses only exact operators."""
-    exact = {"add", "sub", "mul", "neg", "square"}
-    if any(n.kind == "prim" and n.name not in exact for n in nodes):
+    """A sympy-simplified formula, or None for large trees.
+
+    Protected operators are shown as their plain counterparts (pdiv as /, plog
+    as log|x|, ...), so the text reads as the rule does on ordinary inputs; it
+    is a reading aid, never evaluated.
+    """
+    if len(nodes) > SIMPLIFY_MAX_NODES:
         return None
-    import sympy
-    syms = {name: sympy.Symbol(short) for name, short in P.INPUT_SHORT.items()}
+    import sympy as S
+    syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
+    syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
+    syms["top_token_match"] = S.Symbol("match")
+    plain = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "pdiv": lambda a, b: a / b, "pmin": S.Min, "pmax": S.Max, "neg": lambda a: -a,
+        "absf": S.Abs, "plog": lambda a: S.log(S.Abs(a)), "pexp": S.exp,
+        "psqrt": lambda a: S.sqrt(S.Abs(a)), "square": lambda a: a ** 2,
+        "lt": S.StrictLessThan, "and_": S.And, "or_": S.Or, "not_": S.Not,
+        "ite": lambda c, a, b: S.Piecewise((a, c), (b, True)),
+    }
     out = []
     for n in reversed(nodes):
         if n.kind == "input":
             out.append(syms[n.name])
         elif n.kind == "const":
-            out.append(sympy.Float(n.value) if n.value != int(n.value) else sympy.Integer(int(n.value)))
+            out.append(S.Integer(int(n.value)) if n.value == int(n.value) else S.Float(n.value))
         else:
-            k = n.arity
-            args = [out.pop() for _ in range(k)]
-            if n.name == "add":
-                out.append(args[0] + args[1])
-            elif n.name == "sub":
-                out.append(args[0] - args[1])
-            elif n.name == "mul":
-                out.append(args[0] * args[1])
-            elif n.name == "neg":
-                out.append(-args[0])
-            else:
-                out.append(args[0] ** 2)
-    return str(sympy.simplify(out[0]))
+            args = [out.pop() for _ in range(n.arity)]
+            out.append(plain[n.name](*args))
+    try:
+        return str(S.simplify(out[0]))
+    except (TypeError, ValueError, AttributeError, RecursionError):
+        return None
 
 
 def inspect_run(run: RunDir) -> dict:
@@ -136,8 +146,8 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         term.result("no champion yet (the run has not finished)")
     else:
         term.result(f"formula:  {ch['expression']}")
-        if ch.get("simplified"):
-            term.result(f"simplified: {ch['simplified']}")
+        if ch.get("simplified") and ch["simplified"] != ch["expression"]:
+            term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
                     f"{ch.get('generation')}; inputs: d=draft_prob t=target_prob pos=position "
