@@ -17,8 +17,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(fd, "wb") as fh:      # closes fd on every path
+            os.fchmod(fd, 0o666 & ~_umask())
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())

@@ -1,15 +1,27 @@
-"""Orchestration of one `evolve run`: engine + run directory + signals + write-back."""
+"""Orchestration of one `evolve run`: engine + run directory + signals + write-back.
+
+Reliability contract (docs/reliability.md, tests/test_reliability.py):
+- ``prepare`` validates every option, the runs directory and a resumed run's
+  files before anything is created; errors are one-line RunError/ConfigError.
+- SIGINT/SIGTERM finish the current generation, save, and return exit code 130
+  with the exact resume command; a second signal exits at once.
+- A write error (disk full) ends the run with RunError; the last checkpoint,
+  written atomically, stays intact.
+- A run killed at any moment resumes: without a checkpoint it starts over from
+  the seed, otherwise it restores the checkpoint and drops later history lines.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolve import codegen, data, treeio
 from evolve.engine import Config, ConfigError, Evolution
-from evolve.runs import RunDir, RunError, check_name, default_name, now_iso
+from evolve.runs import RunDir, RunError, check_name, default_name, now_iso, runs_dir
 
 EXIT_INTERRUPTED = 130
 
@@ -57,42 +69,34 @@ class StopRequested:
 
 
 def _check_writable(parent: Path) -> None:
+    """The runs directory exists (or can be made) and we may create entries in it."""
+    parent = Path(parent)
+    if parent.exists() and not parent.is_dir():
+        raise RunError(f"--runs-dir: {parent}: exists and is not a directory")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent          # nearest existing ancestor: mkdir needs to write there
+    if not probe.is_dir():
+        raise RunError(f"--runs-dir: {parent}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunError(f"--runs-dir: {parent}: not writable")
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise RunError(f"{parent}: cannot create runs directory ({e.strerror})") from None
-    if not os.access(parent, os.W_OK):
-        raise RunError(f"{parent}: runs directory is not writable")
+        raise RunError(f"--runs-dir: {parent}: cannot create it ({e.strerror or e})") from None
 
 
 def prepare(opts: RunOptions):
-    """Validate everything and load data before any work; returns (run, splits, engine, state)."""
-    _check_writable(opts.runs_parent)
+    """Validate everything and load data before any work; returns (run, splits, engine, state).
+
+    Nothing is created or changed on disk until every check has passed.
+    """
     if opts.resume:
-        run = RunDir.open(opts.runs_parent, opts.resume)
-        meta = run.meta()
-        state = run.checkpoint()
-        try:
-            cfg = Config.from_dict(meta["config"])
-        except TypeError as e:
-            raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
-        if opts.config.generations != cfg.generations and opts.config.generations > 0:
-            cfg.generations = opts.config.generations
-        cfg.validate()
-        data_dir = Path(meta.get("data", {}).get("dir", opts.data_dir))
-        splits = data.load_splits(data_dir)
-        engine = Evolution(cfg, splits["train"], splits["valid"])
-        try:
-            engine.restore(state)
-        except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
-            raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
-        if cfg.to_dict() != meta["config"]:
-            run.update_config(cfg.to_dict())
-        run.truncate_history(engine.generation)
-        return run, splits, engine, data_dir
+        return _prepare_resume(opts)
     opts.config.validate()
     name = check_name(opts.name) if opts.name else default_name(opts.config.seed)
-    if (opts.runs_parent / name).exists():
+    _check_writable(opts.runs_parent)
+    if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
     splits = data.load_splits(opts.data_dir)
@@ -104,12 +108,58 @@ def prepare(opts: RunOptions):
     return run, splits, engine, opts.data_dir
 
 
+def _prepare_resume(opts: RunOptions):
+    try:
+        run = RunDir.open(opts.runs_parent, opts.resume)
+    except RunError as e:
+        raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+    meta = run.meta()
+    state = run.checkpoint() if run.has_checkpoint() else None   # None: killed before gen 0 was saved
+    try:
+        cfg = Config.from_dict(meta["config"])
+    except (ConfigError, TypeError) as e:
+        raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
+    if opts.config.generations is not None:      # None: keep the run's own
+        cfg.generations = opts.config.generations
+        cfg.validate()
+    at = state["generation"] if state else -1
+    if isinstance(at, int) and cfg.generations < at:
+        raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
+                          f"at generation {at}")
+    data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
+    splits = data.load_splits(data_dir)
+    engine = Evolution(cfg, splits["train"], splits["valid"])
+    if state is not None:
+        try:
+            engine.restore(state)
+        except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
+            raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
+    _check_writable(opts.runs_parent)
+    run.remove_stale_temporaries()
+    if cfg.to_dict() != meta["config"]:
+        run.update_config(cfg.to_dict())
+    run.truncate_history(engine.generation)
+    return run, splits, engine, data_dir
+
+
+def resume_command(opts: RunOptions, run: RunDir) -> str:
+    """The exact command that continues this run."""
+    parts = ["evolve", "run", "--resume", run.name]
+    if Path(opts.runs_parent).resolve() != runs_dir(None).resolve():
+        parts += ["--runs-dir", str(opts.runs_parent)]
+    if not opts.writeback:
+        parts.append("--no-writeback")
+    if opts.force:
+        parts.append("--force")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
     """Run (or resume) evolution; returns (exit code, result dict)."""
-    run, splits, engine, data_dir = prepare(opts)
-    cfg = engine.config
-    resumed = engine.generation >= 0
     with StopRequested(term) as stop:
+        run, splits, engine, data_dir = prepare(opts)
+        cfg = engine.config
+        resumed = engine.generation >= 0
         try:
             with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar:
                 if not resumed:
@@ -120,23 +170,23 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
                     rec = engine.step()
                     _save_generation(run, engine, rec)
                     bar.update(rec)
+            if stop.requested and engine.generation < cfg.generations:
+                summary = {"status": "interrupted", "signal": stop.signal_name,
+                           "generation": engine.generation,
+                           "resume": resume_command(opts, run), "ended": now_iso()}
+                run.write_json("summary.json", summary)
+                return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
+            # A signal from here on is noted and ignored (a second one exits at once):
+            # finishing takes seconds and every file it writes is atomic.
+            return 0, finish(run, engine, splits, opts, term)
         except OSError as e:
-            run_summary = {"status": "failed", "generation": engine.generation,
-                           "error": f"{e.strerror or e}", "ended": now_iso()}
-            _try_summary(run, run_summary)
+            what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
+                                           else "")
+            _try_summary(run, {"status": "failed", "generation": engine.generation,
+                               "error": what, "ended": now_iso()})
             raise RunError(f"{run.path}: write failed at generation {engine.generation} "
-                           f"({e.strerror or e}); the last good checkpoint is kept") from None
-        if stop.requested:
-            resume_cmd = f"evolve run --resume {run.name}"
-            if Path(opts.runs_parent).resolve() != Path("runs").resolve():
-                resume_cmd += f" --runs-dir {opts.runs_parent}"
-            summary = {"status": "interrupted", "signal": stop.signal_name,
-                       "generation": engine.generation, "resume": resume_cmd,
-                       "ended": now_iso()}
-            run.write_json("summary.json", summary)
-            return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
-    result = finish(run, engine, splits, opts, term)
-    return 0, result
+                           f"({what}); the last good checkpoint is kept; resume with: "
+                           f"{resume_command(opts, run)}") from None
 
 
 def _save_generation(run: RunDir, engine: Evolution, rec: dict) -> None:
@@ -156,8 +206,7 @@ def _try_summary(run: RunDir, summary: dict) -> None:
 def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> dict:
     """Champion on valid, test once, run files, write-back."""
     from evolve.scoring import PreparedSplit, score
-    from evolve.writeback import load_module_from, write_back
-    from heuristics.registry import compile_function
+    from evolve.writeback import compile_uncached, load_module_from, write_back
 
     champ = engine.champion()
     nodes = treeio.parse(champ.tree)
@@ -176,7 +225,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
                                     f"Evolved acceptance heuristic (run {run.name})")
     run.write_text("champion.py", source0)
     mod = load_module_from(run.file("champion.py"), f"_champion_{abs(hash(run.name))}")
-    ufunc = compile_function(mod.evolved)
+    ufunc = compile_uncached(mod.evolved)   # see compile_uncached: no disk cache
     prepared = {k: PreparedSplit(v) for k, v in splits.items()}
     metrics = {k: score(ufunc, prepared[k]) for k in ("train", "valid", "test")}
     meta = {**meta_base, "metrics": {k: {m: v for m, v in d.items() if m != "eval_ms"}

@@ -11,7 +11,10 @@
 
 Every file is written atomically; ``history.jsonl`` is appended line by line
 with fsync, and a torn last line (a crash mid-append) is ignored on load.
-Loading never evaluates anything: trees are parsed against the primitive table.
+A run directory appears complete or not at all: it is assembled under a hidden
+temporary name and renamed into place once ``config.json`` is on disk.
+Loading never evaluates anything: trees are parsed against the primitive table,
+and every file is size-checked and type-checked before use.
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evolve.atomic import append_line, atomic_write_json, atomic_write_text
+from evolve.atomic import _umask, append_line, atomic_write_json, atomic_write_text
 
 RUNS_DIR = Path(__file__).resolve().parent.parent / "runs"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -75,11 +80,18 @@ def read_json(path: Path, what: str):
         text = path.read_text(encoding="utf-8")
         return json.loads(text)
     except (OSError, UnicodeDecodeError) as e:
-        raise RunError(f"{path}: cannot read {what} ({e})") from None
+        raise RunError(f"{path}: cannot read {what} ({_first_line(e)})") from None
     except json.JSONDecodeError as e:
         raise RunError(f"{path}: {what} is not valid JSON (line {e.lineno}: {e.msg})") from None
     except RecursionError:
         raise RunError(f"{path}: {what} is nested too deeply") from None
+    except ValueError as e:   # e.g. an integer literal of more than 4300 digits
+        raise RunError(f"{path}: {what} is not valid JSON ({_first_line(e)})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 class RunDir:
@@ -104,20 +116,30 @@ class RunDir:
         if not os.access(parent, os.W_OK):
             raise RunError(f"{parent}: runs directory is not writable")
         path = parent / name
+        exists = RunError(f"{path}: a run of that name exists (use --resume {name} or "
+                          "another --name)")
+        if os.path.lexists(path):
+            raise exists
+        # Assemble under a hidden name, then rename: a crash never leaves a run
+        # directory without its config.json (which could be neither resumed nor reused).
         try:
-            path.mkdir()
-        except FileExistsError:
-            raise RunError(f"{path}: a run of that name exists (use --resume {name} or "
-                           "another --name)") from None
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
         except OSError as e:
-            raise RunError(f"{path}: cannot create run directory ({e.strerror})") from None
-        run = cls(path)
-        atomic_write_json(run.file("config.json"), {
-            "format": RUN_FORMAT, "version": 1, "name": name,
-            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "config": config, "data": data, "versions": versions(),
-        })
-        return run
+            raise RunError(f"{parent}: cannot create run directory ({e.strerror})") from None
+        try:
+            os.chmod(tmp, 0o777 & ~_umask())   # mkdtemp makes it private
+            atomic_write_json(tmp / "config.json", {
+                "format": RUN_FORMAT, "version": 1, "name": name,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "config": config, "data": data, "versions": versions(),
+            })
+            if os.path.lexists(path):
+                raise exists
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls(path)
 
     @classmethod
     def open(cls, parent: Path, name_or_path: str) -> "RunDir":
@@ -125,6 +147,9 @@ class RunDir:
         path = p if (p.is_dir() and (os.sep in name_or_path or p.is_absolute())) else parent / name_or_path
         if not path.is_dir():
             raise RunError(f"{path}: no such run directory")
+        if not NAME_RE.fullmatch(path.name):
+            raise RunError(f"{path.name!r} is not a valid run name (letters, digits, '.', '_', "
+                           "'-'; at most 64; no leading '.' or '-')")
         run = cls(path)
         meta = run.meta()
         if meta.get("format") != RUN_FORMAT:
@@ -137,6 +162,10 @@ class RunDir:
             raise RunError(f"{self.file('config.json')}: not an evolve run config")
         if not isinstance(meta.get("config"), dict):
             raise RunError(f"{self.file('config.json')}: field 'config' is missing")
+        data = meta.get("data", {})
+        if not isinstance(data, dict) or not isinstance(data.get("dir", ""), str):
+            raise RunError(f"{self.file('config.json')}: field 'data' is not an object "
+                           "with a 'dir' string")
         return meta
 
     def update_config(self, config: dict) -> None:
@@ -191,6 +220,17 @@ class RunDir:
                                f"or not a {typ.__name__}")
         return state
 
+    def has_checkpoint(self) -> bool:
+        return self.file("checkpoint.json").exists()
+
+    def remove_stale_temporaries(self) -> None:
+        """Delete temp files of atomic writes that a killed process left behind."""
+        for p in self.path.glob(".*.tmp"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
     def write_json(self, name: str, obj) -> None:
         atomic_write_json(self.file(name), obj)
 
@@ -219,7 +259,8 @@ def list_runs(parent: Path) -> list[RunDir]:
         return []
     out = []
     for p in parent.iterdir():
-        if p.is_dir() and (p / "config.json").is_file():
+        # hidden names are run directories still being assembled (see RunDir.create)
+        if NAME_RE.fullmatch(p.name) and p.is_dir() and (p / "config.json").is_file():
             out.append(RunDir(p))
     return sorted(out, key=lambda r: (r.mtime(), r.name))
 

@@ -24,11 +24,12 @@ class Terminal:
 
     # --- messages -------------------------------------------------------
     def note(self, text: str) -> None:
-        self.err.print(text, markup=False)
+        self.err.print(text, markup=False, soft_wrap=True)   # commands stay copyable
 
     def error(self, text: str) -> None:
         first = str(text).splitlines()[0] if str(text) else "unknown error"
-        self.err.print(f"error: {first}", markup=False, style="bold red")
+        self.err.print(f"error: {first}", markup=False, style="bold red",
+                       soft_wrap=True)   # one line, however long
 
     def result(self, text: str) -> None:
         if not self.json_mode:
