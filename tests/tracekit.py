@@ -1,0 +1,21 @@
+"""Tiny trace builds shared by the trace/spec/simulation tests (cached per process)."""
+
+from __future__ import annotations
+
+import functools
+
+from evolve import traces as T
+
+# A corpus slice and few prompts: builds in well under a second.
+TINY = T.TraceConfig(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
+                     valid_prompts=64, test_prompts=16, blocks_per_prompt=8)
+
+
+@functools.lru_cache(maxsize=None)
+def pair(config: T.TraceConfig = TINY) -> T.LMPair:
+    return T.build_pair(config)
+
+
+@functools.lru_cache(maxsize=None)
+def split(name: str, config: T.TraceConfig = TINY) -> T.TraceSplit:
+    return T.build_split(pair(config), name)
