@@ -83,7 +83,7 @@ def test_champion_is_best_on_valid(small_splits):
     ({"mut_prob": -0.1}, "--mut-prob"),
     ({"objective": "speedy"}, "--objective"),
     ({"max_height": 1}, "--max-height"),
-    ({"elitism": 500}, "--elitism"),
+    ({"population": 10, "elitism": 10}, "--elitism"),
 ])
 def test_config_errors_name_the_option(kw, option):
     with pytest.raises(ConfigError) as e:
