@@ -69,7 +69,8 @@ class StopRequested:
 
 
 def _check_writable(parent: Path) -> None:
-    """The runs directory exists (or can be made) and we may create entries in it."""
+    """The runs directory exists or can be made, and we may create entries in it.
+    Creates nothing: RunDir.create makes it once everything else has been checked."""
     parent = Path(parent)
     if parent.exists() and not parent.is_dir():
         raise RunError(f"--runs-dir: {parent}: exists and is not a directory")
@@ -80,10 +81,6 @@ def _check_writable(parent: Path) -> None:
         raise RunError(f"--runs-dir: {parent}: {probe} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
         raise RunError(f"--runs-dir: {parent}: not writable")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RunError(f"--runs-dir: {parent}: cannot create it ({e.strerror or e})") from None
 
 
 def prepare(opts: RunOptions):

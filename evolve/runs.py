@@ -112,9 +112,9 @@ class RunDir:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RunError(f"{parent}: cannot create runs directory ({e.strerror})") from None
+            raise RunError(f"--runs-dir: {parent}: cannot create it ({e.strerror or e})") from None
         if not os.access(parent, os.W_OK):
-            raise RunError(f"{parent}: runs directory is not writable")
+            raise RunError(f"--runs-dir: {parent}: not writable")
         path = parent / name
         exists = RunError(f"{path}: a run of that name exists (use --resume {name} or "
                           "another --name)")
