@@ -16,7 +16,9 @@ from typing import Callable
 from heuristics.baselines import BASELINES
 
 EVOLVED = "evolved"
-SIGNATURE = "float64(float64, float64, int64, float64, float64, boolean)"
+# position is compiled as float64 (the kernel's type too): integer arithmetic in
+# a generated formula would wrap around on overflow where the kernel does not.
+SIGNATURE = "float64(float64, float64, float64, float64, float64, boolean)"
 
 _compiled: dict[str, object] = {}
 

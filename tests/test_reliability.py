@@ -1127,9 +1127,6 @@ def test_random_trees_with_extreme_constants_agree_everywhere(gen_dir, nodes):
     _check_three_ways(nodes, gen_dir)
 
 
-@pytest.mark.xfail(strict=False, reason="known bug outside this module's scope: generated "
-                   "code computes with position as int64 (registry SIGNATURE), which wraps "
-                   "on overflow, while the kernel and the reference compute in float64/int")
 def test_position_int_overflow_in_generated_code(tmp_path):
     cols = {f: np.ones(3) for f in ("draft_prob", "target_prob", "draft_entropy",
                                     "target_entropy", "rand_value")}
