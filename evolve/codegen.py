@@ -13,7 +13,6 @@ import re
 from evolve import primitives as P
 from evolve.treeio import Node, _render
 
-SIGNATURE_ARGS = ", ".join(P.INPUT_NAMES)
 _SAFE = re.compile(r"[^A-Za-z0-9 _.,:;=+\-*/<>()|%^\[\]{}@#'!?]")
 
 
@@ -81,9 +80,20 @@ def _wrap(expr: str, width: int = 88, indent: str = "        ") -> str:
     return ("\n" + indent).join(s.strip() for s in lines)
 
 
+def uses_trace_inputs(nodes: list[Node]) -> bool:
+    return any(n.kind == "input" and n.name not in P.INPUT_NAMES for n in nodes)
+
+
 def module_source(nodes: list[Node], function_name: str, metadata: dict,
-                  title: str) -> str:
-    """A complete, importable module for one heuristic."""
+                  title: str, trace: bool = False) -> str:
+    """A complete, importable module for one heuristic.
+
+    The signature is the reference one (six features), or with ``trace`` (needed
+    when the tree reads block_position, p_max or q_max) those six and the three
+    trace features."""
+    if uses_trace_inputs(nodes) and not trace:
+        raise ValueError("the tree reads trace features; generate it with trace=True")
+    signature = ", ".join(P.input_names(trace))
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", function_name):
         raise ValueError(f"invalid function name {function_name!r}")
     meta_text = _json_to_python(metadata)
@@ -105,7 +115,7 @@ def module_source(nodes: list[Node], function_name: str, metadata: dict,
             f"from numba import njit\n\n"
             f"{imports}\n"
             f"METADATA = {meta_text}\n\n\n"
-            f"def {function_name}({SIGNATURE_ARGS}):\n"
+            f"def {function_name}({signature}):\n"
             f"    return {body}\n\n\n"
             f"{function_name}_jit = njit(cache=True)({function_name})\n")
 

@@ -42,6 +42,13 @@ SEED_TREES = {
     "leniency_0.5": "pmin(1.0, pdiv(target_prob, mul(0.5, draft_prob)))",
 }
 
+# Lenient rules on trace features, added to --seed-baselines on trace data.
+TRACE_SEED_TREES = {
+    "ears_0.3": "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.3, sub(1.0, p_max))))",
+    "ears_0.1": "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.1, sub(1.0, p_max))))",
+    "leniency_0.9": "pmin(1.0, pdiv(target_prob, mul(0.9, draft_prob)))",
+}
+
 
 class ConfigError(ValueError):
     """A configuration value out of range; the message names option and value."""
@@ -64,6 +71,7 @@ class Config:
     elitism: int = 2
     hof_size: int = 20
     seed_baselines: bool = False
+    tv_budget: float = 0.02     # objective "speed": mean TV per token allowed
     threads: int = 0            # 0: Numba's default (all cores)
     checkpoint_every: int = 1
 
@@ -77,6 +85,8 @@ class Config:
              "population", self.population, f"expected a whole number 2..{MAX_POPULATION}")
         need(self.objective in F.OBJECTIVES, "objective", self.objective,
              f"expected one of {', '.join(F.OBJECTIVES)}")
+        need(0.0 <= self.tv_budget <= 1.0, "budget_tv", self.tv_budget,
+             "expected a TV per token in [0, 1]")
         need(1 <= self.tournament <= self.population, "tournament", self.tournament,
              f"expected 1..population ({self.population})")
         need(1.0 <= self.parsimony <= 2.0, "parsimony", self.parsimony, "expected 1.0..2.0")
@@ -220,14 +230,18 @@ class Evaluator:
         self.name = name
         self.arrays = SplitArrays(split)
         self.n = self.arrays.n
-        self.cache: OrderedDict[str, tuple] = OrderedDict()
+        self.rows_per_program = self.n
+        self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.kernel_seconds = 0.0
         self.kernel_programs = 0
         self.node_evals = 0
 
-    def counts(self, trees: list[str], nodes: list | None = None) -> np.ndarray:
-        """Kernel count rows (k, 6) for tree strings, computing only the unknown."""
+    def _kernel(self, programs) -> np.ndarray:
         from evolve.kernels import population_counts
+        return population_counts(programs, self.arrays)
+
+    def counts(self, trees: list[str], nodes: list | None = None) -> np.ndarray:
+        """Kernel result rows for tree strings, computing only the unknown."""
         todo: dict[str, int] = {}
         for i, s in enumerate(trees):
             if s not in self.cache and s not in todo:
@@ -237,30 +251,61 @@ class Evaluator:
                           for s, i in todo.items()]
             progs = treeio.linearise(node_lists)
             t0 = time.perf_counter()
-            rows = population_counts(progs, self.arrays)
+            rows = self._kernel(progs)
             self.kernel_seconds += time.perf_counter() - t0
             self.kernel_programs += len(progs)
-            self.node_evals += int(progs.lengths.sum()) * self.n
+            self.node_evals += int(progs.lengths.sum()) * self.rows_per_program
             for j, s in enumerate(todo):
                 self.cache[s] = rows[j].copy()
             while len(self.cache) > self.CACHE_LIMIT:
                 self.cache.popitem(last=False)
-        out = np.empty((len(trees), 6), dtype=np.int64)
-        for i, s in enumerate(trees):
-            out[i] = self.cache[s]
-        return out
+        return np.stack([self.cache[s] for s in trees]) if trees else np.empty((0, 0))
 
     def fitness(self, objective: str, trees: list[str], nodes=None) -> np.ndarray:
         return np.atleast_1d(F.objective_fitness(objective, self.n, self.counts(trees, nodes)))
+
+
+class TraceEvaluator(Evaluator):
+    """Scores trees on a speculative-decoding trace split (schema v2): exact
+    tokens per target call and TV per token from the draft's top-k candidates."""
+
+    def __init__(self, split, name: str, tv_budget: float):
+        from evolve.spec import SpecArrays
+        self.name = name
+        self.sa = SpecArrays.from_split(split)
+        self.n = self.sa.n
+        self.rows_per_program = self.sa.n * self.sa.k
+        self.tv_budget = tv_budget
+        self.cache = OrderedDict()
+        self.kernel_seconds = 0.0
+        self.kernel_programs = 0
+        self.node_evals = 0
+
+    def _kernel(self, programs) -> np.ndarray:
+        from evolve.spec_kernels import population_objectives
+        return population_objectives(programs, self.sa, with_kl=False)
+
+    def tokens_tv(self, trees: list[str], nodes=None) -> tuple[np.ndarray, np.ndarray]:
+        sums = self.counts(trees, nodes)
+        return sums[:, 0] / self.sa.n_blocks, sums[:, 1] / sums[:, 0]
+
+    def fitness(self, objective: str, trees: list[str], nodes=None) -> np.ndarray:
+        tokens, tv = self.tokens_tv(trees, nodes)
+        return np.atleast_1d(F.speed_fitness(tokens, tv, self.tv_budget))
 
 
 class Evolution:
     def __init__(self, config: Config, train, valid):
         config.validate()
         self.config = config
-        self.pset = P.make_pset()
-        self.train = Evaluator(train, "train")
-        self.valid = Evaluator(valid, "valid")
+        self.trace = config.objective in F.TRACE_OBJECTIVES
+        self.pset = P.make_pset(trace=self.trace)
+        if self.trace:
+            self.train = TraceEvaluator(train, "train", config.tv_budget)
+            self.valid = TraceEvaluator(valid, "valid", config.tv_budget)
+        else:
+            self.train = Evaluator(train, "train")
+            self.valid = Evaluator(valid, "valid")
         self.rng = random.Random(config.seed)
         self.generation = -1
         self.population: list = []
@@ -339,7 +384,8 @@ class Evolution:
         with self._random():
             pop = []
             if c.seed_baselines:
-                for text in SEED_TREES.values():
+                seeds = {**SEED_TREES, **TRACE_SEED_TREES} if self.trace else SEED_TREES
+                for text in seeds.values():
                     if len(pop) < c.population:
                         pop.append(treeio.deap_from_string(text, self.pset, Individual))
             while len(pop) < c.population:

@@ -115,4 +115,15 @@ def objective_fitness(objective: str, n, counts):
     raise ValueError(f"unknown objective {objective!r}")
 
 
-OBJECTIVES = ("expected", "seed")
+def speed_fitness(tokens, tv, budget):
+    """Objective "speed" on traces: expected tokens per target call where the mean
+    TV per token is within the budget. Rules over budget score below 1 (below
+    every feasible rule, which emits at least one token per call), less the
+    further they are over."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    tv = np.asarray(tv, dtype=np.float64)
+    return np.where(tv <= budget, tokens, 1.0 - np.minimum(tv - budget, 1.0))
+
+
+TRACE_OBJECTIVES = ("speed",)
+OBJECTIVES = ("expected", "seed") + TRACE_OBJECTIVES

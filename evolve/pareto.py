@@ -113,13 +113,38 @@ def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
     return [p for n in (names or RULES) for p in sweep(n, sa)]
 
 
+BISECT_STEPS = 20
+
+
 def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None) -> Point | None:
-    """The grid point with the most tokens per call whose TV per token is <= budget
-    on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits."""
-    pts = [p for p in sweep(name, sa_tune, grid) if p.tv <= budget]
-    if not pts:
+    """The parameter with the most tokens per call whose TV per token is <= budget
+    on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
+
+    The grid is searched first; for lenient rules (TV and tokens grow together
+    with leniency along the grid) the best feasible grid value is then refined
+    by bisection towards its infeasible neighbour, so the tuned rule spends the
+    budget instead of stopping at a coarse grid step."""
+    r = RULES[name]
+    pts = sweep(name, sa_tune, grid)
+    feasible = [p for p in pts if p.tv <= budget]
+    if not feasible:
         return None
-    return max(pts, key=lambda p: (p.tokens, -p.tv))
+    best = max(feasible, key=lambda p: (p.tokens, -p.tv))
+    if r.param is None or not r.lenient:
+        return best
+    i = pts.index(best)
+    if i + 1 >= len(pts) or pts[i + 1].tv <= budget:
+        return best
+    lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
+    for _ in range(BISECT_STEPS):
+        mid = evaluate(name, sa_tune, 0.5 * (lo + hi))
+        if mid.tv <= budget:
+            lo = mid.param
+            if (mid.tokens, -mid.tv) > (best.tokens, -best.tv):
+                best = mid
+        else:
+            hi = mid.param
+    return best
 
 
 def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,

@@ -37,6 +37,15 @@ INPUTS = (
 )
 INPUT_NAMES = tuple(i[0] for i in INPUTS)
 N_INPUTS = len(INPUTS)
+# Features of speculative-decoding traces (schema v2, evolve/traces.py), opcodes 6..8:
+# position inside the draft block (0-based), the target's and the draft's top probability.
+TRACE_INPUTS = (
+    ("block_position", "bpos", float),
+    ("p_max", "pmax", float),
+    ("q_max", "qmax", float),
+)
+ALL_INPUTS = INPUTS + TRACE_INPUTS
+TRACE_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)
 MAX_INPUTS = 12              # opcodes 0..11 are reserved for inputs
 OP_CONST = MAX_INPUTS        # opcode 12: push a constant
 
@@ -119,16 +128,16 @@ PRIMITIVES: tuple[Primitive, ...] = (
 
 BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
 BY_OPCODE: dict[int, Primitive] = {p.opcode: p for p in PRIMITIVES}
-INPUT_INDEX = {name: i for i, name in enumerate(INPUT_NAMES)}
-INPUT_TYPE = {i[0]: i[2] for i in INPUTS}
-INPUT_SHORT = {i[0]: i[1] for i in INPUTS}
+INPUT_INDEX = {i[0]: k for k, i in enumerate(ALL_INPUTS)}
+INPUT_TYPE = {i[0]: i[2] for i in ALL_INPUTS}
+INPUT_SHORT = {i[0]: i[1] for i in ALL_INPUTS}
 MAX_OPCODE = max(BY_OPCODE)
 
 # Opcodes, by name, for the kernel (plain ints so Numba sees constants).
 OP = {p.name: p.opcode for p in PRIMITIVES}
 
 # Names a tree string may contain; anything else is rejected by the parser.
-RESERVED = set(BY_NAME) | set(INPUT_NAMES)
+RESERVED = set(BY_NAME) | set(INPUT_INDEX)
 
 # Constants the generator draws from half of the time (the rest uniform in [-1, 1]).
 ROUND_CONSTANTS = (0.0, 0.1, 0.5, 1.0, 2.0, 10.0)
@@ -142,12 +151,20 @@ def random_constant() -> float:
     return round(random.uniform(-1.0, 1.0), 3)
 
 
-def make_pset():
-    """The strongly typed DEAP primitive set, built from the table."""
+def input_names(trace: bool = False) -> tuple:
+    """The inputs (and the heuristic's signature): six, or nine on trace data."""
+    return TRACE_INPUT_NAMES if trace else INPUT_NAMES
+
+
+def make_pset(trace: bool = False):
+    """The strongly typed DEAP primitive set, built from the table.
+
+    ``trace=True`` adds the trace features (block_position, p_max, q_max)."""
     from deap import gp
 
-    pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in INPUTS], float)
-    pset.renameArguments(**{f"ARG{i}": name for i, name in enumerate(INPUT_NAMES)})
+    inputs = ALL_INPUTS if trace else INPUTS
+    pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in inputs], float)
+    pset.renameArguments(**{f"ARG{k}": i[0] for k, i in enumerate(inputs)})
     for p in PRIMITIVES:
         pset.addPrimitive(p.numpy, list(p.args), p.ret, name=p.name)
     pset.addEphemeralConstant(CONSTANT_NAME, random_constant, float)
