@@ -106,9 +106,13 @@ def module_source(nodes: list[Node], function_name: str, metadata: dict,
         if key in metadata:
             header_lines.append(f"{key}: {sanitise(metadata[key])}")
     for split, m in metadata.get("metrics", {}).items():
-        header_lines.append(
-            f"{sanitise(split)}: accept {m['accept_rate']:.4f}, accuracy {m['accuracy']:.4f}, "
-            f"fitness {m['fitness']:.4f}")
+        if "tokens_per_call" in m:
+            header_lines.append(f"{sanitise(split)}: {m['tokens_per_call']:.4f} tokens per "
+                                f"target call, TV per token {m['tv_per_token']:.5f}")
+        else:
+            header_lines.append(
+                f"{sanitise(split)}: accept {m['accept_rate']:.4f}, accuracy "
+                f"{m['accuracy']:.4f}, fitness {m['fitness']:.4f}")
     doc = "\n".join(header_lines)
     body = _wrap(expression(nodes))
     return (f'"""{doc}\n"""\n\n'

@@ -204,6 +204,13 @@ class HallOfFame:
                 dropped = self.entries.pop()
                 have.pop(dropped.tree, None)
 
+    def add(self, entries) -> None:
+        """Merge entries (e.g. scored on valid), keeping the best ``size`` distinct trees."""
+        have = {e.tree for e in self.entries}
+        self.entries.extend(e for e in entries if e.tree not in have)
+        self.entries.sort(key=self._key)
+        del self.entries[self.size:]
+
     def to_json(self) -> list[dict]:
         return [asdict(e) for e in self.entries]
 
@@ -310,6 +317,7 @@ class Evolution:
         self.generation = -1
         self.population: list = []
         self.hof = HallOfFame(config.hof_size)
+        self.valid_hof = HallOfFame(config.hof_size)
         self.toolbox = self._toolbox()
         if config.threads:
             import numba
@@ -357,6 +365,8 @@ class Evolution:
             return gp.mutNodeReplacement(ind, pset=self.pset)
         if r < 0.85:
             return gp.mutShrink(ind)
+        if self.trace and r < 0.95:
+            return _mut_scale_constant(ind)
         return gp.mutEphemeral(ind, mode="one")
 
     def _new_individual(self, nodes_or_tree):
@@ -420,6 +430,11 @@ class Evolution:
         self.hof.update(pop)
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
+        # the best trees ever seen on valid, from each generation's hall of fame: the
+        # champion comes from here, so a good tree is not lost when train-better
+        # (perhaps overfitted) trees push it out of the hall of fame
+        self.valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
+                           for e, v in zip(self.hof.entries, valid_fit))
         fits = np.array([ind.fitness.values[0] for ind in pop])
         sizes = np.array([len(ind) for ind in pop])
         best = int(np.argmax(fits))
@@ -431,7 +446,7 @@ class Evolution:
             "unique": unique,
             "best_train": float(fits[best]),
             "median_train": float(np.median(fits)),
-            "best_valid": float(valid_fit.max()),
+            "best_valid": self.valid_hof.entries[0].fitness,
             "mean_size": float(sizes.mean()),
             "max_size": int(sizes.max()),
             "best_tree": str(pop[best]),
@@ -446,13 +461,11 @@ class Evolution:
         return record
 
     def champion(self) -> HofEntry:
-        """The hall-of-fame member with the best valid fitness (ties: smaller, older)."""
-        trees = [e.tree for e in self.hof.entries]
-        vf = self.valid_scores(trees)
-        order = sorted(range(len(trees)),
-                       key=lambda i: (-vf[i], self.hof.entries[i].size, self.hof.entries[i].born,
-                                      trees[i]))
-        return self.hof.entries[order[0]]
+        """The tree with the best valid fitness among every generation's hall of fame
+        (ties: smaller, older); its ``fitness`` is its train fitness."""
+        best = self.valid_hof.entries[0]
+        train = float(self.train.fitness(self.config.objective, [best.tree])[0])
+        return HofEntry(best.tree, train, best.size, best.born)
 
     # --- checkpoints ----------------------------------------------------
     def state(self) -> dict:
@@ -466,6 +479,7 @@ class Evolution:
             "population": [{"tree": str(ind), "fitness": ind.fitness.values[0],
                             "born": ind.born} for ind in self.population],
             "hall_of_fame": self.hof.to_json(),
+            "valid_hall_of_fame": self.valid_hof.to_json(),
         }
 
     def restore(self, state: dict) -> None:
@@ -484,10 +498,36 @@ class Evolution:
             ind.born = int(item["born"])
             pop.append(ind)
         hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
+        if "valid_hall_of_fame" in state:
+            _check_entries("valid_hall_of_fame", state["valid_hall_of_fame"], generation,
+                           self.config.hof_size)
+            valid_hof = HallOfFame.from_json(self.config.hof_size, state["valid_hall_of_fame"])
+        else:   # a checkpoint from before the valid hall of fame: start it from the hall of fame
+            valid_hof = HallOfFame(self.config.hof_size)
+            vf = self.valid_scores([e.tree for e in hof.entries])
+            valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
+                          for e, v in zip(hof.entries, vf))
         self.rng.setstate(rng_state)
         self.population = pop
         self.hof = hof
+        self.valid_hof = valid_hof
         self.generation = generation
+
+
+def _mut_scale_constant(ind):
+    """Scale one constant by exp(N(0, 0.1)): fine-tunes a rule's parameters (trace
+    runs, where the budget makes small parameter changes matter)."""
+    from deap import gp
+    idx = [i for i, node in enumerate(ind) if isinstance(node, gp.Ephemeral)]
+    if not idx:
+        return (ind,)
+    i = random.choice(idx)
+    old = ind[i]
+    value = round(float(old.value) * math.exp(random.gauss(0.0, 0.1)), 6)
+    new = type(old).__new__(type(old))
+    gp.Terminal.__init__(new, value, False, old.ret)
+    ind[i] = new
+    return (ind,)
 
 
 def _is_int(x) -> bool:
@@ -527,22 +567,29 @@ def _check_state(state, config: Config):
         got = f"{len(hof)} entries" if isinstance(hof, list) else type(hof).__name__
         raise ValueError(f"field 'hall_of_fame' must hold 1..{config.hof_size} entries, "
                          f"got {got}")
-    for field, items in (("population", pop), ("hall_of_fame", hof)):
-        for i, item in enumerate(items):
-            keys = ("tree", "fitness", "born") + (("size",) if field == "hall_of_fame" else ())
-            if not isinstance(item, dict) or any(k not in item for k in keys):
-                raise ValueError(f"field '{field}' item {i}: expected an object with "
-                                 f"{', '.join(keys)}")
-            if not isinstance(item["tree"], str):
-                raise ValueError(f"field '{field}' item {i}: 'tree' must be a string")
-            if not _is_number(item["fitness"]):
-                raise ValueError(f"field '{field}' item {i}: 'fitness' must be a finite "
-                                 f"number, got {_short(repr(item['fitness']))}")
-            if not _is_int(item["born"]) or not 0 <= item["born"] <= generation:
-                raise ValueError(f"field '{field}' item {i}: 'born' must be a generation "
-                                 f"0..{generation}, got {_short(repr(item['born']))}")
-            if field == "hall_of_fame" and (not _is_int(item["size"]) or
-                                            item["size"] != len(treeio.parse(item["tree"]))):
-                raise ValueError(f"field 'hall_of_fame' item {i}: 'size' is not the "
-                                 "tree's node count")
+    _check_entries("population", pop, generation)
+    _check_entries("hall_of_fame", hof, generation)
     return rng_state, generation
+
+
+def _check_entries(field: str, items, generation: int, limit: int | None = None) -> None:
+    """Population items (tree, fitness, born) or hall-of-fame entries (also size)."""
+    if limit is not None and (not isinstance(items, list) or len(items) > limit):
+        raise ValueError(f"field '{field}' must be a list of at most {limit} entries")
+    hof_like = field != "population"
+    for i, item in enumerate(items):
+        keys = ("tree", "fitness", "born") + (("size",) if hof_like else ())
+        if not isinstance(item, dict) or any(k not in item for k in keys):
+            raise ValueError(f"field '{field}' item {i}: expected an object with "
+                             f"{', '.join(keys)}")
+        if not isinstance(item["tree"], str):
+            raise ValueError(f"field '{field}' item {i}: 'tree' must be a string")
+        if not _is_number(item["fitness"]):
+            raise ValueError(f"field '{field}' item {i}: 'fitness' must be a finite "
+                             f"number, got {_short(repr(item['fitness']))}")
+        if not _is_int(item["born"]) or not 0 <= item["born"] <= generation:
+            raise ValueError(f"field '{field}' item {i}: 'born' must be a generation "
+                             f"0..{generation}, got {_short(repr(item['born']))}")
+        if hof_like and (not _is_int(item["size"]) or
+                         item["size"] != len(treeio.parse(item["tree"]))):
+            raise ValueError(f"field '{field}' item {i}: 'size' is not the tree's node count")

@@ -62,6 +62,69 @@ def show_benchmark(result: dict, term) -> None:
 
 # ------------------------------------------------------------------- runs
 
+def _fmt(x, digits: int = 4) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def is_trace_champion(champion: dict) -> bool:
+    return "tokens_per_call" in next(iter(champion.get("metrics", {}).values()), {})
+
+
+def show_run_result(result: dict, term, data_dir: Path) -> None:
+    """What `evolve run` prints at the end: champion beside the baselines."""
+    ch = result["champion"]
+    term.result(f"run {result['run']} finished: {result['path']}")
+    term.result(f"champion: {ch['expression']}  (size {ch['size']}, generation "
+                f"{ch['generation']})")
+    if is_trace_champion(ch):
+        show_trace_champion(ch, term)
+        png = Path(result["path"]) / "pareto.png"
+        if png.exists():
+            term.result(f"trade-off picture: {png}")
+        term.result("trace champions stay in their run directory (they read trace "
+                    "features); heuristics/evolved.py is unchanged")
+        return
+    bench = benchmark(data_dir, None, repeats=5)
+    for split, body in bench["splits"].items():
+        body["heuristics"]["champion"] = ch["metrics"][split]
+    show_benchmark(bench, term)
+    wb = result.get("writeback")
+    if wb is None:
+        term.result("write-back skipped (--no-writeback)")
+    elif wb["written"]:
+        term.result(f"written back to heuristics/evolved.py (valid fitness "
+                    f"{wb['new_valid_fitness']:.4f} vs {_fmt(wb['current_valid_fitness'])})")
+    else:
+        term.result(f"heuristics/evolved.py kept: its valid fitness "
+                    f"{_fmt(wb['current_valid_fitness'])} >= champion's "
+                    f"{wb['new_valid_fitness']:.4f} (use --force to replace)")
+
+
+def show_trace_champion(ch: dict, term) -> None:
+    """Champion and baselines tuned on valid to the run's TV budget, on test."""
+    budget = ch.get("tv_budget")
+    cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
+            ("test TV/token", "right"), ("test KL/token", "right"),
+            ("valid tokens/call", "right"), ("valid TV/token", "right")]
+    rows = [["champion *", "", _fmt(ch["metrics"]["test"]["tokens_per_call"]),
+             _fmt(ch["metrics"]["test"]["tv_per_token"], 5),
+             _fmt(ch["metrics"]["test"]["kl_per_token"], 5),
+             _fmt(ch["metrics"]["valid"]["tokens_per_call"]),
+             _fmt(ch["metrics"]["valid"]["tv_per_token"], 5)]]
+    for name, rep in (ch.get("baselines_tuned_on_valid") or {}).items():
+        if rep is None:
+            rows.append([name, "", "no parameter fits the budget", "", "", "", ""])
+            continue
+        rows.append([name, "" if rep["param"] is None else f"{rep['param']:.4g}",
+                     _fmt(rep["test"]["tokens_per_call"]),
+                     _fmt(rep["test"]["tv_per_token"], 5), _fmt(rep["test"]["kl_per_token"], 5),
+                     _fmt(rep["valid"]["tokens_per_call"]),
+                     _fmt(rep["valid"]["tv_per_token"], 5)])
+    order = [rows[0]] + sorted(rows[1:], key=lambda r: -float(r[2]) if r[3] else 1e9)
+    term.table(f"TV budget {budget}: baselines tuned on valid, all reported on test",
+               cols, order, ["bold"] + [None] * (len(order) - 1))
+
+
 def sparkline(values: list[float], width: int = 60) -> str:
     if not values:
         return ""
@@ -127,6 +190,9 @@ def inspect_run(run: RunDir) -> dict:
            "history": {"best_train": [h["best_train"] for h in history],
                        "best_valid": [h["best_valid"] for h in history],
                        "mean_size": [h["mean_size"] for h in history]}}
+    if run.file("pareto.json").exists():
+        from evolve.runs import read_json
+        out["pareto"] = read_json(run.file("pareto.json"), "trade-off data")
     if champ:
         nodes = treeio.parse(champ["tree"])   # validates; never evaluated
         out["champion"] = {**champ, "expression": codegen.infix(nodes),
@@ -151,7 +217,25 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         term.result(f"tree:     {ch['tree']}")
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
                     f"{ch.get('generation')}; inputs: d=draft_prob t=target_prob pos=position "
-                    "de/te=draft/target entropy match=top_token_match")
+                    "de/te=draft/target entropy match=top_token_match"
+                    + ("; bpos=block_position pmax/qmax=target/draft top probability"
+                       if is_trace_champion(ch) else ""))
+    if ch and is_trace_champion(ch):
+        show_trace_champion(ch, term)
+        series = (info.get("pareto") or {}).get("series")
+        if isinstance(series, dict):
+            from evolve.pareto import render_text
+            try:
+                pts = {str(k): [(float(x), float(y)) for x, y in v] for k, v in series.items()}
+            except (TypeError, ValueError):
+                pts = {}
+            if pts:
+                term.result("trade-off on valid (baselines swept, hall of fame, champion):")
+                term.result(render_text(pts))
+        png = Path(info["path"]) / "pareto.png"
+        if png.exists():
+            term.result(f"picture: {png}")
+    elif ch:
         cols = [("split", "left"), ("accept %", "right"), ("accuracy %", "right"),
                 ("quality", "right"), ("fitness", "right"), ("std. rejection fitness", "right")]
         rows = []
@@ -197,9 +281,29 @@ def runs_table(parent: Path) -> list[dict]:
             champ = run.champion() if run.file("champion.json").exists() else None
             if champ:
                 row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
-                row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
-                row["test_fitness"] = champ["metrics"]["test"]["fitness"]
+                if is_trace_champion(champ):
+                    for split in ("valid", "test"):
+                        m = champ["metrics"][split]
+                        row[f"{split}_tokens_per_call"] = m["tokens_per_call"]
+                        row[f"{split}_tv_per_token"] = m["tv_per_token"]
+                else:
+                    row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
+                    row["test_fitness"] = champ["metrics"]["test"]["fitness"]
         except (RunError, treeio.TreeError, KeyError, TypeError) as e:
             row["status"] = f"damaged: {e}"
         rows.append(row)
     return rows
+
+
+def show_runs(rows: list[dict], term) -> None:
+    def score(r, split):
+        if r.get(f"{split}_fitness") is not None:
+            return f"{r[f'{split}_fitness']:.4f}"
+        if r.get(f"{split}_tokens_per_call") is not None:
+            return (f"{r[f'{split}_tokens_per_call']:.3f} tok/call, "
+                    f"TV {r[f'{split}_tv_per_token']:.4f}")
+        return ""
+    term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
+                        ("valid", "right"), ("test", "right"), ("champion", "left")],
+               [[r["run"], r["status"] or "", "" if r["generation"] is None else r["generation"],
+                 score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve import codegen, data, treeio
+from evolve import fitness as F
 from evolve.engine import Config, ConfigError, Evolution
 from evolve.runs import RunDir, RunError, check_name, default_name, now_iso, runs_dir
 
@@ -83,6 +84,18 @@ def _check_writable(parent: Path) -> None:
         raise RunError(f"--runs-dir: {parent}: not writable")
 
 
+def load_run_splits(cfg: Config, data_dir: Path) -> dict:
+    """The splits a run evolves on: token splits, or traces for trace objectives."""
+    if cfg.objective not in F.TRACE_OBJECTIVES:
+        return data.load_splits(data_dir)
+    from evolve import traces
+    train = Path(data_dir) / "train.npz"
+    if train.exists() and not traces.is_trace_file(train):
+        raise ConfigError(f"--objective: {cfg.objective!r} needs speculative-decoding traces "
+                          f"(make them with `evolve data trace`); {data_dir} holds token splits")
+    return traces.load_splits(data_dir)
+
+
 def prepare(opts: RunOptions):
     """Validate everything and load data before any work; returns (run, splits, engine, state).
 
@@ -96,7 +109,7 @@ def prepare(opts: RunOptions):
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
-    splits = data.load_splits(opts.data_dir)
+    splits = load_run_splits(opts.config, opts.data_dir)
     engine = Evolution(opts.config, splits["train"], splits["valid"])
     run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
         "dir": str(opts.data_dir.resolve()),
@@ -124,7 +137,7 @@ def _prepare_resume(opts: RunOptions):
         raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
                           f"at generation {at}")
     data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
-    splits = data.load_splits(data_dir)
+    splits = load_run_splits(cfg, data_dir)
     engine = Evolution(cfg, splits["train"], splits["valid"])
     if state is not None:
         try:
@@ -213,6 +226,8 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
         {**{"tree": e.tree, "expression": codegen.infix(treeio.parse(e.tree)),
             "size": e.size, "born": e.born, "train_fitness": e.fitness},
          "valid_fitness": float(v)} for e, v in zip(engine.hof.entries, hof_valid)])
+    if engine.trace:
+        return finish_trace(run, engine, splits, champ, nodes)
 
     meta_base = {"run": run.name, "seed": engine.config.seed,
                  "objective": engine.config.objective, "date": now_iso(),
@@ -250,3 +265,70 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     return {"run": run.name, "path": str(run.path), "champion": champion,
             "writeback": wb, "status": "finished"}
 
+
+
+def finish_trace(run: RunDir, engine: Evolution, splits, champ, nodes) -> dict:
+    """Champion of a trace run: exact objectives per split, the baselines tuned to
+    the same TV budget on valid (reported on test), and the trade-off picture.
+
+    Trace champions read trace features, so they are not written back to
+    heuristics/evolved.py (whose signature is the six-feature one)."""
+    from evolve import pareto
+    from evolve.spec import SpecArrays
+    from evolve.spec_kernels import population_results
+
+    cfg = engine.config
+    sas = {"train": engine.train.sa, "valid": engine.valid.sa,
+           "test": SpecArrays.from_split(splits["test"])}
+    progs = treeio.linearise([nodes])
+    metrics = {k: population_results(progs, sa, with_kl=True)[0].to_dict()
+               for k, sa in sas.items()}
+    budget = cfg.tv_budget
+    tuned = {name: pareto.tuned_report(name, sas["valid"], sas["test"], budget)
+             for name in pareto.RULES}
+    # the trade-off on valid: every baseline swept, the hall of fame, the champion
+    hof_trees = [e.tree for e in engine.hof.entries]
+    hof_tok, hof_tv = engine.valid.tokens_tv(hof_trees)
+    sweep = pareto.sweep_all(sas["valid"])
+    series = pareto.series_of(sweep)
+    series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
+    series["champion"] = [(metrics["valid"]["tv_per_token"], metrics["valid"]["tokens_per_call"])]
+    front = [{"tree": t, "expression": codegen.infix(treeio.parse(t)), "tokens_per_call": float(a),
+              "tv_per_token": float(b)} for t, a, b in zip(hof_trees, hof_tok, hof_tv)]
+    run.write_json("pareto.json", {
+        "split": "valid", "budget": budget,
+        "baselines": [p.to_dict() for p in sweep],
+        "hall_of_fame": front,
+        "series": {k: [list(xy) for xy in v] for k, v in series.items()},
+    })
+    png = None
+    try:
+        pareto.render_png(series, run.file("pareto.png"),
+                          title=f"run {run.name}: valid split, budget TV {budget:g}")
+        png = str(run.file("pareto.png"))
+    except RuntimeError:
+        png = None   # matplotlib missing: the terminal picture in `evolve inspect` remains
+    meta = {"run": run.name, "seed": cfg.seed, "objective": cfg.objective, "date": now_iso(),
+            "tree": champ.tree, "generation": champ.born, "tv_budget": budget,
+            "metrics": {k: {"tokens_per_call": m["tokens_per_call"],
+                            "tv_per_token": m["tv_per_token"]} for k, m in metrics.items()}}
+    run.write_text("champion.py", codegen.module_source(
+        nodes, "evolved", meta, f"Evolved acceptance rule for traces (run {run.name})",
+        trace=True))
+    champion = {
+        "expression": codegen.infix(nodes),
+        "tree": champ.tree,
+        "size": len(nodes),
+        "depth": treeio.depth(nodes),
+        "generation": champ.born,
+        "objective": cfg.objective,
+        "tv_budget": budget,
+        "metrics": metrics,
+        "baselines_tuned_on_valid": tuned,
+    }
+    run.write_json("champion.json", champion)
+    summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
+               "writeback": None, "pareto_png": png}
+    run.write_json("summary.json", summary)
+    return {"run": run.name, "path": str(run.path), "champion": champion,
+            "writeback": None, "status": "finished"}
