@@ -518,7 +518,7 @@ def _mut_scale_constant(ind):
     """Scale one constant by exp(N(0, 0.1)): fine-tunes a rule's parameters (trace
     runs, where the budget makes small parameter changes matter)."""
     from deap import gp
-    idx = [i for i, node in enumerate(ind) if isinstance(node, gp.Ephemeral)]
+    idx = [i for i, node in enumerate(ind) if isinstance(type(node), gp.MetaEphemeral)]
     if not idx:
         return (ind,)
     i = random.choice(idx)

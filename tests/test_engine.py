@@ -118,3 +118,47 @@ def test_rediscovers_standard_rejection(default_splits):
     champ = ev.champion()
     assert ev.valid_scores([champ.tree])[0] >= std - 0.005
     assert np.isfinite(std)
+
+
+def test_speed_objective_on_traces_is_deterministic_and_feasible():
+    from evolve.engine import TRACE_SEED_TREES
+    from tests import tracekit
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+
+    def go():
+        cfg = Config(generations=6, population=40, seed=2, objective="speed", tv_budget=0.02,
+                     seed_baselines=True, mut_prob=0.3)
+        ev = Evolution(cfg, tr, va)
+        hist = [_strip(ev.initialise())]
+        while ev.generation < cfg.generations:
+            hist.append(_strip(ev.step()))
+        return ev, hist
+
+    a, ha = go()
+    b, hb = go()
+    assert ha == hb and a.champion() == b.champion()
+    # the seeded standard rule is feasible (TV 0), so the champion is feasible on valid
+    champ = a.champion()
+    tokens, tv = a.valid.tokens_tv([champ.tree])
+    assert tv[0] <= 0.02 and tokens[0] >= 1.0
+    assert ha[-1]["best_valid"] == a.valid_scores([champ.tree])[0]
+    assert all(h2["best_valid"] >= h1["best_valid"] for h1, h2 in zip(ha, ha[1:]))
+    assert "p_max" in TRACE_SEED_TREES["ears_0.3"]
+
+
+def test_scale_constant_mutation_changes_one_constant():
+    from evolve import primitives as P
+    from evolve import treeio
+    from evolve.engine import _mut_scale_constant
+    pset = P.make_pset(trace=True)
+    ind = treeio.deap_from_string("add(mul(0.5, draft_prob), pdiv(2.0, p_max))", pset)
+    before = [n.value for n in ind if n.arity == 0]
+    random.seed(7)
+    (out,) = _mut_scale_constant(ind)
+    after = [n.value for n in out if n.arity == 0]
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert len(changed) == 1
+    a, b = changed[0]
+    assert 0.5 < b / a < 2.0
+    text = str(out)
+    assert treeio.to_string(treeio.parse(text)) == text
