@@ -16,13 +16,18 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit, parallel_chunksize, prange
 
 from evolve import primitives as P
 from evolve.fitness import EXPECTED_SCALE, Counts, quantise
 from heuristics import ops as O
 
 TILE = 256
+# Programs per work item of the thread pool: a thread that finishes takes the
+# next chunk, so programs of very different cost (or a core shared with another
+# process) do not leave a thread idle at the end of a static split. Each
+# program's counts are its own, so results do not depend on the schedule.
+CHUNK = 4
 
 # Opcodes as module constants, so Numba folds them.
 OP_CONST = P.OP_CONST
@@ -353,9 +358,10 @@ def population_counts(programs, split: SplitArrays) -> np.ndarray:
     k = len(programs)
     out = np.zeros((k, 6), dtype=np.int64)
     if k:
-        _population_counts(programs.ops, programs.consts, programs.starts, programs.lengths,
-                           programs.max_stack, split.X, _derived_of(split), split.rand,
-                           split.base, split.std_q, out)
+        with parallel_chunksize(CHUNK):
+            _population_counts(programs.ops, programs.consts, programs.starts,
+                               programs.lengths, programs.max_stack, split.X,
+                               _derived_of(split), split.rand, split.base, split.std_q, out)
     return out
 
 
@@ -363,9 +369,10 @@ def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
     _check_inputs(programs, split)
     out = np.empty((len(programs), split.n), dtype=np.float64)
     if len(programs):
-        _population_thresholds(programs.ops, programs.consts, programs.starts,
-                               programs.lengths, programs.max_stack, split.X,
-                               _derived_of(split), out)
+        with parallel_chunksize(CHUNK):
+            _population_thresholds(programs.ops, programs.consts, programs.starts,
+                                   programs.lengths, programs.max_stack, split.X,
+                                   _derived_of(split), out)
     return out
 
 
