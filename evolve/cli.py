@@ -48,6 +48,13 @@ def _default_data() -> Path:
     return DEFAULT_DIR
 
 
+def _default_traces() -> Path:
+    return _default_data() / "traces"
+
+
+TRACE_OBJECTIVES = ("speed",)   # evolve.fitness.TRACE_OBJECTIVES (not imported: keeps --help fast)
+
+
 data_option = click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
                            help="Directory with train/valid/test splits (default: datasets/).")
 json_option = click.option("--json", "json_mode", is_flag=True,
@@ -186,7 +193,10 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--population", type=int, default=None, help="Population size [default: 1000].")
 @click.option("--seed", type=int, default=None, help="Random seed [default: 0].")
 @click.option("--objective", type=str, default=None,
-              help="expected (noise-free, default) or seed (the original metric).")
+              help="expected (noise-free, default) or seed (the original metric) on token "
+                   "splits; speed (tokens per target call within --budget-tv) on traces.")
+@click.option("--budget-tv", "tv_budget", type=float, default=None,
+              help="Objective speed: mean TV per token allowed [0.02].")
 @click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
 @click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
 @click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
@@ -206,7 +216,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_prob,
+def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_prob, mut_prob,
             max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
             no_writeback, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
@@ -216,7 +226,8 @@ def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_p
              "objective": objective, "tournament": tournament, "cx_prob": cx_prob,
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
-             "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads}
+             "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
+             "tv_budget": tv_budget}
     term = _term(json_mode)
     if resume:
         extra = [k for k, v in given.items() if v is not None and k != "generations"]
@@ -226,7 +237,9 @@ def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_p
     cfg = Config(**{k: v for k, v in given.items() if v is not None})
     if resume and generations is None:
         cfg.generations = None   # keep the run's own
-    opts = runner.RunOptions(config=cfg, data_dir=data_dir or _default_data(),
+    if data_dir is None:
+        data_dir = _default_traces() if cfg.objective in TRACE_OBJECTIVES else _default_data()
+    opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=runs.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=not no_writeback, force=force)
     code, result = runner.execute(opts, term)
@@ -237,34 +250,9 @@ def run_cmd(generations, population, seed, objective, tournament, cx_prob, mut_p
                   f"{result['path']}")
         term.note(f"resume with: {result['resume']}")
     else:
-        _show_run_result(result, term, opts)
+        from evolve import report
+        report.show_run_result(result, term, opts.data_dir)
     sys.exit(code)
-
-
-def _show_run_result(result, term, opts):
-    from evolve import report
-    ch = result["champion"]
-    term.result(f"run {result['run']} finished: {result['path']}")
-    term.result(f"champion: {ch['expression']}  (size {ch['size']}, generation "
-                f"{ch['generation']})")
-    bench = report.benchmark(opts.data_dir, None, repeats=5)
-    for split, body in bench["splits"].items():
-        body["heuristics"]["champion"] = ch["metrics"][split]
-    report.show_benchmark(bench, term)
-    wb = result.get("writeback")
-    if wb is None:
-        term.result("write-back skipped (--no-writeback)")
-    elif wb["written"]:
-        term.result(f"written back to heuristics/evolved.py (valid fitness "
-                    f"{wb['new_valid_fitness']:.4f} vs {_fmt(wb['current_valid_fitness'])})")
-    else:
-        term.result(f"heuristics/evolved.py kept: its valid fitness "
-                    f"{_fmt(wb['current_valid_fitness'])} >= champion's "
-                    f"{wb['new_valid_fitness']:.4f} (use --force to replace)")
-
-
-def _fmt(x):
-    return "n/a" if x is None else f"{x:.4f}"
 
 
 # ----------------------------------------------------------------- inspect
@@ -303,12 +291,7 @@ def runs_cmd(runs_dir, json_mode):
     if not rows:
         term.result("no runs yet")
         return
-    term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
-                        ("valid fitness", "right"), ("test fitness", "right"),
-                        ("champion", "left")],
-               [[r["run"], r["status"] or "", r["generation"] if r["generation"] is not None
-                 else "", _fmt(r["valid_fitness"]), _fmt(r["test_fitness"]),
-                 r["expression"] or ""] for r in rows])
+    report.show_runs(rows, term)
 
 
 # ------------------------------------------------------------------- bench
