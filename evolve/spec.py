@@ -276,3 +276,14 @@ def scalar_thresholds(fn, sa: SpecArrays) -> np.ndarray:
     rule = as_rule(fn)
     F = sa.features()
     return rule.many({f: F[f].reshape(-1) for f in FEATURES})
+
+
+def paired_tokens_difference(sa: SpecArrays, h_a, h_b) -> tuple[float, float]:
+    """Tokens per call of rule a minus rule b, with the standard error of the
+    difference over blocks (both rules see the same blocks, so the pairing
+    removes most of the between-block variance)."""
+    ta = block_sums(sa, position_terms(sa, h_a))["tokens"]
+    tb = block_sums(sa, position_terms(sa, h_b))["tokens"]
+    d = ta - tb
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+    return float(d.mean()), se
