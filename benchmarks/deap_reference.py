@@ -37,7 +37,6 @@ import json
 import operator
 import os
 import random
-import resource
 import sys
 import time
 
@@ -60,6 +59,16 @@ HOF_SIZE = 20
 def rss_mb() -> float:
     with open("/proc/self/statm") as fh:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mb() -> float:
+    """VmHWM: this process's own high-water mark (ru_maxrss would also count the
+    parent's memory between fork and exec)."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def columns(ds) -> tuple:
@@ -186,7 +195,7 @@ def main(argv=None) -> int:
         "setup_seconds": t_loop - t_start,
         "evaluations": sum(g["evaluated"] for g in gens),
         "per_generation": gens,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
         "champion": str(champion),
         "best_train": float(hof[0].fitness.values[0]),
     }

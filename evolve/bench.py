@@ -32,7 +32,6 @@ import math
 import os
 import platform
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -375,52 +374,69 @@ def population_section(sizes: Sizes, train: data.Dataset, note) -> dict:
 class Measured:
     rc: int
     wall_s: float
-    peak_rss_mb: float          # ru_maxrss of this child alone (wait4)
-    rss_samples_mb: list        # VmRSS polled every ~0.1 s
+    peak_rss_mb: float | None   # highest VmHWM seen while polling (None: too short to poll)
+    rss_samples_mb: list        # VmRSS polled every POLL_S
     stdout: str
     stderr: str
 
 
+POLL_S = 0.05
+
+
+def _proc_status_mb(pid: int, keys=("VmRSS:", "VmHWM:")) -> dict:
+    out = {}
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                for k in keys:
+                    if line.startswith(k):
+                        out[k] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return out
+
+
 def run_measured(cmd: list[str], timeout: float, cwd: Path | None = None,
                  env: dict | None = None) -> Measured:
-    """Run a command; wall time, its own peak RSS (wait4) and an RSS time series."""
+    """Run a command: wall time, peak RSS and an RSS time series.
+
+    Peak RSS is the process's own high-water mark (VmHWM), polled: wait4's and
+    getrusage's ru_maxrss are not usable for a child on Linux, as they count the
+    parent's memory the child had between fork and exec.
+    """
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd, env=env)
         samples: list[float] = []
+        hwm: list[float] = []
         done = threading.Event()
 
         def poll():
-            path = f"/proc/{proc.pid}/status"
-            while not done.wait(0.1):
-                try:
-                    with open(path) as fh:
-                        for line in fh:
-                            if line.startswith("VmRSS:"):
-                                samples.append(int(line.split()[1]) / 1024)
-                                break
-                except OSError:
-                    return
+            while not done.wait(POLL_S):
+                st = _proc_status_mb(proc.pid)
+                if "VmRSS:" in st:
+                    samples.append(st["VmRSS:"])
+                if "VmHWM:" in st:
+                    hwm.append(st["VmHWM:"])
         th = threading.Thread(target=poll, daemon=True)
         th.start()
-        deadline = t0 + timeout
-        while True:
-            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if pid:
-                break
-            if time.perf_counter() > deadline:
-                proc.kill()
-                pid, status, usage = os.wait4(proc.pid, 0)
-                break
-            time.sleep(0.02)
+        killer = threading.Timer(timeout, proc.kill)
+        killer.start()
+        _, status = os.waitpid(proc.pid, 0)
         wall = time.perf_counter() - t0
+        killer.cancel()
         done.set()
         th.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return Measured(proc.returncode, wall, usage.ru_maxrss / 1024, samples, out.read(),
-                        err.read())
+        return Measured(proc.returncode, wall, max(hwm) if hwm else None, samples,
+                        out.read(), err.read())
+
+
+def peak_rss_self_mb() -> float:
+    """This process's own high-water RSS (VmHWM; see run_measured)."""
+    return _proc_status_mb(os.getpid(), ("VmHWM:",)).get("VmHWM:", 0.0)
 
 
 def _child_env() -> dict:
@@ -493,7 +509,7 @@ def _engine_child(spec: dict) -> dict:
     champ = ev.champion()
     return {"loop_seconds": loop_s, "setup_seconds": t_loop - t_start,
             "per_generation": gens,
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_rss_mb": peak_rss_self_mb(),
             "champion": {"tree": champ.tree, "size": champ.size, "train_fitness": champ.fitness},
             "kernel_programs": ev.train.kernel_programs, "node_evals": ev.train.node_evals}
 
@@ -559,7 +575,7 @@ def run_section(sizes: Sizes, data_dir: Path, note, workdir: Path) -> dict:
     engine = {
         "process_wall_s": m.wall_s, "loop_s": eng["loop_seconds"],
         "outside_kernels_s": {k: round(v, 4) for k, v in breakdown.items()},
-        "setup_s": eng["setup_seconds"], "peak_rss_mb": m.peak_rss_mb,
+        "setup_s": eng["setup_seconds"], "peak_rss_mb": eng["peak_rss_mb"],
         "generation_s_median": _median([g["seconds"] for g in per[1:]] or [0.0]),
         "evaluated": sum(g["evaluated"] for g in per),
         "unique_evaluated": sum(g["unique"] for g in per),
@@ -579,6 +595,7 @@ def run_section(sizes: Sizes, data_dir: Path, note, workdir: Path) -> dict:
     cli = {"command": "evolve " + " ".join(cmd[len(_evolve_cmd()):]).replace(str(runs_tmp),
                                                                              "<tmp>/runs"),
            "wall_s": cm.wall_s, "peak_rss_mb": cm.peak_rss_mb,
+           "peak_rss_note": f"VmHWM polled every {POLL_S} s",
            "rss_samples": len(cm.rss_samples_mb),
            "rss_polled_max_mb": max(cm.rss_samples_mb) if cm.rss_samples_mb else None,
            "champion": (cli_out.get("champion") or {}).get("tree")
@@ -594,7 +611,7 @@ def run_section(sizes: Sizes, data_dir: Path, note, workdir: Path) -> dict:
     same = [a["best_train"] for a in per] == [b["best_train"] for b in rper]
     reference = {
         "process_wall_s": rm.wall_s, "loop_s": ref["loop_seconds"],
-        "peak_rss_mb": rm.peak_rss_mb, "evaluations": ref["evaluations"],
+        "peak_rss_mb": ref["peak_rss_mb"], "evaluations": ref["evaluations"],
         "generation_s_median": _median([g["seconds"] for g in rper[1:]] or [0.0]),
         "eval_fraction": sum(g["eval_seconds"] for g in rper) / sum(g["seconds"] for g in rper),
         "champion": ref["champion"], "rss": _rss_flatness(rper),
