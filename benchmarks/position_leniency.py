@@ -7,7 +7,7 @@ Needs the default traces (`evolve data trace`). Usage:
 
     python benchmarks/position_leniency.py
 """
-import numpy as np, itertools
+import numpy as np
 from evolve import traces, spec, pareto
 ts = traces.load("datasets/traces/valid.npz")
 sa = spec.SpecArrays.from_split(ts)

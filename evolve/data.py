@@ -164,18 +164,24 @@ def validate(ds: Dataset, source: str) -> None:
 
 # ----------------------------------------------------------------- npz form
 
-def save_npz(ds: Dataset, path: str | os.PathLike) -> None:
-    """Write a split atomically as a deterministic, uncompressed .npz."""
+def write_npz(path: str | os.PathLike, meta: dict, members: dict[str, np.ndarray]) -> None:
+    """Write ``meta.json`` and arrays as an uncompressed zip with fixed timestamps
+    (same content, same bytes), atomically."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        meta = {"format_version": FORMAT_VERSION, "rows": len(ds), "name": ds.name}
-        info = zipfile.ZipInfo("meta.json", date_time=_ZIP_DATE)
-        zf.writestr(info, json.dumps(meta, sort_keys=True))
-        for f in FIELDS:
+        zf.writestr(zipfile.ZipInfo("meta.json", date_time=_ZIP_DATE),
+                    json.dumps(meta, sort_keys=True))
+        for member, array in members.items():
             arr = io.BytesIO()
-            np.lib.format.write_array(arr, getattr(ds, f), allow_pickle=False)
-            zf.writestr(zipfile.ZipInfo(f + ".npy", date_time=_ZIP_DATE), arr.getvalue())
+            np.lib.format.write_array(arr, np.ascontiguousarray(array), allow_pickle=False)
+            zf.writestr(zipfile.ZipInfo(member, date_time=_ZIP_DATE), arr.getvalue())
     atomic_write_bytes(path, buf.getvalue())
+
+
+def save_npz(ds: Dataset, path: str | os.PathLike) -> None:
+    """Write a split atomically as a deterministic, uncompressed .npz."""
+    write_npz(path, {"format_version": FORMAT_VERSION, "rows": len(ds), "name": ds.name},
+              {f + ".npy": getattr(ds, f) for f in FIELDS})
 
 
 def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:

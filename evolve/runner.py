@@ -245,15 +245,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     source = codegen.module_source(nodes, "evolved", meta,
                                    f"Evolved acceptance heuristic (run {run.name})")
     run.write_text("champion.py", source)
-    champion = {
-        "expression": codegen.infix(nodes),
-        "tree": champ.tree,
-        "size": len(nodes),
-        "depth": treeio.depth(nodes),
-        "generation": champ.born,
-        "objective": engine.config.objective,
-        "metrics": metrics,
-    }
+    champion = champion_record(champ, nodes, engine.config.objective, metrics)
     run.write_json("champion.json", champion)
     wb = None
     if opts.writeback:
@@ -265,6 +257,14 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     return {"run": run.name, "path": str(run.path), "champion": champion,
             "writeback": wb, "status": "finished"}
 
+
+
+def champion_record(champ, nodes, objective: str, metrics: dict, **extra) -> dict:
+    """champion.json's content."""
+    return {"expression": codegen.infix(nodes), "tree": champ.tree, "size": len(nodes),
+            "depth": treeio.depth(nodes), "generation": champ.born, "objective": objective,
+            **({"tv_budget": extra.pop("tv_budget")} if "tv_budget" in extra else {}),
+            "metrics": metrics, **extra}
 
 
 def finish_trace(run: RunDir, engine: Evolution, splits, champ, nodes) -> dict:
@@ -315,17 +315,8 @@ def finish_trace(run: RunDir, engine: Evolution, splits, champ, nodes) -> dict:
     run.write_text("champion.py", codegen.module_source(
         nodes, "evolved", meta, f"Evolved acceptance rule for traces (run {run.name})",
         trace=True))
-    champion = {
-        "expression": codegen.infix(nodes),
-        "tree": champ.tree,
-        "size": len(nodes),
-        "depth": treeio.depth(nodes),
-        "generation": champ.born,
-        "objective": cfg.objective,
-        "tv_budget": budget,
-        "metrics": metrics,
-        "baselines_tuned_on_valid": tuned,
-    }
+    champion = champion_record(champ, nodes, cfg.objective, metrics, tv_budget=budget,
+                               baselines_tuned_on_valid=tuned)
     run.write_json("champion.json", champion)
     summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
                "writeback": None, "pareto_png": png}

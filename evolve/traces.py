@@ -55,7 +55,6 @@ import numpy as np
 
 from evolve import data as D
 from evolve import lm as LM
-from evolve.atomic import atomic_write_bytes
 from evolve.data import DataError
 
 FORMAT_VERSION = 2
@@ -496,18 +495,9 @@ def build_splits(config: TraceConfig | None = None, out_dir: str | os.PathLike |
 
 def save(ts: TraceSplit, path: str | os.PathLike) -> None:
     """Write a v2 split atomically as a deterministic, uncompressed .npz."""
-    buf = io.BytesIO()
     meta = {k: v for k, v in ts.meta.items() if k != "source"}
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_STORED) as zf:
-        zf.writestr(zipfile.ZipInfo("meta.json", date_time=_ZIP_DATE),
-                    json.dumps(meta, sort_keys=True))
-        for f in ALL_FIELDS:
-            member = f + ".npy" if f in D.FIELDS else V2_PREFIX + f
-            arr = io.BytesIO()
-            np.lib.format.write_array(arr, np.ascontiguousarray(ts.columns[f]),
-                                      allow_pickle=False)
-            zf.writestr(zipfile.ZipInfo(member, date_time=_ZIP_DATE), arr.getvalue())
-    atomic_write_bytes(path, buf.getvalue())
+    D.write_npz(path, meta, {(f + ".npy" if f in D.FIELDS else V2_PREFIX + f): ts.columns[f]
+                             for f in ALL_FIELDS})
 
 
 def load(path: str | os.PathLike, name: str = "") -> TraceSplit:

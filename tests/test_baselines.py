@@ -8,7 +8,6 @@ from evolve.engine import SEED_TREES
 from evolve.kernels import SplitArrays, population_thresholds
 from evolve.scoring import PreparedSplit, score
 from heuristics import registry
-from heuristics.baselines import BASELINES
 
 # The original benchmark's published table (train split): accept %, accuracy %, fitness.
 PUBLISHED = {
