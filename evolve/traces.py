@@ -61,7 +61,6 @@ FORMAT_VERSION = 2
 SPLITS = D.SPLITS
 DEFAULT_DIR = Path(__file__).resolve().parent.parent / "datasets" / "traces"
 V2_PREFIX = "v2/"
-_ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 MASS_TOL = 1e-9        # tolerance of probability sums in validation
 
 # v2 fields beyond the v1 record. Kind: "row" (N,), "cand" (N, k), "ctx" (N, C).
