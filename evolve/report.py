@@ -140,6 +140,38 @@ def sparkline(values: list[float], width: int = 60) -> str:
 SIMPLIFY_MAX_NODES = 40
 
 
+def history_png(history: list[dict], path: Path, title: str) -> bool:
+    """Best train/valid fitness and mean size per generation, as a PNG (matplotlib)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    gens = [h["generation"] for h in history]
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), dpi=110, sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
+    ax.plot(gens, [h["best_train"] for h in history], label="best train")
+    ax.plot(gens, [h["median_train"] for h in history], label="median train", alpha=0.6)
+    ax.plot(gens, [h["best_valid"] for h in history], label="best valid (champion pool)")
+    ax.set_ylabel("fitness")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax2.plot(gens, [h["mean_size"] for h in history], color="gray")
+    ax2.set_ylabel("mean size")
+    ax2.set_xlabel("generation")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    from io import BytesIO
+    buf = BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    from evolve.atomic import atomic_write_bytes
+    atomic_write_bytes(path, buf.getvalue())
+    return True
+
+
 def simplified(nodes) -> str | None:
     """A sympy-simplified formula, or None for large trees.
 
@@ -245,6 +277,9 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
                          f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
                          f"{std['fitness']:.4f}" if std else "-"])
         term.table("champion metrics", cols, rows)
+    png = Path(info["path"]) / "history.png"
+    if png.exists():
+        term.result(f"fitness over generations (PNG): {png}")
     h = info["history"]
     if h["best_train"]:
         term.result(f"best train fitness  {sparkline(h['best_train'])}  "

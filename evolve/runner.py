@@ -226,6 +226,8 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
         {**{"tree": e.tree, "expression": codegen.infix(treeio.parse(e.tree)),
             "size": e.size, "born": e.born, "train_fitness": e.fitness},
          "valid_fitness": float(v)} for e, v in zip(engine.hof.entries, hof_valid)])
+    from evolve.report import history_png
+    history_png(run.history(), run.file("history.png"), f"run {run.name}")
     if engine.trace:
         return finish_trace(run, engine, splits, champ, nodes)
 

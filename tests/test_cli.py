@@ -71,7 +71,7 @@ def test_run_inspect_runs(tmp_path, small_data_dir):
     assert set(champ) >= {"expression", "tree", "size", "depth", "generation", "metrics"}
     assert set(champ["metrics"]) == {"train", "valid", "test"}
     for f in ("config.json", "history.jsonl", "hall_of_fame.json", "champion.py",
-              "checkpoint.json", "summary.json"):
+              "checkpoint.json", "summary.json", "history.png"):
         assert (runs / "t1" / f).is_file(), f
     cfg = json.loads((runs / "t1" / "config.json").read_text())
     assert cfg["config"]["population"] == 30 and cfg["versions"]["numba"]
@@ -144,3 +144,12 @@ def test_writeback_keeps_better_file(tmp_path, small_data_dir):
     assert not result["writeback"]["written"]
     assert (heur / "evolved.py").read_text() == before
     assert not (heur / "history").exists()
+
+
+def test_history_png_is_a_png(tmp_path, small_data_dir):
+    r = invoke("run", "--generations", 2, "--population", 20, "--data", small_data_dir,
+               "--runs-dir", tmp_path, "--no-writeback", "--name", "png")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "png" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = invoke("inspect", "png", "--runs-dir", tmp_path)
+    assert "history.png" in r.stdout
