@@ -13,7 +13,7 @@ best valid fitness (ties: smaller, then older). Test is never looked at here.
 
 from __future__ import annotations
 
-import copy
+import functools
 import math
 import random
 import time
@@ -350,10 +350,10 @@ class Evolution:
         tb.register("expr_mut", gp.genFull, min_=0, max_=2)
         tb.register("mutate", self._mutate)
         for name in ("mate", "mutate"):
-            tb.decorate(name, gp.staticLimit(key=operator.attrgetter("height"),
-                                             max_value=c.max_height))
-            tb.decorate(name, gp.staticLimit(key=len, max_value=c.max_size))
-        tb.register("clone", copy.deepcopy)
+            tb.decorate(name, _static_limit(key=operator.attrgetter("height"),
+                                            max_value=c.max_height))
+            tb.decorate(name, _static_limit(key=len, max_value=c.max_size))
+        tb.register("clone", _clone)
         return tb
 
     def _mutate(self, ind):
@@ -512,6 +512,36 @@ class Evolution:
         self.hof = hof
         self.valid_hof = valid_hof
         self.generation = generation
+
+
+def _static_limit(key, max_value):
+    """DEAP's gp.staticLimit (same rule, same random draws), keeping the parents
+    with _clone instead of deepcopy: an offspring over the limit is replaced by
+    a random one of the parents."""
+    def decorator(func):
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            keep = [_clone(ind) for ind in args]
+            new = list(func(*args, **kwargs))
+            for i, ind in enumerate(new):
+                if key(ind) > max_value:
+                    new[i] = random.choice(keep)
+            return new
+        return wrapper
+    return decorator
+
+
+def _clone(ind):
+    """A copy of an individual that shares its node objects.
+
+    DEAP's operators never change a node in place (crossover, mutation and
+    shrinking replace list items), so copying the node list is enough; it is
+    several times cheaper than deepcopy, which DEAP's examples use."""
+    new = type(ind)(ind)
+    if ind.fitness.valid:
+        new.fitness.values = ind.fitness.values
+    new.born = ind.born
+    return new
 
 
 def _mut_scale_constant(ind):
