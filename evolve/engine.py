@@ -87,6 +87,8 @@ class Config:
              f"expected one of {', '.join(F.OBJECTIVES)}")
         need(0.0 <= self.tv_budget <= 1.0, "budget_tv", self.tv_budget,
              "expected a TV per token in [0, 1]")
+        need(self.objective != "pareto" or self.population % 4 == 0, "population",
+             self.population, "objective pareto (NSGA-II) needs a multiple of 4")
         need(1 <= self.tournament <= self.population, "tournament", self.tournament,
              f"expected 1..population ({self.population})")
         need(1.0 <= self.parsimony <= 2.0, "parsimony", self.parsimony, "expected 1.0..2.0")
@@ -149,22 +151,25 @@ def _short(text: str, limit: int = 60) -> str:
 
 # ------------------------------------------------------------- individuals
 
-def _make_classes():
+def _make_classes(weights):
     from deap import base, gp
 
-    class FitnessMax(base.Fitness):
-        weights = (1.0,)
+    class Fitness(base.Fitness):
+        pass
+    Fitness.weights = weights
 
     class Individual(gp.PrimitiveTree):
         def __init__(self, content=()):
             super().__init__(content)
-            self.fitness = FitnessMax()
+            self.fitness = Fitness()
             self.born = 0
 
-    return FitnessMax, Individual
+    return Fitness, Individual
 
 
-FitnessMax, Individual = _make_classes()
+FitnessMax, Individual = _make_classes((1.0,))
+# objective "pareto": (tokens per call, TV per token), the first maximised
+FitnessPareto, ParetoIndividual = _make_classes((1.0, -1.0))
 
 
 @dataclass
@@ -186,11 +191,13 @@ class HallOfFame:
     def _key(e: HofEntry):
         return (-e.fitness, e.size, e.born, e.tree)
 
-    def update(self, population) -> None:
+    def update(self, population, score=None) -> None:
+        """Add the best of ``population``; ``score(ind)`` (default: its single
+        fitness value) ranks them."""
         have = {e.tree: e for e in self.entries}
         for ind in population:
             s = str(ind)
-            f = ind.fitness.values[0]
+            f = score(ind) if score else ind.fitness.values[0]
             if s in have:
                 continue
             if len(self.entries) >= self.size and self._key(
@@ -306,6 +313,8 @@ class Evolution:
         config.validate()
         self.config = config
         self.trace = config.objective in F.TRACE_OBJECTIVES
+        self.pareto = config.objective == "pareto"
+        self.Individual = ParetoIndividual if self.pareto else Individual
         self.pset = P.make_pset(trace=self.trace)
         if self.trace:
             self.train = TraceEvaluator(train, "train", config.tv_budget)
@@ -369,9 +378,6 @@ class Evolution:
             return _mut_scale_constant(ind)
         return gp.mutEphemeral(ind, mode="one")
 
-    def _new_individual(self, nodes_or_tree):
-        return Individual(nodes_or_tree)
-
     # --- evaluation ----------------------------------------------------
     def _evaluate(self, individuals) -> int:
         """Set train fitness on individuals whose fitness is invalid; return how many."""
@@ -380,10 +386,23 @@ class Evolution:
             return 0
         strings = [str(ind) for ind in todo]
         nodes = [treeio.from_deap(ind) for ind in todo]
+        if self.pareto:
+            tokens, tv = self.train.tokens_tv(strings, nodes)
+            for ind, a, b in zip(todo, tokens, tv):
+                ind.fitness.values = (float(a), float(b))
+            return len(todo)
         fit = self.train.fitness(self.config.objective, strings, nodes)
         for ind, f in zip(todo, fit):
             ind.fitness.values = (float(f),)
         return len(todo)
+
+    def score(self, ind) -> float:
+        """One number per individual for the hall of fame, elites and history: its
+        fitness, or for "pareto" the speed objective at the run's TV budget."""
+        if self.pareto:
+            return float(F.speed_fitness(ind.fitness.values[0], ind.fitness.values[1],
+                                         self.config.tv_budget))
+        return ind.fitness.values[0]
 
     def valid_scores(self, trees: list[str]) -> np.ndarray:
         return self.valid.fitness(self.config.objective, trees)
@@ -397,18 +416,47 @@ class Evolution:
                 seeds = {**SEED_TREES, **TRACE_SEED_TREES} if self.trace else SEED_TREES
                 for text in seeds.values():
                     if len(pop) < c.population:
-                        pop.append(treeio.deap_from_string(text, self.pset, Individual))
+                        pop.append(treeio.deap_from_string(text, self.pset, self.Individual))
             while len(pop) < c.population:
-                pop.append(Individual(self.toolbox.expr()))
+                pop.append(self.Individual(self.toolbox.expr()))
         for ind in pop:
             ind.born = 0
         self.generation = 0
+        if self.pareto:
+            from deap import tools
+            t0 = time.perf_counter()
+            stats = self._count_new(pop)
+            self._evaluate(pop)
+            return self._finish_generation(tools.selNSGA2(pop, c.population), t0, stats)
         return self._finish_generation(pop, time.perf_counter())
+
+    @staticmethod
+    def _count_new(pop) -> tuple[int, int]:
+        invalid = [ind for ind in pop if not ind.fitness.valid]
+        return len(invalid), len({str(ind) for ind in invalid})
+
+    def _step_pareto(self, t0) -> dict:
+        """NSGA-II: crowded tournaments for parents, then the best ``population`` of
+        parents + offspring by non-domination rank and crowding distance."""
+        from deap import algorithms, tools
+        c = self.config
+        with self._random():
+            chosen = tools.selTournamentDCD(self.population, c.population)
+            offspring = algorithms.varAnd(chosen, self.toolbox, c.cx_prob, c.mut_prob)
+        for ind in offspring:
+            if not ind.fitness.valid:
+                ind.born = self.generation
+        stats = self._count_new(offspring)
+        self._evaluate(offspring)
+        return self._finish_generation(tools.selNSGA2(self.population + offspring,
+                                                      c.population), t0, stats)
 
     def step(self) -> dict:
         c = self.config
         t0 = time.perf_counter()
         self.generation += 1
+        if self.pareto:
+            return self._step_pareto(t0)
         with self._random():
             from deap import algorithms
             n_off = c.population - c.elitism
@@ -417,17 +465,18 @@ class Evolution:
         for ind in offspring:
             if not ind.fitness.valid:
                 ind.born = self.generation
-        elite = sorted(self.population, key=lambda i: (-i.fitness.values[0], len(i)))[:c.elitism]
+        elite = sorted(self.population, key=lambda i: (-self.score(i), len(i)))[:c.elitism]
         offspring.extend(self.toolbox.clone(e) for e in elite)
         return self._finish_generation(offspring, t0)
 
-    def _finish_generation(self, pop, t0) -> dict:
+    def _finish_generation(self, pop, t0, stats=None) -> dict:
+        """Evaluate what is new in ``pop`` (stats: (new, unique new) when the caller
+        evaluated already), then hall of fame, valid scores and the history record."""
         k0, p0, n0 = self.train.kernel_seconds, self.train.kernel_programs, self.train.node_evals
-        invalid = [ind for ind in pop if not ind.fitness.valid]
-        unique = len({str(ind) for ind in invalid})
+        n_new, unique = stats if stats else self._count_new(pop)
         self._evaluate(pop)
         self.population = pop
-        self.hof.update(pop)
+        self.hof.update(pop, self.score)
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
         # the best trees ever seen on valid, from each generation's hall of fame: the
@@ -435,14 +484,14 @@ class Evolution:
         # (perhaps overfitted) trees push it out of the hall of fame
         self.valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
                            for e, v in zip(self.hof.entries, valid_fit))
-        fits = np.array([ind.fitness.values[0] for ind in pop])
+        fits = np.array([self.score(ind) for ind in pop])
         sizes = np.array([len(ind) for ind in pop])
         best = int(np.argmax(fits))
         elapsed = time.perf_counter() - t0
         kernel = self.train.kernel_seconds - k0
         record = {
             "generation": self.generation,
-            "evaluated": len(invalid),
+            "evaluated": n_new,
             "unique": unique,
             "best_train": float(fits[best]),
             "median_train": float(np.median(fits)),
@@ -455,7 +504,7 @@ class Evolution:
                 "kernel_seconds": kernel,
                 "kernel_programs": self.train.kernel_programs - p0,
                 "node_evals_per_s": ((self.train.node_evals - n0) / kernel) if kernel > 0 else 0.0,
-                "evals_per_s": (len(invalid) / elapsed) if elapsed > 0 else 0.0,
+                "evals_per_s": (n_new / elapsed) if elapsed > 0 else 0.0,
             },
         }
         return record
@@ -476,11 +525,19 @@ class Evolution:
             "generation": self.generation,
             "config": self.config.to_dict(),
             "random_state": [version, list(internal), gauss],
-            "population": [{"tree": str(ind), "fitness": ind.fitness.values[0],
-                            "born": ind.born} for ind in self.population],
+            "population": [self._item(ind) for ind in self.population],
             "hall_of_fame": self.hof.to_json(),
             "valid_hall_of_fame": self.valid_hof.to_json(),
         }
+
+    def _item(self, ind) -> dict:
+        if not self.pareto:
+            return {"tree": str(ind), "fitness": ind.fitness.values[0], "born": ind.born}
+        cd = getattr(ind.fitness, "crowding_dist", None)
+        return {"tree": str(ind), "fitness": list(ind.fitness.values), "born": ind.born,
+                # NSGA-II's crowding distance (None: infinite), needed by the next
+                # generation's tournaments, so a resume continues exactly
+                "crowding": None if cd is None or math.isinf(cd) else float(cd)}
 
     def restore(self, state: dict) -> None:
         """Continue from ``state()`` output (e.g. read back from checkpoint.json).
@@ -493,8 +550,13 @@ class Evolution:
         rng_state, generation = _check_state(state, self.config)
         pop = []
         for item in state["population"]:
-            ind = treeio.deap_from_string(item["tree"], self.pset, Individual)
-            ind.fitness.values = (float(item["fitness"]),)
+            ind = treeio.deap_from_string(item["tree"], self.pset, self.Individual)
+            if self.pareto:
+                ind.fitness.values = tuple(float(v) for v in item["fitness"])
+                cd = item.get("crowding")
+                ind.fitness.crowding_dist = math.inf if cd is None else float(cd)
+            else:
+                ind.fitness.values = (float(item["fitness"]),)
             ind.born = int(item["born"])
             pop.append(ind)
         hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
@@ -614,9 +676,15 @@ def _check_entries(field: str, items, generation: int, limit: int | None = None)
                              f"{', '.join(keys)}")
         if not isinstance(item["tree"], str):
             raise ValueError(f"field '{field}' item {i}: 'tree' must be a string")
-        if not _is_number(item["fitness"]):
+        fit = item["fitness"]
+        multi = field == "population" and isinstance(fit, list)
+        if not (_is_number(fit) or (multi and len(fit) == 2 and all(map(_is_number, fit)))):
             raise ValueError(f"field '{field}' item {i}: 'fitness' must be a finite "
                              f"number, got {_short(repr(item['fitness']))}")
+        cd = item.get("crowding")
+        if cd is not None and not _is_number(cd):
+            raise ValueError(f"field '{field}' item {i}: 'crowding' must be a finite number "
+                             f"or null, got {_short(repr(cd))}")
         if not _is_int(item["born"]) or not 0 <= item["born"] <= generation:
             raise ValueError(f"field '{field}' item {i}: 'born' must be a generation "
                              f"0..{generation}, got {_short(repr(item['born']))}")

@@ -125,5 +125,5 @@ def speed_fitness(tokens, tv, budget):
     return np.where(tv <= budget, tokens, 1.0 - np.minimum(tv - budget, 1.0))
 
 
-TRACE_OBJECTIVES = ("speed",)
+TRACE_OBJECTIVES = ("speed", "pareto")
 OBJECTIVES = ("expected", "seed") + TRACE_OBJECTIVES

@@ -269,6 +269,24 @@ def champion_record(champ, nodes, objective: str, metrics: dict, **extra) -> dic
             "metrics": metrics, **extra}
 
 
+def evolved_front(engine: Evolution, sas: dict) -> list[dict]:
+    """The final population's non-dominated trees on train (tokens per call up,
+    TV down), each scored exactly on train, valid and test."""
+    from deap import tools
+    from evolve.spec_kernels import population_results
+    first = tools.sortNondominated(engine.population, len(engine.population),
+                                   first_front_only=True)[0]
+    trees = sorted({str(ind) for ind in first})
+    progs = treeio.linearise([treeio.parse(t) for t in trees])
+    scores = {k: population_results(progs, sa, with_kl=False) for k, sa in sas.items()}
+    out = []
+    for i, t in enumerate(trees):
+        out.append({"tree": t, "expression": codegen.infix(treeio.parse(t)),
+                    **{k: {"tokens_per_call": v[i].tokens_per_call,
+                           "tv_per_token": v[i].tv_per_token} for k, v in scores.items()}})
+    return sorted(out, key=lambda f: (f["train"]["tv_per_token"], f["tree"]))
+
+
 def finish_trace(run: RunDir, engine: Evolution, splits, champ, nodes) -> dict:
     """Champion of a trace run: exact objectives per split, the baselines tuned to
     the same TV budget on valid (reported on test), and the trade-off picture.
@@ -294,13 +312,19 @@ def finish_trace(run: RunDir, engine: Evolution, splits, champ, nodes) -> dict:
     sweep = pareto.sweep_all(sas["valid"])
     series = pareto.series_of(sweep)
     series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
+    if engine.pareto:
+        front = evolved_front(engine, sas)
+        run.write_json("pareto_front.json", front)
+        series["evolved front (NSGA-II)"] = sorted(
+            (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
     series["champion"] = [(metrics["valid"]["tv_per_token"], metrics["valid"]["tokens_per_call"])]
-    front = [{"tree": t, "expression": codegen.infix(treeio.parse(t)), "tokens_per_call": float(a),
-              "tv_per_token": float(b)} for t, a, b in zip(hof_trees, hof_tok, hof_tv)]
+    hof_points = [{"tree": t, "expression": codegen.infix(treeio.parse(t)),
+                   "tokens_per_call": float(a), "tv_per_token": float(b)}
+                  for t, a, b in zip(hof_trees, hof_tok, hof_tv)]
     run.write_json("pareto.json", {
         "split": "valid", "budget": budget,
         "baselines": [p.to_dict() for p in sweep],
-        "hall_of_fame": front,
+        "hall_of_fame": hof_points,
         "series": {k: [list(xy) for xy in v] for k, v in series.items()},
     })
     png = None

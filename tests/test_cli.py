@@ -4,6 +4,7 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from evolve import runner
@@ -153,3 +154,49 @@ def test_history_png_is_a_png(tmp_path, small_data_dir):
     assert (tmp_path / "png" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     r = invoke("inspect", "png", "--runs-dir", tmp_path)
     assert "history.png" in r.stdout
+
+
+@pytest.fixture(scope="module")
+def tiny_trace_dir(tmp_path_factory):
+    from evolve import traces
+    from tests import tracekit
+    d = tmp_path_factory.mktemp("traces")
+    for split in ("train", "valid", "test"):
+        traces.save(tracekit.split(split), d / f"{split}.npz")
+    return d
+
+
+@pytest.mark.parametrize("objective", ["speed", "pareto"])
+def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
+    r = invoke("run", "--objective", objective, "--budget-tv", 0.02, "--generations", 3,
+               "--population", 24, "--seed-baselines", "--data", tiny_trace_dir,
+               "--runs-dir", tmp_path, "--name", "t", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    assert res["writeback"] is None
+    champ = json.loads((tmp_path / "t" / "champion.json").read_text())
+    assert champ["tv_budget"] == 0.02 and set(champ["metrics"]) == {"train", "valid", "test"}
+    assert champ["metrics"]["valid"]["tv_per_token"] <= 0.02   # seeded standard rule is feasible
+    assert set(champ["baselines_tuned_on_valid"]) >= {"standard", "leniency", "ears"}
+    assert (tmp_path / "t" / "pareto.png").read_bytes()[:4] == b"\x89PNG"
+    front = tmp_path / "t" / "pareto_front.json"
+    assert front.exists() == (objective == "pareto")
+    if objective == "pareto":
+        pts = json.loads(front.read_text())
+        assert pts and all({"train", "valid", "test"} <= set(p) for p in pts)
+    src = (tmp_path / "t" / "champion.py").read_text()
+    assert "block_position, p_max, q_max" in src
+    r = invoke("inspect", "t", "--runs-dir", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert "baselines tuned on valid" in r.stdout and "TV per token" in r.stdout
+    r = invoke("runs", "--runs-dir", tmp_path)
+    assert "tok/call" in r.stdout
+
+
+def test_trace_objective_on_token_data_is_one_line_error(tmp_path, small_data_dir):
+    r = invoke("run", "--objective", "speed", "--generations", 2, "--population", 8,
+               "--data", small_data_dir, "--runs-dir", tmp_path, "--name", "x")
+    assert r.exit_code == 2
+    assert "--objective" in r.stderr and "evolve data trace" in r.stderr
+    assert len([l for l in r.stderr.splitlines() if l.strip()]) == 1
+    assert not (tmp_path / "x").exists()
