@@ -76,6 +76,7 @@ def test_kernel_equals_references_on_random_trees(small_splits):
             assert got[key] == ref[key], key
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")   # numpy on inf/NaN edge inputs
 def test_kernel_edge_inputs():
     ds = edge_dataset()
     trees = random_trees(300, seed=5)
@@ -99,6 +100,7 @@ def test_kernel_edge_inputs():
         assert c.accepted == rows[i][0] and c.false_accepts == rows[i][1]
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_nan_threshold_rejects_on_every_path():
     ds = edge_dataset()
     nodes = treeio.parse("psqrt(draft_prob)")  # NaN where draft_prob is NaN
