@@ -245,3 +245,52 @@ def series_of(points) -> dict:
     for p in points:
         out.setdefault(p.rule, []).append((p.tv, p.tokens))
     return out
+
+
+# ---------------------------------------------------------------- trade-off
+
+def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
+             extra: dict | None = None) -> dict:
+    """The trade-off report behind ``evolve tradeoff``.
+
+    Every family of ``RULES`` is swept on valid and on test; for each TV budget
+    every family is tuned on valid (``tuned_report``) and reported on test.
+    ``extra`` maps a name to a fixed rule ``fn(F) -> thresholds`` (a run's
+    champion, say), evaluated as it is on both splits. Per budget the rows are
+    sorted by tokens per call on test (families no parameter of which fits the
+    budget on valid last). ``series`` holds the test points for the pictures:
+    each family's grid in sweep order, then each extra rule."""
+    budgets = [float(b) for b in budgets]
+    sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
+    fixed = {}
+    for name, fn in (extra or {}).items():
+        fixed[name] = {s: spec.objectives(sa, spec.rule_thresholds(fn, sa)).to_dict()
+                       for s, sa in (("valid", sa_valid), ("test", sa_test))}
+    per_budget = []
+    for b in budgets:
+        rows = []
+        for name in RULES:
+            rep = tuned_report(name, sa_valid, sa_test, b)
+            if rep is None:
+                rows.append({"rule": name, "kind": "family", "param": None, "budget": b,
+                             "fits_valid": False, "over_budget_test": None,
+                             "valid": None, "test": None})
+            else:
+                rows.append({**rep, "kind": "family", "fits_valid": True,
+                             "over_budget_test": rep["test"]["tv_per_token"] > b})
+        for name, o in fixed.items():
+            rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
+                         "fits_valid": o["valid"]["tv_per_token"] <= b,
+                         "over_budget_test": o["test"]["tv_per_token"] > b, **o})
+        rows.sort(key=lambda r: (r["test"] is None,
+                                 -(r["test"]["tokens_per_call"] if r["test"] else 0.0)))
+        per_budget.append({"budget": b, "rows": rows})
+    series = series_of(sweeps["test"])
+    for name, o in fixed.items():
+        series[name] = [(o["test"]["tv_per_token"], o["test"]["tokens_per_call"])]
+    return {"block_size": sa_test.g, "top_k": sa_test.k,
+            "blocks": {"valid": sa_valid.n_blocks, "test": sa_test.n_blocks},
+            "budgets": per_budget,
+            "extra": fixed,
+            "sweeps": {s: [p.to_dict() for p in pts] for s, pts in sweeps.items()},
+            "series": {k: [list(xy) for xy in v] for k, v in series.items()}}

@@ -2,7 +2,7 @@
 
 Used to check the offline objectives of ``evolve.spec`` against what a decoder
 actually does (they agree within statistical error; tests/test_spec_simulate.py),
-and by ``evolve simulate`` (phase 2).
+and by ``evolve simulate`` (``check_rule``; trees as rules: ``tree_rule``).
 
 A rule is a scalar function in the style of ``heuristics.baselines`` (six
 positional arguments: draft_prob, target_prob, position, draft_entropy,
@@ -309,3 +309,186 @@ def trace_rows(ts, n: int, seed: int = 4) -> np.ndarray:
     """A seeded sample of ``n`` row indices of a trace split (held-out contexts)."""
     rng = np.random.default_rng(seed)
     return np.sort(rng.choice(len(ts), size=min(n, len(ts)), replace=False))
+
+
+# ------------------------------------------------------------ trees as rules
+
+class TreeRule(VectorRule):
+    """A parsed tree (``evolve.treeio.parse`` nodes) as a vectorised rule.
+
+    The nodes are evaluated bottom-up with each primitive's numpy meaning
+    (``evolve.primitives``) over the feature columns: an input node reads the
+    column of its name (``primitives.TRACE_INPUT_NAMES``), a constant node is its
+    value. No text is compiled or evaluated. The object is both a decoder rule
+    (``many``, like ``VectorRule``) and a plain numpy rule ``rule(F) ->
+    thresholds``, the form ``spec.rule_thresholds`` takes."""
+
+    def __init__(self, nodes, name: str = "tree"):
+        from evolve import primitives as P
+        from evolve.treeio import TreeError
+        nodes = tuple(nodes)
+        depth = 0
+        for node in reversed(nodes):      # the stack a bottom-up evaluation would use
+            if node.kind == "prim":
+                if node.name not in P.BY_NAME:
+                    raise TreeError(f"unknown primitive {node.name!r}")
+                depth -= P.BY_NAME[node.name].arity - 1
+                if depth < 1:
+                    raise TreeError(f"primitive {node.name!r} lacks arguments")
+            elif node.kind == "input":
+                if node.name not in P.TRACE_INPUT_NAMES:
+                    raise TreeError(f"unknown input {node.name!r}")
+                depth += 1
+            elif node.kind == "const":
+                if not np.isfinite(node.value):
+                    raise TreeError(f"constant {node.value!r} is not finite")
+                depth += 1
+            else:
+                raise TreeError(f"unknown node kind {node.kind!r}")
+        if depth != 1:
+            raise TreeError("not a single tree (empty, or nodes left over)")
+        self.nodes = nodes
+        super().__init__(self._thresholds, name)
+
+    def _thresholds(self, F: dict) -> np.ndarray:
+        from evolve import primitives as P
+        stack: list = []
+        with np.errstate(all="ignore"):
+            for node in reversed(self.nodes):
+                if node.kind == "prim":
+                    prim = P.BY_NAME[node.name]
+                    args = [stack.pop() for _ in range(prim.arity)]
+                    stack.append(prim.numpy(*args))
+                elif node.kind == "input":
+                    stack.append(F[node.name])
+                else:
+                    stack.append(np.float64(node.value))
+        return np.asarray(stack[0], dtype=np.float64)
+
+    def __call__(self, F: dict, **params) -> np.ndarray:
+        return self._thresholds(F)
+
+
+def tree_rule(nodes, name: str = "tree") -> TreeRule:
+    """A rule from a tree: parsed nodes, or tree text (parsed, never evaluated)."""
+    if isinstance(nodes, str):
+        from evolve.treeio import parse
+        nodes = parse(nodes)
+    return TreeRule(nodes, name)
+
+
+# ---------------------------------------------------------- named rules
+
+def named_rule(name: str, param: float | None = None):
+    """``(rule, info)`` for a name: a baseline of ``heuristics.baselines`` (scalar,
+    no parameter) or a family of ``evolve.pareto.RULES`` with its parameter
+    (default: the family's default). Unknown names raise KeyError, a parameter
+    that does not fit raises ValueError; both messages name the option."""
+    from evolve import pareto
+    from heuristics.baselines import BASELINES
+    if name in BASELINES:
+        if param is not None:
+            takers = ", ".join(n for n, r in pareto.RULES.items() if r.param)
+            raise ValueError(f"--param: the baseline {name!r} takes no parameter (families "
+                             f"that do: {takers})")
+        return as_rule(BASELINES[name], name), {"kind": "baseline", "name": name, "param": None,
+                                                "label": name}
+    if name in pareto.RULES:
+        r = pareto.RULES[name]
+        if r.param is None:
+            if param is not None:
+                raise ValueError(f"--param: the family {name!r} takes no parameter")
+            kw = {}
+        else:
+            value = r.default if param is None else float(param)
+            if not np.isfinite(value):
+                raise ValueError(f"--param: {param!r} is not a finite number")
+            if name == "leniency" and value <= 0:
+                raise ValueError(f"--param: leniency l={value!r} is invalid; expected l > 0")
+            kw = {r.param: value}
+        p = kw.get(r.param) if r.param else None
+        label = name if p is None else f"{name}({r.param}={p:g})"
+        return vector_rule(r.fn, name, **kw), {"kind": "family", "name": name, "param": p,
+                                               "param_name": r.param, "label": label}
+    raise KeyError(f"--heuristic: unknown rule {name!r} (baselines: {', '.join(BASELINES)}; "
+                   f"families: {', '.join(pareto.RULES)})")
+
+
+# --------------------------------------------------- simulation vs offline
+
+Z_AGREE = 3.0     # |z| below this: the simulation agrees with the offline estimate
+
+
+def offline_thresholds(rule, sa) -> np.ndarray:
+    """Thresholds of any rule (scalar, vectorised or tree) on every candidate row of
+    ``sa`` (an ``evolve.spec.SpecArrays``); scalar rules take one Python call a row."""
+    F = sa.features()
+    h = as_rule(rule).many({f: F[f].reshape(-1) for f in FEATURES})
+    return np.ascontiguousarray(h, dtype=np.float64)
+
+
+def _z(diff: float, se: float):
+    if se > 0 and np.isfinite(se):
+        return float(diff / se)
+    return 0.0 if diff == 0 else None
+
+
+def check_rule(pair: T.LMPair, ts, rule, split: str | None = None, prompts: int | None = None,
+               blocks: int | None = None, contexts: int = 200, reps: int = 2000,
+               seed: int = 1, progress=None) -> dict:
+    """Real speculative decoding with ``rule`` next to the offline exact objectives of
+    the same rule on the trace split ``ts`` (``pair`` built from its configuration).
+
+    Tokens per target call: ``decode_free`` from ``prompts`` prompts of the split's
+    pool (default: as many as the split has), ``blocks`` blocks each, standard
+    error over sequences; offline: ``spec`` on the split, standard error over the
+    split's sequences (blocks of a sequence are not independent). Distortion: the
+    emitted byte sampled ``reps`` times at ``contexts`` contexts of the split
+    (``output_sample``), TV estimated with the exact witness set {out > p} (an
+    unbiased estimate of the TV there), against the offline exact TV at those
+    same contexts. ``z`` = difference / its standard error. ``progress``, if given,
+    is called with a line of text before each stage."""
+    from evolve import spec
+    say = progress or (lambda text: None)
+    split = split or ts.name
+    cfg = pair.config
+    prompts = cfg.prompts(split) if prompts is None else int(prompts)
+    blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
+    rule = as_rule(rule)
+    say(f"offline: exact objectives on {split} ({len(ts):,} drafted positions)")
+    sa = spec.SpecArrays.from_split(ts)
+    terms = spec.position_terms(sa, offline_thresholds(rule, sa))
+    off = spec.objectives_from_terms(sa, terms)
+    tok_b = spec.block_sums(sa, terms)["tokens"]
+    seq = np.unique(ts.columns["sequence"][::sa.g], return_inverse=True)[1]
+    per_seq = np.bincount(seq, tok_b) / np.bincount(seq)
+    off_se = float(per_seq.std(ddof=1) / np.sqrt(per_seq.size)) if per_seq.size > 1 else np.nan
+
+    say(f"simulation: {prompts} prompts x {blocks} blocks of free-running decoding")
+    free = decode_free(pair, rule, split=split, prompts=prompts, blocks=blocks, seed=seed)
+
+    rows = trace_rows(ts, contexts, seed=seed)
+    say(f"simulation: the emitted byte sampled {reps} times at {rows.size} contexts")
+    ctx, pos, bpos = (ts.columns[f][rows] for f in ("context", "position", "block_position"))
+    p, q, F = rows_features(pair, ctx, pos, bpos)
+    S = exact_output(p, q, acceptance_matrix(pair, p, q, F, rule)) > p
+    out = output_sample(pair, ctx, pos, bpos, rule, reps=reps, seed=seed, witness=S)
+    tv_ctx = float(terms.tv[rows].mean())
+
+    d_tok = free.tokens_per_call - off.tokens_per_call
+    se_tok = float(np.hypot(free.tokens_se, off_se))
+    d_tv = out.tv_witness - tv_ctx
+    z_tok, z_tv = _z(d_tok, se_tok), _z(d_tv, out.tv_witness_se)
+    agree = all(z is not None and abs(z) < Z_AGREE for z in (z_tok, z_tv))
+    return {
+        "split": split, "block_size": sa.g, "top_k": sa.k,
+        "settings": {"prompts": prompts, "blocks": blocks, "contexts": int(rows.size),
+                     "reps": int(reps), "seed": int(seed)},
+        "simulated": {**free.to_dict(), "output": out.to_dict()},
+        "offline": {**off.to_dict(), "tokens_se_by_sequence": off_se,
+                    "sequences": int(per_seq.size), "tv_at_contexts": tv_ctx},
+        "agreement": {"tokens_per_call": {"difference": float(d_tok), "se": se_tok, "z": z_tok},
+                      "tv_at_contexts": {"difference": float(d_tv),
+                                         "se": float(out.tv_witness_se), "z": z_tv},
+                      "z_agree": Z_AGREE, "agree": bool(agree)},
+    }

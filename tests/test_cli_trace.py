@@ -1,0 +1,324 @@
+"""`evolve data trace`, `evolve simulate` and `evolve tradeoff` through click's CliRunner,
+on tiny trace splits (tests/tracekit.TINY)."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import evolve.cli_trace as CT
+from evolve import pareto, simulate as S, spec, traces as T, treeio
+from evolve.cli import main
+from evolve.spec_kernels import population_results
+from tests import tracekit
+
+ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
+Z_MAX = 4.0                      # simulation vs offline: within this many standard errors
+FAST = ("--contexts", "60", "--reps", "1500")    # a lighter output sample than the default
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+# tracekit.TINY through the command's options
+TINY_OPTIONS = ("--seed", 3, "--max-files", 60, "--max-bytes-per-file", 40_000,
+                "--train-prompts", 24, "--valid-prompts", 64, "--test-prompts", 16,
+                "--blocks-per-prompt", 8)
+
+# first block position: leniency l = 0.5; the others: EARS beta = 0.2
+HAND_TREE = ("ite(lt(block_position, 0.5), pmin(1.0, pdiv(target_prob, mul(0.5, draft_prob))), "
+             "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.2, sub(1.0, p_max)))))")
+EARS_TREE = "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.2, sub(1.0, p_max))))"
+
+
+def _hand_np(F):
+    return np.where(F["block_position"] < 0.5, pareto.leniency(F, l=0.5), pareto.ears(F, beta=0.2))
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
+
+
+def one_line_error(r, *needles):
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_traces")
+    T.build_splits(tracekit.TINY, d)
+    return d
+
+
+def _run_dir(parent: Path, name: str, tree: str) -> Path:
+    path = parent / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(
+        {"format": "evolve-run", "version": 1, "name": name, "config": {}, "data": {"dir": ""}}))
+    (path / "champion.json").write_text(json.dumps(
+        {"tree": tree, "objective": "speed", "tv_budget": 0.03}))
+    return path
+
+
+# ------------------------------------------------------------------- data trace
+
+def test_trace_defaults_are_the_configs():
+    cfg = T.TraceConfig()
+    assert CT.TRACE_DEFAULTS == {k: getattr(cfg, k) for k in CT.TRACE_DEFAULTS}
+
+
+def test_data_trace_writes_loadable_splits_and_refuses_to_clobber(tmp_path, tiny_dir):
+    out = tmp_path / "traces"
+    r = invoke("data", "trace", "--out", out, *TINY_OPTIONS)
+    assert r.exit_code == 0, r.output
+    assert r.stdout == ""                                   # notes go to stderr
+    splits = T.load_splits(out)
+    for name, ts in splits.items():
+        assert ts.config() == tracekit.TINY
+        # the same bytes as the library writes for the same configuration
+        assert (out / f"{name}.npz").read_bytes() == (tiny_dir / f"{name}.npz").read_bytes()
+    assert len(splits["valid"]) == 64 * 8 * tracekit.TINY.block_size
+
+    again = invoke("data", "trace", "--out", out, *TINY_OPTIONS)
+    assert again.exit_code == 0 and again.stderr.count("unchanged") == 3, again.output
+
+    before = {p.name: p.read_bytes() for p in out.glob("*.npz")}
+    other = [str(a) for a in TINY_OPTIONS]
+    other[1] = "4"                                          # --seed 4
+    r = invoke("data", "trace", "--out", out, *other)
+    one_line_error(r, "exists and differs", "--force")
+    assert {p.name: p.read_bytes() for p in out.glob("*.npz")} == before
+    # same configuration, other content (a file from another corpus, say): refused too
+    victim = T.load(out / "valid.npz")
+    cols = dict(victim.columns, rand_value=victim.columns["rand_value"][::-1].copy())
+    T.save(T.TraceSplit(cols, victim.meta, name="valid"), out / "valid.npz")
+    changed = (out / "valid.npz").read_bytes()
+    r = invoke("data", "trace", "--out", out, *TINY_OPTIONS)
+    assert r.exit_code == 2 and "valid.npz: exists and differs" in r.stderr, r.output
+    assert (out / "valid.npz").read_bytes() == changed
+    assert (out / "train.npz").read_bytes() == before["train.npz"]
+
+    r = invoke("data", "trace", "--out", out, *other, "--force")
+    assert r.exit_code == 0, r.output
+    assert T.load(out / "test.npz").config().seed == 4
+
+
+@pytest.mark.parametrize("opt, value, needle", [
+    ("--block-size", 0, "expected 1..64"),
+    ("--top-k", 300, "expected 1..256"),
+    ("--temperature", 0, "expected > 0"),
+    ("--valid-prompts", 0, "expected >= 1"),
+    ("--max-files", 2, "at least 4"),
+    ("--seed", -1, "expected an integer >= 0"),
+])
+def test_data_trace_bad_option_is_one_line(tmp_path, opt, value, needle):
+    r = invoke("data", "trace", "--out", tmp_path, opt, value)
+    one_line_error(r, opt, needle)
+    assert not list(tmp_path.iterdir())
+
+
+# --------------------------------------------------------------------- simulate
+
+def _simulate_json(*args):
+    r = invoke("simulate", *args, "--json")
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout)
+
+
+def _assert_agrees(doc):
+    agr = doc["agreement"]
+    tok = agr["tokens_per_call"]
+    assert abs(tok["z"]) < Z_MAX, doc
+    assert abs(doc["simulated"]["tokens_per_call"] - doc["offline"]["tokens_per_call"]) \
+        < Z_MAX * tok["se"]
+    assert agr["tv_at_contexts"]["z"] is not None and abs(agr["tv_at_contexts"]["z"]) < Z_MAX
+
+
+def test_simulate_baseline_json(tiny_dir):
+    doc = _simulate_json("--heuristic", "standard_rejection", "--data", tiny_dir,
+                         "--split", "valid", "--prompts", 64, *FAST)
+    assert set(doc) >= {"rule", "data", "split", "settings", "simulated", "offline",
+                        "agreement", "corpus_matches_trace", "seconds"}
+    assert doc["rule"] == {"kind": "baseline", "name": "standard_rejection", "param": None,
+                           "label": "standard_rejection"}
+    assert doc["corpus_matches_trace"] is True
+    assert doc["settings"] == {"prompts": 64, "blocks": 8, "contexts": 60, "reps": 1500,
+                               "seed": 1}
+    sim, off = doc["simulated"], doc["offline"]
+    assert sim["n_sequences"] == 64 and sim["n_blocks"] == 64 * 8
+    assert len(sim["acceptance"]) == len(off["acceptance"]) == tracekit.TINY.block_size
+    assert {"tv_witness", "tv_witness_se", "tv_plugin", "tv_plugin_floor"} <= set(sim["output"])
+    # the standard rule does not distort: exactly offline, within noise when sampled
+    assert off["tv_per_token"] < 1e-12 and off["tv_at_contexts"] < 1e-12
+    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    ref = pareto.evaluate("standard", sa)
+    assert off["tokens_per_call"] == pytest.approx(ref.tokens, abs=1e-12)
+    _assert_agrees(doc)
+
+
+def test_simulate_family_with_param(tiny_dir):
+    doc = _simulate_json("--heuristic", "leniency", "--param", 0.7, "--data", tiny_dir,
+                         "--split", "valid", "--prompts", 64, *FAST)
+    assert doc["rule"]["kind"] == "family" and doc["rule"]["param"] == 0.7
+    assert doc["rule"]["label"] == "leniency(l=0.7)"
+    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    ref = pareto.evaluate("leniency", sa, 0.7)
+    off = doc["offline"]
+    assert off["tokens_per_call"] == pytest.approx(ref.tokens, abs=1e-12)
+    assert off["tv_per_token"] == pytest.approx(ref.tv, abs=1e-12)
+    assert off["tv_at_contexts"] > 0.01           # a lenient rule distorts, measurably
+    assert doc["simulated"]["output"]["tv_plugin"] > doc["simulated"]["output"]["tv_plugin_floor"]
+    _assert_agrees(doc)
+
+
+def test_simulate_table(tiny_dir):
+    r = invoke("simulate", "--heuristic", "ears", "--param", 0.2, "--data", tiny_dir, *FAST)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "ears(beta=0.2)" in out and "split test" in out
+    for text in ("tokens per target call", "TV at 60 contexts", "acceptance at block position 3",
+                 "offline on the whole split", "simulation and offline estimate"):
+        assert text in out, text
+    assert "rebuilding the draft/target pair" in r.stderr
+
+
+def test_simulate_run_champion(tmp_path, tiny_dir):
+    runs = tmp_path / "runs"
+    _run_dir(runs, "hand", HAND_TREE)
+    _run_dir(runs, "ears", EARS_TREE)
+    doc = _simulate_json("--run", "hand", "--runs-dir", runs, "--data", tiny_dir,
+                         "--split", "valid", "--prompts", 64, *FAST)
+    assert doc["rule"]["kind"] == "run" and doc["rule"]["name"] == "hand"
+    assert doc["rule"]["tree"] == HAND_TREE and "p_max" in doc["rule"]["tree"]
+    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    ref = spec.objectives(sa, spec.rule_thresholds(_hand_np, sa))
+    assert doc["offline"]["tokens_per_call"] == pytest.approx(ref.tokens_per_call, abs=1e-12)
+    assert doc["offline"]["tv_per_token"] == pytest.approx(ref.tv_per_token, abs=1e-12)
+    _assert_agrees(doc)
+    # a champion equal to a family member gives that member's offline numbers exactly
+    a = _simulate_json("--run", "ears", "--runs-dir", runs, "--data", tiny_dir, *FAST)
+    b = _simulate_json("--heuristic", "ears", "--param", 0.2, "--data", tiny_dir, *FAST)
+    assert a["offline"] == b["offline"]
+    assert a["simulated"] == b["simulated"]          # same seed, same rule: same draws
+
+
+def test_tree_rule_is_the_kernel_and_the_numpy_reference():
+    ts = tracekit.split("valid")
+    sa = spec.SpecArrays.from_split(ts)
+    nodes = treeio.parse(HAND_TREE)
+    rule = S.tree_rule(nodes)
+    h = spec.rule_thresholds(rule, sa)
+    assert np.array_equal(h, spec.rule_thresholds(_hand_np, sa))
+    assert np.array_equal(S.offline_thresholds(rule, sa), h)
+    ours = spec.objectives(sa, h)
+    kernel = population_results(treeio.linearise([nodes]), sa, with_kl=True)[0]
+    assert ours.tokens_per_call == pytest.approx(kernel.tokens_per_call, rel=1e-12)
+    assert ours.tv_per_token == pytest.approx(kernel.tv_per_token, rel=1e-9)
+    # constants broadcast; boolean inputs and comparisons work inside ite
+    const = S.tree_rule("0.25")
+    assert np.all(spec.rule_thresholds(const, sa) == 0.25)
+    m = S.tree_rule("ite(and_(top_token_match, lt(q_max, 2.0)), 1.0, 0.0)")
+    assert np.array_equal(spec.rule_thresholds(m, sa), sa.features()["top_token_match"].reshape(-1))
+    with pytest.raises(treeio.TreeError):
+        S.TreeRule([treeio.Node("prim", "add"), treeio.Node("input", "p_max")])
+
+
+def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
+    runs = tmp_path / "runs"
+    marker = tmp_path / "pwned"
+    _run_dir(runs, "evil", f"__import__('os').system('touch {marker}')")
+    r = invoke("simulate", "--run", "evil", "--runs-dir", runs, "--data", tiny_dir)
+    one_line_error(r, "champion.json", "tree", "__import__")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("args, needles", [
+    ((), ("--heuristic", "--run")),
+    (("--heuristic", "standard", "--run", "x"), ("--heuristic", "--run")),
+    (("--heuristic", "nope"), ("--heuristic", "'nope'")),
+    (("--heuristic", "standard_rejection", "--param", "0.5"), ("--param", "no parameter")),
+    (("--heuristic", "leniency", "--param", "0"), ("--param", "l > 0")),
+    (("--heuristic", "standard", "--split", "dev"), ("--split", "'dev'")),
+    (("--heuristic", "standard", "--reps", "1"), ("--reps",)),
+    (("--run", "missing"), ("no such run directory",)),
+])
+def test_simulate_bad_options_are_one_line(tmp_path, tiny_dir, args, needles):
+    r = invoke("simulate", *args, "--data", tiny_dir, "--runs-dir", tmp_path)
+    one_line_error(r, *needles)
+
+
+def test_simulate_missing_data_is_one_line(tmp_path):
+    r = invoke("simulate", "--heuristic", "standard", "--data", tmp_path / "nowhere")
+    one_line_error(r, "nowhere")
+
+
+# --------------------------------------------------------------------- tradeoff
+
+def test_tradeoff_json(tmp_path, tiny_dir):
+    runs = tmp_path / "runs"
+    _run_dir(runs, "hand", HAND_TREE)
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget", 0.03,
+               "--run", "hand", "--runs-dir", runs, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert [e["budget"] for e in doc["budgets"]] == [0.01, 0.03]
+    assert set(doc["series"]) == set(pareto.RULES) | {"run hand"}
+    for s in ("valid", "test"):
+        assert {p["rule"] for p in doc["sweeps"][s]} == set(pareto.RULES)
+        assert len(doc["sweeps"][s]) == sum(max(1, len(r_.grid)) for r_ in pareto.RULES.values())
+    assert doc["runs"][0]["name"] == "hand" and doc["runs"][0]["tree"] == HAND_TREE
+    tuned = {}
+    for entry in doc["budgets"]:
+        b, rows = entry["budget"], entry["rows"]
+        assert {r_["rule"] for r_ in rows} == set(pareto.RULES) | {"run hand"}
+        toks = [r_["test"]["tokens_per_call"] for r_ in rows if r_["test"]]
+        assert toks == sorted(toks, reverse=True)                  # sorted by test tokens
+        assert all(r_["test"] for r_ in rows[:len(toks)])          # unfitted rows last
+        for r_ in rows:
+            if r_["kind"] == "family" and r_["fits_valid"]:
+                assert r_["valid"]["tv_per_token"] <= b            # tuned within budget
+                assert r_["over_budget_test"] == (r_["test"]["tv_per_token"] > b)
+                tuned.setdefault(r_["rule"], []).append(r_)
+            elif r_["kind"] == "family":
+                assert r_["test"] is None and r_["valid"] is None
+        std = next(r_ for r_ in rows if r_["rule"] == "standard")
+        assert std["fits_valid"] and std["test"]["tv_per_token"] < 1e-12
+        hand = next(r_ for r_ in rows if r_["rule"] == "run hand")
+        assert hand["kind"] == "extra" and hand["param"] is None
+    # a larger budget never buys fewer tokens on valid; lenient families spend it
+    for name in ("standard", "leniency", "ears"):
+        small, large = tuned[name]
+        assert large["valid"]["tokens_per_call"] >= small["valid"]["tokens_per_call"]
+        assert large["valid"]["tv_per_token"] >= small["valid"]["tv_per_token"]
+    for name in ("leniency", "ears"):
+        assert tuned[name][1]["valid"]["tv_per_token"] > 0.9 * 0.03
+    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "test.npz"))
+    ref = spec.objectives(sa, spec.rule_thresholds(_hand_np, sa))
+    assert doc["extra"]["run hand"]["test"]["tokens_per_call"] == \
+        pytest.approx(ref.tokens_per_call, abs=1e-12)
+
+
+def test_tradeoff_table_and_png(tmp_path, tiny_dir):
+    png = tmp_path / "pic" / "tradeoff.png"
+    png.parent.mkdir()
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.02, "--png", png)
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == PNG_SIGNATURE
+    out = r.stdout
+    assert "TV budget 0.02 per token" in out
+    assert "no parameter fits the budget on valid" in out       # bild / typical at 0.02
+    rows = {l.split()[0]: l for l in out.splitlines()
+            if l.split() and l.split()[0] in pareto.RULES}
+    assert set(rows) == set(pareto.RULES)
+    assert "no parameter fits" not in rows["standard"] + rows["leniency"] + rows["ears"]
+    assert "tokens per call" in out and "TV per token" in out    # the terminal picture
+    assert out.splitlines()[-2].startswith("s ")                  # its legend
+    assert f"picture: {png}" in out
+
+
+def test_tradeoff_bad_budget_is_one_line(tiny_dir):
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", -0.1), "--budget")
