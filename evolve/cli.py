@@ -324,5 +324,8 @@ def bench_cmd(smoke, out, json_mode):
     term.result(f"results written to {path}")
 
 
+# Trace commands (evolve data trace, evolve simulate, evolve tradeoff) register themselves.
+import evolve.cli_trace  # noqa: E402,F401
+
 if __name__ == "__main__":
     main()
