@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-slow bench bench-smoke data install clean
+.PHONY: run test test-fast test-slow bench bench-smoke data traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,9 @@ bench-smoke: $(STAMP)
 
 data: $(STAMP)
 	$(BIN)/evolve data generate --force
+
+traces: $(STAMP)
+	$(BIN)/evolve data trace
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -89,6 +89,9 @@ def load_run_splits(cfg: Config, data_dir: Path) -> dict:
     if cfg.objective not in F.TRACE_OBJECTIVES:
         return data.load_splits(data_dir)
     from evolve import traces
+    if not Path(data_dir).is_dir():
+        raise data.DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
+                             "about 2 s, or `make traces`)")
     train = Path(data_dir) / "train.npz"
     if train.exists() and not traces.is_trace_file(train):
         raise ConfigError(f"--objective: {cfg.objective!r} needs speculative-decoding traces "
