@@ -213,12 +213,8 @@ def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per 
 def render_png(series: dict, path, title: str = "", xlabel="TV per token",
                ylabel="tokens per target call") -> None:
     """Scatter/line plot to a PNG; needs matplotlib (an optional dependency)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise RuntimeError("render_png needs matplotlib (pip install matplotlib)") from None
+    from evolve.plots import pyplot, save_png
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     for name, v in series.items():
         if not v:
@@ -232,12 +228,7 @@ def render_png(series: dict, path, title: str = "", xlabel="TV per token",
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    from io import BytesIO
-    buf = BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    from evolve.atomic import atomic_write_bytes
-    atomic_write_bytes(path, buf.getvalue())
+    save_png(fig, path)
 
 
 def series_of(points) -> dict:

@@ -142,11 +142,10 @@ SIMPLIFY_MAX_NODES = 40
 
 def history_png(history: list[dict], path: Path, title: str) -> bool:
     """Best train/valid fitness and mean size per generation, as a PNG (matplotlib)."""
+    from evolve.plots import pyplot, save_png
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+        plt = pyplot()
+    except RuntimeError:
         return False
     gens = [h["generation"] for h in history]
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), dpi=110, sharex=True,
@@ -163,12 +162,7 @@ def history_png(history: list[dict], path: Path, title: str) -> bool:
     ax2.set_xlabel("generation")
     ax2.grid(alpha=0.3)
     fig.tight_layout()
-    from io import BytesIO
-    buf = BytesIO()
-    fig.savefig(buf, format="png", metadata={"Software": None})
-    plt.close(fig)
-    from evolve.atomic import atomic_write_bytes
-    atomic_write_bytes(path, buf.getvalue())
+    save_png(fig, path)
     return True
 
 
