@@ -255,6 +255,15 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
                 pts = {str(k): [(float(x), float(y)) for x, y in v] for k, v in series.items()}
             except (TypeError, ValueError):
                 pts = {}
+            budget = (info.get("pareto") or {}).get("budget")
+            if pts and isinstance(budget, (int, float)) and budget > 0:
+                # zoom on the budget: the far end of bild/typical would squeeze it
+                edge = max([4 * budget] + [x for x, _ in pts.get("champion", [])])
+                shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in pts.items()}
+                hidden = sum(map(len, pts.values())) - sum(map(len, shown.values()))
+                pts = shown
+                if hidden:
+                    term.result(f"({hidden} points with TV per token > {edge:g} not shown)")
             if pts:
                 term.result("trade-off on valid (baselines swept, hall of fame, champion):")
                 term.result(render_text(pts))
