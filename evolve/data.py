@@ -184,6 +184,19 @@ def save_npz(ds: Dataset, path: str | os.PathLike) -> None:
               {f + ".npy": getattr(ds, f) for f in FIELDS})
 
 
+def read_members(zf: zipfile.ZipFile, src: str, members: dict[str, str]) -> dict:
+    """Arrays of an open split file: field -> array, for field -> zip member name.
+    Never unpickles; a missing member is a DataError naming the field."""
+    names = set(zf.namelist())
+    cols = {}
+    for field, member in members.items():
+        if member not in names:
+            raise DataError(f"{src}: field '{field}' is missing")
+        with zf.open(member) as fh:
+            cols[field] = np.lib.format.read_array(io.BytesIO(fh.read()), allow_pickle=False)
+    return cols
+
+
 def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
     path = Path(path)
     src = str(path)
@@ -192,12 +205,7 @@ def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
     try:
         with zipfile.ZipFile(path) as zf:
             names = set(zf.namelist())
-            cols = {}
-            for f in FIELDS:
-                if f + ".npy" not in names:
-                    raise DataError(f"{src}: field '{f}' is missing")
-                with zf.open(f + ".npy") as fh:
-                    cols[f] = np.lib.format.read_array(io.BytesIO(fh.read()), allow_pickle=False)
+            cols = read_members(zf, src, {f: f + ".npy" for f in FIELDS})
             extra = sorted(n[:-4] for n in names if n.endswith(".npy") and n[:-4] not in FIELDS)
             if extra:
                 raise DataError(f"{src}: field '{extra[0]}' is not part of the schema")

@@ -43,7 +43,6 @@ generation settings. A v1 reader therefore loads a v2 file as a plain v1 split
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import time
@@ -495,8 +494,13 @@ def build_splits(config: TraceConfig | None = None, out_dir: str | os.PathLike |
 def save(ts: TraceSplit, path: str | os.PathLike) -> None:
     """Write a v2 split atomically as a deterministic, uncompressed .npz."""
     meta = {k: v for k, v in ts.meta.items() if k != "source"}
-    D.write_npz(path, meta, {(f + ".npy" if f in D.FIELDS else V2_PREFIX + f): ts.columns[f]
-                             for f in ALL_FIELDS})
+    D.write_npz(path, meta, {member: ts.columns[f] for f, member in _members().items()})
+
+
+def _members() -> dict:
+    """Field -> zip member: v1 fields as <field>.npy (so v1 loaders read the file),
+    the v2 ones under v2/."""
+    return {f: (f + ".npy" if f in D.FIELDS else V2_PREFIX + f) for f in ALL_FIELDS}
 
 
 def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
@@ -515,13 +519,7 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
                 v = meta.get("format_version") if isinstance(meta, dict) else None
                 raise DataError(f"{src}: format_version is {v!r}, a trace file has "
                                 f"{FORMAT_VERSION} (v1 splits load with evolve.data)")
-            cols = {}
-            for f in ALL_FIELDS:
-                member = f + ".npy" if f in D.FIELDS else V2_PREFIX + f
-                if member not in names:
-                    raise DataError(f"{src}: field '{f}' is missing")
-                with zf.open(member) as fh:
-                    cols[f] = np.lib.format.read_array(io.BytesIO(fh.read()), allow_pickle=False)
+            cols = D.read_members(zf, src, _members())
             known = {f + ".npy" for f in D.FIELDS} | {V2_PREFIX + f for f in V2_FIELDS}
             extra = sorted(n for n in names if n not in known and n != "meta.json")
             if extra:
