@@ -27,10 +27,6 @@ class PreparedSplit:
         self.out = np.empty(self.n, dtype=np.float64)
 
 
-def thresholds(ufunc, split: PreparedSplit) -> np.ndarray:
-    return ufunc(*split.features)
-
-
 def score(ufunc, split: PreparedSplit, repeats: int = DEFAULT_REPEATS) -> dict:
     """Metrics of a compiled heuristic on a split, plus eval_ms (median of repeats).
 

@@ -9,7 +9,6 @@ decisions is done by one shared kernel.
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
 from typing import Callable
 
@@ -25,13 +24,6 @@ _compiled: dict[str, object] = {}
 
 def evolved_module():
     import heuristics.evolved as mod
-    return mod
-
-
-def reload_evolved():
-    """Re-import heuristics/evolved.py after a write-back."""
-    mod = importlib.reload(evolved_module())
-    _compiled.pop(EVOLVED, None)
     return mod
 
 
