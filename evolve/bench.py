@@ -474,7 +474,7 @@ def _checked(m: Measured, what: str) -> Measured:
 def _engine_child(spec: dict) -> dict:
     """One in-process Evolution with per-generation timing and RSS (run as
     ``python -m evolve.bench engine-child SPEC``)."""
-    from evolve.engine import Config, Evolution
+    from evolve.engine import Config, Evolution, fewer_collections
     t_start = time.perf_counter()
     train = data.load_split(spec["data"], "train")
     valid = data.load_split(spec["data"], "valid")
@@ -487,24 +487,32 @@ def _engine_child(spec: dict) -> dict:
                       SplitArrays(_subset(train, 64)))
     t_loop = time.perf_counter()
     ev = Evolution(cfg, train, valid)
-    parts = _instrument(ev)
     gens = []
 
-    def record(rec, v0, p0):
+    def record(rec):
         t = rec["timing"]
+        p = t["parts"]
+        # the engine's own stage timings, less the kernels they contain
+        outside = {
+            "selection": p["selection"],
+            "variation (varAnd, limits, cloning, elites)": p["variation"],
+            "evaluation outside the kernel (tree text, cache, linearise)":
+                p["evaluation"] - t["kernel_seconds"],
+            "hall of fame and valid scores outside the kernel":
+                p["hall_of_fame"] - t["valid_kernel_seconds"],
+        }
         gens.append({"generation": rec["generation"], "evaluated": rec["evaluated"],
                      "unique": rec["unique"], "seconds": t["seconds"],
                      "kernel_seconds": t["kernel_seconds"],
-                     "valid_kernel_seconds": ev.valid.kernel_seconds - v0,
-                     "parts": {k: v - p0.get(k, 0.0) for k, v in parts.items()},
+                     "valid_kernel_seconds": t["valid_kernel_seconds"],
+                     "parts": outside,
                      "best_train": rec["best_train"], "mean_size": rec["mean_size"],
                      "rss_mb": _rss_mb()})
 
-    v0, p0 = ev.valid.kernel_seconds, dict(parts)
-    record(ev.initialise(), v0, p0)
-    while ev.generation < cfg.generations:
-        v0, p0 = ev.valid.kernel_seconds, dict(parts)
-        record(ev.step(), v0, p0)
+    with fewer_collections():     # as `evolve run` does
+        record(ev.initialise())
+        while ev.generation < cfg.generations:
+            record(ev.step())
     loop_s = time.perf_counter() - t_loop
     champ = ev.champion()
     return {"loop_seconds": loop_s, "setup_seconds": t_loop - t_start,
@@ -512,32 +520,6 @@ def _engine_child(spec: dict) -> dict:
             "peak_rss_mb": peak_rss_self_mb(),
             "champion": {"tree": champ.tree, "size": champ.size, "train_fitness": champ.fitness},
             "kernel_programs": ev.train.kernel_programs, "node_evals": ev.train.node_evals}
-
-
-def _instrument(ev) -> dict:
-    """Time the engine's steps outside the kernel (child process only): wrappers
-    around DEAP selection and variation, the tree conversions and the hall of
-    fame. Returns the running totals (seconds) by part."""
-    from collections import defaultdict
-
-    import deap.algorithms
-    totals: dict = defaultdict(float)
-
-    def timed(name, fn):
-        def wrapper(*args, **kwargs):
-            t0 = time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                totals[name] += time.perf_counter() - t0
-        return wrapper
-
-    deap.algorithms.varAnd = timed("variation (varAnd, incl. cloning)", deap.algorithms.varAnd)
-    ev.toolbox.select = timed("selection (double tournament)", ev.toolbox.select)
-    treeio.from_deap = timed("DEAP tree -> nodes", treeio.from_deap)
-    treeio.linearise = timed("linearise", treeio.linearise)
-    ev.hof.update = timed("hall of fame update", ev.hof.update)
-    return totals
 
 
 def _rss_flatness(per_gen: list[dict]) -> dict:
@@ -571,7 +553,7 @@ def run_section(sizes: Sizes, data_dir: Path, note, workdir: Path) -> dict:
     names = sorted({k for g in steps for k in g["parts"]})
     breakdown = {k: sum(g["parts"].get(k, 0.0) for g in steps) for k in names}
     outside = secs - ktrain - kvalid
-    breakdown["other (tree strings, fitness, stats, elites)"] = outside - sum(breakdown.values())
+    breakdown["other (history record, statistics)"] = outside - sum(breakdown.values())
     engine = {
         "process_wall_s": m.wall_s, "loop_s": eng["loop_seconds"],
         "outside_kernels_s": {k: round(v, 4) for k, v in breakdown.items()},

@@ -14,6 +14,7 @@ best valid fitness (ties: smaller, then older). Test is never looked at here.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 import random
 import time
@@ -149,6 +150,22 @@ def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+@contextmanager
+def fewer_collections(threshold: int = 10_000):
+    """Run the loop with Python's cyclic garbage collector looking less often.
+
+    By default it scans its youngest objects every 700 new container objects; a
+    generation of 1000 individuals makes tens of thousands (trees, node lists,
+    fitness objects), none in reference cycles, so most of those scans find
+    nothing. Memory is still freed at once by reference counting."""
+    old = gc.get_threshold()
+    gc.set_threshold(threshold, *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 # ------------------------------------------------------------- individuals
 
 def _make_classes(weights):
@@ -159,6 +176,8 @@ def _make_classes(weights):
     Fitness.weights = weights
 
     class Individual(gp.PrimitiveTree):
+        text = None     # str(self) while the fitness is valid (see _text)
+
         def __init__(self, content=()):
             super().__init__(content)
             self.fitness = Fitness()
@@ -191,19 +210,23 @@ class HallOfFame:
     def _key(e: HofEntry):
         return (-e.fitness, e.size, e.born, e.tree)
 
-    def update(self, population, score=None) -> None:
-        """Add the best of ``population``; ``score(ind)`` (default: its single
-        fitness value) ranks them."""
+    def update(self, texts: list[str], fits, sizes, borns) -> None:
+        """Add the best of a population given as parallel sequences (tree text,
+        fitness, size, generation born), in population order: an individual
+        whose tree is already in enters no more; the first of equal trees wins."""
+        candidates = range(len(texts))
+        if len(self.entries) >= self.size:
+            # the bar only rises while the hall is full: whoever is below it now
+            # cannot enter, so only the others are looked at one by one
+            candidates = np.flatnonzero(np.asarray(fits) >= self.entries[-1].fitness).tolist()
         have = {e.tree: e for e in self.entries}
-        for ind in population:
-            s = str(ind)
-            f = score(ind) if score else ind.fitness.values[0]
+        for i in candidates:
+            s = texts[i]
             if s in have:
                 continue
-            if len(self.entries) >= self.size and self._key(
-                    HofEntry(s, f, len(ind), ind.born)) >= self._key(self.entries[-1]):
+            e = HofEntry(s, float(fits[i]), int(sizes[i]), int(borns[i]))
+            if len(self.entries) >= self.size and self._key(e) >= self._key(self.entries[-1]):
                 continue
-            e = HofEntry(s, f, len(ind), ind.born)
             have[s] = e
             self.entries.append(e)
             self.entries.sort(key=self._key)
@@ -254,15 +277,18 @@ class Evaluator:
         from evolve.kernels import population_counts
         return population_counts(programs, self.arrays)
 
-    def counts(self, trees: list[str], nodes: list | None = None) -> np.ndarray:
-        """Kernel result rows for tree strings, computing only the unknown."""
+    def counts(self, trees: list[str], deap_trees: list | None = None) -> np.ndarray:
+        """Kernel result rows for tree strings, computing only the unknown
+        (``deap_trees``: the same trees as DEAP individuals, read instead of
+        parsing the strings)."""
         todo: dict[str, int] = {}
+        cache = self.cache
         for i, s in enumerate(trees):
-            if s not in self.cache and s not in todo:
+            if s not in cache and s not in todo:
                 todo[s] = i
         if todo:
-            node_lists = [nodes[i] if nodes is not None else treeio.parse(s)
-                          for s, i in todo.items()]
+            node_lists = [treeio.from_deap(deap_trees[i]) if deap_trees is not None
+                          else treeio.parse(s) for s, i in todo.items()]
             progs = treeio.linearise(node_lists)
             t0 = time.perf_counter()
             rows = self._kernel(progs)
@@ -270,13 +296,14 @@ class Evaluator:
             self.kernel_programs += len(progs)
             self.node_evals += int(progs.lengths.sum()) * self.rows_per_program
             for j, s in enumerate(todo):
-                self.cache[s] = rows[j].copy()
-            while len(self.cache) > self.CACHE_LIMIT:
-                self.cache.popitem(last=False)
-        return np.stack([self.cache[s] for s in trees]) if trees else np.empty((0, 0))
+                cache[s] = rows[j].copy()
+            while len(cache) > self.CACHE_LIMIT:
+                cache.popitem(last=False)
+        return np.stack([cache[s] for s in trees]) if trees else np.empty((0, 0))
 
-    def fitness(self, objective: str, trees: list[str], nodes=None) -> np.ndarray:
-        return np.atleast_1d(F.objective_fitness(objective, self.n, self.counts(trees, nodes)))
+    def fitness(self, objective: str, trees: list[str], deap_trees=None) -> np.ndarray:
+        return np.atleast_1d(F.objective_fitness(objective, self.n,
+                                                 self.counts(trees, deap_trees)))
 
 
 class TraceEvaluator(Evaluator):
@@ -299,12 +326,12 @@ class TraceEvaluator(Evaluator):
         from evolve.spec_kernels import population_objectives
         return population_objectives(programs, self.sa, with_kl=False)
 
-    def tokens_tv(self, trees: list[str], nodes=None) -> tuple[np.ndarray, np.ndarray]:
-        sums = self.counts(trees, nodes)
+    def tokens_tv(self, trees: list[str], deap_trees=None) -> tuple[np.ndarray, np.ndarray]:
+        sums = self.counts(trees, deap_trees)
         return sums[:, 0] / self.sa.n_blocks, sums[:, 1] / sums[:, 0]
 
-    def fitness(self, objective: str, trees: list[str], nodes=None) -> np.ndarray:
-        tokens, tv = self.tokens_tv(trees, nodes)
+    def fitness(self, objective: str, trees: list[str], deap_trees=None) -> np.ndarray:
+        tokens, tv = self.tokens_tv(trees, deap_trees)
         return np.atleast_1d(F.speed_fitness(tokens, tv, self.tv_budget))
 
 
@@ -327,6 +354,9 @@ class Evolution:
         self.population: list = []
         self.hof = HallOfFame(config.hof_size)
         self.valid_hof = HallOfFame(config.hof_size)
+        # train fitness by tree text, weighted as DEAP stores it (wvalues): a tree
+        # met again is not looked up, stacked and scored again
+        self._known: dict[str, tuple] = {}
         self.toolbox = self._toolbox()
         if config.threads:
             import numba
@@ -346,7 +376,6 @@ class Evolution:
 
     # --- DEAP toolbox ---------------------------------------------------
     def _toolbox(self):
-        import operator
         from deap import base, gp, tools
 
         c = self.config
@@ -359,9 +388,7 @@ class Evolution:
         tb.register("expr_mut", gp.genFull, min_=0, max_=2)
         tb.register("mutate", self._mutate)
         for name in ("mate", "mutate"):
-            tb.decorate(name, _static_limit(key=operator.attrgetter("height"),
-                                            max_value=c.max_height))
-            tb.decorate(name, _static_limit(key=len, max_value=c.max_size))
+            tb.decorate(name, _static_limit(c.max_height, c.max_size))
         tb.register("clone", _clone)
         return tb
 
@@ -379,30 +406,45 @@ class Evolution:
         return gp.mutEphemeral(ind, mode="one")
 
     # --- evaluation ----------------------------------------------------
-    def _evaluate(self, individuals) -> int:
-        """Set train fitness on individuals whose fitness is invalid; return how many."""
-        todo = [ind for ind in individuals if not ind.fitness.valid]
+    def _evaluate(self, individuals) -> tuple[int, int]:
+        """Set train fitness on individuals whose fitness is invalid; return how
+        many there were and how many distinct trees among them."""
+        todo = [ind for ind in individuals if not ind.fitness.wvalues]
         if not todo:
-            return 0
+            return 0, 0
         strings = [str(ind) for ind in todo]
-        nodes = [treeio.from_deap(ind) for ind in todo]
-        if self.pareto:
-            tokens, tv = self.train.tokens_tv(strings, nodes)
-            for ind, a, b in zip(todo, tokens, tv):
-                ind.fitness.values = (float(a), float(b))
-            return len(todo)
-        fit = self.train.fitness(self.config.objective, strings, nodes)
-        for ind, f in zip(todo, fit):
-            ind.fitness.values = (float(f),)
-        return len(todo)
+        known = self._known
+        new: dict[str, int] = {}
+        for i, s in enumerate(strings):
+            if s not in known and s not in new:
+                new[s] = i
+        if new:
+            trees = list(new)
+            deap_trees = [todo[i] for i in new.values()]
+            if self.pareto:
+                tokens, tv = self.train.tokens_tv(trees, deap_trees)
+                values = [(float(a), float(b)) for a, b in zip(tokens, tv)]
+            else:
+                fit = self.train.fitness(self.config.objective, trees, deap_trees)
+                values = [(float(f),) for f in fit]
+            weights = todo[0].fitness.weights
+            for s, v in zip(trees, values):
+                known[s] = tuple(x * w for x, w in zip(v, weights))
+            while len(known) > Evaluator.CACHE_LIMIT:
+                del known[next(iter(known))]
+        for ind, s in zip(todo, strings):
+            ind.fitness.wvalues = known[s]
+            ind.text = s
+        return len(todo), len(set(strings))
 
-    def score(self, ind) -> float:
+    def scores(self, pop) -> np.ndarray:
         """One number per individual for the hall of fame, elites and history: its
         fitness, or for "pareto" the speed objective at the run's TV budget."""
         if self.pareto:
-            return float(F.speed_fitness(ind.fitness.values[0], ind.fitness.values[1],
-                                         self.config.tv_budget))
-        return ind.fitness.values[0]
+            v = np.array([ind.fitness.values for ind in pop], dtype=np.float64).reshape(-1, 2)
+            return np.asarray(F.speed_fitness(v[:, 0], v[:, 1], self.config.tv_budget),
+                              dtype=np.float64)
+        return np.array([ind.fitness.wvalues[0] for ind in pop], dtype=np.float64)  # weight 1
 
     def valid_scores(self, trees: list[str]) -> np.ndarray:
         return self.valid.fitness(self.config.objective, trees)
@@ -410,6 +452,7 @@ class Evolution:
     # --- the loop -------------------------------------------------------
     def initialise(self) -> dict:
         c = self.config
+        t0 = time.perf_counter()
         with self._random():
             pop = []
             if c.seed_baselines:
@@ -422,34 +465,53 @@ class Evolution:
         for ind in pop:
             ind.born = 0
         self.generation = 0
+        parts = {"variation": time.perf_counter() - t0}
         if self.pareto:
             from deap import tools
-            t0 = time.perf_counter()
-            stats = self._count_new(pop)
-            self._evaluate(pop)
-            return self._finish_generation(tools.selNSGA2(pop, c.population), t0, stats)
-        return self._finish_generation(pop, time.perf_counter())
+            stats = self._timed(parts, "evaluation", self._evaluate, pop)
+            pop = self._timed(parts, "selection", tools.selNSGA2, pop, c.population)
+            return self._finish_generation(pop, t0, stats, parts)
+        return self._finish_generation(pop, t0, None, parts)
 
     @staticmethod
-    def _count_new(pop) -> tuple[int, int]:
-        invalid = [ind for ind in pop if not ind.fitness.valid]
-        return len(invalid), len({str(ind) for ind in invalid})
+    def _timed(parts: dict, name: str, fn, *args):
+        t = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
+
+    def _select(self, k: int) -> list:
+        """``toolbox.select`` (DEAP's double tournament) on the population: the same
+        individuals from the same random draws, computed over arrays where this
+        interpreter's random stream allows (evolve.selection)."""
+        from evolve import selection
+        c, pop = self.config, self.population
+        if not selection.stream_matches():
+            return self.toolbox.select(pop, k)
+        wfit = np.array([ind.fitness.wvalues[0] for ind in pop], dtype=np.float64)
+        idx = selection.double_tournament(random, wfit, self._sizes, k, c.tournament,
+                                          c.parsimony)
+        return [pop[i] for i in idx]
 
     def _step_pareto(self, t0) -> dict:
         """NSGA-II: crowded tournaments for parents, then the best ``population`` of
         parents + offspring by non-domination rank and crowding distance."""
         from deap import algorithms, tools
         c = self.config
+        parts: dict = {}
         with self._random():
-            chosen = tools.selTournamentDCD(self.population, c.population)
-            offspring = algorithms.varAnd(chosen, self.toolbox, c.cx_prob, c.mut_prob)
+            chosen = self._timed(parts, "selection", tools.selTournamentDCD,
+                                 self.population, c.population)
+            offspring = self._timed(parts, "variation", algorithms.varAnd, chosen,
+                                    self.toolbox, c.cx_prob, c.mut_prob)
         for ind in offspring:
             if not ind.fitness.valid:
                 ind.born = self.generation
-        stats = self._count_new(offspring)
-        self._evaluate(offspring)
-        return self._finish_generation(tools.selNSGA2(self.population + offspring,
-                                                      c.population), t0, stats)
+        stats = self._timed(parts, "evaluation", self._evaluate, offspring)
+        pop = self._timed(parts, "selection", tools.selNSGA2, self.population + offspring,
+                          c.population)
+        return self._finish_generation(pop, t0, stats, parts)
 
     def step(self) -> dict:
         c = self.config
@@ -457,26 +519,38 @@ class Evolution:
         self.generation += 1
         if self.pareto:
             return self._step_pareto(t0)
+        from deap import algorithms
+        parts: dict = {}
+        n_off = c.population - c.elitism
         with self._random():
-            from deap import algorithms
-            n_off = c.population - c.elitism
-            chosen = self.toolbox.select(self.population, n_off)
-            offspring = algorithms.varAnd(chosen, self.toolbox, c.cx_prob, c.mut_prob)
+            chosen = self._timed(parts, "selection", self._select, n_off)
+            offspring = self._timed(parts, "variation", algorithms.varAnd, chosen,
+                                    self.toolbox, c.cx_prob, c.mut_prob)
+        t = time.perf_counter()
         for ind in offspring:
-            if not ind.fitness.valid:
+            if not ind.fitness.wvalues:
                 ind.born = self.generation
-        elite = sorted(self.population, key=lambda i: (-self.score(i), len(i)))[:c.elitism]
-        offspring.extend(self.toolbox.clone(e) for e in elite)
-        return self._finish_generation(offspring, t0)
+        # the best by score, then size; a stable sort keeps population order on ties
+        order = np.lexsort((self._sizes, -self._scores))[:c.elitism]
+        offspring.extend(_clone(self.population[i]) for i in order)
+        parts["variation"] += time.perf_counter() - t
+        return self._finish_generation(offspring, t0, None, parts)
 
-    def _finish_generation(self, pop, t0, stats=None) -> dict:
+    def _finish_generation(self, pop, t0, stats, parts: dict) -> dict:
         """Evaluate what is new in ``pop`` (stats: (new, unique new) when the caller
         evaluated already), then hall of fame, valid scores and the history record."""
         k0, p0, n0 = self.train.kernel_seconds, self.train.kernel_programs, self.train.node_evals
-        n_new, unique = stats if stats else self._count_new(pop)
-        self._evaluate(pop)
+        v0 = self.valid.kernel_seconds
+        if stats is None:
+            stats = self._timed(parts, "evaluation", self._evaluate, pop)
+        n_new, unique = stats
+        t = time.perf_counter()
         self.population = pop
-        self.hof.update(pop, self.score)
+        texts = [_text(ind) for ind in pop]
+        scores = self.scores(pop)
+        sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
+        self._scores, self._sizes = scores, sizes
+        self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
         # the best trees ever seen on valid, from each generation's hall of fame: the
@@ -484,27 +558,30 @@ class Evolution:
         # (perhaps overfitted) trees push it out of the hall of fame
         self.valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
                            for e, v in zip(self.hof.entries, valid_fit))
-        fits = np.array([self.score(ind) for ind in pop])
-        sizes = np.array([len(ind) for ind in pop])
-        best = int(np.argmax(fits))
+        best = int(np.argmax(scores))
+        parts["hall_of_fame"] = time.perf_counter() - t
         elapsed = time.perf_counter() - t0
         kernel = self.train.kernel_seconds - k0
         record = {
             "generation": self.generation,
             "evaluated": n_new,
             "unique": unique,
-            "best_train": float(fits[best]),
-            "median_train": float(np.median(fits)),
+            "best_train": float(scores[best]),
+            "median_train": float(np.median(scores)),
             "best_valid": self.valid_hof.entries[0].fitness,
             "mean_size": float(sizes.mean()),
             "max_size": int(sizes.max()),
-            "best_tree": str(pop[best]),
+            "best_tree": texts[best],
             "timing": {
                 "seconds": elapsed,
                 "kernel_seconds": kernel,
+                "valid_kernel_seconds": self.valid.kernel_seconds - v0,
                 "kernel_programs": self.train.kernel_programs - p0,
                 "node_evals_per_s": ((self.train.node_evals - n0) / kernel) if kernel > 0 else 0.0,
                 "evals_per_s": (n_new / elapsed) if elapsed > 0 else 0.0,
+                # wall time by stage (kernels included in evaluation and hall_of_fame)
+                "parts": {k: parts.get(k, 0.0) for k in
+                          ("selection", "variation", "evaluation", "hall_of_fame")},
             },
         }
         return record
@@ -571,26 +648,51 @@ class Evolution:
                           for e, v in zip(hof.entries, vf))
         self.rng.setstate(rng_state)
         self.population = pop
+        self._scores = self.scores(pop)
+        self._sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
         self.hof = hof
         self.valid_hof = valid_hof
         self.generation = generation
 
 
-def _static_limit(key, max_value):
-    """DEAP's gp.staticLimit (same rule, same random draws), keeping the parents
-    with _clone instead of deepcopy: an offspring over the limit is replaced by
-    a random one of the parents."""
+def _static_limit(max_height: int, max_size: int):
+    """DEAP's two ``gp.staticLimit`` decorators in one (height inside, size
+    outside, as ``toolbox.decorate`` stacks them): an offspring over a limit is
+    replaced by a copy of a random one of the parents as they were before the
+    operator ran. Same rule, same random draws and the same sharing of copies as
+    the stacked decorators, so a run walks the same trajectory; but the parents
+    are snapshotted as node lists and copied only when a limit is hit, instead
+    of deep-copied twice on every call."""
     def decorator(func):
         @functools.wraps(func)
         def wrapper(*args, **kwargs):
-            keep = [_clone(ind) for ind in args]
+            snaps = [(type(ind), list(ind), ind.fitness.wvalues, ind.born) for ind in args]
             new = list(func(*args, **kwargs))
-            for i, ind in enumerate(new):
-                if key(ind) > max_value:
-                    new[i] = random.choice(keep)
+            # a tree of n nodes is at most n - 1 high: measure only taller-looking ones
+            for over in (lambda t: len(t) > max_height + 1 and t.height > max_height,
+                         lambda t: len(t) > max_size):
+                copies: dict = {}   # one copy per parent and decorator level, like DEAP's
+                for i, ind in enumerate(new):
+                    if over(ind):
+                        j = _choice_index(len(snaps))
+                        if j not in copies:
+                            copies[j] = _from_snapshot(*snaps[j])
+                        new[i] = copies[j]
             return new
         return wrapper
     return decorator
+
+
+def _choice_index(n: int) -> int:
+    """The index ``random.choice(seq)`` picks for a sequence of length n (same draws)."""
+    return random.choice(range(n))
+
+
+def _from_snapshot(cls, nodes, wvalues, born):
+    new = cls(nodes)
+    new.fitness.wvalues = wvalues
+    new.born = born
+    return new
 
 
 def _clone(ind):
@@ -598,12 +700,29 @@ def _clone(ind):
 
     DEAP's operators never change a node in place (crossover, mutation and
     shrinking replace list items), so copying the node list is enough; it is
-    several times cheaper than deepcopy, which DEAP's examples use."""
-    new = type(ind)(ind)
-    if ind.fitness.valid:
-        new.fitness.values = ind.fitness.values
+    several times cheaper than deepcopy, which DEAP's examples use, and the
+    fitness is copied without going through Fitness.__init__."""
+    cls = type(ind)
+    new = list.__new__(cls)
+    list.__init__(new, ind)
+    fit = ind.fitness
+    new.fitness = f = object.__new__(type(fit))
+    f.wvalues = fit.wvalues
     new.born = ind.born
+    if fit.wvalues:
+        new.text = ind.text
     return new
+
+
+def _text(ind) -> str:
+    """``str(ind)``, remembered while the fitness is valid: every operator that
+    changes a tree in place is followed by invalidating its fitness (varAnd)."""
+    if ind.fitness.wvalues and ind.text is not None:
+        return ind.text
+    s = str(ind)
+    if ind.fitness.wvalues:
+        ind.text = s
+    return s
 
 
 def _mut_scale_constant(ind):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from evolve import codegen, data, treeio
 from evolve import fitness as F
-from evolve.engine import Config, ConfigError, Evolution
+from evolve.engine import Config, ConfigError, Evolution, fewer_collections
 from evolve.runs import RunDir, RunError, check_name, default_name, now_iso, runs_dir
 
 EXIT_INTERRUPTED = 130
@@ -174,7 +174,8 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
         cfg = engine.config
         resumed = engine.generation >= 0
         try:
-            with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar:
+            with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar, \
+                    fewer_collections():
                 if not resumed:
                     rec = engine.initialise()
                     _save_generation(run, engine, rec)
