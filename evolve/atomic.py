@@ -36,8 +36,15 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: str | os.PathLike, obj) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, allow_nan=False) + "\n")
+def atomic_write_json(path: str | os.PathLike, obj, compact: bool = False) -> None:
+    """Write JSON atomically: indented for people, or ``compact`` (one line, written
+    by json's C encoder, several times faster) for machine state such as
+    checkpoints, written every generation."""
+    if compact:
+        text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    else:
+        text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False)
+    atomic_write_text(path, text + "\n")
 
 
 def append_line(path: str | os.PathLike, line: str) -> None:

@@ -609,9 +609,9 @@ class Evolution:
 
     def _item(self, ind) -> dict:
         if not self.pareto:
-            return {"tree": str(ind), "fitness": ind.fitness.values[0], "born": ind.born}
+            return {"tree": _text(ind), "fitness": ind.fitness.values[0], "born": ind.born}
         cd = getattr(ind.fitness, "crowding_dist", None)
-        return {"tree": str(ind), "fitness": list(ind.fitness.values), "born": ind.born,
+        return {"tree": _text(ind), "fitness": list(ind.fitness.values), "born": ind.born,
                 # NSGA-II's crowding distance (None: infinite), needed by the next
                 # generation's tournaments, so a resume continues exactly
                 "crowding": None if cd is None or math.isinf(cd) else float(cd)}

@@ -207,7 +207,7 @@ class RunDir:
 
     # --- checkpoints and results ----------------------------------------
     def write_checkpoint(self, state: dict) -> None:
-        atomic_write_json(self.file("checkpoint.json"), state)
+        atomic_write_json(self.file("checkpoint.json"), state, compact=True)
 
     def checkpoint(self) -> dict:
         state = read_json(self.file("checkpoint.json"), "checkpoint")
