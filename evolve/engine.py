@@ -9,6 +9,14 @@ exact.
 Fitness is computed on train by the batched population kernel; the hall of
 fame is scored on valid and the champion is the hall-of-fame member with the
 best valid fitness (ties: smaller, then older). Test is never looked at here.
+
+The operators are DEAP's, and a run makes exactly the draws and choices a
+plain DEAP loop with them makes (benchmarks/deap_reference.py walks the same
+trajectory). What is done differently is done faster with the same outcome,
+each tested against DEAP in tests/test_selection.py: the double tournament
+runs over arrays (evolve/selection.py), the size and height limits snapshot
+the parents instead of deep-copying them, a tree's text and fitness are
+remembered, and the hall of fame is fed from arrays.
 """
 
 from __future__ import annotations
