@@ -480,11 +480,15 @@ def _engine_child(spec: dict) -> dict:
     valid = data.load_split(spec["data"], "valid")
     cfg = Config(generations=spec["generations"], population=spec["population"],
                  seed=spec["seed"])
-    # Load the kernel from Numba's cache first, so generation 0's kernel time is
-    # the kernel's work, not the one-off load (the CLI figures include it).
+    # Load the kernel and the selection loop from Numba's cache first, so the
+    # first generations time their work, not the one-off load (the CLI figures
+    # include it).
+    from evolve import selection
     from evolve.kernels import SplitArrays, population_counts
     population_counts(treeio.linearise([treeio.parse("add(draft_prob, 1.0)")]),
                       SplitArrays(_subset(train, 64)))
+    selection.double_tournament(random.Random(0), np.zeros(4), np.ones(4, dtype=np.int64),
+                                2, 2, 1.4)
     t_loop = time.perf_counter()
     ev = Evolution(cfg, train, valid)
     gens = []
