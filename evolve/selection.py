@@ -102,26 +102,29 @@ def stream_matches() -> bool:
 
 
 def double_tournament(gen, wfit: np.ndarray, sizes: np.ndarray, k: int, fitness_size: int,
-                      parsimony_size: float) -> np.ndarray:
+                      parsimony_size: float, chunk: int = 65_536) -> np.ndarray:
     """Indices chosen by ``selDoubleTournament(pop, k, fitness_size, parsimony_size,
     fitness_first=True)`` for a population with weighted fitness ``wfit`` and tree
     sizes ``sizes``, drawing from ``gen`` (a Random, or the random module) exactly
-    as DEAP would. Call only where ``stream_matches()``."""
+    as DEAP would. Call only where ``stream_matches()``. Picks are made ``chunk``
+    at a time, which bounds the block of random words held at once."""
     n = len(wfit)
     bits = n.bit_length()
     wfit = np.ascontiguousarray(wfit, dtype=np.float64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     out = np.empty(k, dtype=np.int64)
-    # expected words: 2 tournaments x fitness_size draws, each 2**bits / n words
-    # on average (rejections), plus 2 for random(); some spare
-    m = int(k * (2 * fitness_size * (2 ** bits / n) + 2) * 1.1) + 256
-    state = gen.getstate()
-    while True:
-        used = _scan(_words(gen, m), n, 32 - bits, k, fitness_size, parsimony_size / 2.0,
-                     wfit, sizes, out)
-        gen.setstate(state)
-        if used >= 0:
-            break
-        m *= 2
-    gen.getrandbits(32 * used)
+    for start in range(0, k, chunk):
+        part = out[start:start + chunk]
+        # expected words: 2 tournaments x fitness_size draws, each 2**bits / n words
+        # on average (rejections), plus 2 for random(); some spare
+        m = int(len(part) * (2 * fitness_size * (2 ** bits / n) + 2) * 1.1) + 256
+        state = gen.getstate()
+        while True:
+            used = _scan(_words(gen, m), n, 32 - bits, len(part), fitness_size,
+                         parsimony_size / 2.0, wfit, sizes, part)
+            gen.setstate(state)
+            if used >= 0:
+                break
+            m *= 2
+        gen.getrandbits(32 * used)
     return out
