@@ -454,6 +454,13 @@ class Evolution:
                               dtype=np.float64)
         return np.array([ind.fitness.wvalues[0] for ind in pop], dtype=np.float64)  # weight 1
 
+    def _adopt(self, pop) -> None:
+        """Make ``pop`` the population, with the score and size arrays that
+        elitism and the next selection read."""
+        self.population = pop
+        self._scores = self.scores(pop)
+        self._sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
+
     def valid_scores(self, trees: list[str]) -> np.ndarray:
         return self.valid.fitness(self.config.objective, trees)
 
@@ -497,9 +504,9 @@ class Evolution:
         c, pop = self.config, self.population
         if not selection.stream_matches():
             return self.toolbox.select(pop, k)
-        wfit = np.array([ind.fitness.wvalues[0] for ind in pop], dtype=np.float64)
-        idx = selection.double_tournament(random, wfit, self._sizes, k, c.tournament,
-                                          c.parsimony)
+        # single objective, weight 1: the scores are DEAP's weighted fitness values
+        idx = selection.double_tournament(random, self._scores, self._sizes, k,
+                                          c.tournament, c.parsimony)
         return [pop[i] for i in idx]
 
     def _step_pareto(self, t0) -> dict:
@@ -553,11 +560,9 @@ class Evolution:
             stats = self._timed(parts, "evaluation", self._evaluate, pop)
         n_new, unique = stats
         t = time.perf_counter()
-        self.population = pop
+        self._adopt(pop)
+        scores, sizes = self._scores, self._sizes
         texts = [_text(ind) for ind in pop]
-        scores = self.scores(pop)
-        sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
-        self._scores, self._sizes = scores, sizes
         self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
@@ -655,9 +660,7 @@ class Evolution:
             valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
                           for e, v in zip(hof.entries, vf))
         self.rng.setstate(rng_state)
-        self.population = pop
-        self._scores = self.scores(pop)
-        self._sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
+        self._adopt(pop)
         self.hof = hof
         self.valid_hof = valid_hof
         self.generation = generation
