@@ -13,10 +13,13 @@ best valid fitness (ties: smaller, then older). Test is never looked at here.
 The operators are DEAP's, and a run makes exactly the draws and choices a
 plain DEAP loop with them makes (benchmarks/deap_reference.py walks the same
 trajectory). What is done differently is done faster with the same outcome,
-each tested against DEAP in tests/test_selection.py: the double tournament
-runs over arrays (evolve/selection.py), the size and height limits snapshot
-the parents instead of deep-copying them, a tree's text and fitness are
-remembered, and the hall of fame is fed from arrays.
+each tested against DEAP (tests/test_selection.py, tests/test_vary.py): on
+synthetic data the population is kept as arrays and selection and variation
+run compiled on CPython's own random stream (evolve.selection, evolve.vary),
+fitness is cached by tree hash, and the hall of fame is fed from arrays; on
+trace data (the constant-scaling mutation, NSGA-II) and wherever the stream
+cannot be reproduced, DEAP's own operators run on DEAP trees, with the size
+and height limits snapshotting parents instead of deep-copying them.
 """
 
 from __future__ import annotations
@@ -285,6 +288,15 @@ class Evaluator:
         from evolve.kernels import population_counts
         return population_counts(programs, self.arrays)
 
+    def run(self, progs) -> np.ndarray:
+        """Kernel rows for linearised programs (not cached), timed and counted."""
+        t0 = time.perf_counter()
+        rows = self._kernel(progs)
+        self.kernel_seconds += time.perf_counter() - t0
+        self.kernel_programs += len(progs)
+        self.node_evals += int(progs.lengths.sum()) * self.rows_per_program
+        return rows
+
     def counts(self, trees: list[str], deap_trees: list | None = None) -> np.ndarray:
         """Kernel result rows for tree strings, computing only the unknown
         (``deap_trees``: the same trees as DEAP individuals, read instead of
@@ -297,17 +309,14 @@ class Evaluator:
         if todo:
             node_lists = [treeio.from_deap(deap_trees[i]) if deap_trees is not None
                           else treeio.parse(s) for s, i in todo.items()]
-            progs = treeio.linearise(node_lists)
-            t0 = time.perf_counter()
-            rows = self._kernel(progs)
-            self.kernel_seconds += time.perf_counter() - t0
-            self.kernel_programs += len(progs)
-            self.node_evals += int(progs.lengths.sum()) * self.rows_per_program
+            rows = self.run(treeio.linearise(node_lists))
             for j, s in enumerate(todo):
                 cache[s] = rows[j].copy()
-            while len(cache) > self.CACHE_LIMIT:
-                cache.popitem(last=False)
-        return np.stack([cache[s] for s in trees]) if trees else np.empty((0, 0))
+        out = np.stack([cache[s] for s in trees]) if trees else np.empty((0, 0))
+        # forget the oldest only now: more new trees than the limit are still answered
+        while len(cache) > self.CACHE_LIMIT:
+            cache.popitem(last=False)
+        return out
 
     def fitness(self, objective: str, trees: list[str], deap_trees=None) -> np.ndarray:
         return np.atleast_1d(F.objective_fitness(objective, self.n,
@@ -344,7 +353,10 @@ class TraceEvaluator(Evaluator):
 
 
 class Evolution:
-    def __init__(self, config: Config, train, valid):
+    def __init__(self, config: Config, train, valid, arrays: bool = True):
+        """``arrays``: on synthetic data, keep the population as arrays and run
+        variation compiled (evolve.vary; same draws and trees as DEAP's
+        operators) where this interpreter allows; False: always DEAP's."""
         config.validate()
         self.config = config
         self.trace = config.objective in F.TRACE_OBJECTIVES
@@ -357,30 +369,80 @@ class Evolution:
         else:
             self.train = Evaluator(train, "train")
             self.valid = Evaluator(valid, "valid")
-        self.rng = random.Random(config.seed)
+        self._rng = random.Random(config.seed)
+        # array mode: the generator state as arrays the compiled loops advance
+        # (None: not loaded), put back into self._rng when something reads
+        # it (the rng property, _sync_rng); DEAP code changing it drops them
+        self._mt = None
+        self._rng_behind = False
         self.generation = -1
-        self.population: list = []
+        self._population: list = []
         self.hof = HallOfFame(config.hof_size)
         self.valid_hof = HallOfFame(config.hof_size)
         # train fitness by tree text, weighted as DEAP stores it (wvalues): a tree
         # met again is not looked up, stacked and scored again
         self._known: dict[str, tuple] = {}
         self.toolbox = self._toolbox()
+        # array mode (evolve.vary): the population as arrays, a fitness cache by
+        # tree hash, and tree texts by hash for the hall of fame and checkpoints
+        self._table = None
+        if arrays and not self.trace and not self.pareto:
+            from evolve import selection, vary
+            if selection.stream_matches() and vary.stream_matches():
+                self._table = vary.Table.build(self.pset)
+        if self._table is not None:
+            self._pop = None
+            self._cache = vary.FitnessCache(Evaluator.CACHE_LIMIT)
+            self._texts: dict = {}
+            self._deap_view = None
+            self._work = vary.Workspace()
         if config.threads:
             import numba
             numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
+
+    @property
+    def arrays(self) -> bool:
+        """Whether the population is kept as arrays (evolve.vary)."""
+        return self._table is not None
+
+    @property
+    def population(self) -> list:
+        """The population as DEAP individuals (built on demand in array mode)."""
+        if self._table is None:
+            return self._population
+        if self._deap_view is None:
+            from evolve import vary
+            pop = self._pop
+            self._deap_view = [] if pop is None else \
+                [vary.to_deap(self._table, pop, i, self.Individual) for i in range(len(pop))]
+        return self._deap_view
 
     # --- randomness -----------------------------------------------------
     @contextmanager
     def _random(self):
         """Run DEAP code with the engine's RNG state in the random module."""
+        self._sync_rng()
         outer = random.getstate()
-        random.setstate(self.rng.getstate())
+        random.setstate(self._rng.getstate())
         try:
             yield
         finally:
-            self.rng.setstate(random.getstate())
+            self._rng.setstate(random.getstate())
             random.setstate(outer)
+            self._mt = None
+
+    @property
+    def rng(self) -> random.Random:
+        """The engine's random generator, current."""
+        self._sync_rng()
+        return self._rng
+
+    def _sync_rng(self) -> None:
+        """Make ``self._rng`` current after the compiled loops advanced its state."""
+        if self._rng_behind:
+            from evolve import stream
+            stream.set_state(self._rng, self._mt, self._pos, *self._rng_meta)
+            self._rng_behind = False
 
     # --- DEAP toolbox ---------------------------------------------------
     def _toolbox(self):
@@ -436,14 +498,43 @@ class Evolution:
                 fit = self.train.fitness(self.config.objective, trees, deap_trees)
                 values = [(float(f),) for f in fit]
             weights = todo[0].fitness.weights
-            for s, v in zip(trees, values):
-                known[s] = tuple(x * w for x, w in zip(v, weights))
+            fresh = {s: tuple(x * w for x, w in zip(v, weights)) for s, v in zip(trees, values)}
+            known.update(fresh)
             while len(known) > Evaluator.CACHE_LIMIT:
                 del known[next(iter(known))]
+        else:
+            fresh = {}
         for ind, s in zip(todo, strings):
-            ind.fitness.wvalues = known[s]
+            # a generation with more new trees than the cache holds: from ``fresh``
+            ind.fitness.wvalues = fresh[s] if s in fresh else known[s]
             ind.text = s
         return len(todo), len(set(strings))
+
+    def _evaluate_arrays(self, pop) -> tuple[int, int]:
+        """``_evaluate`` for a vary.Population: the cache by tree hash, then the
+        kernel on each distinct new tree."""
+        from evolve import vary
+
+        def score(new):
+            rows = self.train.run(vary.programs(self._table, pop, new))
+            return F.objective_fitness(self.config.objective, self.train.n, rows)
+        return self._cache.evaluate(pop, score)
+
+    def _texts_of(self, idx) -> list[str]:
+        """Tree texts of individuals ``idx`` of the array population, remembered
+        by tree hash."""
+        from evolve import vary
+        pop, memo = self._pop, self._texts
+        idx = np.asarray(idx, dtype=np.int64)
+        out = []
+        for i, a, b in zip(idx.tolist(), pop.h1[idx].tolist(), pop.h2[idx].tolist()):
+            s = memo.get((a, b))
+            if s is None:
+                if len(memo) >= Evaluator.CACHE_LIMIT:
+                    memo.clear()
+                s = memo[(a, b)] = vary.text(self._table, pop, i)
+            out.append(s)
+        return out
 
     def scores(self, pop) -> np.ndarray:
         """One number per individual for the hall of fame, elites and history: its
@@ -457,7 +548,11 @@ class Evolution:
     def _adopt(self, pop) -> None:
         """Make ``pop`` the population, with the score and size arrays that
         elitism and the next selection read."""
-        self.population = pop
+        if self._table is not None:
+            self._pop, self._deap_view = pop, None
+            self._scores, self._sizes = pop.fit, pop.lens
+            return
+        self._population = pop
         self._scores = self.scores(pop)
         self._sizes = np.fromiter(map(len, pop), dtype=np.int64, count=len(pop))
 
@@ -479,6 +574,9 @@ class Evolution:
                 pop.append(self.Individual(self.toolbox.expr()))
         for ind in pop:
             ind.born = 0
+        if self._table is not None:
+            from evolve import vary
+            pop = vary.from_deap(self._table, pop)
         self.generation = 0
         parts = {"variation": time.perf_counter() - t0}
         if self.pareto:
@@ -534,9 +632,11 @@ class Evolution:
         self.generation += 1
         if self.pareto:
             return self._step_pareto(t0)
-        from deap import algorithms
         parts: dict = {}
         n_off = c.population - c.elitism
+        if self._table is not None:
+            return self._step_arrays(t0, n_off, parts)
+        from deap import algorithms
         with self._random():
             chosen = self._timed(parts, "selection", self._select, n_off)
             offspring = self._timed(parts, "variation", algorithms.varAnd, chosen,
@@ -551,19 +651,53 @@ class Evolution:
         parts["variation"] += time.perf_counter() - t
         return self._finish_generation(offspring, t0, None, parts)
 
+    def _step_arrays(self, t0, n_off: int, parts: dict) -> dict:
+        """``step`` on the array population: the same selection, variation and
+        elitism, compiled (evolve.selection, evolve.vary), drawing from the
+        engine's generator state as DEAP would."""
+        from evolve import selection, stream, vary
+        c = self.config
+        t = time.perf_counter()
+        if self._mt is None:
+            self._mt, self._pos, *self._rng_meta = stream.state_arrays(self._rng)
+        mt, pos = self._mt, self._pos
+        self._rng_behind = True
+        chosen = selection.tournament(mt, pos, self._scores, self._sizes, n_off,
+                                      c.tournament, c.parsimony)
+        t1 = time.perf_counter()
+        order = np.lexsort((self._sizes, -self._scores))[:c.elitism]
+        pop = vary.vary(self._table, self._pop, chosen, order, mt, pos, c.cx_prob,
+                        c.mut_prob, c.max_height, c.max_size, self.generation, self._work)
+        parts["selection"] = t1 - t
+        parts["variation"] = time.perf_counter() - t1
+        return self._finish_generation(pop, t0, None, parts)
+
     def _finish_generation(self, pop, t0, stats, parts: dict) -> dict:
         """Evaluate what is new in ``pop`` (stats: (new, unique new) when the caller
         evaluated already), then hall of fame, valid scores and the history record."""
         k0, p0, n0 = self.train.kernel_seconds, self.train.kernel_programs, self.train.node_evals
         v0 = self.valid.kernel_seconds
         if stats is None:
-            stats = self._timed(parts, "evaluation", self._evaluate, pop)
+            stats = self._timed(parts, "evaluation", self._evaluate_arrays
+                                if self._table is not None else self._evaluate, pop)
         n_new, unique = stats
         t = time.perf_counter()
         self._adopt(pop)
         scores, sizes = self._scores, self._sizes
-        texts = [_text(ind) for ind in pop]
-        self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
+        best = int(np.argmax(scores))
+        if self._table is not None:
+            from evolve import vary
+            cand = np.arange(len(pop))
+            if len(self.hof.entries) >= self.hof.size:
+                cand = np.flatnonzero(scores >= self.hof.entries[-1].fitness)
+            # an equal tree born in the same generation fares as the first one did
+            cand = vary.first_each(pop, cand)
+            self.hof.update(self._texts_of(cand), scores[cand], sizes[cand], pop.born[cand])
+            best_tree = self._texts_of([best])[0]
+        else:
+            texts = [_text(ind) for ind in pop]
+            self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
+            best_tree = texts[best]
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
         # the best trees ever seen on valid, from each generation's hall of fame: the
@@ -571,7 +705,6 @@ class Evolution:
         # (perhaps overfitted) trees push it out of the hall of fame
         self.valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
                            for e, v in zip(self.hof.entries, valid_fit))
-        best = int(np.argmax(scores))
         parts["hall_of_fame"] = time.perf_counter() - t
         elapsed = time.perf_counter() - t0
         kernel = self.train.kernel_seconds - k0
@@ -584,7 +717,7 @@ class Evolution:
             "best_valid": self.valid_hof.entries[0].fitness,
             "mean_size": float(sizes.mean()),
             "max_size": int(sizes.max()),
-            "best_tree": texts[best],
+            "best_tree": best_tree,
             "timing": {
                 "seconds": elapsed,
                 "kernel_seconds": kernel,
@@ -608,17 +741,26 @@ class Evolution:
 
     # --- checkpoints ----------------------------------------------------
     def state(self) -> dict:
-        version, internal, gauss = self.rng.getstate()
+        self._sync_rng()
+        version, internal, gauss = self._rng.getstate()
         return {
             "format": "evolve-checkpoint",
             "version": 1,
             "generation": self.generation,
             "config": self.config.to_dict(),
             "random_state": [version, list(internal), gauss],
-            "population": [self._item(ind) for ind in self.population],
+            "population": self._items(),
             "hall_of_fame": self.hof.to_json(),
             "valid_hall_of_fame": self.valid_hof.to_json(),
         }
+
+    def _items(self) -> list[dict]:
+        if self._table is None:
+            return [self._item(ind) for ind in self._population]
+        pop = self._pop
+        texts = self._texts_of(np.arange(len(pop)))
+        return [{"tree": s, "fitness": f, "born": b}
+                for s, f, b in zip(texts, pop.fit.tolist(), pop.born.tolist())]
 
     def _item(self, ind) -> dict:
         if not self.pareto:
@@ -659,7 +801,12 @@ class Evolution:
             vf = self.valid_scores([e.tree for e in hof.entries])
             valid_hof.add(HofEntry(e.tree, float(v), e.size, e.born)
                           for e, v in zip(hof.entries, vf))
-        self.rng.setstate(rng_state)
+        if self._table is not None:
+            from evolve import vary
+            pop = vary.from_deap(self._table, pop, [ind.fitness.wvalues[0] for ind in pop],
+                                 [ind.born for ind in pop])
+        self._rng.setstate(rng_state)
+        self._mt, self._rng_behind = None, False
         self._adopt(pop)
         self.hof = hof
         self.valid_hof = valid_hof
