@@ -37,7 +37,7 @@ def _twist(mt):
         mt[kk] = v
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _temper(y):
     y ^= y >> 11
     y ^= (y << 7) & 0x9D2C5680
@@ -53,7 +53,7 @@ def block(mt, buf, start):
         buf[i] = _temper(mt[i])
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def word(mt, pos):
     """The next 32-bit output (mt: the 624 state words, pos[0]: the index)."""
     if pos[0] >= N:
@@ -64,7 +64,7 @@ def word(mt, pos):
     return _temper(y)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def uniform01(mt, pos):
     """``random.random()``."""
     a = np.float64(word(mt, pos) >> 5)
@@ -72,7 +72,7 @@ def uniform01(mt, pos):
     return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def below(mt, pos, n):
     """``random._randbelow(n)`` for n in 1..2**32 - 1 (one word per draw)."""
     k = 0

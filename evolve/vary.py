@@ -204,7 +204,7 @@ def _common_type_order(types):
 
 # ------------------------------------------------------ the random stream
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _round3(x):
     """``round(x, 3)`` for a finite float of magnitude <= 2**10, exactly as CPython:
     the decimal nearest to the exact binary value (ties to even), back to float."""
@@ -226,7 +226,7 @@ def _round3(x):
     return -r if x < 0.0 else r
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _constant(mt, pos, round_consts):
     """``primitives.random_constant()``."""
     if uniform01(mt, pos) < 0.5:
@@ -280,7 +280,7 @@ S_C1, S_C2, S_COMMON, S_SD, S_ST, S_COPIES, S_SNAP, S_NEW = 0, 3, 6, 9, 73, 137,
 S_HEIGHTS = 160
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _end(codes, begin, nt):
     """End of the subtree rooted at ``begin`` (PrimitiveTree.searchSubtree)."""
     end = begin + 1
@@ -291,7 +291,7 @@ def _end(codes, begin, nt):
     return end
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _height(codes, start, length, nt, sc):
     """PrimitiveTree.height (a leaf: 0)."""
     sp = S_HEIGHTS
@@ -306,7 +306,7 @@ def _height(codes, start, length, nt, sc):
     return sc[S_HEIGHTS]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _splice(a_codes, a_vals, pos, s, length, b, e, sb, se):
     """Append a version: tree [s, s+length) with [b, e) replaced by [sb, se).
     Returns its start; the arena has room (checked by the caller)."""
@@ -328,7 +328,7 @@ def _splice(a_codes, a_vals, pos, s, length, b, e, sb, se):
     return start
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _nth(a_codes, s, length, r, nt, t):
     """Index (from 1) of the r-th non-root node of type t."""
     c = 0
@@ -373,7 +373,7 @@ def _cx_one_point(o1, o2, obj, a_codes, a_vals, mt, pos, nt, tt, rc, sc):
     obj[o2, O_START], obj[o2, O_LEN] = n2, l2 - (e2 - b2) + (e1 - b1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _terminal(t, mt, pos, nt, tt, rc):
     """random.choice(pset.terminals[t]), an ephemeral called: (id, value)."""
     term = tt[t, T_TERMS + below(mt, pos, tt[t, T_NTERMS])]
@@ -535,7 +535,7 @@ def _limit(nargs, obj, a_codes, mt, pos, max_height, max_size, nt, sc):
                 sc[S_NEW + i] = sc[S_COPIES + j]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True)
 def _snap(obj, o, j, sc):
     sc[S_SNAP + 3 * j] = obj[o, O_START]
     sc[S_SNAP + 3 * j + 1] = obj[o, O_LEN]
