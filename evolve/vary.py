@@ -545,16 +545,16 @@ def _snap(obj, o, j, sc):
 
 @njit(cache=True, nogil=True)
 def _vary(codes, values, starts, lens, chosen, mt, pos, cxpb, mutpb, max_height, max_size,
-          nt, tt, rc, a_codes, a_vals, sc):
+          nt, tt, rc, a_codes, a_vals, sc, n_obj):
     """varAnd(chosen parents): returns (status, slot objects, object table).
     pos: [generator index, arena fill, objects]. Status 1: the arena is too
-    small (retry larger). The parents are copied to the arena's start, and the
-    clones point there."""
+    small, 2: more than ``n_obj`` objects are needed (retry larger). The
+    parents are copied to the arena's start, and the clones point there."""
     k = chosen.shape[0]
     cap = a_codes.shape[0]
     n = codes.shape[0]
-    # k clones + at most 4 copies per crossover, 2 per mutation
-    obj = np.empty((5 * k + 8, 4), dtype=np.int64)
+    # k clones, then the limits' copies (at most 4 per crossover, 2 per mutation)
+    obj = np.empty((max(n_obj, k + 4), 4), dtype=np.int64)
     slot = np.empty(k, dtype=np.int64)
     if n + 64 > cap:
         return 1, slot, obj
@@ -570,6 +570,8 @@ def _vary(codes, values, starts, lens, chosen, mt, pos, cxpb, mutpb, max_height,
             o1, o2 = slot[i - 1], slot[i]
             if pos[1] + obj[o1, O_LEN] + obj[o2, O_LEN] > cap:
                 return 1, slot, obj
+            if pos[2] + 4 > obj.shape[0]:
+                return 2, slot, obj
             _snap(obj, o1, 0, sc)
             _snap(obj, o2, 1, sc)
             _cx_one_point(o1, o2, obj, a_codes, a_vals, mt, pos, nt, tt, rc, sc)
@@ -584,6 +586,8 @@ def _vary(codes, values, starts, lens, chosen, mt, pos, cxpb, mutpb, max_height,
             # then the tree with it spliced in
             if pos[1] + 2 * obj[o, O_LEN] + 32 > cap:
                 return 1, slot, obj
+            if pos[2] + 2 > obj.shape[0]:
+                return 2, slot, obj
             _snap(obj, o, 0, sc)
             _mutate(o, obj, a_codes, a_vals, mt, pos, nt, tt, rc, sc)
             _limit(1, obj, a_codes, mt, pos, max_height, max_size, nt, sc)
@@ -687,6 +691,7 @@ class Workspace:
 
     def __init__(self):
         self.cap = 0
+        self.retries = 0
 
     def arena(self, cap: int):
         if cap > self.cap:
@@ -699,27 +704,37 @@ class Workspace:
 
 def vary(table: Table, pop: Population, chosen: np.ndarray, elites: np.ndarray, mt, pos,
          cx_prob: float, mut_prob: float, max_height: int, max_size: int,
-         generation: int, work: Workspace | None = None) -> Population:
+         generation: int, work: Workspace | None = None, room: tuple | None = None
+         ) -> Population:
     """``varAnd`` on ``pop[chosen]`` with the engine's operators and limits, then
     copies of ``pop[elites]``. Draws from the generator state (mt, pos) of
     ``stream.state_arrays`` exactly as DEAP would, advancing it in place.
     Offspring changed by an operator have fitness NaN and are born in
-    ``generation``."""
+    ``generation``. ``room``: the arena and object-table sizes to start with
+    (grown as needed; for tests)."""
     work = work or Workspace()
     chosen = np.ascontiguousarray(chosen, dtype=np.int64)
     nt, tt, rc = table.packed
     # the parents, then new versions of trees: two per crossover, two per mutation
     cap = 3 * len(pop.codes) + 16 * len(chosen) + 256
+    n_obj = len(chosen) + len(chosen) // 8 + 64     # copies by the limits are rare
+    if room is not None:
+        cap, n_obj = room
     while True:
         m = mt.copy()
         p = np.array([pos[0], 0, 0], dtype=np.int64)
         a_codes, a_vals, scratch = work.arena(cap)
         status, slot, obj = _vary(pop.codes, pop.values, pop.starts, pop.lens, chosen, m, p,
                                   float(cx_prob), float(mut_prob), int(max_height),
-                                  int(max_size), nt, tt, rc, a_codes, a_vals, scratch)
+                                  int(max_size), nt, tt, rc, a_codes, a_vals, scratch, n_obj)
         if status == 0:
             break
-        cap = 4 * max(cap, work.cap)   # the arena was too small: again, from the same state
+        # out of room: again, from the same state, with more
+        if status == 1:
+            cap = 4 * max(cap, work.cap)
+        else:
+            n_obj = 5 * len(chosen) + 8
+        work.retries += 1
     mt[:] = m
     pos[0] = p[0]
     return Population(*_gather(slot, obj, a_codes, a_vals,

@@ -247,3 +247,20 @@ def test_more_new_trees_than_the_cache_holds(small_splits, monkeypatch, arrays):
     texts = [str(i) for i in ev.population]
     assert [i.fitness.values[0] for i in ev.population] == \
         fresh.fitness("expected", texts).tolist()
+
+
+def test_running_out_of_room_starts_over_with_more():
+    """Too small an arena or object table: the step starts again from the same
+    generator state with more room, and makes the same trees."""
+    pop, chosen = _population(8, 40, 6)
+    arr = vary.from_deap(TABLE, pop, [i.fitness.wvalues[0] for i in pop], [i.born for i in pop])
+    outs = []
+    for room in (None, (1, 1), (200, 1), (1, 10_000)):
+        work = vary.Workspace()
+        mt, pos, _, _ = stream.state_arrays(random.Random(3))
+        out = vary.vary(TABLE, arr, np.array(chosen), np.array([0, 1]), mt, pos, 1.0, 0.5, 2, 5,
+                        generation=1, work=work, room=room)
+        outs.append(([vary.text(TABLE, out, i) for i in range(len(out))], mt.tolist(), pos[0]))
+        if room is not None:
+            assert work.retries > 0
+    assert all(o == outs[0] for o in outs[1:])
