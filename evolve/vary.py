@@ -51,29 +51,37 @@ MAX_TYPES = 3
 
 # ------------------------------------------------------------------ table
 
+# Columns of the node table (Table.nt) and of the type table (Table.tt).
+K_KIND, K_ARITY, K_RET, K_NSAME, K_NSHRINK, K_ARGS = 0, 1, 2, 3, 4, 5
+K_SHRINK = K_ARGS + MAX_ARGS
+K_SAME = K_SHRINK + MAX_ARGS
+T_NTERMS, T_NPRIMS, T_ORDER, T_TERMS = 0, 1, 2, 3
+# Columns of the object table: where the tree's current version is, the parent
+# an untouched clone came from (-1: a copy made by a limit), fitness valid.
+O_START, O_LEN, O_SRC, O_VALID = 0, 1, 2, 3
+# The scratch array: type counts, generate's stacks, the limits' copies and
+# snapshots, then room for heights (as long as the arena: any tree fits).
+S_C1, S_C2, S_COMMON, S_SD, S_ST, S_COPIES, S_SNAP, S_NEW = 0, 3, 6, 9, 73, 137, 139, 147
+S_HEIGHTS = 160
+
 
 @dataclass
 class Table:
-    """Every node kind of a primitive set, by id, as arrays for the loop."""
+    """Every node kind of a primitive set, by id, as the loop reads them."""
     nodes: list            # DEAP Primitive / Terminal objects; the ephemeral class for EPH
     text: list             # leaf text (terminals) or name (primitives)
-    kind: np.ndarray       # PRIM, TERM, EPH
-    arity: np.ndarray
-    ret: np.ndarray        # type index
-    args: np.ndarray       # (n, MAX_ARGS) type indices, -1 past the arity
-    opcode: np.ndarray     # kernel opcode (primitives.OP, input index, OP_CONST)
-    terms: np.ndarray      # (types, m) terminal ids per type, in pset order
-    n_terms: np.ndarray
-    prims: np.ndarray      # (types, m) primitive ids per type, in pset order
-    n_prims: np.ndarray
-    same_sig: np.ndarray   # (n, m) primitives with the same ret and args (mutNodeReplacement)
-    n_same: np.ndarray
-    shrink: np.ndarray     # (n, MAX_ARGS) argument positions typed like the return (mutShrink)
-    n_shrink: np.ndarray
-    type_order: np.ndarray  # order of list(common types) in cxOnePoint
-    round_consts: np.ndarray
+    arity: np.ndarray      # int64 per id (also nt[:, K_ARITY])
+    opcode: np.ndarray     # int32 kernel opcode (primitives.OP, input index, OP_CONST)
     eph: int               # id of the ephemeral constant
     index: dict            # DEAP node name -> id
+    # per id: kind, arity, return type, then (columns K_*) the argument types, the
+    # argument positions typed like the return (mutShrink) and the primitives
+    # with the same signature (mutNodeReplacement), -1 past the counts
+    nt: np.ndarray
+    # per type: terminals and primitives in pset order (columns T_*), and in
+    # row r of T_ORDER the r-th type in cxOnePoint's list(common types) order
+    tt: np.ndarray
+    round_consts: np.ndarray
 
     @classmethod
     def build(cls, pset) -> "Table | None":
@@ -82,13 +90,16 @@ class Table:
         types = list(pset.primitives)
         if set(pset.terminals) - set(types) or len(types) > MAX_TYPES:
             return None
+        order = _common_type_order(types)
+        if order is None:
+            return None
         tix = {t: i for i, t in enumerate(types)}
         nodes, text, kind = [], [], []
         index: dict = {}
         eph = -1
         for t in types:
             for p in pset.primitives[t]:
-                if p.arity > MAX_ARGS or p.name in index:
+                if p.arity > MAX_ARGS or p.name in index or p.name not in P.OP:
                     return None
                 index[p.name] = len(nodes)
                 nodes.append(p)
@@ -114,34 +125,25 @@ class Table:
                     kind.append(TERM)
         if eph < 0:
             return None
-        n = len(nodes)
-        arity = np.array([getattr(x, "arity", 0) if k == PRIM else 0 for x, k in zip(nodes, kind)],
-                         dtype=np.int64)
-        ret = np.array([tix[x.ret] for x in nodes], dtype=np.int64)
-        args = np.full((n, MAX_ARGS), -1, dtype=np.int64)
-        shrink = np.full((n, MAX_ARGS), -1, dtype=np.int64)
-        n_shrink = np.zeros(n, dtype=np.int64)
-        opcode = np.empty(n, dtype=np.int32)
-        for i, (x, k) in enumerate(zip(nodes, kind)):
-            if k == PRIM:
-                if x.name not in P.OP:
-                    return None
-                opcode[i] = P.OP[x.name]
-                for j, a in enumerate(x.args):
-                    args[i, j] = tix[a]
-                pos = [j for j, a in enumerate(x.args) if a == x.ret]
-                shrink[i, :len(pos)] = pos
-                n_shrink[i] = len(pos)
-            elif k == TERM:
-                opcode[i] = P.INPUT_INDEX[x.value]
-            else:
-                opcode[i] = P.OP_CONST
         width = max([len(v) for v in pset.primitives.values()] +
                     [len(v) for v in pset.terminals.values()] + [1])
-        terms = np.full((len(types), width), -1, dtype=np.int64)
-        prims = np.full((len(types), width), -1, dtype=np.int64)
-        n_terms = np.zeros(len(types), dtype=np.int64)
-        n_prims = np.zeros(len(types), dtype=np.int64)
+        nt = np.full((len(nodes), K_SAME + width), -1, dtype=np.int64)
+        opcode = np.empty(len(nodes), dtype=np.int32)
+        for i, (x, k) in enumerate(zip(nodes, kind)):
+            nt[i, K_KIND], nt[i, K_RET] = k, tix[x.ret]
+            nt[i, K_ARITY] = nt[i, K_NSAME] = nt[i, K_NSHRINK] = 0
+            if k == PRIM:
+                opcode[i] = P.OP[x.name]
+                nt[i, K_ARITY] = x.arity
+                nt[i, K_ARGS:K_ARGS + x.arity] = [tix[a] for a in x.args]
+                pos = [j for j, a in enumerate(x.args) if a == x.ret]
+                nt[i, K_SHRINK:K_SHRINK + len(pos)] = pos
+                same = [index[p.name] for p in pset.primitives[x.ret] if p.args == x.args]
+                nt[i, K_SAME:K_SAME + len(same)] = same
+                nt[i, K_NSHRINK], nt[i, K_NSAME] = len(pos), len(same)
+            else:
+                opcode[i] = P.INPUT_INDEX[x.value] if k == TERM else P.OP_CONST
+        tt = np.full((len(types), T_TERMS + 2 * width), -1, dtype=np.int64)
         for t in types:
             ti = tix[t]
             tl = [index[x.__name__] if isinstance(x, gp.MetaEphemeral) else index[x.value]
@@ -149,42 +151,11 @@ class Table:
             pl = [index[x.name] for x in pset.primitives[t]]
             if not tl or not pl:
                 return None    # DEAP's generate would raise for such a type
-            terms[ti, :len(tl)] = tl
-            prims[ti, :len(pl)] = pl
-            n_terms[ti], n_prims[ti] = len(tl), len(pl)
-        same_sig = np.full((n, width), -1, dtype=np.int64)
-        n_same = np.zeros(n, dtype=np.int64)
-        for i, (x, k) in enumerate(zip(nodes, kind)):
-            if k == PRIM:
-                sl = [index[p.name] for p in pset.primitives[x.ret] if p.args == x.args]
-                same_sig[i, :len(sl)] = sl
-                n_same[i] = len(sl)
-        order = _common_type_order(types)
-        if order is None:
-            return None
-        return cls(nodes, text, np.array(kind, dtype=np.int64), arity, ret, args, opcode,
-                   terms, n_terms, prims, n_prims, same_sig, n_same, shrink, n_shrink,
-                   np.array([tix[t] for t in order], dtype=np.int64),
-                   np.array(P.ROUND_CONSTANTS, dtype=np.float64), eph, index)
-
-    @functools.cached_property
-    def packed(self) -> tuple:
-        """(node table, type table, round constants) as the loop reads them: one
-        row per node id (columns K_*), one per type (columns T_*)."""
-        n, width = len(self.nodes), self.terms.shape[1]
-        nt = np.zeros((n, K_SAME + width), dtype=np.int64)
-        nt[:, K_KIND], nt[:, K_ARITY], nt[:, K_RET] = self.kind, self.arity, self.ret
-        nt[:, K_NSAME], nt[:, K_NSHRINK] = self.n_same, self.n_shrink
-        nt[:, K_ARGS:K_ARGS + MAX_ARGS] = self.args
-        nt[:, K_SHRINK:K_SHRINK + MAX_ARGS] = self.shrink
-        nt[:, K_SAME:] = self.same_sig
-        types = len(self.n_terms)
-        tt = np.zeros((types, T_TERMS + 2 * width), dtype=np.int64)
-        tt[:, T_NTERMS], tt[:, T_NPRIMS] = self.n_terms, self.n_prims
-        tt[:len(self.type_order), T_ORDER] = self.type_order
-        tt[:, T_TERMS:T_TERMS + width] = self.terms
-        tt[:, T_TERMS + width:] = self.prims
-        return nt, tt, self.round_consts
+            tt[ti, T_NTERMS], tt[ti, T_NPRIMS], tt[ti, T_ORDER] = len(tl), len(pl), tix[order[ti]]
+            tt[ti, T_TERMS:T_TERMS + len(tl)] = tl
+            tt[ti, T_TERMS + width:T_TERMS + width + len(pl)] = pl
+        return cls(nodes, text, np.ascontiguousarray(nt[:, K_ARITY]), opcode, eph, index, nt, tt,
+                   np.array(P.ROUND_CONSTANTS, dtype=np.float64))
 
 
 def _common_type_order(types):
@@ -266,18 +237,6 @@ def stream_matches() -> bool:
 
 # ------------------------------------------------------------- tree arrays
 
-# Columns of the node table (Table.packed) and of the type table.
-K_KIND, K_ARITY, K_RET, K_NSAME, K_NSHRINK, K_ARGS = 0, 1, 2, 3, 4, 5
-K_SHRINK = K_ARGS + MAX_ARGS
-K_SAME = K_SHRINK + MAX_ARGS
-T_NTERMS, T_NPRIMS, T_ORDER, T_TERMS = 0, 1, 2, 3
-# Columns of the object table: where the tree's current version is, the parent
-# an untouched clone came from (-1: a copy made by a limit), fitness valid.
-O_START, O_LEN, O_SRC, O_VALID = 0, 1, 2, 3
-# The scratch array: type counts, generate's stacks, the limits' copies and
-# snapshots, then room for heights (as long as the arena: any tree fits).
-S_C1, S_C2, S_COMMON, S_SD, S_ST, S_COPIES, S_SNAP, S_NEW = 0, 3, 6, 9, 73, 137, 139, 147
-S_HEIGHTS = 160
 
 
 @njit(cache=True, nogil=True)
@@ -615,9 +574,6 @@ class Population:
     def __len__(self) -> int:
         return int(self.starts.shape[0])
 
-    def valid(self) -> np.ndarray:
-        return ~np.isnan(self.fit)
-
 
 @njit(cache=True, nogil=True)
 def _mix(h):
@@ -714,7 +670,7 @@ def vary(table: Table, pop: Population, chosen: np.ndarray, elites: np.ndarray, 
     (grown as needed; for tests)."""
     work = work or Workspace()
     chosen = np.ascontiguousarray(chosen, dtype=np.int64)
-    nt, tt, rc = table.packed
+    nt, tt, rc = table.nt, table.tt, table.round_consts
     # the parents, then new versions of trees: two per crossover, two per mutation
     cap = 3 * len(pop.codes) + 16 * len(chosen) + 256
     n_obj = len(chosen) + len(chosen) // 8 + 64     # copies by the limits are rare
