@@ -29,14 +29,9 @@ def _tournament(mt, pos, wfit, sizes, k, fitness_size, prob_small, out):
     """Fill ``out`` with k picks, drawing as DEAP does (see the module's doc).
     The generator's outputs are read a block at a time with a local index."""
     n = wfit.shape[0]
-    bits = 0
-    m = n
-    while m > 0:
-        bits += 1
-        m >>= 1
-    shift = 32 - bits
+    shift = 32 - stream.bits_of(n)
     buf = np.empty(stream.N, dtype=np.int64)
-    ab = np.empty(2, dtype=np.float64)
+    ab = np.empty(2, dtype=np.int64)
     p = pos[0]
     if p < stream.N:
         stream.block(mt, buf, p)
@@ -74,10 +69,9 @@ def _tournament(mt, pos, wfit, sizes, k, fitness_size, prob_small, out):
                 stream._twist(mt)
                 stream.block(mt, buf, 0)
                 p = 0
-            ab[h] = np.float64(buf[p] >> (5 + h))
+            ab[h] = buf[p]
             p += 1
-        u = (ab[0] * 67108864.0 + ab[1]) * (1.0 / 9007199254740992.0)
-        out[i] = small if u < prob else large
+        out[i] = small if stream.unit(ab[0], ab[1]) < prob else large
     pos[0] = p
 
 

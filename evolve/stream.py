@@ -47,10 +47,27 @@ def _temper(y):
 
 @njit(cache=True, nogil=True)
 def block(mt, buf, start):
-    """buf[start:] = the outputs of state words mt[start:] (a block, read in a
-    loop with a local index: faster than ``word`` where that is possible)."""
+    """buf[start:] = the outputs of state words mt[start:]: a block a loop can
+    read with its index in a local variable, twisting and refilling at the end
+    (faster than ``word``, whose index lives in an array)."""
     for i in range(start, N):
         buf[i] = _temper(mt[i])
+
+
+@njit(cache=True, nogil=True)
+def bits_of(n):
+    """n.bit_length() for n >= 0."""
+    k = 0
+    while n > 0:
+        k += 1
+        n >>= 1
+    return k
+
+
+@njit(cache=True, nogil=True)
+def unit(a, b):
+    """random() from two consecutive 32-bit outputs."""
+    return (np.float64(a >> 5) * 67108864.0 + np.float64(b >> 6)) * (1.0 / 9007199254740992.0)
 
 
 @njit(cache=True, nogil=True)
@@ -67,22 +84,17 @@ def word(mt, pos):
 @njit(cache=True, nogil=True)
 def uniform01(mt, pos):
     """``random.random()``."""
-    a = np.float64(word(mt, pos) >> 5)
-    b = np.float64(word(mt, pos) >> 6)
-    return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0)
+    a = word(mt, pos)
+    return unit(a, word(mt, pos))
 
 
 @njit(cache=True, nogil=True)
 def below(mt, pos, n):
     """``random._randbelow(n)`` for n in 1..2**32 - 1 (one word per draw)."""
-    k = 0
-    m = n
-    while m > 0:
-        k += 1
-        m >>= 1
-    r = word(mt, pos) >> (32 - k)
+    shift = 32 - bits_of(n)
+    r = word(mt, pos) >> shift
     while r >= n:
-        r = word(mt, pos) >> (32 - k)
+        r = word(mt, pos) >> shift
     return r
 
 
