@@ -29,10 +29,10 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(BIN)/evolve bench
+	$(BIN)/python benchmarks/speed.py
 
 bench-smoke: $(STAMP)
-	$(BIN)/evolve bench --smoke
+	$(BIN)/python benchmarks/speed.py --smoke
 
 data: $(STAMP)
 	$(BIN)/evolve data generate --force

@@ -1,10 +1,10 @@
-"""The plain DEAP way, as the reference `evolve bench` compares `evolve run` with.
+"""The plain DEAP way, as the reference benchmarks/speed.py compares `evolve run` with.
 
 What a DEAP user writes from the DEAP tutorials with the same ingredients as
-`evolve run` (the defaults of ``evolve.engine.Config``):
+`evolve run` (the defaults of ``evolve.search.config.Config``):
 
 - the same data (the train split; valid only to pick the champion at the end),
-- the same strongly typed primitive set (``evolve.primitives.make_pset()``; its
+- the same strongly typed primitive set (``evolve.lang.primitives.make_pset()``; its
   primitives are numpy functions, constants are Python floats),
 - the same operators and limits: initial trees ``genHalfAndHalf`` heights 1-4,
   ``selDoubleTournament`` (fitness_size 7, parsimony 1.4, fitness first),
@@ -12,18 +12,19 @@ What a DEAP user writes from the DEAP tutorials with the same ingredients as
   ``Evolution._mutate`` (mutUniform with genFull 0-2 / mutNodeReplacement /
   mutShrink / mutEphemeral one: 50/20/15/15 %), ``staticLimit`` height 10 and
   size 60 on both, elitism 2 (the best two by fitness, then size, cloned),
-- the same fitness: the expected objective from ``evolve.fitness``.
+- the same fitness: the expected objective (``evolve.objectives.metrics.fitness``
+  of the expected counts).
 
 Evaluation is the standard DEAP one: every individual with an invalid fitness is
 compiled with ``gp.compile`` to a Python function over numpy arrays, evaluated
 on the whole split, and its decisions counted with numpy
-(``evolve.fitness.counts_from_thresholds``). No cache, no batching, one process:
+(``evolve.objectives.metrics.counts_from_thresholds``). No cache, no batching, one process:
 an ``eaSimple`` loop (variation with ``algorithms.varAnd``, a HallOfFame and
 Statistics per generation), written out so elitism fits in.
 
 The random stream is consumed in the same order as ``evolve run`` does, so with
-equal fitness values both walk the same trajectory; `evolve bench` reports
-whether they did.
+equal fitness values both walk the same trajectory; benchmarks/speed.py
+reports whether they did.
 
 Prints one JSON document on stdout (progress on stderr). Usage:
 
@@ -40,14 +41,25 @@ import random
 import sys
 import time
 
-import numpy as np
-from deap import algorithms, base, creator, gp, tools
+from pathlib import Path
 
-from evolve import data
-from evolve import fitness as F
-from evolve import primitives as P
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:          # run as a script: `import evolve` from this checkout
+    sys.path.insert(0, str(ROOT))
 
-# Config defaults of `evolve run` (evolve.engine.Config), spelled out.
+import numpy as np  # noqa: E402
+from deap import algorithms, base, creator, gp, tools  # noqa: E402
+
+from evolve.data import tokens as data  # noqa: E402
+from evolve.lang import primitives as P  # noqa: E402
+from evolve.objectives import metrics as F  # noqa: E402
+from evolve.runs.paths import DATA_DIR  # noqa: E402
+
+# The token objectives of `evolve run`: the seed metric on the pre-drawn
+# uniforms, or its expectation (the default).
+OBJECTIVES = ("expected", "seed")
+
+# Config defaults of `evolve run` (evolve.search.config.Config), spelled out.
 INIT_MIN_HEIGHT, INIT_MAX_HEIGHT = 1, 4
 TOURNAMENT, PARSIMONY = 7, 1.4
 CX_PROB, MUT_PROB = 0.7, 0.25
@@ -141,8 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--generations", type=int, default=100)
     ap.add_argument("--population", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--data", default=str(data.DEFAULT_DIR))
-    ap.add_argument("--objective", choices=F.OBJECTIVES, default="expected")
+    ap.add_argument("--data", default=str(DATA_DIR))
+    ap.add_argument("--objective", choices=OBJECTIVES, default="expected")
     args = ap.parse_args(argv)
 
     t_start = time.perf_counter()

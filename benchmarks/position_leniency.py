@@ -1,34 +1,86 @@
 """How much can moving distortion to the start of the draft block buy?
 
-Leniency l_j = 1 - a * shape_j per block position j (min(1, t / (l_j d))), with
-a bisected so that the mean TV per token equals the budget on the valid trace
-split; prints tokens per call for several shapes against uniform leniency.
-Needs the default traces (`evolve data trace`). Usage:
+Leniency l_j = 1 - a * shape_j per block position j (accept with
+min(1, t / (l_j d))), with a bisected so that the mean TV per token equals the
+budget on the valid trace split; prints tokens per call for several shapes
+against uniform leniency tuned to the same budget. Needs the default traces
+(`evolve data trace`). Usage:
 
-    python benchmarks/position_leniency.py
+    python benchmarks/position_leniency.py [--budgets 0.01 0.03]
 """
-import numpy as np
-from evolve import traces, spec, pareto
-ts = traces.load("datasets/traces/valid.npz")
-sa = spec.SpecArrays.from_split(ts)
-F = sa.features()
-def rule(ls):
-    L = np.asarray(ls)[F["block_position"].astype(int)]
-    return lambda F: np.minimum(1.0, F["target_prob"] / (L * F["draft_prob"]))
-def obj(ls):
-    h = spec.rule_thresholds(rule(ls), sa)
-    return spec.objectives(sa, h)
-for B in (0.01, 0.03):
-    t = pareto.tune("leniency", sa, B)
-    print("B", B, "uniform leniency", t.param, t.tokens, t.tv)
-    best = None
-    # search over l0 with others = 1 (lenient only at block start) and other profiles via bisection on a scale
-    for shape in ([1,0,0,0],[0,0,0,1],[1,1,0,0],[1,.5,.25,0],[0,.25,.5,1],[1,1,1,1],[1,1,1,0],[0,1,1,1]):
-        lo, hi = 0.0, 1.0  # amount a: l_j = 1 - a*shape_j ; find max a with tv<=B
-        for _ in range(25):
-            a = (lo+hi)/2
-            o = obj([1 - a*s*0.99 for s in shape])
-            if o.tv_per_token <= B: lo = a
-            else: hi = a
-        o = obj([1 - lo*s*0.99 for s in shape])
-        print("  shape", shape, "a=%.3f tokens %.4f tv %.5f" % (lo, o.tokens_per_call, o.tv_per_token))
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:          # run as a script: `import evolve` from this checkout
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from evolve.data import traces  # noqa: E402
+from evolve.objectives import spec  # noqa: E402
+from evolve.rules import tuning  # noqa: E402
+from evolve.runs import paths  # noqa: E402
+
+# shape_j per block position: 1 where leniency applies fully, 0 where the rule is standard
+SHAPES = ([1, 0, 0, 0], [0, 0, 0, 1], [1, 1, 0, 0], [1, .5, .25, 0], [0, .25, .5, 1],
+          [1, 1, 1, 1], [1, 1, 1, 0], [0, 1, 1, 1])
+BISECT_STEPS = 25
+MAX_AMOUNT = 0.99        # l_j stays above 0
+
+
+def objectives(sa: spec.SpecArrays, leniencies) -> spec.Objectives:
+    """Objectives of min(1, t / (l_j d)) with l_j by block position."""
+    pos = sa.features()["block_position"].astype(int)
+    L = np.asarray(leniencies, dtype=np.float64)[pos]
+
+    def rule(F):
+        return np.minimum(1.0, F["target_prob"] / (L * F["draft_prob"]))
+    return spec.objectives(sa, spec.rule_thresholds(rule, sa))
+
+
+def leniencies(shape, amount: float) -> list[float]:
+    return [1.0 - amount * s * MAX_AMOUNT for s in shape]
+
+
+def largest_amount(sa: spec.SpecArrays, shape, budget: float) -> float:
+    """The largest a in [0, 1] with TV per token within the budget (bisection)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(BISECT_STEPS):
+        a = 0.5 * (lo + hi)
+        if objectives(sa, leniencies(shape, a)).tv_per_token <= budget:
+            lo = a
+        else:
+            hi = a
+    return lo
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--budgets", type=float, nargs="+", default=[0.01, 0.03],
+                    help="mean TV per token allowed")
+    ap.add_argument("--traces", type=Path, default=paths.TRACES_DIR,
+                    help="directory with the trace splits (valid.npz is read)")
+    args = ap.parse_args(argv)
+    sa = spec.SpecArrays.from_split(traces.load(args.traces / "valid.npz"))
+    if sa.g != len(SHAPES[0]):
+        ap.error(f"the shapes are for blocks of {len(SHAPES[0])}; these traces have {sa.g}")
+    for budget in args.budgets:
+        t = tuning.tune("leniency", sa, budget)
+        if t is None:
+            print(f"budget {budget}: no uniform leniency within the budget")
+        else:
+            print(f"budget {budget}: uniform leniency l={t.param:.4f} tokens {t.tokens:.4f} "
+                  f"tv {t.tv:.5f}")
+        for shape in SHAPES:
+            a = largest_amount(sa, shape, budget)
+            o = objectives(sa, leniencies(shape, a))
+            print(f"  shape {shape}: a={a:.3f} tokens {o.tokens_per_call:.4f} "
+                  f"tv {o.tv_per_token:.5f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,11 +9,20 @@ beside standard rejection's. Usage:
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
-from evolve import codegen, data, treeio
-from evolve.engine import Config, Evolution
-from evolve.fitness import fitness
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:          # run as a script: `import evolve` from this checkout
+    sys.path.insert(0, str(ROOT))
+
+from evolve.data import tokens as data  # noqa: E402
+from evolve.lang import codegen, treeio  # noqa: E402
+from evolve.objectives.metrics import fitness  # noqa: E402
+from evolve.runs.paths import DATA_DIR  # noqa: E402
+from evolve.search.config import Config  # noqa: E402
+from evolve.search.engine import Evolution  # noqa: E402
 
 
 def main():
@@ -21,9 +30,9 @@ def main():
     ap.add_argument("--generations", type=int, default=200)
     ap.add_argument("--population", type=int, default=500)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    ap.add_argument("--objective", default="seed")
+    ap.add_argument("--objective", choices=("seed", "expected"), default="seed")
     args = ap.parse_args()
-    splits = data.load_splits(data.DEFAULT_DIR)
+    splits = data.load_splits(DATA_DIR)
     valid = splits["valid"]
     std = fitness(len(valid), int(valid.baseline_accepts.sum()), 0, 0)
     rows = []

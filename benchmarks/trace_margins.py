@@ -11,40 +11,68 @@ blocks. Needs the default traces (`evolve data trace`). Usage:
 
 import json
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
-from evolve import pareto, runs, spec, traces, treeio
-from evolve.kernels import population_thresholds
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:          # run as a script: `import evolve` from this checkout
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+from evolve.data import traces  # noqa: E402
+from evolve.kernels.tokens import population_thresholds  # noqa: E402
+from evolve.lang import treeio  # noqa: E402
+from evolve.objectives import spec  # noqa: E402
+from evolve.rules import tuning  # noqa: E402
+from evolve.runs import paths  # noqa: E402
+from evolve.runs.rundir import RunDir  # noqa: E402
+
+FAMILIES = ("leniency", "ears")
 
 
-def champion_thresholds(tree: str, sa) -> "np.ndarray":   # noqa: F821
+def champion_thresholds(tree: str, sa: spec.SpecArrays) -> np.ndarray:
     """The kernel's thresholds of a tree on every candidate row of a trace split."""
     split = SimpleNamespace(X=sa.X, n=sa.X.shape[1])
     return population_thresholds(treeio.linearise([treeio.parse(tree)]), split)[0]
 
 
-def main(names):
-    va = spec.SpecArrays.from_split(traces.load(traces.DEFAULT_DIR / "valid.npz"))
-    te = spec.SpecArrays.from_split(traces.load(traces.DEFAULT_DIR / "test.npz"))
-    parent = runs.runs_dir(None)
+def margins(tree: str, budget: float, va: spec.SpecArrays, te: spec.SpecArrays) -> list[dict]:
+    """The champion on test, then each family tuned to ``budget`` on valid, on test."""
+    h = champion_thresholds(tree, te)
+    o = spec.objectives(te, h)
+    out = [{"budget": budget, "test_tokens_per_call": o.tokens_per_call,
+            "test_tv_per_token": o.tv_per_token}]
+    for family in FAMILIES:
+        best = tuning.tune(family, va, budget)
+        if best is None:
+            out.append({"vs": family, "param": None, "note": "no parameter within the budget"})
+            continue
+        hb = tuning.thresholds(family, te, best.param)
+        ob = spec.objectives(te, hb)
+        d, se = spec.paired_tokens_difference(te, h, hb)
+        out.append({"vs": family, "param": best.param,
+                    "test_tokens_per_call": ob.tokens_per_call,
+                    "test_tv_per_token": ob.tv_per_token,
+                    "champion_minus_baseline": d, "paired_se": se})
+    return out
+
+
+def main(names: list[str]) -> int:
+    if not names:
+        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+        return 2
+    va = spec.SpecArrays.from_split(traces.load(paths.TRACES_DIR / "valid.npz"))
+    te = spec.SpecArrays.from_split(traces.load(paths.TRACES_DIR / "test.npz"))
+    parent = paths.runs_dir()
     for name in names:
-        champ = runs.RunDir.open(parent, name).champion()
-        budget = champ["tv_budget"]
-        h = champion_thresholds(champ["tree"], te)
-        o = spec.objectives(te, h)
-        print(json.dumps({"run": name, "budget": budget, "test_tokens_per_call": o.tokens_per_call,
-                          "test_tv_per_token": o.tv_per_token}))
-        for family in ("leniency", "ears"):
-            best = pareto.tune(family, va, budget)
-            r = pareto.RULES[family]
-            hb = spec.rule_thresholds(r.fn, te, **{r.param: best.param})
-            ob = spec.objectives(te, hb)
-            d, se = spec.paired_tokens_difference(te, h, hb)
-            print(json.dumps({"vs": family, "param": best.param,
-                              "test_tokens_per_call": ob.tokens_per_call,
-                              "test_tv_per_token": ob.tv_per_token,
-                              "champion_minus_baseline": d, "paired_se": se}))
+        champ = RunDir.open(parent, name).champion()
+        rows = margins(champ["tree"], champ["tv_budget"], va, te)
+        print(json.dumps({"run": name, **rows[0]}))
+        for row in rows[1:]:
+            print(json.dumps(row))
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(main(sys.argv[1:]))

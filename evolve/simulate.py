@@ -1,18 +1,12 @@
-"""Real speculative decoding with the trained draft/target pair and any rule.
+"""Real speculative decoding with the n-gram draft/target pair and any rule.
 
-Used to check the offline objectives of ``evolve.spec`` against what a decoder
-actually does (they agree within statistical error; tests/test_spec_simulate.py),
-and by ``evolve simulate`` (``check_rule``; trees as rules: ``tree_rule``).
-
-A rule is a scalar function in the style of ``heuristics.baselines`` (six
-positional arguments: draft_prob, target_prob, position, draft_entropy,
-target_entropy, top_token_match) or one that also takes ``block_position``,
-``p_max`` and ``q_max`` (as keyword arguments; every argument is passed by
-name then); ``as_rule`` wraps either, ``vector_rule`` wraps a numpy rule of the
-``evolve.pareto`` kind. The decoder is the one ``evolve.spec`` describes: the
-rule decides drafts among the draft's top-k bytes (k from the trace
-configuration), the standard rule the others; rejection resamples from
-``norm(max(0, p - q))``.
+Used to check the offline objectives of ``evolve.objectives.spec`` against what
+a decoder actually does (they agree within statistical error;
+tests/test_spec_simulate.py), and by ``evolve simulate`` (``check_rule``). Rules
+are those of ``evolve.rules.adapters`` (scalar functions, trees, rules of the
+table). The decoder is ``evolve.data.decode``: the rule decides drafts among the
+draft's top-k bytes (k from the trace configuration), the standard rule the
+others; rejection resamples from ``norm(max(0, p - q))``.
 
 Three measurements:
 
@@ -39,85 +33,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evolve import lm as LM
-from evolve import traces as T
-from evolve.spec import FEATURES
-
-V1_ARGS = FEATURES[:6]
-EXTRA_ARGS = FEATURES[6:]
-
-
-class Rule:
-    """A scalar rule applied element-wise to feature columns."""
-
-    def __init__(self, fn, extended: bool, name: str = ""):
-        self.fn = fn
-        self.extended = extended
-        self.name = name or getattr(fn, "__name__", "rule")
-
-    def __call__(self, **features) -> float:
-        if self.extended:
-            return float(self.fn(**features))
-        return float(self.fn(*(features[f] for f in V1_ARGS)))
-
-    def many(self, F: dict) -> np.ndarray:
-        """Thresholds for columns of features (1-D arrays of equal length)."""
-        cols = [np.asarray(F[f]).tolist() for f in FEATURES]
-        n = len(cols[0])
-        pos, bpos = cols[2], cols[6]
-        match = cols[5]
-        out = np.empty(n, dtype=np.float64)
-        fn = self.fn
-        if self.extended:
-            for i in range(n):
-                out[i] = fn(draft_prob=cols[0][i], target_prob=cols[1][i], position=int(pos[i]),
-                            draft_entropy=cols[3][i], target_entropy=cols[4][i],
-                            top_token_match=bool(match[i]), block_position=int(bpos[i]),
-                            p_max=cols[7][i], q_max=cols[8][i])
-        else:
-            for i in range(n):
-                out[i] = fn(cols[0][i], cols[1][i], int(pos[i]), cols[3][i], cols[4][i],
-                            bool(match[i]))
-        return out
-
-
-class VectorRule:
-    """A numpy rule ``fn(features: dict of arrays, **params) -> thresholds``."""
-
-    def __init__(self, fn, name: str = "", **params):
-        self.fn = fn
-        self.params = params
-        self.name = name or getattr(fn, "__name__", "rule")
-
-    def many(self, F: dict) -> np.ndarray:
-        F = {f: np.asarray(F[f], dtype=np.float64) for f in FEATURES}
-        with np.errstate(all="ignore"):
-            h = np.asarray(self.fn(F, **self.params), dtype=np.float64)
-        return np.broadcast_to(h, F["draft_prob"].shape).copy()
-
-
-def as_rule(fn, name: str = "") -> Rule:
-    """Wrap a scalar rule: six positional v1 arguments, or every feature by name."""
-    if isinstance(fn, (Rule, VectorRule)):
-        return fn
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return Rule(fn, False, name)
-    names = set(params)
-    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    extended = var_kw or any(a in names for a in EXTRA_ARGS)
-    if extended and not (var_kw or set(FEATURES) <= names):
-        missing = [f for f in FEATURES if f not in names]
-        raise TypeError(f"rule {getattr(fn, '__name__', fn)!r} takes some of block_position/"
-                        f"p_max/q_max but not {missing[0]!r} (extended rules take all nine "
-                        f"features by name)")
-    return Rule(fn, extended, name)
-
-
-def vector_rule(fn, name: str = "", **params) -> VectorRule:
-    return VectorRule(fn, name, **params)
-
+from evolve.data import decode as DEC
+from evolve.data.sources import ngram as NG
+from evolve.data.sources.ngram_lm import entropy
+from evolve.objectives.spec import FEATURES
+from evolve.rules.adapters import as_rule
 
 # --------------------------------------------------------------- decoding
 
@@ -152,7 +72,7 @@ def _result(accepted: np.ndarray, g: int, se_by_row: bool) -> DecodeResult:
                         tuple(float(a) for a in acc))
 
 
-def decode_free(pair: T.LMPair, rule, split: str = "test", prompts: int = 128,
+def decode_free(pair: NG.LMPair, rule, split: str = "test", prompts: int = 128,
                 blocks: int = 16, seed: int = 1) -> DecodeResult:
     """Free-running speculative decoding from ``prompts`` held-out prompts of ``split``.
 
@@ -161,16 +81,16 @@ def decode_free(pair: T.LMPair, rule, split: str = "test", prompts: int = 128,
     """
     cfg = pair.config
     sim_pair = _with_seed(pair, seed)
-    pr, rngs = T.prompt_starts(sim_pair, split, prompts)
+    pr, rngs = NG.prompt_starts(sim_pair, split, prompts)
     rule = None if rule is None else as_rule(rule)
-    _, accepted = T.decode(pair, pr, rngs, blocks, rule=rule, record=False)
+    _, accepted = DEC.decode(pair, pr, rngs, blocks, rule=rule, record=False)
     return _result(accepted, cfg.block_size, se_by_row=True)
 
 
-def _with_seed(pair: T.LMPair, seed: int) -> T.LMPair:
+def _with_seed(pair: NG.LMPair, seed: int) -> NG.LMPair:
     from dataclasses import replace
     cfg = replace(pair.config, seed=int(np.random.SeedSequence((seed, 1)).generate_state(1)[0]))
-    return T.LMPair(pair.target, pair.draft, pair.corpus, pair.lm_files, pair.draft_files,
+    return NG.LMPair(pair.target, pair.draft, pair.corpus, pair.lm_files, pair.draft_files,
                     pair.pools, cfg)
 
 
@@ -180,7 +100,7 @@ def block_starts(ts) -> tuple[np.ndarray, np.ndarray]:
     return ts.columns["context"][::g].copy(), ts.columns["position"][::g].copy()
 
 
-def block_tokens(pair: T.LMPair, contexts: np.ndarray, positions, rule, reps: int = 20,
+def block_tokens(pair: NG.LMPair, contexts: np.ndarray, positions, rule, reps: int = 20,
                  seed: int = 2) -> np.ndarray:
     """Tokens per target call, float (M, reps): one block from each context, ``reps`` times."""
     M = contexts.shape[0]
@@ -188,11 +108,11 @@ def block_tokens(pair: T.LMPair, contexts: np.ndarray, positions, rule, reps: in
     pos0 = np.repeat(np.asarray(positions, dtype=np.int64), reps)
     rngs = [np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(M * reps)]
     rule = None if rule is None else as_rule(rule)
-    _, accepted = T.decode(pair, pr, rngs, 1, rule=rule, record=False, pos0=pos0)
+    _, accepted = DEC.decode(pair, pr, rngs, 1, rule=rule, record=False, pos0=pos0)
     return (accepted[:, 0] + 1.0).reshape(M, reps)
 
 
-def decode_blocks(pair: T.LMPair, contexts: np.ndarray, positions, rule, reps: int = 20,
+def decode_blocks(pair: NG.LMPair, contexts: np.ndarray, positions, rule, reps: int = 20,
                   seed: int = 2) -> DecodeResult:
     """One block from each context, ``reps`` times; SE conditional on the contexts."""
     tok = block_tokens(pair, contexts, positions, rule, reps, seed)
@@ -221,7 +141,7 @@ class OutputResult:
         return asdict(self)
 
 
-def rows_features(pair: T.LMPair, contexts: np.ndarray, positions, block_positions):
+def rows_features(pair: NG.LMPair, contexts: np.ndarray, positions, block_positions):
     """p, q (M, 256) at the contexts and the (M, 256) feature columns of every byte."""
     C = pair.context_len
     H = np.asarray(contexts, dtype=np.uint8)[:, -C:]
@@ -231,8 +151,8 @@ def rows_features(pair: T.LMPair, contexts: np.ndarray, positions, block_positio
     top = np.argmax(p, axis=1)
     F = {"draft_prob": q, "target_prob": p,
          "position": np.repeat(np.asarray(positions, np.int64)[:, None], V, axis=1),
-         "draft_entropy": np.repeat(LM.entropy(q)[:, None], V, axis=1),
-         "target_entropy": np.repeat(LM.entropy(p)[:, None], V, axis=1),
+         "draft_entropy": np.repeat(entropy(q)[:, None], V, axis=1),
+         "target_entropy": np.repeat(entropy(p)[:, None], V, axis=1),
          "top_token_match": np.arange(V)[None, :] == top[:, None],
          "block_position": np.repeat(np.asarray(block_positions, np.int64)[:, None], V, axis=1),
          "p_max": np.repeat(p.max(axis=1)[:, None], V, axis=1),
@@ -240,7 +160,7 @@ def rows_features(pair: T.LMPair, contexts: np.ndarray, positions, block_positio
     return p, q, F
 
 
-def acceptance_matrix(pair: T.LMPair, p, q, F, rule) -> np.ndarray:
+def acceptance_matrix(pair: NG.LMPair, p, q, F, rule) -> np.ndarray:
     """a(x) for every byte: the rule on the draft's top-k, the standard rule elsewhere."""
     M, V = p.shape
     rule = as_rule(rule)
@@ -256,7 +176,7 @@ def acceptance_matrix(pair: T.LMPair, p, q, F, rule) -> np.ndarray:
 def exact_output(p, q, a) -> np.ndarray:
     """The emitted byte's distribution q a + (1 - beta) r, over the full vocabulary."""
     beta = (q * a).sum(axis=1)
-    r = T.residual(p, q)
+    r = DEC.residual(p, q)
     r = r / r.sum(axis=1, keepdims=True)
     return q * a + (1.0 - beta)[:, None] * r
 
@@ -264,13 +184,13 @@ def exact_output(p, q, a) -> np.ndarray:
 def sample_output(p, q, a, reps: int, rng) -> np.ndarray:
     """Counts (M, 256) of the emitted byte over ``reps`` independent single steps."""
     M, V = p.shape
-    r = T.residual(p, q)
+    r = DEC.residual(p, q)
     counts = np.zeros((M, V), dtype=np.int64)
     u = rng.random((3, M, reps))
     for m in range(M):
-        x = T.sample_rows(np.broadcast_to(q[m], (reps, V)), u[0, m])
+        x = DEC.sample_rows(np.broadcast_to(q[m], (reps, V)), u[0, m])
         keep = u[1, m] < a[m, x]
-        y = T.sample_rows(np.broadcast_to(r[m], (reps, V)), u[2, m])
+        y = DEC.sample_rows(np.broadcast_to(r[m], (reps, V)), u[2, m])
         np.add.at(counts[m], np.where(keep, x, y), 1)
     return counts
 
@@ -284,7 +204,7 @@ def witness_estimate(counts: np.ndarray, p: np.ndarray, S: np.ndarray):
     return float(d.mean()), float(se)
 
 
-def output_sample(pair: T.LMPair, contexts, positions, block_positions, rule, reps: int = 2000,
+def output_sample(pair: NG.LMPair, contexts, positions, block_positions, rule, reps: int = 2000,
                   seed: int = 3, witness: np.ndarray | None = None) -> OutputResult:
     """Sample the emitted byte at fixed contexts and compare with the target."""
     p, q, F = rows_features(pair, contexts, positions, block_positions)
@@ -311,109 +231,6 @@ def trace_rows(ts, n: int, seed: int = 4) -> np.ndarray:
     return np.sort(rng.choice(len(ts), size=min(n, len(ts)), replace=False))
 
 
-# ------------------------------------------------------------ trees as rules
-
-class TreeRule(VectorRule):
-    """A parsed tree (``evolve.treeio.parse`` nodes) as a vectorised rule.
-
-    The nodes are evaluated bottom-up with each primitive's numpy meaning
-    (``evolve.primitives``) over the feature columns: an input node reads the
-    column of its name (``primitives.TRACE_INPUT_NAMES``), a constant node is its
-    value. No text is compiled or evaluated. The object is both a decoder rule
-    (``many``, like ``VectorRule``) and a plain numpy rule ``rule(F) ->
-    thresholds``, the form ``spec.rule_thresholds`` takes."""
-
-    def __init__(self, nodes, name: str = "tree"):
-        from evolve import primitives as P
-        from evolve.treeio import TreeError
-        nodes = tuple(nodes)
-        depth = 0
-        for node in reversed(nodes):      # the stack a bottom-up evaluation would use
-            if node.kind == "prim":
-                if node.name not in P.BY_NAME:
-                    raise TreeError(f"unknown primitive {node.name!r}")
-                depth -= P.BY_NAME[node.name].arity - 1
-                if depth < 1:
-                    raise TreeError(f"primitive {node.name!r} lacks arguments")
-            elif node.kind == "input":
-                if node.name not in P.TRACE_INPUT_NAMES:
-                    raise TreeError(f"unknown input {node.name!r}")
-                depth += 1
-            elif node.kind == "const":
-                if not np.isfinite(node.value):
-                    raise TreeError(f"constant {node.value!r} is not finite")
-                depth += 1
-            else:
-                raise TreeError(f"unknown node kind {node.kind!r}")
-        if depth != 1:
-            raise TreeError("not a single tree (empty, or nodes left over)")
-        self.nodes = nodes
-        super().__init__(self._thresholds, name)
-
-    def _thresholds(self, F: dict) -> np.ndarray:
-        from evolve import primitives as P
-        stack: list = []
-        with np.errstate(all="ignore"):
-            for node in reversed(self.nodes):
-                if node.kind == "prim":
-                    prim = P.BY_NAME[node.name]
-                    args = [stack.pop() for _ in range(prim.arity)]
-                    stack.append(prim.numpy(*args))
-                elif node.kind == "input":
-                    stack.append(F[node.name])
-                else:
-                    stack.append(np.float64(node.value))
-        return np.asarray(stack[0], dtype=np.float64)
-
-    def __call__(self, F: dict, **params) -> np.ndarray:
-        return self._thresholds(F)
-
-
-def tree_rule(nodes, name: str = "tree") -> TreeRule:
-    """A rule from a tree: parsed nodes, or tree text (parsed, never evaluated)."""
-    if isinstance(nodes, str):
-        from evolve.treeio import parse
-        nodes = parse(nodes)
-    return TreeRule(nodes, name)
-
-
-# ---------------------------------------------------------- named rules
-
-def named_rule(name: str, param: float | None = None):
-    """``(rule, info)`` for a name: a baseline of ``heuristics.baselines`` (scalar,
-    no parameter) or a family of ``evolve.pareto.RULES`` with its parameter
-    (default: the family's default). Unknown names raise KeyError, a parameter
-    that does not fit raises ValueError; both messages name the option."""
-    from evolve import pareto
-    from heuristics.baselines import BASELINES
-    if name in BASELINES:
-        if param is not None:
-            takers = ", ".join(n for n, r in pareto.RULES.items() if r.param)
-            raise ValueError(f"--param: the baseline {name!r} takes no parameter (families "
-                             f"that do: {takers})")
-        return as_rule(BASELINES[name], name), {"kind": "baseline", "name": name, "param": None,
-                                                "label": name}
-    if name in pareto.RULES:
-        r = pareto.RULES[name]
-        if r.param is None:
-            if param is not None:
-                raise ValueError(f"--param: the family {name!r} takes no parameter")
-            kw = {}
-        else:
-            value = r.default if param is None else float(param)
-            if not np.isfinite(value):
-                raise ValueError(f"--param: {param!r} is not a finite number")
-            if name == "leniency" and value <= 0:
-                raise ValueError(f"--param: leniency l={value!r} is invalid; expected l > 0")
-            kw = {r.param: value}
-        p = kw.get(r.param) if r.param else None
-        label = name if p is None else f"{name}({r.param}={p:g})"
-        return vector_rule(r.fn, name, **kw), {"kind": "family", "name": name, "param": p,
-                                               "param_name": r.param, "label": label}
-    raise KeyError(f"--heuristic: unknown rule {name!r} (baselines: {', '.join(BASELINES)}; "
-                   f"families: {', '.join(pareto.RULES)})")
-
-
 # --------------------------------------------------- simulation vs offline
 
 Z_AGREE = 3.0     # |z| below this: the simulation agrees with the offline estimate
@@ -433,7 +250,7 @@ def _z(diff: float, se: float):
     return 0.0 if diff == 0 else None
 
 
-def check_rule(pair: T.LMPair, ts, rule, split: str | None = None, prompts: int | None = None,
+def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int | None = None,
                blocks: int | None = None, contexts: int = 200, reps: int = 2000,
                seed: int = 1, progress=None) -> dict:
     """Real speculative decoding with ``rule`` next to the offline exact objectives of
@@ -448,7 +265,7 @@ def check_rule(pair: T.LMPair, ts, rule, split: str | None = None, prompts: int 
     unbiased estimate of the TV there), against the offline exact TV at those
     same contexts. ``z`` = difference / its standard error. ``progress``, if given,
     is called with a line of text before each stage."""
-    from evolve import spec
+    from evolve.objectives import spec
     say = progress or (lambda text: None)
     split = split or ts.name
     cfg = pair.config

@@ -1,15 +1,14 @@
 """Heuristics by name, and their Numba-compiled forms.
 
-``compiled(name)`` turns a scalar heuristic into a Numba ufunc over whole
-columns, cached on disk next to its source (``__pycache__``), so a warm process
-pays only the cache load. The ufunc computes the threshold array; counting
-decisions is done by one shared kernel.
+``compiled(name)`` turns a scalar heuristic (a baseline of
+``heuristics/baselines.py`` or the installed ``heuristics/evolved.py``) into a
+Numba ufunc over whole columns, cached on disk next to its source
+(``__pycache__``), so a warm process pays only the cache load. The ufunc
+computes the threshold array; counting decisions is done by one shared kernel.
 """
 
 from __future__ import annotations
 
-import ast
-from pathlib import Path
 from typing import Callable
 
 from heuristics.baselines import BASELINES
@@ -22,18 +21,14 @@ SIGNATURE = "float64(float64, float64, float64, float64, float64, boolean)"
 _compiled: dict[str, object] = {}
 
 
-def evolved_module():
-    import heuristics.evolved as mod
-    return mod
-
-
 def names(include_evolved: bool = True) -> list[str]:
     return list(BASELINES) + ([EVOLVED] if include_evolved else [])
 
 
 def get(name: str) -> Callable:
     if name == EVOLVED:
-        return evolved_module().evolved
+        import heuristics.evolved as mod
+        return mod.evolved
     try:
         return BASELINES[name]
     except KeyError:
@@ -50,21 +45,3 @@ def compiled(name: str):
     if name not in _compiled:
         _compiled[name] = compile_function(get(name))
     return _compiled[name]
-
-
-def evolved_metadata(path: str | Path | None = None) -> dict:
-    """METADATA of an evolved.py, read as a literal without importing it."""
-    path = Path(path) if path else Path(__file__).with_name("evolved.py")
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "METADATA"):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                return {}
-            return value if isinstance(value, dict) else {}
-    return {}

@@ -2,7 +2,9 @@ import os
 
 import pytest
 
-from evolve import data, synth
+from evolve.data import tokens as data
+from evolve.runs.paths import DATA_DIR
+from evolve.data.sources import synthetic as synth
 
 # Tiny budgets for unit tests, kept in one place.
 TINY = {"generations": 4, "population": 40}
@@ -27,4 +29,4 @@ def small_data_dir(tmp_path_factory, small_splits):
 
 @pytest.fixture(scope="session")
 def default_splits():
-    return data.load_splits(data.DEFAULT_DIR)
+    return data.load_splits(DATA_DIR)

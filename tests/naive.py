@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve import primitives as P
-from evolve.fitness import EXPECTED_SCALE
+from evolve.lang import primitives as P
+from evolve.objectives.metrics import EXPECTED_SCALE
 
 
 def _row_inputs(ds, j):

@@ -8,10 +8,19 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import evolve.cli_trace as CT
-from evolve import pareto, simulate as S, spec, traces as T, treeio
+import evolve.cli.traces as CT
+from evolve.rules import tuning as pareto
+from evolve.rules.table import RULES, families
+from tests import rulefns
+from evolve import simulate as S
+from evolve.rules import adapters
+from evolve.objectives import spec
+from evolve.data import decode as DEC
+from evolve.data import traces as T
+from evolve.data.sources import ngram as NG
+from evolve.lang import treeio
 from evolve.cli import main
-from evolve.spec_kernels import population_results
+from evolve.kernels.speculative import population_results
 from tests import tracekit
 
 ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
@@ -31,7 +40,7 @@ EARS_TREE = "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.2, sub(1.0, p_ma
 
 
 def _hand_np(F):
-    return np.where(F["block_position"] < 0.5, pareto.leniency(F, l=0.5), pareto.ears(F, beta=0.2))
+    return np.where(F["block_position"] < 0.5, rulefns.leniency(F, l=0.5), rulefns.ears(F, beta=0.2))
 
 
 def invoke(*args):
@@ -50,7 +59,7 @@ def one_line_error(r, *needles):
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("tiny_traces")
-    T.build_splits(tracekit.TINY, d)
+    NG.build_splits(tracekit.TINY, d)
     return d
 
 
@@ -67,7 +76,7 @@ def _run_dir(parent: Path, name: str, tree: str) -> Path:
 # ------------------------------------------------------------------- data trace
 
 def test_trace_defaults_are_the_configs():
-    cfg = T.TraceConfig()
+    cfg = NG.TraceConfig()
     assert CT.TRACE_DEFAULTS == {k: getattr(cfg, k) for k in CT.TRACE_DEFAULTS}
 
 
@@ -78,7 +87,7 @@ def test_data_trace_writes_loadable_splits_and_refuses_to_clobber(tmp_path, tiny
     assert r.stdout == ""                                   # notes go to stderr
     splits = T.load_splits(out)
     for name, ts in splits.items():
-        assert ts.config() == tracekit.TINY
+        assert NG.config_of(ts) == tracekit.TINY
         # the same bytes as the library writes for the same configuration
         assert (out / f"{name}.npz").read_bytes() == (tiny_dir / f"{name}.npz").read_bytes()
     assert len(splits["valid"]) == 64 * 8 * tracekit.TINY.block_size
@@ -104,7 +113,7 @@ def test_data_trace_writes_loadable_splits_and_refuses_to_clobber(tmp_path, tiny
 
     r = invoke("data", "trace", "--out", out, *other, "--force")
     assert r.exit_code == 0, r.output
-    assert T.load(out / "test.npz").config().seed == 4
+    assert NG.config_of(T.load(out / "test.npz")).seed == 4
 
 
 @pytest.mark.parametrize("opt, value, needle", [
@@ -143,7 +152,7 @@ def test_simulate_baseline_json(tiny_dir):
                          "--split", "valid", "--prompts", 64, *FAST)
     assert set(doc) >= {"rule", "data", "split", "settings", "simulated", "offline",
                         "agreement", "corpus_matches_trace", "seconds"}
-    assert doc["rule"] == {"kind": "baseline", "name": "standard_rejection", "param": None,
+    assert doc["rule"] == {"kind": "rule", "name": "standard_rejection", "param": None, "param_name": None,
                            "label": "standard_rejection"}
     assert doc["corpus_matches_trace"] is True
     assert doc["settings"] == {"prompts": 64, "blocks": 8, "contexts": 60, "reps": 1500,
@@ -155,7 +164,7 @@ def test_simulate_baseline_json(tiny_dir):
     # the standard rule does not distort: exactly offline, within noise when sampled
     assert off["tv_per_token"] < 1e-12 and off["tv_at_contexts"] < 1e-12
     sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
-    ref = pareto.evaluate("standard", sa)
+    ref = pareto.evaluate("standard_rejection", sa)
     assert off["tokens_per_call"] == pytest.approx(ref.tokens, abs=1e-12)
     _assert_agrees(doc)
 
@@ -163,7 +172,7 @@ def test_simulate_baseline_json(tiny_dir):
 def test_simulate_family_with_param(tiny_dir):
     doc = _simulate_json("--heuristic", "leniency", "--param", 0.7, "--data", tiny_dir,
                          "--split", "valid", "--prompts", 64, *FAST)
-    assert doc["rule"]["kind"] == "family" and doc["rule"]["param"] == 0.7
+    assert doc["rule"]["kind"] == "rule" and doc["rule"]["param"] == 0.7
     assert doc["rule"]["label"] == "leniency(l=0.7)"
     sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
     ref = pareto.evaluate("leniency", sa, 0.7)
@@ -210,7 +219,7 @@ def test_tree_rule_is_the_kernel_and_the_numpy_reference():
     ts = tracekit.split("valid")
     sa = spec.SpecArrays.from_split(ts)
     nodes = treeio.parse(HAND_TREE)
-    rule = S.tree_rule(nodes)
+    rule = adapters.tree_rule(nodes)
     h = spec.rule_thresholds(rule, sa)
     assert np.array_equal(h, spec.rule_thresholds(_hand_np, sa))
     assert np.array_equal(S.offline_thresholds(rule, sa), h)
@@ -219,12 +228,12 @@ def test_tree_rule_is_the_kernel_and_the_numpy_reference():
     assert ours.tokens_per_call == pytest.approx(kernel.tokens_per_call, rel=1e-12)
     assert ours.tv_per_token == pytest.approx(kernel.tv_per_token, rel=1e-9)
     # constants broadcast; boolean inputs and comparisons work inside ite
-    const = S.tree_rule("0.25")
+    const = adapters.tree_rule("0.25")
     assert np.all(spec.rule_thresholds(const, sa) == 0.25)
-    m = S.tree_rule("ite(and_(top_token_match, lt(q_max, 2.0)), 1.0, 0.0)")
+    m = adapters.tree_rule("ite(and_(top_token_match, lt(q_max, 2.0)), 1.0, 0.0)")
     assert np.array_equal(spec.rule_thresholds(m, sa), sa.features()["top_token_match"].reshape(-1))
     with pytest.raises(treeio.TreeError):
-        S.TreeRule([treeio.Node("prim", "add"), treeio.Node("input", "p_max")])
+        adapters.TreeRule([treeio.Node("prim", "add"), treeio.Node("input", "p_max")])
 
 
 def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
@@ -238,12 +247,12 @@ def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
 
 @pytest.mark.parametrize("args, needles", [
     ((), ("--heuristic", "--run")),
-    (("--heuristic", "standard", "--run", "x"), ("--heuristic", "--run")),
+    (("--heuristic", "standard_rejection", "--run", "x"), ("--heuristic", "--run")),
     (("--heuristic", "nope"), ("--heuristic", "'nope'")),
     (("--heuristic", "standard_rejection", "--param", "0.5"), ("--param", "no parameter")),
     (("--heuristic", "leniency", "--param", "0"), ("--param", "l > 0")),
-    (("--heuristic", "standard", "--split", "dev"), ("--split", "'dev'")),
-    (("--heuristic", "standard", "--reps", "1"), ("--reps",)),
+    (("--heuristic", "standard_rejection", "--split", "dev"), ("--split", "'dev'")),
+    (("--heuristic", "standard_rejection", "--reps", "1"), ("--reps",)),
     (("--run", "missing"), ("no such run directory",)),
 ])
 def test_simulate_bad_options_are_one_line(tmp_path, tiny_dir, args, needles):
@@ -252,7 +261,7 @@ def test_simulate_bad_options_are_one_line(tmp_path, tiny_dir, args, needles):
 
 
 def test_simulate_missing_data_is_one_line(tmp_path):
-    r = invoke("simulate", "--heuristic", "standard", "--data", tmp_path / "nowhere")
+    r = invoke("simulate", "--heuristic", "standard_rejection", "--data", tmp_path / "nowhere")
     one_line_error(r, "nowhere")
 
 
@@ -266,15 +275,15 @@ def test_tradeoff_json(tmp_path, tiny_dir):
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert [e["budget"] for e in doc["budgets"]] == [0.01, 0.03]
-    assert set(doc["series"]) == set(pareto.RULES) | {"run hand"}
+    assert set(doc["series"]) == set(families()) | {"run hand"}
     for s in ("valid", "test"):
-        assert {p["rule"] for p in doc["sweeps"][s]} == set(pareto.RULES)
-        assert len(doc["sweeps"][s]) == sum(max(1, len(r_.grid)) for r_ in pareto.RULES.values())
+        assert {p["rule"] for p in doc["sweeps"][s]} == set(families())
+        assert len(doc["sweeps"][s]) == sum(max(1, len(r_.grid)) for r_ in [RULES[n] for n in families()])
     assert doc["runs"][0]["name"] == "hand" and doc["runs"][0]["tree"] == HAND_TREE
     tuned = {}
     for entry in doc["budgets"]:
         b, rows = entry["budget"], entry["rows"]
-        assert {r_["rule"] for r_ in rows} == set(pareto.RULES) | {"run hand"}
+        assert {r_["rule"] for r_ in rows} == set(families()) | {"run hand"}
         toks = [r_["test"]["tokens_per_call"] for r_ in rows if r_["test"]]
         assert toks == sorted(toks, reverse=True)                  # sorted by test tokens
         assert all(r_["test"] for r_ in rows[:len(toks)])          # unfitted rows last
@@ -285,12 +294,12 @@ def test_tradeoff_json(tmp_path, tiny_dir):
                 tuned.setdefault(r_["rule"], []).append(r_)
             elif r_["kind"] == "family":
                 assert r_["test"] is None and r_["valid"] is None
-        std = next(r_ for r_ in rows if r_["rule"] == "standard")
+        std = next(r_ for r_ in rows if r_["rule"] == "standard_rejection")
         assert std["fits_valid"] and std["test"]["tv_per_token"] < 1e-12
         hand = next(r_ for r_ in rows if r_["rule"] == "run hand")
         assert hand["kind"] == "extra" and hand["param"] is None
     # a larger budget never buys fewer tokens on valid; lenient families spend it
-    for name in ("standard", "leniency", "ears"):
+    for name in ("standard_rejection", "leniency", "ears"):
         small, large = tuned[name]
         assert large["valid"]["tokens_per_call"] >= small["valid"]["tokens_per_call"]
         assert large["valid"]["tv_per_token"] >= small["valid"]["tv_per_token"]
@@ -312,9 +321,9 @@ def test_tradeoff_table_and_png(tmp_path, tiny_dir):
     assert "TV budget 0.02 per token" in out
     assert "no parameter fits the budget on valid" in out       # bild / typical at 0.02
     rows = {l.split()[0]: l for l in out.splitlines()
-            if l.split() and l.split()[0] in pareto.RULES}
-    assert set(rows) == set(pareto.RULES)
-    assert "no parameter fits" not in rows["standard"] + rows["leniency"] + rows["ears"]
+            if l.split() and l.split()[0] in families()}
+    assert set(rows) == set(families())
+    assert "no parameter fits" not in rows["standard_rejection"] + rows["leniency"] + rows["ears"]
     assert "tokens per call" in out and "TV per token" in out    # the terminal picture
     assert out.splitlines()[-2].startswith("s ")                  # its legend
     assert f"picture: {png}" in out

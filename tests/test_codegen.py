@@ -5,12 +5,15 @@ import ast
 import numpy as np
 import pytest
 
-from evolve import codegen, treeio
-from evolve import primitives as P
-from evolve.engine import SEED_TREES
-from evolve.kernels import SplitArrays, population_thresholds
-from evolve.scoring import PreparedSplit, score
-from evolve.writeback import load_module_from
+from evolve.lang import codegen
+from evolve.lang import treeio
+from evolve.lang import primitives as P
+from evolve.rules.table import RULES
+
+SEED_TREES = {n: r.tree() for n, r in RULES.items() if r.data == "tokens"}
+from evolve.kernels.tokens import SplitArrays, population_thresholds
+from evolve.runs.scoring import PreparedSplit, score
+from tests.genload import load_module_from
 from heuristics.registry import compile_function
 from tests import naive
 from tests.test_kernels import random_trees
@@ -56,7 +59,7 @@ def test_generated_code_agrees_with_kernel_and_reference(tmp_path, default_split
 
 
 def _head(ds, n):
-    from evolve.data import FIELDS, Dataset
+    from evolve.data.tokens import FIELDS, Dataset
     return Dataset(**{f: getattr(ds, f)[:n] for f in FIELDS})
 
 
@@ -76,8 +79,8 @@ def test_generated_module_is_plain_and_jitted_twin_works(tmp_path, default_split
 
 
 def test_score_of_generated_code_equals_kernel_counts(tmp_path, default_splits):
-    from evolve.kernels import population_counts
-    from evolve.fitness import Counts
+    from evolve.kernels.tokens import population_counts
+    from evolve.objectives.metrics import Counts
     nodes = treeio.parse(TREES[3])
     mod = _module(tmp_path, nodes, 7)
     ufunc = compile_function(mod.evolved)

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from evolve import data, synth
+from evolve.data import tokens as data
+from evolve.data.sources import synthetic as synth
 from evolve.cli import main
-from evolve.data import DataError
+from evolve.data.tokens import DataError
 
 
 def _records(ds, n=None):

@@ -7,9 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evolve import data, fitness, treeio
-from evolve import primitives as P
-from evolve.kernels import SplitArrays, population_counts, population_thresholds, threshold_counts
+from evolve.data import tokens as data
+from evolve.objectives import metrics as fitness
+from evolve.lang import treeio
+from evolve.lang import primitives as P
+from evolve.kernels.tokens import SplitArrays, population_counts, population_thresholds, threshold_counts
 from tests import naive
 
 

@@ -43,13 +43,23 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import vectorize
 
-from evolve import atomic, codegen, data, runner, runs, treeio, writeback
-from evolve import primitives as P
+from evolve.runs import atomic
+from evolve.lang import codegen
+from evolve.data import tokens as data
+from evolve.runs import runner
+from evolve.runs import rundir as runs
+from evolve.lang import treeio
+from evolve.runs import writeback
+from evolve.runs import paths
+from tests.genload import load_module_from
+from evolve.lang import primitives as P
 from evolve.cli import main
-from evolve.engine import Config, Evolution
-from evolve.kernels import SplitArrays, population_thresholds
-from evolve.scoring import PreparedSplit, score
-from heuristics.registry import SIGNATURE, compile_function, evolved_metadata
+from evolve.search.config import Config
+from evolve.search.engine import Evolution
+from evolve.kernels.tokens import SplitArrays, population_thresholds
+from evolve.runs.scoring import PreparedSplit, score
+from evolve.runs.writeback import module_metadata as evolved_metadata
+from heuristics.registry import SIGNATURE, compile_function
 from tests import naive
 
 REPO = Path(__file__).resolve().parent.parent
@@ -64,7 +74,7 @@ def _isolated(tmp_path_factory, monkeypatch):
     guard = tmp_path_factory.mktemp("guard")
     monkeypatch.setenv("EVOLVE_RUNS_DIR", str(guard / "runs"))
     monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(guard / "heuristics"))
-    monkeypatch.setattr(writeback, "HEURISTICS_DIR", guard / "heuristics-default")
+    monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
 
 
 def invoke(*args, env=None):
@@ -449,7 +459,7 @@ def test_kill9_at_random_moments_then_resume_completes_exactly(tmp_path, small_d
     assert not list(run_dir.glob(".*.tmp"))
 
 
-REFINISH = ("import evolve.runner as r; r.now_iso = lambda: '2001-01-01T00:00:00+00:00'; "
+REFINISH = ("import evolve.runs.runner as r; r.now_iso = lambda: '2001-01-01T00:00:00+00:00'; "
             "from evolve.cli import main; main()")
 
 
@@ -638,7 +648,7 @@ def wb_fitness(small_splits):
         for i, tree in enumerate(WB_TREES):
             path = Path(d) / f"m{i}.py"
             path.write_text(wb_source(tree, "probe"))
-            mod = writeback.load_module_from(path, f"_wb_probe_{i}")
+            mod = load_module_from(path, f"_wb_probe_{i}")
             out[tree] = score(vectorize([SIGNATURE])(mod.evolved), valid, 1)["fitness"]
     assert len(set(out.values())) == len(out), out     # distinct, so "the best" is unique
     return out
@@ -647,7 +657,7 @@ def wb_fitness(small_splits):
 def test_writeback_better_on_valid_wins_and_previous_file_is_kept(tmp_path, small_splits,
                                                                   wb_fitness):
     heur = tmp_path / "heur"
-    valid = PreparedSplit(small_splits["valid"])
+    valid = small_splits["valid"]
     by_fit = sorted(WB_TREES, key=wb_fitness.get)
     worst, mid, best = by_fit[0], by_fit[len(by_fit) // 2], by_fit[-1]
     res = writeback.write_back(wb_source(mid, "a"), wb_fitness[mid], valid, "a",
@@ -671,7 +681,7 @@ def test_writeback_better_on_valid_wins_and_previous_file_is_kept(tmp_path, smal
 
 def test_writeback_refuses_source_that_does_not_compile(tmp_path, small_splits):
     heur = tmp_path / "heur"
-    valid = PreparedSplit(small_splits["valid"])
+    valid = small_splits["valid"]
     writeback.write_back(wb_source(WB_TREES[0], "a"), 0.1, valid, "a", directory=heur)
     before = (heur / "evolved.py").read_text()
     with pytest.raises(SyntaxError):
@@ -682,11 +692,13 @@ def test_writeback_refuses_source_that_does_not_compile(tmp_path, small_splits):
 WRITER = r"""
 import json, sys
 from pathlib import Path
-from evolve import codegen, data, treeio, writeback
-from evolve.scoring import PreparedSplit
+from evolve.lang import codegen
+from evolve.data import tokens as data
+from evolve.lang import treeio
+from evolve.runs import writeback
 heur, data_dir, tag, force = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 items = json.loads(sys.argv[5])
-valid = PreparedSplit(data.load_split(data_dir, "valid"))
+valid = data.load_split(data_dir, "valid")
 results = []
 print("ready", file=sys.stderr, flush=True)
 for i, (tree, fit) in enumerate(items):
@@ -701,12 +713,17 @@ print(json.dumps(results))
 READER = r"""
 import sys, time
 from pathlib import Path
-from evolve import writeback
+import importlib.util
+def load_module_from(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 target, stop, allowed = Path(sys.argv[1]), Path(sys.argv[2]), set(sys.argv[3:])
 n = 0
 while not stop.exists():
     if target.exists():
-        mod = writeback.load_module_from(target, "_reader")
+        mod = load_module_from(target, "_reader")
         assert mod.METADATA["tree"] in allowed, mod.METADATA["tree"]
         float(mod.evolved(0.5, 0.4, 3, 1.0, 2.0, True))
         n += 1
@@ -762,7 +779,7 @@ def test_writeback_concurrent_writers_and_reader(tmp_path, small_data_dir, wb_fi
     assert reader.returncode == 0, err
     assert int(out) > 10, out                        # it really read while writers wrote
     best = max(WB_TREES, key=wb_fitness.get)
-    installed = writeback.load_module_from(heur / "evolved.py", "_final")
+    installed = load_module_from(heur / "evolved.py", "_final")
     assert installed.METADATA["tree"] == best
 
 
@@ -785,7 +802,7 @@ def test_writeback_lock_serialises_writers(tmp_path, small_data_dir, wb_fitness)
 def test_writeback_env_var_redirects_cli(tmp_path, small_data_dir, monkeypatch):
     heur = tmp_path / "heur"
     guard = tmp_path / "guard"           # where it would go if the variable were ignored
-    monkeypatch.setattr(writeback, "HEURISTICS_DIR", guard)
+    monkeypatch.setattr(paths, "HEURISTICS_DIR", guard)
     r = invoke("run", "--population", POP, "--generations", 2, "--name", "wb",
                "--data", small_data_dir, "--runs-dir", tmp_path / "runs", "--json",
                env={"EVOLVE_HEURISTICS_DIR": str(heur)})
@@ -925,7 +942,7 @@ def test_crafted_champion_rejected_by_inspect(tmp_path, finished_run, monkeypatc
 def test_no_eval_exec_or_pickle_in_the_harness():
     """Static guard: nothing in evolve/ evaluates text or unpickles: no eval/exec,
     no DEAP compile/from_string (they eval), no pickle-like modules, no
-    allow_pickle=True. The one exec_module (writeback.load_module_from) runs
+    allow_pickle=True. The one exec_module (load_module_from) runs
     modules the harness generated itself, and the speed benchmark (bench.py)
     times DEAP's ``gp.compile`` and per-tree ``exec`` + njit as baselines, on
     trees it generates in memory (never on files)."""
@@ -1005,7 +1022,7 @@ def test_generated_module_with_hostile_metadata(tmp_path, monkeypatch):
     _check_generated_module(src, metadata)
     path = tmp_path / "hostile.py"
     path.write_text(src, encoding="utf-8")
-    mod = writeback.load_module_from(path, "_hostile")
+    mod = load_module_from(path, "_hostile")
     assert mod.METADATA == metadata and not (tmp_path / PWNED).exists()
     assert mod.evolved(0.5, 0.4, 3, 1.0, 2.0, True) == mod.evolved_jit(0.5, 0.4, 3, 1.0, 2.0, True)
 
@@ -1073,7 +1090,7 @@ def _check_three_ways(nodes, gen_dir: Path) -> None:
     i = next(_COUNTER)
     path = gen_dir / f"gen_{i}.py"
     path.write_text(codegen.module_source(nodes, "evolved", {"run": "prop"}, "property test"))
-    mod = writeback.load_module_from(path, f"_prop_gen_{i}")
+    mod = load_module_from(path, f"_prop_gen_{i}")
     with np.errstate(all="ignore"):           # inf/NaN arithmetic is the point here
         code = compile_function(mod.evolved)(*EDGE_DS.features())
     np.testing.assert_array_equal(code, kern, err_msg=text)
@@ -1136,7 +1153,7 @@ def test_position_int_overflow_in_generated_code(tmp_path):
     kern = population_thresholds(treeio.linearise([nodes]), SplitArrays(ds))[0]
     path = tmp_path / "ovf.py"
     path.write_text(codegen.module_source(nodes, "evolved", {"run": "ovf"}, "overflow"))
-    mod = writeback.load_module_from(path, "_ovf")
+    mod = load_module_from(path, "_ovf")
     np.testing.assert_array_equal(compile_function(mod.evolved)(*ds.features()), kern)
 
 

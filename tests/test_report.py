@@ -1,5 +1,9 @@
-from evolve import report, treeio
-from evolve.engine import SEED_TREES
+from evolve.cli import views
+from evolve.runs import report
+from evolve.lang import treeio
+from evolve.rules.table import RULES
+
+SEED_TREES = {n: r.tree() for n, r in RULES.items() if r.data == "tokens"}
 
 
 def test_simplified_formula():
@@ -12,8 +16,8 @@ def test_simplified_formula():
 
 
 def test_sparkline():
-    assert report.sparkline([]) == ""
-    assert report.sparkline([1, 1, 1]) == "███"
-    line = report.sparkline([0, 0.5, 1])
+    assert views.sparkline([]) == ""
+    assert views.sparkline([1, 1, 1]) == "███"
+    line = views.sparkline([0, 0.5, 1])
     assert line[0] == "▁" and line[-1] == "█" and len(line) == 3
-    assert len(report.sparkline(list(range(500)), width=60)) == 60
+    assert len(views.sparkline(list(range(500)), width=60)) == 60

@@ -7,8 +7,18 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from evolve import kernels, pareto, spec, spec_kernels, traces as T, treeio
-from evolve import primitives as P
+from evolve.kernels import tokens as kernels
+from evolve.cli import views
+from evolve.rules import tuning as pareto
+from evolve.rules.table import RULES, families
+from tests import rulefns
+from evolve.objectives import spec
+from evolve.kernels import speculative as spec_kernels
+from evolve.data import decode as DEC
+from evolve.data import traces as T
+from evolve.data.sources import ngram as NG
+from evolve.lang import treeio
+from evolve.lang import primitives as P
 from heuristics import baselines as HB
 from tests import tracekit
 
@@ -81,7 +91,7 @@ class Toy:
         n, k = len(rows), self.k
         Pm = np.array([self.p[pre] for pre, _ in rows])
         Qm = np.array([self.q[pre] for pre, _ in rows])
-        cs = T.candidate_summary(Pm, Qm, k)
+        cs = DEC.candidate_summary(Pm, Qm, k)
         Hm = np.array([(self.h[pre] if h is None else h(pre)) for pre, _ in rows])
         x = np.array([x for _, x in rows])
         ct = cs["cand_token"].astype(np.int64)
@@ -170,20 +180,20 @@ def sa():
 
 
 def test_standard_rule_has_no_distortion(sa):
-    t = spec.position_terms(sa, spec.rule_thresholds(pareto.standard, sa))
+    t = spec.position_terms(sa, spec.rule_thresholds(rulefns.standard, sa))
     assert np.abs(t.tv).max() <= 1e-12
     assert np.abs(t.kl).max() <= 1e-12
     assert np.abs(t.extra).max() <= 1e-12
     cp = sa.cp.reshape(sa.n, sa.k)
     assert np.abs(t.out - cp).max() <= 1e-12
-    o = spec.objectives(sa, spec.rule_thresholds(pareto.standard, sa))
+    o = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
     assert o.tv_per_token <= 1e-12 and o.kl_per_token <= 1e-12
 
 
 @pytest.mark.parametrize("name, param", [("leniency", 0.5), ("leniency", 0.1), ("ears", 0.3),
                                          ("ears", 1.0)])
 def test_tv_equals_extra_acceptance_mass_for_lenient_rules(sa, name, param):
-    h = spec.rule_thresholds(pareto.RULES[name].fn, sa, **{pareto.RULES[name].param: param})
+    h = spec.rule_thresholds(rulefns.fn(name), sa, **{RULES[name].param: param})
     t = spec.position_terms(sa, h)
     assert (t.extra >= -1e-15).all()
     assert np.abs(t.tv - t.extra).max() <= 1e-12
@@ -193,8 +203,8 @@ def test_tv_equals_extra_acceptance_mass_for_lenient_rules(sa, name, param):
 def test_identity_fails_for_rules_that_also_reject(sa):
     """BiLD and typical acceptance reject some tokens the standard rule keeps: the
     output moves both ways and TV exceeds the net extra mass."""
-    for name in ("bild", "typical"):
-        t = spec.position_terms(sa, spec.rule_thresholds(pareto.RULES[name].fn, sa))
+    for name in ("bild_rollback", "typical_acceptance"):
+        t = spec.position_terms(sa, spec.rule_thresholds(rulefns.fn(name), sa))
         assert (t.tv - t.extra > 1e-3).any()
 
 
@@ -207,10 +217,10 @@ def test_output_distribution_is_a_distribution(sa):
 
 
 def test_vector_rules_equal_the_scalar_baselines(sa):
-    pairs = [(pareto.standard, {}, HB.standard_rejection),
-             (pareto.leniency, {"l": 0.5}, HB.leniency_0_5),
-             (pareto.typical, {"eps": 0.09}, HB.typical_acceptance),
-             (pareto.bild, {"alpha": 5.0}, HB.bild_rollback)]
+    pairs = [(rulefns.standard, {}, HB.standard_rejection),
+             (rulefns.leniency, {"l": 0.5}, HB.leniency),
+             (rulefns.typical, {"eps": 0.09}, HB.typical_acceptance),
+             (rulefns.bild, {"alpha": 5.0}, HB.bild_rollback)]
     for fn, kw, scalar in pairs:
         v = spec.rule_thresholds(fn, sa, **kw)
         s = spec.scalar_thresholds(scalar, sa)
@@ -254,7 +264,7 @@ def _random_trees(n, seed):
 
 
 def test_kernel_matches_numpy_reference(sa):
-    from evolve.engine import SEED_TREES
+    SEED_TREES = {n: r.tree() for n, r in RULES.items() if r.data == "tokens"}
     trees = list(SEED_TREES.values()) + _random_trees(40, 11)
     progs = treeio.linearise([treeio.parse(t) for t in trees])
     sums = spec_kernels.population_objectives(progs, sa)
@@ -278,7 +288,7 @@ def test_kernel_reads_inputs_6_to_8(sa):
     ears = _program([(7,), (C, 1.0), (SUB,), (C, 0.3), (MUL,), (0,), (1,), (PDIV,), (ADD,),
                      (C, 1.0), (PMIN,)])
     got = spec_kernels.population_results(ears, sa)[0]
-    ref = spec.objectives(sa, spec.rule_thresholds(pareto.ears, sa, beta=0.3))
+    ref = spec.objectives(sa, spec.rule_thresholds(rulefns.ears, sa, beta=0.3))
     assert got.tokens_per_call == pytest.approx(ref.tokens_per_call, rel=1e-12)
     assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)
     # ite(lt(block_position, 0.5), 1.0, pmin(1, pdiv(t, d))): accept everything at position 0
@@ -290,7 +300,7 @@ def test_kernel_reads_inputs_6_to_8(sa):
     ref = spec.objectives(sa, h.reshape(-1))
     assert got.tokens_per_call == pytest.approx(ref.tokens_per_call, rel=1e-12)
     assert got.acceptance == pytest.approx(ref.acceptance, rel=1e-12)
-    std = spec.objectives(sa, spec.rule_thresholds(pareto.standard, sa))
+    std = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
     assert got.acceptance[0] > std.acceptance[0] + 0.1
     assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)
     bad = _program([(9,), (C, 1.0), (PMIN,)])
@@ -309,7 +319,7 @@ def test_kernel_is_thread_count_independent(sa):
     finally:
         numba.set_num_threads(old)
     assert np.array_equal(a, b)
-    h = spec.rule_thresholds(pareto.leniency, sa, l=0.4)
+    h = spec.rule_thresholds(rulefns.leniency, sa, l=0.4)
     assert spec_kernels.threshold_objectives(h, sa).tokens_per_call == pytest.approx(
         spec.objectives(sa, h).tokens_per_call, rel=1e-12)
 
@@ -318,7 +328,7 @@ def test_kernel_is_thread_count_independent(sa):
 
 def test_sweeps_tuning_and_front(sa):
     pts = pareto.sweep_all(sa)
-    std = pareto.evaluate("standard", sa)
+    std = pareto.evaluate("standard_rejection", sa)
     assert std.tv < 1e-12
     len_pts = pareto.sweep("leniency", sa)
     toks = [p.tokens for p in len_pts]
@@ -328,11 +338,11 @@ def test_sweeps_tuning_and_front(sa):
     best = pareto.tune("leniency", sa, budget=0.03)
     assert best.tv <= 0.03
     assert all(p.tv > 0.03 or p.tokens <= best.tokens for p in len_pts)
-    assert pareto.tune("bild", sa, budget=1e-6) is None
+    assert pareto.tune("bild_rollback", sa, budget=1e-6) is None
     front = pareto.pareto_front(pts)
     assert all(not (q.tv <= p.tv and q.tokens >= p.tokens and (q.tv, q.tokens) != (p.tv, p.tokens))
                for p in front for q in pts)
-    text = pareto.render_text(pareto.series_of(pts), width=40, height=10)
+    text = views.render_text(pareto.series_of(pts), width=40, height=10)
     assert "tokens per call" in text and "leniency" in text
     rep = pareto.tuned_report("ears", sa, sa, 0.02)
     assert rep["valid"] == rep["test"]

@@ -3,7 +3,11 @@
 import numpy as np
 import pytest
 
-from evolve import pareto, simulate as S, spec
+from evolve.rules import tuning as pareto
+from evolve.rules.table import RULES, families
+from tests import rulefns
+from evolve import simulate as S
+from evolve.objectives import spec
 from heuristics import baselines as HB
 from tests import tracekit
 
@@ -23,9 +27,9 @@ def _first_token_lenient_np(F):
 
 
 RULES = [
-    ("standard", HB.standard_rejection, pareto.standard, {}),
-    ("leniency_0.5", HB.leniency_0_5, pareto.leniency, {"l": 0.5}),
-    ("bild", HB.bild_rollback, pareto.bild, {"alpha": 5.0}),
+    ("standard", HB.standard_rejection, rulefns.standard, {}),
+    ("leniency", HB.leniency, rulefns.leniency, {"l": 0.5}),
+    ("bild", HB.bild_rollback, rulefns.bild, {"alpha": 5.0}),
     ("first_token_lenient", first_token_lenient, _first_token_lenient_np, {}),
 ]
 
@@ -37,7 +41,7 @@ def world():
 
 
 def test_as_rule_signatures():
-    r6 = S.as_rule(HB.leniency_0_5)
+    r6 = S.as_rule(HB.leniency)
     r9 = S.as_rule(first_token_lenient)
     assert not r6.extended and r9.extended
     F = {"draft_prob": np.array([0.5, 0.5]), "target_prob": np.array([0.2, 0.2]),
@@ -73,10 +77,10 @@ def test_offline_sees_the_difference_simulation_sees(world):
     simulated from the same contexts, agree (and the gain is clearly positive)."""
     pair, ts, sa = world
     ctx, pos = S.block_starts(ts)
-    std = spec.objectives(sa, spec.rule_thresholds(pareto.standard, sa))
-    len_ = spec.objectives(sa, spec.rule_thresholds(pareto.leniency, sa, l=0.5))
+    std = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
+    len_ = spec.objectives(sa, spec.rule_thresholds(rulefns.leniency, sa, l=0.5))
     s_std = S.decode_blocks(pair, ctx, pos, HB.standard_rejection, reps=8, seed=8)
-    s_len = S.decode_blocks(pair, ctx, pos, HB.leniency_0_5, reps=8, seed=8)
+    s_len = S.decode_blocks(pair, ctx, pos, HB.leniency, reps=8, seed=8)
     assert len_.tokens_per_call - std.tokens_per_call > 0.1
     gain_sim = s_len.tokens_per_call - s_std.tokens_per_call
     gain_off = len_.tokens_per_call - std.tokens_per_call
@@ -110,8 +114,8 @@ def test_free_running_simulation_is_close_to_offline(world):
     """The rule's own trajectory (not the standard one's block starts) changes tokens
     per call only slightly: agreement within the sampling error of both."""
     pair, ts, sa = world
-    for scalar, vector, kw in [(HB.standard_rejection, pareto.standard, {}),
-                               (HB.leniency_0_5, pareto.leniency, {"l": 0.5})]:
+    for scalar, vector, kw in [(HB.standard_rejection, rulefns.standard, {}),
+                               (HB.leniency, rulefns.leniency, {"l": 0.5})]:
         b = spec.block_sums(sa, spec.position_terms(sa, spec.rule_thresholds(vector, sa, **kw)))
         per_seq = b["tokens"].reshape(-1, tracekit.TINY.blocks_per_prompt).mean(axis=1)
         off, off_se = per_seq.mean(), per_seq.std(ddof=1) / np.sqrt(per_seq.size)

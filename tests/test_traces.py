@@ -10,8 +10,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from evolve import data, lm, simulate, traces as T
-from evolve.data import DataError
+from evolve.data import tokens as data
+from evolve.data.sources import ngram_lm as lm
+from evolve import simulate
+from evolve.data import decode as DEC
+from evolve.data import traces as T
+from evolve.data.sources import ngram as NG
+from evolve.data.tokens import DataError
 from heuristics import baselines as HB
 from tests import tracekit
 
@@ -91,7 +96,7 @@ def test_models_are_normalised_positive_and_deterministic():
         P = m.probs(ctx)
         assert P.shape == (200, 256)
         assert (P > 0).all() and np.abs(P.sum(axis=1) - 1).max() < 1e-12
-    again = T.build_pair(tracekit.TINY)
+    again = NG.build_pair(tracekit.TINY)
     assert np.array_equal(again.target.probs(ctx), p.target.probs(ctx))
     assert np.array_equal(again.draft.probs(ctx), p.draft.probs(ctx))
     assert again.describe() == p.describe()
@@ -124,11 +129,11 @@ def test_files_are_split_disjointly():
 
 def test_trace_build_is_deterministic_bytes(tmp_path):
     a = tracekit.split("valid")
-    b = T.build_split(T.build_pair(tracekit.TINY), "valid", batch=7)   # another batching
+    b = NG.build_split(NG.build_pair(tracekit.TINY), "valid", batch=7)   # another batching
     T.save(a, tmp_path / "a.npz")
     T.save(b, tmp_path / "b.npz")
     assert (tmp_path / "a.npz").read_bytes() == (tmp_path / "b.npz").read_bytes()
-    c = T.build_split(T.build_pair(dataclasses.replace(tracekit.TINY, seed=4)), "valid")
+    c = NG.build_split(NG.build_pair(dataclasses.replace(tracekit.TINY, seed=4)), "valid")
     assert not np.array_equal(a.draft_prob, c.draft_prob[:len(a)])
 
 
@@ -205,8 +210,8 @@ def test_standard_rule_redecoding_reproduces_the_trace():
     exactly the recorded decisions: same uniforms, same accepts, same bytes."""
     pair = tracekit.pair()
     ts = tracekit.split("test")
-    prompts, rngs = T.prompt_starts(pair, "test")
-    _, accepted = T.decode(pair, prompts, rngs, tracekit.TINY.blocks_per_prompt,
+    prompts, rngs = NG.prompt_starts(pair, "test")
+    _, accepted = DEC.decode(pair, prompts, rngs, tracekit.TINY.blocks_per_prompt,
                            rule=simulate.as_rule(HB.standard_rejection), record=False)
     g = tracekit.TINY.block_size
     acc = ts.baseline_accepts.reshape(-1, g)
@@ -301,22 +306,22 @@ def test_missing_and_extra_members(tmp_path):
         T.load(tmp_path / "junk.npz")
     meta = json.loads(members["meta.json"])
     assert meta["config"] == dataclasses.asdict(tracekit.TINY)
-    assert T.TraceConfig.from_dict(meta["config"]) == tracekit.TINY
+    assert NG.TraceConfig.from_dict(meta["config"]) == tracekit.TINY
 
 
 def test_config_errors_name_the_setting():
     with pytest.raises(ValueError, match="top_k=0"):
-        T.TraceConfig(top_k=0).validate()
+        NG.TraceConfig(top_k=0).validate()
     with pytest.raises(ValueError, match="unknown key 'g'"):
-        T.TraceConfig.from_dict({"g": 3})
+        NG.TraceConfig.from_dict({"g": 3})
 
 
 def test_sampling_helpers():
     P = np.array([[0.0, 0.5, 0.0, 0.5], [1.0, 0.0, 0.0, 0.0]])
-    assert T.sample_rows(P, np.array([0.0, 0.999999])).tolist() == [1, 0]
-    assert T.sample_rows(P, np.array([0.5, 0.3])).tolist() == [3, 0]
-    assert T.sample_rows(P, np.array([1.0 - 2 ** -53, 0.0])).tolist() == [3, 0]
+    assert DEC.sample_rows(P, np.array([0.0, 0.999999])).tolist() == [1, 0]
+    assert DEC.sample_rows(P, np.array([0.5, 0.3])).tolist() == [3, 0]
+    assert DEC.sample_rows(P, np.array([1.0 - 2 ** -53, 0.0])).tolist() == [3, 0]
     p = np.array([[0.2, 0.8]])
-    assert np.array_equal(T.residual(p, p.copy()), p)          # p == q: fall back to p
-    assert np.allclose(T.residual(p, np.array([[0.5, 0.5]])), [[0.0, 0.3]])
-    assert math.isclose(float(T.residual(p, np.array([[0.5, 0.5]])).sum()), 0.3)
+    assert np.array_equal(DEC.residual(p, p.copy()), p)          # p == q: fall back to p
+    assert np.allclose(DEC.residual(p, np.array([[0.5, 0.5]])), [[0.0, 0.3]])
+    assert math.isclose(float(DEC.residual(p, np.array([[0.5, 0.5]])).sum()), 0.3)

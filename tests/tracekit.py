@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 
-from evolve import traces as T
+from evolve.data.sources import ngram as T
+from evolve.data.traces import TraceSplit
 
 # A corpus slice and few prompts: builds in well under a second.
 TINY = T.TraceConfig(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
@@ -17,5 +18,5 @@ def pair(config: T.TraceConfig = TINY) -> T.LMPair:
 
 
 @functools.lru_cache(maxsize=None)
-def split(name: str, config: T.TraceConfig = TINY) -> T.TraceSplit:
+def split(name: str, config: T.TraceConfig = TINY) -> TraceSplit:
     return T.build_split(pair(config), name)

@@ -1,0 +1,29 @@
+"""The `evolve` command: one function per command, no numerics here.
+
+Commands live in ``data`` (token splits), ``traces`` (traces, simulation,
+trade-off) and ``runs`` (run, inspect, runs, benchmark); ``render`` owns the
+terminal. Heavy modules (numba, deap) are imported inside commands so that
+``evolve --help`` starts fast.
+"""
+
+from __future__ import annotations
+
+import click
+
+from evolve.cli import data, runs, traces
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="specevolve")
+def main():
+    """Discover acceptance rules for speculative decoding by genetic programming."""
+
+
+main.add_command(data.data_group)
+data.data_group.add_command(traces.data_trace)
+for command in (runs.run_cmd, runs.benchmark_cmd, runs.inspect_cmd, runs.runs_cmd,
+                traces.simulate_cmd, traces.tradeoff_cmd):
+    main.add_command(command)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""What every command shares: one-line errors, the terminal, common options."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+
+import click
+
+EXIT_BAD_INPUT = 2
+
+
+def term(json_mode: bool = False):
+    from evolve.cli.render import Terminal
+    return Terminal(json_mode=json_mode)
+
+
+class BadOption(ValueError):
+    """A bad option or input found by a command itself; one line, exit code 2."""
+
+
+def fail(message: str):
+    """A bad option or input: one line on stderr, exit code 2."""
+    raise BadOption(message)
+
+
+def need(ok: bool, option: str, value, expected: str) -> None:
+    if not ok:
+        fail(f"{option}: {value!r} is invalid; expected {expected}")
+
+
+def friendly_errors(fn):
+    """Known error types become one line on stderr and exit code 2, no traceback."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from evolve.data.tokens import DataError
+        from evolve.lang.treeio import TreeError
+        from evolve.runs.rundir import RunError
+        from evolve.search.config import ConfigError
+        try:
+            return fn(*args, **kwargs)
+        except (DataError, ConfigError, RunError, TreeError, BadOption) as e:
+            term().error(str(e))
+            sys.exit(EXIT_BAD_INPUT)
+        except KeyError as e:
+            term().error(str(e.args[0]) if e.args else "unknown name")
+            sys.exit(EXIT_BAD_INPUT)
+        except OSError as e:
+            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+            term().error(f"{where}{e.strerror or e}")
+            sys.exit(EXIT_BAD_INPUT)
+    return wrapper
+
+
+def default_data() -> Path:
+    from evolve.runs.paths import DATA_DIR
+    return DATA_DIR
+
+
+def default_traces() -> Path:
+    from evolve.runs.paths import TRACES_DIR
+    return TRACES_DIR
+
+
+data_option = click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
+                           help="Directory with train/valid/test splits (default: datasets/).")
+json_option = click.option("--json", "json_mode", is_flag=True,
+                           help="Print one JSON document on stdout.")
+runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path), default=None,
+                               help="Where run directories live (default: runs/, or "
+                                    "$EVOLVE_RUNS_DIR).")
+

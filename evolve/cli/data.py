@@ -1,0 +1,107 @@
+"""``evolve data``: generate, import, export and describe token splits (``data
+trace``, which records speculative-decoding traces, is in ``evolve.cli.traces``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evolve.cli.common import data_option, default_data, friendly_errors, json_option, term
+
+
+@click.group("data")
+def data_group():
+    """Generate, import, export and describe dataset splits."""
+
+
+@data_group.command("generate")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Output directory (default: datasets/).")
+@click.option("--seed", type=int, default=42, show_default=True,
+              help="Train seed; valid and test use seed+81 and seed+414 (42 -> 42/123/456).")
+@click.option("--sequences", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Train sequences; valid and test get 30% of it each.")
+@click.option("--force", is_flag=True, help="Overwrite existing splits that differ.")
+@friendly_errors
+def data_generate(out, seed, sequences, force):
+    """Write train/valid/test with the seed-compatible generator."""
+    from evolve.data import tokens as data
+    from evolve.data.sources import synthetic as synth
+    out = out or default_data()
+    tm = term()
+    seeds = {"train": seed, "valid": seed + 81, "test": seed + 414}
+    small = max(1, round(sequences * 0.3))
+    splits = synth.generate_splits(seeds, {"train": sequences, "valid": small, "test": small})
+    for name, ds in splits.items():
+        path = data.split_path(out, name)
+        if path.exists() and not force:
+            try:
+                same = data.load_npz(path).columns()
+                if all((same[f] == v).all() for f, v in ds.columns().items()):
+                    tm.note(f"{path}: unchanged ({len(ds):,} tokens)")
+                    continue
+            except (data.DataError, ValueError):
+                pass
+            raise data.DataError(f"{path}: exists and differs; pass --force to overwrite")
+        data.save_npz(ds, path)
+        tm.note(f"{path}: {len(ds):,} tokens (seed {seeds[name]})")
+
+
+@data_group.command("import")
+@click.argument("file", type=click.Path(path_type=Path))
+@click.option("--split", "split", required=True, help="Split name to store it as.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
+@friendly_errors
+def data_import(file, split, out):
+    """Import a split in the original JSON array form."""
+    from evolve.data import tokens as data
+    if not split.isidentifier():
+        raise data.DataError(f"--split: {split!r} is not a valid split name")
+    ds = data.load_json(file, name=split)
+    path = data.split_path(out, split)
+    data.save_npz(ds, path)
+    term().note(f"{path}: {len(ds):,} tokens imported from {file}")
+
+
+@data_group.command("export")
+@data_option
+@click.option("--split", "splits", multiple=True, help="Split(s) to export (default: all).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Output directory.")
+@friendly_errors
+def data_export(data_dir, splits, out):
+    """Export splits to the original JSON array form (<out>/<split>.json)."""
+    from evolve.data import tokens as data
+    data_dir = data_dir or default_data()
+    for split in splits or data.SPLITS:
+        ds = data.load_split(data_dir, split)
+        path = Path(out) / f"{split}.json"
+        data.save_json(ds, path)
+        term().note(f"{path}: {len(ds):,} tokens")
+
+
+@data_group.command("info")
+@data_option
+@json_option
+@friendly_errors
+def data_info(data_dir, json_mode):
+    """Tokens, standard acceptance, top-match rate and entropy ranges per split."""
+    from evolve.data import tokens as data
+    data_dir = data_dir or default_data()
+    info = {s: data.describe(data.load_split(data_dir, s)) for s in data.SPLITS}
+    out = term(json_mode)
+    if json_mode:
+        out.print_json(info)
+        return
+    rows = [[s, f"{d['tokens']:,}", f"{100 * d['standard_accept_rate']:.2f}",
+             f"{100 * d['top_match_rate']:.2f}",
+             f"{d['draft_entropy'][0]:.2f}..{d['draft_entropy'][1]:.2f}",
+             f"{d['target_entropy'][0]:.2f}..{d['target_entropy'][1]:.2f}",
+             str(d["position_max"])] for s, d in info.items()]
+    out.table(f"{data_dir}", [("split", "left"), ("tokens", "right"),
+                               ("standard accept %", "right"), ("top match %", "right"),
+                               ("draft entropy", "right"), ("target entropy", "right"),
+                               ("max position", "right")], rows)
+
+
+# --------------------------------------------------------------- benchmark

@@ -1,0 +1,157 @@
+"""``evolve run``, ``inspect``, ``runs`` and ``benchmark``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from evolve.cli.common import (data_option, default_data, default_traces, friendly_errors,
+                               json_option, runs_dir_option, term)
+from evolve.objectives import OBJECTIVES
+
+
+@click.command("benchmark")
+@data_option
+@click.option("--heuristic", "heuristics", multiple=True,
+              help="Limit rows to this heuristic (repeatable).")
+@click.option("--repeats", type=click.IntRange(min=1), default=25, show_default=True,
+              help="Timing repeats per heuristic and split (median reported).")
+@json_option
+@friendly_errors
+def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
+    """Every baseline and the evolved champion on train/valid/test."""
+    from evolve.cli import views
+    from evolve.runs import report
+    result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats)
+    out = term(json_mode)
+    for name, why in result["skipped"].items():
+        out.note(f"warning: {name} skipped: heuristics/{name}.py cannot be compiled ({why})")
+    if json_mode:
+        out.print_json(result)
+    else:
+        views.show_benchmark(result, out)
+
+
+# --------------------------------------------------------------------- run
+
+@click.command("run")
+@click.option("--generations", type=int, default=None, help="Generations [default: 100].")
+@click.option("--population", type=int, default=None, help="Population size [default: 1000].")
+@click.option("--seed", type=int, default=None, help="Random seed [default: 0].")
+@click.option("--objective", type=str, default=None,
+              help="; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) + ".")
+@click.option("--budget-tv", "tv_budget", type=float, default=None,
+              help="Objective speed: mean TV per token allowed [0.02].")
+@click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
+@click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
+@click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
+@click.option("--max-height", type=int, default=None, help="Tree height limit [10].")
+@click.option("--max-size", type=int, default=None, help="Tree size limit (nodes) [60].")
+@click.option("--init-max-height", type=int, default=None,
+              help="Height limit of the first population's trees [4].")
+@click.option("--elitism", type=int, default=None, help="Elites kept each generation [2].")
+@click.option("--seed-baselines", is_flag=True, default=None,
+              help="Put the baselines (as trees) into the first population.")
+@click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
+@click.option("--name", type=str, default=None, help="Run directory name.")
+@click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
+@click.option("--no-writeback", is_flag=True, help="Do not touch heuristics/evolved.py.")
+@click.option("--force", is_flag=True, help="Write back even if not better on valid.")
+@data_option
+@runs_dir_option
+@json_option
+@friendly_errors
+def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_prob, mut_prob,
+            max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
+            no_writeback, force, data_dir, runs_dir, json_mode):
+    """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
+    from evolve.runs import runner
+    from evolve.runs import paths
+    from evolve.runs.rundir import RunError
+    from evolve.search.config import Config
+    given = {"generations": generations, "population": population, "seed": seed,
+             "objective": objective, "tournament": tournament, "cx_prob": cx_prob,
+             "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
+             "init_max_height": init_max_height,
+             "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
+             "tv_budget": tv_budget}
+    out = term(json_mode)
+    if resume:
+        extra = [k for k, v in given.items() if v is not None and k != "generations"]
+        if extra or name:
+            opt = "--name" if name else "--" + extra[0].replace("_", "-")
+            raise RunError(f"{opt}: cannot be changed on --resume (only --generations)")
+    cfg = Config(**{k: v for k, v in given.items() if v is not None})
+    if resume and generations is None:
+        cfg.generations = None   # keep the run's own
+    if data_dir is None:
+        obj = OBJECTIVES.get(cfg.objective)
+        data_dir = default_traces() if obj is not None and obj.traces else default_data()
+    opts = runner.RunOptions(config=cfg, data_dir=data_dir,
+                             runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
+                             writeback=not no_writeback, force=force)
+    code, result = runner.execute(opts, out)
+    if json_mode:
+        out.print_json(result)
+    elif code == runner.EXIT_INTERRUPTED:
+        out.note(f"interrupted at generation {result['generation']}; checkpoint saved in "
+                  f"{result['path']}")
+        out.note(f"resume with: {result['resume']}")
+    else:
+        from evolve.cli import views
+        from evolve.objectives import is_trace_champion
+        from evolve.runs import report
+        bench = None
+        if not is_trace_champion(result["champion"]):
+            bench = report.benchmark(opts.data_dir, None, repeats=5)
+        views.show_run_result(result, out, bench)
+    sys.exit(code)
+
+
+# ----------------------------------------------------------------- inspect
+
+@click.command("inspect")
+@click.argument("run", required=False)
+@runs_dir_option
+@json_option
+@friendly_errors
+def inspect_cmd(run, runs_dir, json_mode):
+    """The champion of a run (default: the latest): formula, metrics, history."""
+    from evolve.cli import views
+    from evolve.objectives import is_trace_champion
+    from evolve.runs import paths, report, rundir
+    parent = paths.runs_dir(runs_dir)
+    rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
+    info = report.inspect_run(rd)
+    out = term(json_mode)
+    if json_mode:
+        out.print_json(info)
+        return
+    standard = None
+    if info.get("champion") and not is_trace_champion(info["champion"]):
+        standard = report.standard_metrics(Path((info.get("data") or {}).get("dir")
+                                                or default_data()))
+    views.show_inspect(info, out, standard)
+
+
+@click.command("runs")
+@runs_dir_option
+@json_option
+@friendly_errors
+def runs_cmd(runs_dir, json_mode):
+    """List runs with their champions."""
+    from evolve.cli import views
+    from evolve.runs import paths, report
+    rows = report.runs_table(paths.runs_dir(runs_dir))
+    out = term(json_mode)
+    if json_mode:
+        out.print_json(rows)
+        return
+    if not rows:
+        out.result("no runs yet")
+        return
+    views.show_runs(rows, out)
+
+

@@ -1,0 +1,319 @@
+"""What the commands print: benchmark tables, run results, inspect, runs, simulation
+and trade-off tables, and plain-text plots. Everything goes through the
+``Terminal`` of ``evolve.cli.render`` (the one module that owns rich)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from evolve.objectives import is_trace_champion
+
+SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
+
+
+def show_benchmark(result: dict, term) -> None:
+    splits = result["splits"]
+    order_split = "valid" if "valid" in splits else next(iter(splits))
+    names = sorted(splits[order_split]["heuristics"],
+                   key=lambda n: -splits[order_split]["heuristics"][n]["fitness"])
+    cols = [("heuristic", "left"), ("accept %", "right"), ("accuracy %", "right"),
+            ("quality", "right"), ("fitness", "right"), ("eval ms", "right")]
+    for split, body in splits.items():
+        rows, styles = [], []
+        for n in names:
+            m = body["heuristics"][n]
+            label = f"{n} *" if n == "evolved" else n
+            ms = f"{m['eval_ms']:.3f}" if "eval_ms" in m else "-"
+            rows.append([label, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
+                         f"{m['quality']:.4f}", f"{m['fitness']:.4f}", ms])
+            styles.append("bold" if n == "evolved" else None)
+        term.table(f"{split} ({body['tokens']:,} tokens), sorted by {order_split} fitness",
+                   cols, rows, styles)
+        term.result("")
+    meta = result.get("evolved") or {}
+    if "evolved" in names:
+        term.result(f"* evolved: heuristics/evolved.py (run {meta.get('run', '?')}, "
+                    f"tree {meta.get('tree', '?')})")
+
+
+def _fmt(x, digits: int = 4) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def show_run_result(result: dict, term, bench: dict | None) -> None:
+    """What `evolve run` prints at the end: champion beside the baselines (``bench``:
+    the benchmark table of the token splits, for a token champion)."""
+    ch = result["champion"]
+    term.result(f"run {result['run']} finished: {result['path']}")
+    term.result(f"champion: {ch['expression']}  (size {ch['size']}, generation "
+                f"{ch['generation']})")
+    if is_trace_champion(ch):
+        show_trace_champion(ch, term)
+        png = Path(result["path"]) / "pareto.png"
+        if png.exists():
+            term.result(f"trade-off picture: {png}")
+        term.result("trace champions stay in their run directory (they read trace "
+                    "features); heuristics/evolved.py is unchanged")
+        return
+    for split, body in bench["splits"].items():
+        body["heuristics"]["champion"] = ch["metrics"][split]
+    show_benchmark(bench, term)
+    wb = result.get("writeback")
+    if wb is None:
+        term.result("write-back skipped (--no-writeback)")
+    elif wb["written"]:
+        term.result(f"written back to heuristics/evolved.py (valid fitness "
+                    f"{wb['new_valid_fitness']:.4f} vs {_fmt(wb['current_valid_fitness'])})")
+    else:
+        term.result(f"heuristics/evolved.py kept: its valid fitness "
+                    f"{_fmt(wb['current_valid_fitness'])} >= champion's "
+                    f"{wb['new_valid_fitness']:.4f} (use --force to replace)")
+
+
+def show_trace_champion(ch: dict, term) -> None:
+    """Champion and baselines tuned on valid to the run's TV budget, on test."""
+    budget = ch.get("tv_budget")
+    cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
+            ("test TV/token", "right"), ("test KL/token", "right"),
+            ("valid tokens/call", "right"), ("valid TV/token", "right")]
+    rows = [["champion *", "", _fmt(ch["metrics"]["test"]["tokens_per_call"]),
+             _fmt(ch["metrics"]["test"]["tv_per_token"], 5),
+             _fmt(ch["metrics"]["test"]["kl_per_token"], 5),
+             _fmt(ch["metrics"]["valid"]["tokens_per_call"]),
+             _fmt(ch["metrics"]["valid"]["tv_per_token"], 5)]]
+    for name, rep in (ch.get("baselines_tuned_on_valid") or {}).items():
+        if rep is None:
+            rows.append([name, "", "no parameter fits the budget", "", "", "", ""])
+            continue
+        rows.append([name, "" if rep["param"] is None else f"{rep['param']:.4g}",
+                     _fmt(rep["test"]["tokens_per_call"]),
+                     _fmt(rep["test"]["tv_per_token"], 5), _fmt(rep["test"]["kl_per_token"], 5),
+                     _fmt(rep["valid"]["tokens_per_call"]),
+                     _fmt(rep["valid"]["tv_per_token"], 5)])
+    order = [rows[0]] + sorted(rows[1:], key=lambda r: -float(r[2]) if r[3] else 1e9)
+    term.table(f"TV budget {budget}: baselines tuned on valid, all reported on test",
+               cols, order, ["bold"] + [None] * (len(order) - 1))
+
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    if not values:
+        return ""
+    if len(values) > width:
+        step = len(values) / width
+        values = [values[min(len(values) - 1, int(i * step))] for i in range(width)]
+    lo, hi = min(values), max(values)
+    if hi - lo < 1e-12:
+        return SPARK[-1] * len(values)
+    return "".join(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))] for v in values)
+
+
+def show_inspect(info: dict, term, standard: dict | None) -> None:
+    term.result(f"run {info['run']}  ({info['path']})")
+    s = info.get("summary") or {}
+    if s:
+        term.result(f"status: {s.get('status')} at generation {s.get('generation')}"
+                    + (f"; resume with: {s['resume']}" if s.get("resume") else ""))
+    ch = info.get("champion")
+    if not ch:
+        term.result("no champion yet (the run has not finished)")
+    else:
+        term.result(f"formula:  {ch['expression']}")
+        if ch.get("simplified") and ch["simplified"] != ch["expression"]:
+            term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
+        term.result(f"tree:     {ch['tree']}")
+        term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
+                    f"{ch.get('generation')}; inputs: d=draft_prob t=target_prob pos=position "
+                    "de/te=draft/target entropy match=top_token_match"
+                    + ("; bpos=block_position pmax/qmax=target/draft top probability"
+                       if is_trace_champion(ch) else ""))
+    if ch and is_trace_champion(ch):
+        show_trace_champion(ch, term)
+        series = (info.get("pareto") or {}).get("series")
+        if isinstance(series, dict):
+            try:
+                pts = {str(k): [(float(x), float(y)) for x, y in v] for k, v in series.items()}
+            except (TypeError, ValueError):
+                pts = {}
+            budget = (info.get("pareto") or {}).get("budget")
+            if pts and isinstance(budget, (int, float)) and budget > 0:
+                # zoom on the budget: the far end of bild/typical would squeeze it
+                edge = max([4 * budget] + [x for x, _ in pts.get("champion", [])])
+                shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in pts.items()}
+                hidden = sum(map(len, pts.values())) - sum(map(len, shown.values()))
+                pts = shown
+                if hidden:
+                    term.result(f"({hidden} points with TV per token > {edge:g} not shown)")
+            if pts:
+                term.result("trade-off on valid (baselines swept, hall of fame, champion):")
+                term.result(render_text(pts))
+        png = Path(info["path"]) / "pareto.png"
+        if png.exists():
+            term.result(f"picture: {png}")
+    elif ch:
+        cols = [("split", "left"), ("accept %", "right"), ("accuracy %", "right"),
+                ("quality", "right"), ("fitness", "right"), ("std. rejection fitness", "right")]
+        rows = []
+        for split, m in ch.get("metrics", {}).items():
+            std = standard.get(split) if standard else None
+            rows.append([split, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
+                         f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
+                         f"{std['fitness']:.4f}" if std else "-"])
+        term.table("champion metrics", cols, rows)
+    png = Path(info["path"]) / "history.png"
+    if png.exists():
+        term.result(f"fitness over generations (PNG): {png}")
+    h = info["history"]
+    if h["best_train"]:
+        term.result(f"best train fitness  {sparkline(h['best_train'])}  "
+                    f"{h['best_train'][0]:.4f} -> {h['best_train'][-1]:.4f}")
+        term.result(f"best valid fitness  {sparkline(h['best_valid'])}  "
+                    f"{h['best_valid'][0]:.4f} -> {h['best_valid'][-1]:.4f}")
+        term.result(f"mean size           {sparkline(h['mean_size'])}  "
+                    f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
+    cfg = info.get("config") or {}
+    term.result("config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+
+
+def show_runs(rows: list[dict], term) -> None:
+    def score(r, split):
+        if r.get(f"{split}_fitness") is not None:
+            return f"{r[f'{split}_fitness']:.4f}"
+        if r.get(f"{split}_tokens_per_call") is not None:
+            return (f"{r[f'{split}_tokens_per_call']:.3f} tok/call, "
+                    f"TV {r[f'{split}_tv_per_token']:.4f}")
+        return ""
+    term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
+                        ("valid", "right"), ("test", "right"), ("champion", "left")],
+               [[r["run"], r["status"] or "", "" if r["generation"] is None else r["generation"],
+                 score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
+
+
+_MARKS = "so^vdx+*#%@"
+
+
+def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per token",
+                ylabel="tokens per call") -> str:
+    """A plain-text scatter: ``series`` maps a name to [(x, y), ...]."""
+    pts = [(x, y) for v in series.values() for x, y in v if np.isfinite(x) and np.isfinite(y)]
+    if not pts:
+        return "(no points)"
+    xs, ys = np.array(pts).T
+    x0, x1 = 0.0 if xs.min() >= 0 else xs.min(), xs.max()
+    y0, y1 = ys.min(), ys.max()
+    x1 = x1 if x1 > x0 else x0 + 1.0
+    y1 = y1 if y1 > y0 else y0 + 1.0
+    grid = [[" "] * width for _ in range(height)]
+    legend = []
+    for i, (name, v) in enumerate(series.items()):
+        m = _MARKS[i % len(_MARKS)]
+        legend.append(f"{m} {name}")
+        for x, y in v:
+            if not (np.isfinite(x) and np.isfinite(y)):
+                continue
+            c = int(round((x - x0) / (x1 - x0) * (width - 1)))
+            r = height - 1 - int(round((y - y0) / (y1 - y0) * (height - 1)))
+            grid[r][c] = m
+    lab = f"{y1:.3f}"
+    pad = len(lab)
+    lines = [f"{ylabel}"]
+    for r, row in enumerate(grid):
+        tick = f"{y1:.3f}" if r == 0 else (f"{y0:.3f}" if r == height - 1 else "")
+        lines.append(tick.rjust(pad) + " |" + "".join(row))
+    lines.append(" " * pad + " +" + "-" * width)
+    lo, hi = f"{x0:.4g}", f"{x1:.4g}"
+    lines.append(" " * (pad + 2) + lo + " " * max(1, width - len(lo) - len(hi)) + hi)
+    lines.append(" " * (pad + 2) + xlabel)
+    lines.append("  ".join(legend))
+    return "\n".join(lines)
+
+
+def _num(x, fmt: str = ".4f") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def _pm(x, se, fmt=".4f") -> str:
+    return f"{_num(x, fmt)} ± {_num(se, fmt)}" if se is not None else _num(x, fmt)
+
+
+def show_simulation(doc: dict, term) -> None:
+    sim, off, agr, st = doc["simulated"], doc["offline"], doc["agreement"], doc["settings"]
+    out = sim["output"]
+    tok, tv = agr["tokens_per_call"], agr["tv_at_contexts"]
+    rows = [["tokens per target call", _pm(sim["tokens_per_call"], sim["tokens_se"]),
+             _pm(off["tokens_per_call"], off["tokens_se_by_sequence"]),
+             f"{tok['difference']:+.4f}", _num(tok["z"], "+.2f")],
+            [f"TV at {st['contexts']} contexts", _pm(out["tv_witness"], out["tv_witness_se"]),
+             _num(off["tv_at_contexts"]), f"{tv['difference']:+.4f}", _num(tv["z"], "+.2f")]]
+    for j, (a_sim, a_off) in enumerate(zip(sim["acceptance"], off["acceptance"])):
+        rows.append([f"acceptance at block position {j}", _num(a_sim), _num(a_off), "", ""])
+    term.table(f"{doc['rule']['label']} on {doc['data']}, split {doc['split']} "
+               f"(g = {doc['block_size']}, k = {doc['top_k']})",
+               [("", "left"), ("simulated", "right"), ("offline (exact)", "right"),
+                ("difference", "right"), ("z", "right")], rows)
+    term.result(f"offline on the whole split: TV per token {off['tv_per_token']:.4f}, "
+                f"KL per token {off['kl_per_token']:.4f}")
+    term.result(f"sampled output: plug-in TV {out['tv_plugin']:.4f} (noise floor "
+                f"{out['tv_plugin_floor']:.4f} for samples from the target itself)")
+    term.result(f"simulation: {st['prompts']} prompts x {st['blocks']} blocks, "
+                f"{st['contexts']} contexts x {st['reps']} samples, seed {st['seed']} "
+                f"({doc['seconds']:.1f} s)")
+    zs = [z for z in (tok["z"], tv["z"]) if z is not None]
+    worst = max((abs(z) for z in zs), default=float("nan"))
+    if agr["agree"]:
+        term.result(f"simulation and offline estimate agree (largest |z| {worst:.2f} "
+                    f"< {agr['z_agree']:g})")
+    else:
+        term.result(f"simulation and offline estimate DISAGREE (largest |z| {worst:.2f} "
+                    f">= {agr['z_agree']:g})")
+
+
+def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
+    from evolve.rules.table import RULES
+    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"), ("±", "right"),
+            ("TV/token", "right"), ("KL/token", "right"), ("valid TV/token", "right"),
+            ("", "left")]
+    for entry in doc["budgets"]:
+        b = entry["budget"]
+        rows, styles = [], []
+        for r in entry["rows"]:
+            if r["kind"] == "family":
+                spec_ = RULES[r["rule"]]
+                param = "" if spec_.param is None or r["param"] is None else \
+                    f"{spec_.param}={r['param']:.4g}"
+            else:
+                param = ""
+            if r["test"] is None:
+                rows.append([r["rule"], param, "-", "", "-", "-", "-",
+                             "no parameter fits the budget on valid"])
+                styles.append("dim")
+                continue
+            t, v = r["test"], r["valid"]
+            note = []
+            if not r["fits_valid"]:
+                note.append("over budget on valid")
+            if r["over_budget_test"]:
+                note.append("over budget on test")
+            rows.append([r["rule"], param, f"{t['tokens_per_call']:.4f}",
+                         _num(t["tokens_se"]), f"{t['tv_per_token']:.4f}",
+                         f"{t['kl_per_token']:.4f}", f"{v['tv_per_token']:.4f}",
+                         "; ".join(note)])
+            styles.append("yellow" if note else None)
+        term.table(f"TV budget {b:g} per token: tuned on valid ({doc['blocks']['valid']:,} "
+                   f"blocks), reported on test ({doc['blocks']['test']:,} blocks)",
+                   cols, rows, styles)
+        term.result("")
+    # zoom on the budgets (the far end of bild/typical squeezes them into a few columns)
+    edge = max_tv if max_tv is not None else 4 * max(e["budget"] for e in doc["budgets"])
+    edge = max([edge] + [o["test"]["tv_per_token"] for o in doc["extra"].values()])
+    shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in series.items()}
+    hidden = sum(len(v) for v in series.values()) - sum(len(v) for v in shown.values())
+    term.result(f"test split of {doc['data']}: every family's parameter grid "
+                f"(g = {doc['block_size']}, k = {doc['top_k']})"
+                + (f"; {hidden} points with TV per token > {edge:g} not shown (--max-tv)"
+                   if hidden else ""))
+    term.result(render_text(shown))
+    if doc["png"]:
+        term.result(f"picture: {doc['png']}")

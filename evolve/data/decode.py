@@ -1,0 +1,198 @@
+"""The speculative decoder: draft a block, verify it, keep the accepted prefix.
+
+One block, block size ``g``, exactly as real speculative decoding: the draft
+samples ``x_1 .. x_g`` autoregressively from ``q``; the target scores the
+``g + 1`` contexts; position ``j`` is accepted iff ``u_j < a_j(x_j)`` (the
+standard rule ``min(1, p_j(x_j) / q_j(x_j))`` unless a rule is given); the
+longest accepted prefix is kept, then one more token is drawn from
+``norm(max(0, p - q))`` at the first rejection, or from ``p_{g+1}`` (the bonus
+token) when all ``g`` were accepted. Every drafted position is recorded, also
+those after the first rejection (another rule might have reached them).
+
+A pair is any object with ``target`` and ``draft`` models (``probs(H)``: next-
+token distributions for a batch of histories) and a ``config`` with
+``block_size``, ``top_k`` and ``context_len``: the n-gram pair of
+``evolve.data.sources.ngram``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data.sources.ngram_lm import VOCAB, entropy
+
+def sample_rows(P: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Inverse-CDF draw of one index per row of a non-negative matrix (need not sum to 1)."""
+    cdf = np.cumsum(P, axis=1)
+    x = (cdf <= (u * cdf[:, -1])[:, None]).sum(axis=1)
+    last = P.shape[1] - 1 - np.argmax(P[:, ::-1] > 0, axis=1)
+    return np.minimum(x, last)
+
+
+RESIDUAL_EPS = 1e-12
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Unnormalised residual max(0, p - q); rows of mass < RESIDUAL_EPS fall back to p.
+
+    (Those rows have p == q up to rounding; any rejection there resamples from p.)
+    """
+    r = np.maximum(p - q, 0.0)
+    small = r.sum(axis=1) < RESIDUAL_EPS
+    if small.any():
+        r[small] = p[small]
+    return r
+
+
+def candidate_summary(p: np.ndarray, q: np.ndarray, k: int) -> dict:
+    """Top-k candidates of q (stable: lower byte first on ties) and the tail masses."""
+    B, V = q.shape
+    order = np.argsort(-q, axis=1, kind="stable")[:, :k]
+    in_top = np.zeros((B, V), dtype=bool)
+    np.put_along_axis(in_top, order, True, axis=1)
+    tail = ~in_top
+    plus = tail & (p > q)
+    return {
+        "cand_token": order.astype(np.uint8),
+        "cand_draft_prob": np.take_along_axis(q, order, axis=1),
+        "cand_target_prob": np.take_along_axis(p, order, axis=1),
+        "tail_draft_prob": np.where(tail, q, 0.0).sum(axis=1),
+        "tail_target_prob": np.where(tail, p, 0.0).sum(axis=1),
+        "tail_excess_draft_prob": np.where(plus, q, 0.0).sum(axis=1),
+        "tail_excess_target_prob": np.where(plus, p, 0.0).sum(axis=1),
+    }
+
+
+# --------------------------------------------------------------- decoding
+
+def decode(pair: LMPair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
+           rule=None, record: bool = True, pos0=None):
+    """Speculative decoding of every prompt for ``blocks`` blocks.
+
+    ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
+    has a ``many(features) -> thresholds`` method (``evolve.rules.adapters``) and
+    is applied to drafts among the draft's top-k bytes, the standard rule to the
+    others. ``pos0`` (per prompt) offsets the ``position`` feature.
+
+    Returns ``(columns, accepted)``: the v1 + v2 columns of every drafted
+    position (rows ordered by sequence, block, position; None unless ``record``)
+    and the accepted draft count of every block, int64 (n, blocks).
+    """
+    cfg = pair.config
+    g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
+    n = prompts.shape[0]
+    if prompts.shape[1] < C:
+        raise ValueError(f"prompts have {prompts.shape[1]} bytes, the models need {C}")
+    # All uniforms of a prompt are drawn up front: draft (blocks, g), accept (blocks, g),
+    # resample/bonus (blocks,), so results do not depend on ``batch``.
+    U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
+         else np.zeros((0, blocks, 2 * g + 1)))
+    pos0 = np.zeros(n, dtype=np.int64) if pos0 is None else np.asarray(pos0, dtype=np.int64)
+    parts, accepted = [], []
+    for s0 in range(0, n, batch):
+        cols, n_acc = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch], blocks,
+                                    g, k, C, s0, rule, record, pos0[s0:s0 + batch])
+        parts.append(cols)
+        accepted.append(n_acc)
+    cols = ({f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
+            if record and parts else None)
+    acc = np.concatenate(accepted) if accepted else np.zeros((0, blocks), dtype=np.int64)
+    return cols, acc
+
+
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
+    B = prompts.shape[0]
+    L0 = prompts.shape[1]
+    hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=np.uint8)
+    hist[:, :L0] = prompts
+    lens = np.full(B, L0, dtype=np.int64)
+    rows = np.arange(B)
+    rec: dict[str, list] = {}
+    accepted = np.zeros((B, blocks), dtype=np.int64)
+
+    def put(name, arr):
+        rec.setdefault(name, []).append(arr)
+
+    for t in range(blocks):
+        gen_before = lens - L0 + pos0
+        ext = np.zeros((B, C + g), dtype=np.uint8)
+        ext[:, :C] = hist[rows[:, None], lens[:, None] - C + np.arange(C)[None, :]]
+        Q = np.empty((B, g, VOCAB))
+        for j in range(g):
+            Q[:, j] = pair.draft.probs(ext[:, j:j + C])
+            ext[:, C + j] = sample_rows(Q[:, j], U[:, t, j])
+        ctxs = np.stack([ext[:, j:j + C] for j in range(g + 1)], axis=1)      # (B, g+1, C)
+        P = pair.target.probs(ctxs.reshape(B * (g + 1), C)).reshape(B, g + 1, VOCAB)
+        X = ext[:, C:].astype(np.int64)                                       # (B, g)
+        qx = np.take_along_axis(Q, X[:, :, None], axis=2)[:, :, 0]
+        px = np.take_along_axis(P[:, :g], X[:, :, None], axis=2)[:, :, 0]
+        rand = U[:, t, g:2 * g]
+        Pg = P[:, :g].reshape(B * g, VOCAB)
+        Qg = Q.reshape(B * g, VOCAB)
+        x = X.reshape(-1)
+        top = np.argmax(Pg, axis=1)
+        std = np.minimum(1.0, px / qx)
+        need_cands = record or rule is not None
+        if need_cands:
+            cs = candidate_summary(Pg, Qg, k)
+            hit = cs["cand_token"].astype(np.int64) == x[:, None]
+            in_top = hit.any(axis=1)
+        if rule is None:
+            a_x = std
+        else:
+            feats = {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
+                     "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
+                     "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
+                     "top_token_match": x == top,
+                     "block_position": np.tile(np.arange(g), B),
+                     "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
+            h = np.asarray(rule.many(feats), dtype=np.float64)
+            a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+            a_x = np.where(in_top, a, std.reshape(-1)).reshape(B, g)
+        acc = rand < a_x
+        n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
+        accepted[:, t] = n_acc
+        # the byte after the accepted prefix: residual at the first rejection, else bonus
+        Pn = P[rows, n_acc]
+        Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
+        new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
+        out = np.concatenate([X, new[:, None]], axis=1)
+        out[rows, n_acc] = new
+        for j in range(g + 1):
+            m = j <= n_acc
+            hist[m, lens[m] + j] = out[m, j]
+        lens = lens + n_acc + 1
+        if not record:
+            continue
+        # records for the g drafted positions
+        put("draft_prob", qx.reshape(-1))
+        put("target_prob", px.reshape(-1))
+        put("position", (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1))
+        put("draft_entropy", entropy(Qg))
+        put("target_entropy", entropy(Pg))
+        put("top_token_match", x == top)
+        put("rand_value", rand.reshape(-1))
+        put("baseline_accepts", acc.reshape(-1))
+        put("sequence", np.repeat(seq0 + rows, g))
+        put("block_index", np.full(B * g, t, dtype=np.int64))
+        put("block_position", np.tile(np.arange(g), B))
+        put("token", x)
+        put("draft_cand", np.where(in_top, np.argmax(hit, axis=1), -1))
+        put("target_top", top)
+        put("p_max", Pg.max(axis=1))
+        put("q_max", Qg.max(axis=1))
+        for f, v in cs.items():
+            put(f, v)
+        put("context", ctxs[:, :g].reshape(B * g, C))
+    if not record:
+        return None, accepted
+    # (blocks, B*g, ...) -> sequence-major rows
+    out_cols = {}
+    for f, parts in rec.items():
+        a = np.stack(parts)                       # (blocks, B*g, ...)
+        a = a.reshape((blocks, B, g) + a.shape[2:]).swapaxes(0, 1)
+        out_cols[f] = np.ascontiguousarray(a.reshape((blocks * B * g,) + a.shape[3:]))
+    for f in ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
+              "target_top"):
+        out_cols[f] = out_cols[f].astype(np.int64)
+    return out_cols, accepted

@@ -1,0 +1,269 @@
+"""Speculative-decoding traces, schema v2: one row per drafted position.
+
+A split holds the eight v1 fields of every drafted position (so a v1 reader
+loads it as a token split) and the v2 fields below: where the position sits
+(sequence, block, block position), the drafted byte and the target's argmax,
+p_max and q_max, the draft's top-k candidates with both models' probabilities,
+the tail masses outside them, and the context bytes. Rows come in whole blocks
+of ``g`` drafted positions, blocks contiguous. Sources that write traces live
+in ``evolve.data.sources`` (the n-gram pair); ``evolve.data.decode`` is the
+decoder they share.
+
+File format: an uncompressed .npz with fixed zip timestamps. The eight v1 fields
+are ``<field>.npy`` members, exactly as ``evolve.data.tokens.save_npz`` writes
+them; the v2 fields are NumPy ``.npy`` payloads stored under ``v2/<field>`` (no
+``.npy`` suffix), and ``meta.json`` holds ``format_version: 2`` and the
+generation settings. Loading validates every invariant and raises DataError
+naming the file, the field and the first bad row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from evolve.data import tokens as D
+from evolve.data.tokens import DataError
+
+VOCAB = 256            # byte-level models: token ids are byte values
+
+FORMAT_VERSION = 2
+SPLITS = D.SPLITS
+V2_PREFIX = "v2/"
+MASS_TOL = 1e-9        # tolerance of probability sums in validation
+
+# v2 fields beyond the v1 record. Kind: "row" (N,), "cand" (N, k), "ctx" (N, C).
+V2_FIELDS: dict[str, tuple[str, np.dtype]] = {
+    "sequence": ("row", np.dtype(np.int64)),          # prompt index within the split
+    "block_index": ("row", np.dtype(np.int64)),       # block number within the sequence
+    "block_position": ("row", np.dtype(np.int64)),    # 0 .. g-1 within the block
+    "token": ("row", np.dtype(np.int64)),             # the drafted byte
+    "draft_cand": ("row", np.dtype(np.int64)),        # its column in cand_*, -1 if in the tail
+    "target_top": ("row", np.dtype(np.int64)),        # argmax of p (lowest byte on ties)
+    "p_max": ("row", np.dtype(np.float64)),           # max_x p(x)
+    "q_max": ("row", np.dtype(np.float64)),           # max_x q(x)
+    "tail_draft_prob": ("row", np.dtype(np.float64)),         # q(T), T = bytes not in cand
+    "tail_target_prob": ("row", np.dtype(np.float64)),        # p(T)
+    "tail_excess_draft_prob": ("row", np.dtype(np.float64)),  # q(T+), T+ = {x in T: p > q}
+    "tail_excess_target_prob": ("row", np.dtype(np.float64)), # p(T+)
+    "cand_token": ("cand", np.dtype(np.uint8)),       # top-k bytes by q, q descending
+    "cand_draft_prob": ("cand", np.dtype(np.float64)),
+    "cand_target_prob": ("cand", np.dtype(np.float64)),
+    "context": ("ctx", np.dtype(np.uint8)),           # the C bytes before the drafted byte
+}
+ALL_FIELDS = tuple(D.FIELDS) + tuple(V2_FIELDS)
+
+
+@dataclass(frozen=True)
+class TraceSplit:
+    """One v2 split: per-row columns (v1 + v2), (N, k) candidates, (N, C) contexts."""
+    columns: dict
+    meta: dict
+    name: str = ""
+
+    def __len__(self) -> int:
+        return int(self.columns["draft_prob"].shape[0])
+
+    def __getattr__(self, item):
+        cols = self.__dict__.get("columns")
+        if cols is not None and item in cols:
+            return cols[item]
+        raise AttributeError(item)
+
+    @property
+    def block_size(self) -> int:
+        return int(self.meta["block_size"])
+
+    @property
+    def top_k(self) -> int:
+        return int(self.columns["cand_token"].shape[1])
+
+    @property
+    def n_blocks(self) -> int:
+        return len(self) // self.block_size
+
+    def dataset(self) -> D.Dataset:
+        """The v1 view: one record per drafted position, the eight original fields."""
+        return D.from_columns({f: self.columns[f] for f in D.FIELDS},
+                              source=self.meta.get("source", "<traces>"), name=self.name)
+
+
+# ---------------------------------------------------------------- storage
+
+def save(ts: TraceSplit, path: str | os.PathLike) -> None:
+    """Write a v2 split atomically as a deterministic, uncompressed .npz."""
+    meta = {k: v for k, v in ts.meta.items() if k != "source"}
+    D.write_npz(path, meta, {member: ts.columns[f] for f, member in _members().items()})
+
+
+def _members() -> dict:
+    """Field -> zip member: v1 fields as <field>.npy (so v1 loaders read the file),
+    the v2 ones under v2/."""
+    return {f: (f + ".npy" if f in D.FIELDS else V2_PREFIX + f) for f in ALL_FIELDS}
+
+
+def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
+    """Load and validate a v2 split; a v1 file raises DataError saying so."""
+    path = Path(path)
+    src = str(path)
+    if not path.exists():
+        raise DataError(f"{src}: file not found")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            if "meta.json" not in names:
+                raise DataError(f"{src}: meta.json is missing (not a trace file)")
+            meta = json.loads(zf.read("meta.json").decode("utf-8"))
+            if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+                v = meta.get("format_version") if isinstance(meta, dict) else None
+                raise DataError(f"{src}: format_version is {v!r}, a trace file has "
+                                f"{FORMAT_VERSION} (v1 splits load with evolve.data)")
+            cols = D.read_members(zf, src, _members())
+            known = {f + ".npy" for f in D.FIELDS} | {V2_PREFIX + f for f in V2_FIELDS}
+            extra = sorted(n for n in names if n not in known and n != "meta.json")
+            if extra:
+                raise DataError(f"{src}: member '{extra[0]}' is not part of schema v2")
+    except DataError:
+        raise
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, UnicodeDecodeError) as e:
+        raise DataError(f"{src}: not a readable trace file ({D._short(e)})") from None
+    meta["source"] = src
+    ts = TraceSplit(cols, meta, name=name or path.stem)
+    validate(ts, src)
+    return ts
+
+
+def load_splits(directory: str | os.PathLike, splits=SPLITS) -> dict:
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise DataError(f"{directory}: trace directory not found")
+    return {s: load(directory / f"{s}.npz", name=s) for s in splits}
+
+
+def is_trace_file(path: str | os.PathLike) -> bool:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            meta = json.loads(zf.read("meta.json").decode("utf-8"))
+        return isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        return False
+
+
+# ------------------------------------------------------------- validation
+
+def _bad(src, field, mask, arr, what):
+    i = int(np.flatnonzero(mask)[0])
+    v = arr[i]
+    v = v.tolist() if hasattr(v, "tolist") else v
+    raise DataError(f"{src}: field '{field}' row {i}: {what} (value {v!r}; "
+                    f"{int(mask.sum())} bad rows in all)")
+
+
+def validate(ts: TraceSplit, src: str) -> None:
+    """Check every schema-v2 invariant; raise DataError naming file, field and row."""
+    cols = ts.columns
+    meta = ts.meta
+    for f in ALL_FIELDS:
+        if f not in cols:
+            raise DataError(f"{src}: field '{f}' is missing")
+    ds = D.from_columns({f: cols[f] for f in D.FIELDS}, source=src, name=ts.name)
+    n = len(ds)
+    try:
+        g = int(meta["block_size"])
+        k = int(meta["top_k"])
+        C = int(meta["context_len"])
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{src}: meta.json lacks block_size, top_k or context_len") from None
+    if g < 1 or n % g:
+        raise DataError(f"{src}: {n} rows is not a whole number of blocks of {g}")
+    for f, (kind, dtype) in V2_FIELDS.items():
+        a = cols[f]
+        want = {"row": (n,), "cand": (n, k), "ctx": (n, C)}[kind]
+        if a.shape != want:
+            raise DataError(f"{src}: field '{f}' has shape {a.shape}, expected {want}")
+        if dtype.kind == "f":
+            if a.dtype.kind != "f":
+                raise DataError(f"{src}: field '{f}' must be a float array, got {a.dtype}")
+            bad = ~np.isfinite(a)
+            if bad.any():
+                _bad(src, f, bad.reshape(n, -1).any(axis=1), a, "not finite")
+        elif a.dtype != dtype:
+            raise DataError(f"{src}: field '{f}' must be {dtype}, got {a.dtype}")
+    c = {f: cols[f] for f in V2_FIELDS}
+    r = np.arange(n)
+    if (c["block_position"] != r % g).any():
+        _bad(src, "block_position", c["block_position"] != r % g, c["block_position"],
+             f"rows must come in blocks of {g} with block_position 0..{g - 1}")
+    for f in ("sequence", "block_index"):
+        a = c[f].reshape(-1, g)
+        bad = np.repeat((a != a[:, :1]).any(axis=1), g)
+        if bad.any():
+            _bad(src, f, bad, c[f], "differs within one block")
+    for f in ("token", "target_top"):
+        bad = (c[f] < 0) | (c[f] >= VOCAB)
+        if bad.any():
+            _bad(src, f, bad, c[f], "not a byte value")
+    cq, cp = c["cand_draft_prob"], c["cand_target_prob"]
+    for f, a in (("cand_draft_prob", cq), ("cand_target_prob", cp), ("p_max", c["p_max"]),
+                 ("q_max", c["q_max"])):
+        bad = ~((a > 0.0) & (a <= 1.0))
+        if bad.any():
+            _bad(src, f, bad.reshape(n, -1).any(axis=1), a, "outside (0, 1]")
+    if k > 1:
+        bad = (np.diff(cq, axis=1) > 0).any(axis=1)
+        if bad.any():
+            _bad(src, "cand_draft_prob", bad, cq, "candidates must be sorted by q, descending")
+        st = np.sort(c["cand_token"], axis=1)
+        bad = (np.diff(st.astype(np.int16), axis=1) == 0).any(axis=1)
+        if bad.any():
+            _bad(src, "cand_token", bad, c["cand_token"], "a byte appears twice")
+    tq, tp = c["tail_draft_prob"], c["tail_target_prob"]
+    eq, ep = c["tail_excess_draft_prob"], c["tail_excess_target_prob"]
+    for f, a in (("tail_draft_prob", tq), ("tail_target_prob", tp),
+                 ("tail_excess_draft_prob", eq), ("tail_excess_target_prob", ep)):
+        bad = (a < 0.0) | (a > 1.0 + MASS_TOL)
+        if bad.any():
+            _bad(src, f, bad, a, "outside [0, 1]")
+    bad = np.abs(cq.sum(axis=1) + tq - 1.0) > MASS_TOL
+    if bad.any():
+        _bad(src, "tail_draft_prob", bad, tq, "candidates + tail of q do not sum to 1")
+    bad = np.abs(cp.sum(axis=1) + tp - 1.0) > MASS_TOL
+    if bad.any():
+        _bad(src, "tail_target_prob", bad, tp, "candidates + tail of p do not sum to 1")
+    bad = (eq > tq + MASS_TOL) | (eq > ep + MASS_TOL)
+    if bad.any():
+        _bad(src, "tail_excess_draft_prob", bad, eq, "must be <= tail_draft_prob and "
+             "<= tail_excess_target_prob")
+    bad = ep > tp + MASS_TOL
+    if bad.any():
+        _bad(src, "tail_excess_target_prob", bad, ep, "must be <= tail_target_prob")
+    dc = c["draft_cand"]
+    bad = (dc < -1) | (dc >= k)
+    if bad.any():
+        _bad(src, "draft_cand", bad, dc, f"expected -1..{k - 1}")
+    j = np.maximum(dc, 0)
+    inside = dc >= 0
+    ct = c["cand_token"][r, j].astype(np.int64)
+    bad = inside & ((ct != c["token"]) | (cq[r, j] != ds.draft_prob)
+                    | (cp[r, j] != ds.target_prob))
+    if bad.any():
+        _bad(src, "draft_cand", bad, dc, "the candidate there is not the drafted token")
+    bad = ~inside & ((c["cand_token"].astype(np.int64) == c["token"][:, None]).any(axis=1)
+                     | (ds.draft_prob > cq[:, -1]))
+    if bad.any():
+        _bad(src, "draft_cand", bad, dc, "the drafted token is among the candidates")
+    bad = (c["q_max"] != cq[:, 0])
+    if bad.any():
+        _bad(src, "q_max", bad, c["q_max"], "differs from the first candidate's q")
+    bad = (c["p_max"] < cp.max(axis=1)) | (c["p_max"] < ds.target_prob)
+    if bad.any():
+        _bad(src, "p_max", bad, c["p_max"], "smaller than a known target probability")
+    bad = ds.top_token_match != (c["token"] == c["target_top"])
+    if bad.any():
+        _bad(src, "top_token_match", bad, ds.top_token_match,
+             "must be token == target_top (the drafted byte is the target's argmax)")

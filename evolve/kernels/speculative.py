@@ -1,0 +1,197 @@
+"""Numba kernel: exact speculative-decoding objectives for a whole population.
+
+The programs are the engine's linearised trees (``treeio.linearise``) and are
+run by the same interpreter as the seed objective (``kernels.run_program``)
+over the candidate rows of a v2 split (``spec.SpecArrays.X``: one row per input,
+opcode = row index, so programs may read inputs 0..8). Threads go over
+programs; inside a program, tiles of whole blocks are evaluated and summed in
+block order, so results do not depend on the thread count.
+
+Per program the kernel returns the float64 sums ``objectives_from_sums`` reads
+(layout ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
+blocks, then the per-block-position numerators and denominators of acceptance.
+The per-position formulas are exactly those of ``spec.position_terms`` (the
+numpy reference the tests compare against).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from evolve.objectives import spec
+from evolve.kernels.tokens import OP_CONST, run_program
+
+RESIDUAL_EPS = spec.RESIDUAL_EPS
+TILE_ROWS = 512          # candidate rows per tile (rounded down to whole blocks, >= 1 block)
+SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _clip(x):
+    return 0.0 if not (x > 0.0) else (1.0 if x > 1.0 else x)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _kl_term(o, p):
+    return o * math.log(o / p) if o > 0.0 else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
+    """Add the sums of blocks b0..b0+nb (thresholds h[0:nb*g*k]) to acc.
+
+    cr: residual weight of each candidate (max(0, p - q), or p on fallback rows);
+    rowc: per-row constants (see ``Prepared``); a: scratch of length k.
+    """
+    for bb in range(nb):
+        w = 1.0
+        tok = 1.0
+        tv_b = 0.0
+        kl_b = 0.0
+        ex_b = 0.0
+        for j in range(g):
+            i = (b0 + bb) * g + j
+            base = i * k
+            hb = (bb * g + j) * k
+            qa = 0.0
+            for c in range(k):
+                x = _clip(h[hb + c])
+                a[c] = x
+                qa += cq[base + c] * x
+            sq, sqstd, m_tail, tq, eq, ep, tpm, zr, r_tp, r_tm = (
+                rowc[i, 0], rowc[i, 1], rowc[i, 2], rowc[i, 3], rowc[i, 4], rowc[i, 5],
+                rowc[i, 6], rowc[i, 7], rowc[i, 8], rowc[i, 9])
+            alpha = qa + m_tail
+            rho = (sq - qa) + (tq - m_tail)
+            s = rho / zr
+            tv = 0.0
+            kl = 0.0
+            for c in range(k):
+                p = cp[base + c]
+                o = cq[base + c] * a[c] + s * cr[base + c]
+                tv += abs(o - p)
+                if with_kl:
+                    kl += _kl_term(o, p)
+            o_tp = eq + s * r_tp
+            o_tm = tpm + s * r_tm
+            tv += abs(o_tp - ep) + abs(o_tm - tpm)
+            tv *= 0.5
+            if with_kl:
+                kl += _kl_term(o_tp, ep) + _kl_term(o_tm, tpm)
+                if kl < 0.0:
+                    kl = 0.0
+            acc[5 + j] += w * alpha
+            acc[5 + g + j] += w
+            tok += w * alpha
+            tv_b += w * tv
+            kl_b += w * kl
+            ex_b += w * (qa - sqstd)
+            dc = dcand[i]
+            w *= a[dc] if dc >= 0 else std_x[i]
+        acc[0] += tok
+        acc[1] += tv_b
+        acc[2] += kl_b
+        acc[3] += ex_b
+        acc[4] += tok * tok
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, tile_blocks,
+                           cq, cp, cr, rowc, dcand, std_x, with_kl, out):
+    n_blocks = dcand.shape[0] // g
+    width = tile_blocks * g * k
+    for pi in prange(starts.shape[0]):
+        stack = np.empty((max_stack, width), dtype=np.float64)
+        a = np.empty(k, dtype=np.float64)
+        acc = np.zeros(out.shape[1], dtype=np.float64)
+        for b0 in range(0, n_blocks, tile_blocks):
+            nb = min(tile_blocks, n_blocks - b0)
+            run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k, stack)
+            _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc)
+        for c in range(out.shape[1]):
+            out[pi, c] = acc[c]
+
+
+@njit(cache=True, nogil=True)
+def _threshold_objectives(h, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, out):
+    n_blocks = dcand.shape[0] // g
+    a = np.empty(k, dtype=np.float64)
+    _blocks(h, 0, n_blocks, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, out)
+
+
+class Prepared:
+    """Rule-independent per-candidate and per-row constants of a split, made once.
+
+    rowc columns: sum_c q, sum_c q min(1, p/q), m_tail = q(T+) + p(T-), q(T), q(T+),
+    p(T+), p(T-), the residual normaliser (Z, or total p on fallback rows) and the
+    residual weights of the tail bins T+ and T-.
+    """
+
+    def __init__(self, sa: spec.SpecArrays):
+        n, k = sa.n, sa.k
+        cq = sa.cq.reshape(n, k)
+        cp = sa.cp.reshape(n, k)
+        rplus = np.maximum(cp - cq, 0.0)
+        z = rplus.sum(axis=1) + (sa.ep - sa.eq)
+        fb = z < RESIDUAL_EPS
+        self.cr = np.ascontiguousarray(np.where(fb[:, None], cp, rplus).reshape(-1))
+        tpm = sa.tp - sa.ep
+        self.rowc = np.ascontiguousarray(np.stack([
+            cq.sum(axis=1), (cq * np.minimum(1.0, cp / cq)).sum(axis=1), sa.eq + tpm, sa.tq,
+            sa.eq, sa.ep, tpm, np.where(fb, cp.sum(axis=1) + sa.tp, z),
+            np.where(fb, sa.ep, sa.ep - sa.eq), np.where(fb, tpm, 0.0)], axis=1))
+        self.sa = sa
+
+
+def prepared(sa: spec.SpecArrays) -> Prepared:
+    """The Prepared constants of ``sa`` (cached on the object)."""
+    pr = getattr(sa, "_prepared", None)
+    if pr is None:
+        pr = Prepared(sa)
+        object.__setattr__(sa, "_prepared", pr)
+    return pr
+
+
+def _args(sa: spec.SpecArrays):
+    pr = prepared(sa)
+    return (sa.cq, sa.cp, pr.cr, pr.rowc, sa.dcand, sa.std_x)
+
+
+def _check_inputs(programs, sa: spec.SpecArrays) -> None:
+    loads = programs.ops[programs.ops < OP_CONST]
+    if loads.size and int(loads.max()) >= sa.X.shape[0]:
+        raise ValueError(f"a program reads input opcode {int(loads.max())}, but the candidate "
+                         f"matrix has {sa.X.shape[0]} inputs ({', '.join(spec.FEATURES)})")
+
+
+def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
+    """Sums for every program, float64 (P, 5 + 2g); see ``spec.objectives_from_sums``.
+
+    ``with_kl=False`` skips the logarithms (about half the objective's cost); the
+    kl sum is then 0."""
+    _check_inputs(programs, sa)
+    P = len(programs)
+    out = np.zeros((P, len(SUMS) + 2 * sa.g), dtype=np.float64)
+    if P:
+        tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
+        _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
+                               programs.max_stack, sa.X, sa.g, sa.k, tile_blocks, *_args(sa),
+                               bool(with_kl), out)
+    return out
+
+
+def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
+    """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
+    h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
+    out = np.zeros(len(SUMS) + 2 * sa.g, dtype=np.float64)
+    _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), out)
+    return spec.objectives_from_sums(out, sa.n_blocks, sa.g)
+
+
+def population_results(programs, sa: spec.SpecArrays, with_kl: bool = True) -> list:
+    """``spec.Objectives`` of every program."""
+    return [spec.objectives_from_sums(row, sa.n_blocks, sa.g)
+            for row in population_objectives(programs, sa, with_kl)]

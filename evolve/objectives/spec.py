@@ -1,0 +1,289 @@
+"""Exact speculative-decoding objectives of an acceptance rule, from v2 traces.
+
+A rule gives a threshold ``h`` for every candidate row (a drafted position of a
+trace and one of the draft's top-k bytes ``x`` there); its acceptance
+probability is ``a(x) = clip(h, 0, 1)`` (NaN -> 0, as in ``evolve.fitness``).
+
+Decoder (the algorithm whose numbers these are; ``evolve.simulate`` runs the same):
+draft ``x ~ q``; accept with ``a(x)`` if ``x`` is one of the draft's top-k bytes at
+that position, else with the standard ``min(1, p(x)/q(x))`` (the "top-k
+restricted" rule; with k = 256 there is no tail); on rejection resample from
+``r = norm(max(0, p - q))`` (from ``p`` itself where that residual has mass
+< ``RESIDUAL_EPS``, i.e. p == q). The emitted byte at a position is then
+distributed as
+
+    out(x) = q(x) a(x) + (1 - beta) r(x),      beta = sum_x q(x) a(x),
+
+computed exactly (no assumption that a(x) >= min(1, p/q)). Tail bytes (outside
+the top-k) split into T+ = {p > q} and T- = {p <= q}; with the standard rule
+there, out = p on T- and out = q + s (p - q) on T+ (s = (1 - beta) / Z), so the
+tail's contribution to TV is exact from the four stored tail masses. For KL the
+tail enters as two merged bins (T+, T-): exact when s = 1 or |T+| <= 1, and a
+lower bound otherwise (log-sum inequality); with k = 256 KL is exact.
+
+Per drafted position (row) i:
+    alpha_i = beta_i            expected acceptance given the position is reached
+    tv_i    = TV(out_i, p_i)    = 1/2 sum_x |out_i(x) - p_i(x)|
+    kl_i    = KL(out_i || p_i)  = sum_x out_i(x) log(out_i(x) / p_i(x))
+    a_x,i   = the acceptance probability of the recorded draft x_i
+
+Per block b (rows b g .. b g + g - 1, recorded drafts x_1..x_g), with reach
+weights W_1 = 1, W_{j+1} = W_j a_x,j (an unbiased estimate of P(reach j+1)):
+
+    tokens_b = 1 + sum_j W_j alpha_j      (Rao-Blackwellised expected tokens per
+                                           target call: accepted drafts + 1)
+    tv_b     = sum_j W_j tv_j             (expected summed TV of the emitted bytes;
+                                           the bonus byte comes from p: TV 0)
+
+Over the split (blocks weighted equally; their start contexts come from the
+standard rule's trajectory):
+
+    tokens_per_call = mean_b tokens_b                (standard error over blocks)
+    tv_per_token    = sum_b tv_b / sum_b tokens_b    (mean TV per emitted byte)
+    kl_per_token    = the same with kl
+    acceptance_j    = sum_b W_bj alpha_bj / sum_b W_bj   (per block position;
+                                                         0 if never reached)
+    gain(c)         = tokens_per_call / (g c + 1)    (wall-time speed-up for a
+                      draft/target cost ratio c; (1 - a^(g+1)) / ((1 - a)(g c + 1))
+                      when every alpha is a)
+
+The candidate feature matrix ``X`` has one row per input, in the order of
+``FEATURES`` (opcode = row index, as ``evolve.kernels._run_program`` reads it):
+rows 0..5 are the v1 inputs, 6..8 ``block_position``, ``p_max``, ``q_max``.
+For candidate x: draft_prob = q(x), target_prob = p(x), top_token_match =
+1.0 iff x is the target's argmax (lowest byte on ties); position, entropies,
+block_position, p_max, q_max are those of the drafted position.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from evolve.objectives.metrics import clip01
+
+FEATURES = ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
+            "top_token_match", "block_position", "p_max", "q_max")
+N_FEATURES = len(FEATURES)
+RESIDUAL_EPS = 1e-12     # same constant as evolve.traces.RESIDUAL_EPS
+
+
+@dataclass
+class SpecArrays:
+    """A v2 split prepared once for the objectives (numpy reference and kernel)."""
+    g: int
+    k: int
+    n: int                 # drafted positions (rows)
+    X: np.ndarray          # (9, n*k) float64, C-contiguous: candidate features
+    cq: np.ndarray         # (n*k,) q of each candidate
+    cp: np.ndarray         # (n*k,) p of each candidate
+    tq: np.ndarray         # (n,) q(T)
+    tp: np.ndarray         # (n,) p(T)
+    eq: np.ndarray         # (n,) q(T+)
+    ep: np.ndarray         # (n,) p(T+)
+    dcand: np.ndarray      # (n,) int64 column of the drafted byte, -1 in the tail
+    std_x: np.ndarray      # (n,) min(1, p(x)/q(x)) of the drafted byte
+
+    @property
+    def n_blocks(self) -> int:
+        return self.n // self.g
+
+    @classmethod
+    def from_split(cls, ts) -> "SpecArrays":
+        c = ts.columns
+        n, k = c["cand_token"].shape
+        g = int(ts.meta["block_size"])
+        return cls(g, k, n, candidate_matrix(ts),
+                   np.ascontiguousarray(c["cand_draft_prob"], dtype=np.float64).reshape(-1),
+                   np.ascontiguousarray(c["cand_target_prob"], dtype=np.float64).reshape(-1),
+                   *(np.ascontiguousarray(c[f], dtype=np.float64) for f in
+                     ("tail_draft_prob", "tail_target_prob", "tail_excess_draft_prob",
+                      "tail_excess_target_prob")),
+                   np.ascontiguousarray(c["draft_cand"], dtype=np.int64),
+                   np.minimum(1.0, c["target_prob"] / c["draft_prob"]))
+
+    def features(self) -> dict:
+        """Feature name -> (n, k) view of X."""
+        return {f: self.X[i].reshape(self.n, self.k) for i, f in enumerate(FEATURES)}
+
+
+def candidate_matrix(ts) -> np.ndarray:
+    """The (9, N*k) float64 input matrix of a v2 split, rows in FEATURES order."""
+    c = ts.columns
+    n, k = c["cand_token"].shape
+    X = np.empty((N_FEATURES, n, k), dtype=np.float64)
+    X[0] = c["cand_draft_prob"]
+    X[1] = c["cand_target_prob"]
+    X[2] = c["position"][:, None]
+    X[3] = c["draft_entropy"][:, None]
+    X[4] = c["target_entropy"][:, None]
+    X[5] = c["cand_token"].astype(np.int64) == c["target_top"][:, None]
+    X[6] = c["block_position"][:, None]
+    X[7] = c["p_max"][:, None]
+    X[8] = c["q_max"][:, None]
+    return np.ascontiguousarray(X.reshape(N_FEATURES, n * k))
+
+
+# ------------------------------------------------------- per-position terms
+
+@dataclass
+class PositionTerms:
+    alpha: np.ndarray      # (n,) expected acceptance at the position
+    a_x: np.ndarray        # (n,) acceptance probability of the recorded draft
+    tv: np.ndarray         # (n,)
+    kl: np.ndarray         # (n,)
+    extra: np.ndarray      # (n,) sum_x q(x) (a(x) - min(1, p/q)): extra acceptance mass
+    out: np.ndarray        # (n, k) output probability of each candidate
+    out_tail: np.ndarray   # (n, 2) output mass of the tail bins T+, T-
+
+
+def _xlogy_ratio(o, p):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(o > 0.0, o * np.log(o / p), 0.0)
+
+
+def position_terms(sa: SpecArrays, h) -> PositionTerms:
+    """Exact per-position acceptance, output distribution, TV and KL (numpy reference)."""
+    n, k = sa.n, sa.k
+    a = clip01(np.broadcast_to(np.asarray(h, dtype=np.float64), (n * k,))).reshape(n, k)
+    cq = sa.cq.reshape(n, k)
+    cp = sa.cp.reshape(n, k)
+    tq, tp, eq, ep = sa.tq, sa.tp, sa.eq, sa.ep
+    std = np.minimum(1.0, cp / cq)
+    rplus = np.maximum(cp - cq, 0.0)
+    Z = rplus.sum(axis=1) + (ep - eq)
+    fb = Z < RESIDUAL_EPS
+    m_tail = eq + (tp - ep)                       # sum over T of min(p, q)
+    alpha = (cq * a).sum(axis=1) + m_tail
+    rho = (cq * (1.0 - a)).sum(axis=1) + (tq - m_tail)
+    rc = np.where(fb[:, None], cp, rplus)
+    r_tp = np.where(fb, ep, ep - eq)
+    r_tm = np.where(fb, tp - ep, 0.0)
+    Zr = np.where(fb, cp.sum(axis=1) + tp, Z)
+    s = rho / Zr
+    out = cq * a + s[:, None] * rc
+    o_tp = eq + s * r_tp
+    o_tm = (tp - ep) + s * r_tm
+    tv = 0.5 * (np.abs(out - cp).sum(axis=1) + np.abs(o_tp - ep) + np.abs(o_tm - (tp - ep)))
+    kl = (_xlogy_ratio(out, cp).sum(axis=1) + _xlogy_ratio(o_tp, ep)
+          + _xlogy_ratio(o_tm, tp - ep))
+    extra = (cq * (a - std)).sum(axis=1)
+    rows = np.arange(n)
+    a_x = np.where(sa.dcand >= 0, a[rows, np.maximum(sa.dcand, 0)], sa.std_x)
+    return PositionTerms(alpha, a_x, tv, np.maximum(kl, 0.0), extra, out,
+                         np.stack([o_tp, o_tm], axis=1))
+
+
+# --------------------------------------------------------------- objectives
+
+@dataclass(frozen=True)
+class Objectives:
+    block_size: int
+    n_blocks: int
+    tokens_per_call: float
+    tokens_se: float
+    tv_per_token: float
+    kl_per_token: float
+    extra_per_token: float           # extra acceptance mass per emitted byte
+    acceptance: tuple                # per block position
+    reach: tuple                     # mean reach weight per block position
+
+    def gain(self, cost_ratio: float) -> float:
+        """Wall-time speed-up over plain target decoding for draft/target cost ratio c."""
+        return self.tokens_per_call / (self.block_size * cost_ratio + 1.0)
+
+    @property
+    def accept_rate(self) -> float:
+        """Expected accepted drafts per block / g."""
+        return (self.tokens_per_call - 1.0) / self.block_size
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["acceptance"] = list(self.acceptance)
+        d["reach"] = list(self.reach)
+        return d
+
+
+def block_sums(sa: SpecArrays, terms: PositionTerms) -> dict:
+    """Per-block Rao-Blackwellised sums: tokens, tv, kl, extra (nb,), W (nb, g)."""
+    g, nb = sa.g, sa.n_blocks
+    ax = terms.a_x.reshape(nb, g)
+    W = np.ones((nb, g))
+    if g > 1:
+        W[:, 1:] = np.cumprod(ax[:, :-1], axis=1)
+    al = terms.alpha.reshape(nb, g)
+    return {"W": W, "alpha": al,
+            "tokens": 1.0 + (W * al).sum(axis=1),
+            "tv": (W * terms.tv.reshape(nb, g)).sum(axis=1),
+            "kl": (W * terms.kl.reshape(nb, g)).sum(axis=1),
+            "extra": (W * terms.extra.reshape(nb, g)).sum(axis=1)}
+
+
+def objectives(sa: SpecArrays, h) -> Objectives:
+    """All objectives of the thresholds ``h`` (n*k candidate rows) on a split."""
+    return objectives_from_terms(sa, position_terms(sa, h))
+
+
+def objectives_from_terms(sa: SpecArrays, terms: PositionTerms) -> Objectives:
+    b = block_sums(sa, terms)
+    nb = sa.n_blocks
+    tok = b["tokens"]
+    tot = tok.sum()
+    den = b["W"].sum(axis=0)
+    return Objectives(
+        block_size=sa.g, n_blocks=nb,
+        tokens_per_call=float(tok.mean()),
+        tokens_se=float(tok.std(ddof=1) / np.sqrt(nb)) if nb > 1 else float("nan"),
+        tv_per_token=float(b["tv"].sum() / tot),
+        kl_per_token=float(b["kl"].sum() / tot),
+        extra_per_token=float(b["extra"].sum() / tot),
+        acceptance=_ratio((b["W"] * b["alpha"]).sum(axis=0), den),
+        reach=tuple(float(x) for x in den / nb))
+
+
+def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
+    """Objectives from one kernel row (see spec_kernels.population_objectives)."""
+    s = np.asarray(sums, dtype=np.float64)
+    tok, tv, kl, extra = s[0], s[1], s[2], s[3]
+    num, den = s[5:5 + g], s[5 + g:5 + 2 * g]
+    mean = tok / n_blocks
+    var = max(s[4] / n_blocks - mean * mean, 0.0) * n_blocks / max(n_blocks - 1, 1)
+    return Objectives(g, n_blocks, float(mean), float(np.sqrt(var / n_blocks)),
+                      float(tv / tok), float(kl / tok), float(extra / tok),
+                      _ratio(num, den), tuple(float(x) for x in den / n_blocks))
+
+
+def _ratio(num, den) -> tuple:
+    """num / den per block position; 0.0 where a position is never reached."""
+    return tuple(float(a / b) if b > 0 else 0.0 for a, b in zip(num, den))
+
+
+# ----------------------------------------------------------- rules as arrays
+
+def rule_thresholds(fn, sa: SpecArrays, **params) -> np.ndarray:
+    """Thresholds of a vectorised rule ``fn(features: dict of (n, k) arrays, **params)``."""
+    F = sa.features()
+    with np.errstate(all="ignore"):
+        h = np.asarray(fn(F, **params), dtype=np.float64)
+    return np.ascontiguousarray(np.broadcast_to(h, (sa.n, sa.k)).reshape(-1))
+
+
+def scalar_thresholds(fn, sa: SpecArrays) -> np.ndarray:
+    """Thresholds of a scalar rule (a heuristics.baselines-style function) on every
+    candidate row; slow (one Python call per row), for tests and one-off checks."""
+    from evolve.rules.adapters import as_rule
+    rule = as_rule(fn)
+    F = sa.features()
+    return rule.many({f: F[f].reshape(-1) for f in FEATURES})
+
+
+def paired_tokens_difference(sa: SpecArrays, h_a, h_b) -> tuple[float, float]:
+    """Tokens per call of rule a minus rule b, with the standard error of the
+    difference over blocks (both rules see the same blocks, so the pairing
+    removes most of the between-block variance)."""
+    ta = block_sums(sa, position_terms(sa, h_a))["tokens"]
+    tb = block_sums(sa, position_terms(sa, h_b))["tokens"]
+    d = ta - tb
+    se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("nan")
+    return float(d.mean()), se

@@ -1,0 +1,137 @@
+"""Objectives on speculative-decoding traces: speed within a TV budget, and NSGA-II.
+
+Both are exact (``evolve.objectives.spec``): expected tokens per target call
+and the TV per emitted token of the output distribution, from the draft's
+top-k candidates of schema-v2 traces, computed for whole populations by
+``evolve.kernels.speculative``.
+
+``speed``   tokens per call where the mean TV per token is within
+            ``--budget-tv``; rules over budget score below 1 (below every
+            feasible rule), less the further they are over.
+``pareto``  NSGA-II over (tokens per call, TV per token); the champion is chosen
+            on valid by the ``speed`` score at the run's budget.
+
+A champion's report adds every rule family of ``evolve.rules`` tuned to the
+same budget on valid (reported on test) and the trade-off on valid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.objectives.base import TRACES, Evaluator, Objective
+
+
+def speed_fitness(tokens, tv, budget):
+    """Tokens per call where TV per token <= budget; 1 - (excess, at most 1) otherwise."""
+    tokens = np.asarray(tokens, dtype=np.float64)
+    tv = np.asarray(tv, dtype=np.float64)
+    return np.where(tv <= budget, tokens, 1.0 - np.minimum(tv - budget, 1.0))
+
+
+class TraceObjective(Objective):
+    data = TRACES
+    writeback = None
+
+    def __init__(self, name: str, weights: tuple, help: str):
+        self.name = name
+        self.weights = weights
+        self.help = help
+
+    def evaluator(self, split, name: str) -> Evaluator:
+        from evolve.kernels.speculative import population_objectives
+        from evolve.objectives.spec import SpecArrays
+        sa = SpecArrays.from_split(split)
+        return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=False),
+                         sa, sa.n * sa.k)
+
+    @staticmethod
+    def tokens_tv(ev: Evaluator, trees, deap_trees=None):
+        sums = ev.rows(trees, deap_trees)
+        return sums[:, 0] / ev.arrays.n_blocks, sums[:, 1] / sums[:, 0]
+
+    def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
+        tokens, tv = self.tokens_tv(ev, trees, deap_trees)
+        if self.multi:
+            return np.stack([tokens, tv], axis=1)
+        return np.atleast_1d(speed_fitness(tokens, tv, config.tv_budget))[:, None]
+
+    def scores(self, values, config) -> np.ndarray:
+        v = np.asarray(values, dtype=np.float64)
+        if self.multi:
+            return np.asarray(speed_fitness(v[:, 0], v[:, 1], config.tv_budget),
+                              dtype=np.float64)
+        return v[:, 0]
+
+    def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
+        from evolve.kernels.speculative import population_results
+        from evolve.lang import treeio
+        progs = treeio.linearise([nodes])
+        return {k: population_results(progs, spec_arrays(k, splits, evaluators),
+                                      with_kl=True)[0].to_dict() for k in splits}
+
+    def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
+        """What a finished trace run adds: the baselines tuned on valid to the run's
+        budget (reported on test), the trade-off on valid and, for NSGA-II, the
+        final non-dominated front on every split."""
+        from evolve.lang import codegen, treeio
+        from evolve.rules import tuning
+        evs = {"train": engine.train, "valid": engine.valid}
+        sas = {k: spec_arrays(k, splits, evs) for k in ("train", "valid", "test")}
+        budget = engine.config.tv_budget
+        tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], budget)
+                 for name in tuning.families()}
+        hof_trees = [e.tree for e in engine.hof.entries]
+        hof_tok, hof_tv = self.tokens_tv(engine.valid, hof_trees)
+        sweep = tuning.sweep_all(sas["valid"])
+        series = tuning.series_of(sweep)
+        series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
+        files = {}
+        if self.multi:
+            front = evolved_front(engine, sas)
+            files["pareto_front.json"] = front
+            series["evolved front (NSGA-II)"] = sorted(
+                (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
+        series["champion"] = [(metrics["valid"]["tv_per_token"],
+                               metrics["valid"]["tokens_per_call"])]
+        files["pareto.json"] = {
+            "split": "valid", "budget": budget,
+            "baselines": [p.to_dict() for p in sweep],
+            "hall_of_fame": [{"tree": t, "expression": codegen.infix(treeio.parse(t)),
+                              "tokens_per_call": float(a), "tv_per_token": float(b)}
+                             for t, a, b in zip(hof_trees, hof_tok, hof_tv)],
+            "series": {k: [list(xy) for xy in v] for k, v in series.items()},
+        }
+        return {"champion": {"tv_budget": budget, "baselines_tuned_on_valid": tuned},
+                "files": files, "series": series}
+
+
+def spec_arrays(name: str, splits: dict, evaluators: dict):
+    """A split's SpecArrays: the evaluator's when there is one, else made now."""
+    from evolve.objectives.spec import SpecArrays
+    ev = evaluators.get(name)
+    return ev.arrays if ev is not None else SpecArrays.from_split(splits[name])
+
+
+def evolved_front(engine, sas: dict) -> list[dict]:
+    """The final population's non-dominated trees on train (tokens per call up,
+    TV down), each scored exactly on train, valid and test."""
+    from deap import tools
+
+    from evolve.kernels.speculative import population_results
+    from evolve.lang import codegen, treeio
+    first = tools.sortNondominated(engine.population, len(engine.population),
+                                   first_front_only=True)[0]
+    trees = sorted({str(ind) for ind in first})
+    progs = treeio.linearise([treeio.parse(t) for t in trees])
+    scores = {k: population_results(progs, sa, with_kl=False) for k, sa in sas.items()}
+    out = []
+    for i, t in enumerate(trees):
+        out.append({"tree": t, "expression": codegen.infix(treeio.parse(t)),
+                    **{k: {"tokens_per_call": v[i].tokens_per_call,
+                           "tv_per_token": v[i].tv_per_token} for k, v in scores.items()}})
+    return sorted(out, key=lambda f: (f["train"]["tv_per_token"], f["tree"]))
+
+
+SPEED = TraceObjective("speed", (1.0,), "tokens per target call within --budget-tv (traces)")
+PARETO = TraceObjective("pareto", (1.0, -1.0), "NSGA-II over tokens per call and TV (traces)")

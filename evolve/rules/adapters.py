@@ -1,0 +1,157 @@
+"""Rules as the decoder and the offline objectives take them.
+
+A rule maps feature columns to thresholds (``many(F)``):
+
+- ``as_rule(fn)``: a scalar function in the style of ``heuristics/baselines.py``
+  (six positional arguments: draft_prob, target_prob, position, draft_entropy,
+  target_entropy, top_token_match), or one that also takes ``block_position``,
+  ``p_max`` and ``q_max`` (every argument then passed by name); slow, one
+  Python call a row, for user functions and tests;
+- ``TreeRule``: a parsed tree, evaluated by ``evolve.lang.numpy_eval``;
+- ``named_rule``: a rule of the rules table at a parameter, as a TreeRule.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from evolve.lang import numpy_eval
+from evolve.objectives.spec import FEATURES
+
+V1_ARGS = FEATURES[:6]
+EXTRA_ARGS = FEATURES[6:]
+
+
+class Rule:
+    """A scalar rule applied element-wise to feature columns."""
+
+    def __init__(self, fn, extended: bool, name: str = ""):
+        self.fn = fn
+        self.extended = extended
+        self.name = name or getattr(fn, "__name__", "rule")
+
+    def __call__(self, **features) -> float:
+        if self.extended:
+            return float(self.fn(**features))
+        return float(self.fn(*(features[f] for f in V1_ARGS)))
+
+    def many(self, F: dict) -> np.ndarray:
+        """Thresholds for columns of features (1-D arrays of equal length)."""
+        cols = [np.asarray(F[f]).tolist() for f in FEATURES]
+        n = len(cols[0])
+        pos, bpos = cols[2], cols[6]
+        match = cols[5]
+        out = np.empty(n, dtype=np.float64)
+        fn = self.fn
+        if self.extended:
+            for i in range(n):
+                out[i] = fn(draft_prob=cols[0][i], target_prob=cols[1][i], position=int(pos[i]),
+                            draft_entropy=cols[3][i], target_entropy=cols[4][i],
+                            top_token_match=bool(match[i]), block_position=int(bpos[i]),
+                            p_max=cols[7][i], q_max=cols[8][i])
+        else:
+            for i in range(n):
+                out[i] = fn(cols[0][i], cols[1][i], int(pos[i]), cols[3][i], cols[4][i],
+                            bool(match[i]))
+        return out
+
+
+class VectorRule:
+    """A numpy rule ``fn(features: dict of arrays, **params) -> thresholds``."""
+
+    def __init__(self, fn, name: str = "", **params):
+        self.fn = fn
+        self.params = params
+        self.name = name or getattr(fn, "__name__", "rule")
+
+    def many(self, F: dict) -> np.ndarray:
+        F = {f: np.asarray(F[f], dtype=np.float64) for f in FEATURES}
+        with np.errstate(all="ignore"):
+            h = np.asarray(self.fn(F, **self.params), dtype=np.float64)
+        return np.broadcast_to(h, F["draft_prob"].shape).copy()
+
+
+def as_rule(fn, name: str = "") -> Rule:
+    """Wrap a scalar rule: six positional v1 arguments, or every feature by name."""
+    if isinstance(fn, (Rule, VectorRule)):
+        return fn
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return Rule(fn, False, name)
+    names = set(params)
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    extended = var_kw or any(a in names for a in EXTRA_ARGS)
+    if extended and not (var_kw or set(FEATURES) <= names):
+        missing = [f for f in FEATURES if f not in names]
+        raise TypeError(f"rule {getattr(fn, '__name__', fn)!r} takes some of block_position/"
+                        f"p_max/q_max but not {missing[0]!r} (extended rules take all nine "
+                        f"features by name)")
+    return Rule(fn, extended, name)
+
+
+def vector_rule(fn, name: str = "", **params) -> VectorRule:
+    return VectorRule(fn, name, **params)
+
+
+# ------------------------------------------------------------ trees as rules
+
+class TreeRule(VectorRule):
+    """A parsed tree (``evolve.lang.treeio.parse`` nodes) as a vectorised rule,
+    evaluated by ``evolve.lang.numpy_eval`` (no text is compiled or evaluated). The
+    object is both a decoder rule (``many``) and a plain numpy rule
+    ``rule(F) -> thresholds``."""
+
+    def __init__(self, nodes, name: str = "tree"):
+        from evolve.lang import treeio
+        self.nodes = tuple(nodes)
+        try:      # a well-formed, well-typed tree reads back as itself
+            ok = treeio.parse(treeio.to_string(list(self.nodes))) == list(self.nodes)
+        except (IndexError, KeyError, AssertionError, AttributeError):
+            ok = False
+        if not ok:
+            raise treeio.TreeError("not a well-formed tree of the primitive table")
+        super().__init__(self._thresholds, name)
+
+    def _thresholds(self, F: dict) -> np.ndarray:
+        return numpy_eval.evaluate(self.nodes, F)
+
+    def __call__(self, F: dict, **params) -> np.ndarray:
+        return self._thresholds(F)
+
+
+def tree_rule(nodes, name: str = "tree") -> TreeRule:
+    """A rule from a tree: parsed nodes, or tree text (parsed, never evaluated)."""
+    if isinstance(nodes, str):
+        from evolve.lang.treeio import parse
+        nodes = parse(nodes)
+    return TreeRule(nodes, name)
+
+
+# ---------------------------------------------------------- named rules
+
+def named_rule(name: str, param: float | None = None):
+    """``(rule, info)`` of a rule of the rules table (``evolve.rules.table``) at
+    ``param`` (default: the rule's own). Unknown names raise KeyError, a parameter
+    that does not fit raises ValueError; both messages name the option."""
+    from evolve.rules.table import RULES
+    if name not in RULES:
+        raise KeyError(f"--heuristic: unknown rule {name!r} (rules: {', '.join(RULES)})")
+    r = RULES[name]
+    if r.param is None and param is not None:
+        takers = ", ".join(n for n, x in RULES.items() if x.param)
+        raise ValueError(f"--param: the rule {name!r} takes no parameter (rules that do: "
+                         f"{takers})")
+    value = None
+    if r.param is not None:
+        value = r.default if param is None else float(param)
+        if not np.isfinite(value):
+            raise ValueError(f"--param: {param!r} is not a finite number")
+        if name == "leniency" and value <= 0:
+            raise ValueError(f"--param: leniency l={value!r} is invalid; expected l > 0")
+    from evolve.lang.treeio import parse
+    rule = TreeRule(parse(r.tree(value)), r.label(value))
+    return rule, {"kind": "rule", "name": name, "param": value, "param_name": r.param,
+                  "label": r.label(value)}

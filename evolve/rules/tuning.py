@@ -1,0 +1,189 @@
+"""Rules on the (tokens per target call, distortion) axes: sweeps, tuning, trade-off.
+
+Every rule family of the rules table (``evolve.rules.table``, ``family=True``)
+is evaluated as a tree (``evolve.lang.numpy_eval``) with the exact objectives
+of ``evolve.objectives.spec``: ``sweep`` over its parameter grid; ``tune``
+picks, on one split, the parameter with the most tokens per call whose mean TV
+per token is within a budget (then report it on another split, ``tuned_report``);
+``pareto_front`` keeps the non-dominated points; ``tradeoff`` is the report
+behind ``evolve tradeoff``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evolve.lang import numpy_eval, treeio
+from evolve.objectives import spec
+from evolve.rules.table import RULES, families
+
+
+def thresholds(name: str, sa: spec.SpecArrays, param=None) -> np.ndarray:
+    """Thresholds of a rule of the table on every candidate row of a trace split."""
+    nodes = treeio.parse(RULES[name].tree(param))
+    F = sa.features()
+    return np.ascontiguousarray(numpy_eval.evaluate(nodes, F).reshape(-1), dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Point:
+    rule: str
+    param: float | None
+    objectives: spec.Objectives
+
+    @property
+    def tokens(self) -> float:
+        return self.objectives.tokens_per_call
+
+    @property
+    def tv(self) -> float:
+        return self.objectives.tv_per_token
+
+    @property
+    def kl(self) -> float:
+        return self.objectives.kl_per_token
+
+    def label(self) -> str:
+        if self.param is None:
+            return self.rule
+        return RULES[self.rule].label(self.param) if self.rule in RULES else self.rule
+
+    def to_dict(self) -> dict:
+        return {"rule": self.rule, "param": self.param, **self.objectives.to_dict()}
+
+
+def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
+    r = RULES[name]
+    value = None if r.param is None else float(r.default if param is None else param)
+    return Point(name, value, spec.objectives(sa, thresholds(name, sa, value)))
+
+
+def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
+    r = RULES[name]
+    if r.param is None:
+        return [evaluate(name, sa)]
+    return [evaluate(name, sa, v) for v in (r.grid if grid is None else grid)]
+
+
+def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
+    return [p for n in (names or families()) for p in sweep(n, sa)]
+
+
+BISECT_STEPS = 20
+
+
+def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None) -> Point | None:
+    """The parameter with the most tokens per call whose TV per token is <= budget
+    on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
+
+    The grid is searched first; for lenient rules (TV and tokens grow together
+    with leniency along the grid) the best feasible grid value is then refined
+    by bisection towards its infeasible neighbour, so the tuned rule spends the
+    budget instead of stopping at a coarse grid step."""
+    r = RULES[name]
+    pts = sweep(name, sa_tune, grid)
+    feasible = [p for p in pts if p.tv <= budget]
+    if not feasible:
+        return None
+    best = max(feasible, key=lambda p: (p.tokens, -p.tv))
+    if r.param is None or not r.lenient:
+        return best
+    i = pts.index(best)
+    if i + 1 >= len(pts) or pts[i + 1].tv <= budget:
+        return best
+    lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
+    for _ in range(BISECT_STEPS):
+        mid = evaluate(name, sa_tune, 0.5 * (lo + hi))
+        if mid.tv <= budget:
+            lo = mid.param
+            if (mid.tokens, -mid.tv) > (best.tokens, -best.tv):
+                best = mid
+        else:
+            hi = mid.param
+    return best
+
+
+def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
+                 budget: float, grid=None) -> dict | None:
+    """Tune on valid to a TV budget, then evaluate that parameter on test."""
+    best = tune(name, sa_valid, budget, grid)
+    if best is None:
+        return None
+    test = evaluate(name, sa_test, best.param)
+    return {"rule": name, "param": best.param, "budget": budget,
+            "valid": best.objectives.to_dict(), "test": test.objectives.to_dict()}
+
+
+def pareto_front(points, x=lambda p: p.tv, y=lambda p: p.tokens) -> list:
+    """Points not dominated (lower-or-equal x and higher-or-equal y, one strictly), by x."""
+    pts = sorted(points, key=lambda p: (x(p), -y(p)))
+    front, best = [], -np.inf
+    for p in pts:
+        if y(p) > best:
+            front.append(p)
+            best = y(p)
+    return front
+
+
+def series_of(points) -> dict:
+    out: dict = {}
+    for p in points:
+        out.setdefault(p.rule, []).append((p.tv, p.tokens))
+    return out
+
+
+# ---------------------------------------------------------------- trade-off
+
+def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
+             extra: dict | None = None) -> dict:
+    """The trade-off report behind ``evolve tradeoff``.
+
+    Every family of the rules table is swept on valid and on test; for each TV budget
+    every family is tuned on valid (``tuned_report``) and reported on test.
+    ``extra`` maps a name to a fixed rule as parsed tree nodes (a run's
+    champion, say), evaluated as it is on both splits. Per budget the rows are
+    sorted by tokens per call on test (families no parameter of which fits the
+    budget on valid last). ``series`` holds the test points for the pictures:
+    each family's grid in sweep order, then each extra rule."""
+    budgets = [float(b) for b in budgets]
+    sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
+    fixed = {}
+    for name, nodes in (extra or {}).items():
+        fixed[name] = {s: spec.objectives(sa, tree_thresholds(nodes, sa)).to_dict()
+                       for s, sa in (("valid", sa_valid), ("test", sa_test))}
+    per_budget = []
+    for b in budgets:
+        rows = []
+        for name in families():
+            rep = tuned_report(name, sa_valid, sa_test, b)
+            if rep is None:
+                rows.append({"rule": name, "kind": "family", "param": None, "budget": b,
+                             "fits_valid": False, "over_budget_test": None,
+                             "valid": None, "test": None})
+            else:
+                rows.append({**rep, "kind": "family", "fits_valid": True,
+                             "over_budget_test": rep["test"]["tv_per_token"] > b})
+        for name, o in fixed.items():
+            rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
+                         "fits_valid": o["valid"]["tv_per_token"] <= b,
+                         "over_budget_test": o["test"]["tv_per_token"] > b, **o})
+        rows.sort(key=lambda r: (r["test"] is None,
+                                 -(r["test"]["tokens_per_call"] if r["test"] else 0.0)))
+        per_budget.append({"budget": b, "rows": rows})
+    series = series_of(sweeps["test"])
+    for name, o in fixed.items():
+        series[name] = [(o["test"]["tv_per_token"], o["test"]["tokens_per_call"])]
+    return {"block_size": sa_test.g, "top_k": sa_test.k,
+            "blocks": {"valid": sa_valid.n_blocks, "test": sa_test.n_blocks},
+            "budgets": per_budget,
+            "extra": fixed,
+            "sweeps": {s: [p.to_dict() for p in pts] for s, pts in sweeps.items()},
+            "series": {k: [list(xy) for xy in v] for k, v in series.items()}}
+
+
+def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
+    """Thresholds of parsed tree nodes on every candidate row of a trace split."""
+    return np.ascontiguousarray(numpy_eval.evaluate(nodes, sa.features()).reshape(-1),
+                                dtype=np.float64)

@@ -1,0 +1,74 @@
+"""Atomic file writes: temp file in the same directory, fsync, os.replace.
+
+A reader sees either the old complete file or the new complete file, never a
+torn one, whatever moment the writer dies at.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:      # closes fd on every path
+            os.fchmod(fd, 0o666 & ~umask())
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike, obj, compact: bool = False) -> None:
+    """Write JSON atomically: indented for people, or ``compact`` (one line, written
+    by json's C encoder, several times faster) for machine state such as
+    checkpoints, written every generation."""
+    if compact:
+        text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
+    else:
+        text = json.dumps(obj, indent=2, sort_keys=False, allow_nan=False)
+    atomic_write_text(path, text + "\n")
+
+
+def append_line(path: str | os.PathLike, line: str) -> None:
+    """Append one line and fsync it; a crash leaves at worst a torn last line."""
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(line.rstrip("\n") + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,81 @@
+"""The pictures a run leaves behind (PNG, matplotlib): fitness over generations and
+the trade-off on valid. Headless backend, deterministic PNG bytes, atomic writes."""
+
+from __future__ import annotations
+
+from io import BytesIO
+
+
+def pyplot():
+    """matplotlib.pyplot on the Agg backend; RuntimeError if matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise RuntimeError("pictures need matplotlib (pip install matplotlib)") from None
+    return plt
+
+
+def save_png(fig, path) -> None:
+    """Write a figure as PNG (no timestamp metadata, so same figure, same bytes) and close it."""
+    from evolve.runs.atomic import atomic_write_bytes
+    plt = pyplot()
+    buf = BytesIO()
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def history_png(history: list[dict], path: Path, title: str) -> bool:
+    """Best train/valid fitness and mean size per generation, as a PNG (matplotlib)."""
+    try:
+        plt = pyplot()
+    except RuntimeError:
+        return False
+    gens = [h["generation"] for h in history]
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), dpi=110, sharex=True,
+                                  gridspec_kw={"height_ratios": [2, 1]})
+    ax.plot(gens, [h["best_train"] for h in history], label="best train")
+    ax.plot(gens, [h["median_train"] for h in history], label="median train", alpha=0.6)
+    ax.plot(gens, [h["best_valid"] for h in history], label="best valid (champion pool)")
+    ax.set_ylabel("fitness")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax2.plot(gens, [h["mean_size"] for h in history], color="gray")
+    ax2.set_ylabel("mean size")
+    ax2.set_xlabel("generation")
+    ax2.grid(alpha=0.3)
+    fig.tight_layout()
+    save_png(fig, path)
+    return True
+
+
+def render_png(series: dict, path, title: str = "", xlabel="TV per token",
+               ylabel="tokens per target call") -> None:
+    """Scatter/line plot to a PNG; needs matplotlib (an optional dependency)."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    for name, v in series.items():
+        if not v:
+            continue
+        x, y = zip(*v)          # in sweep (parameter) order
+        ax.plot(x, y, marker="o", ms=6 if len(v) == 1 else 3, lw=1, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+def tradeoff_png(series: dict, path, title: str) -> str | None:
+    """``render_png`` of a trade-off; the path written, or None without matplotlib."""
+    try:
+        render_png(series, path, title=title)
+    except RuntimeError:
+        return None
+    return str(path)

@@ -1,0 +1,149 @@
+"""What `evolve benchmark`, `evolve inspect` and `evolve runs` compute (drawing them
+is ``evolve.cli.render``'s job)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.data import tokens as data
+from evolve.lang import codegen, treeio
+from evolve.lang import primitives as P
+from evolve.objectives import is_trace_champion
+from evolve.runs.rundir import RunDir, RunError, list_runs
+
+
+# ---------------------------------------------------------------- benchmark
+
+def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dict:
+    from evolve.runs.scoring import PreparedSplit, score
+    from evolve.runs.writeback import module_metadata
+    from heuristics import registry
+
+    all_names = registry.names()
+    names = heuristics or all_names
+    unknown = [n for n in names if n not in all_names]
+    if unknown:
+        raise KeyError(f"--heuristic: unknown heuristic {unknown[0]!r} "
+                       f"(known: {', '.join(all_names)})")
+    splits = data.load_splits(data_dir)
+    prepared = {k: PreparedSplit(v) for k, v in splits.items()}
+    compiled, skipped = {}, {}
+    for n in names:
+        try:
+            compiled[n] = registry.compiled(n)
+        except Exception as e:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
+            if n != registry.EVOLVED:
+                raise
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            skipped[n] = f"{type(e).__name__}: {first}"[:300]
+    out = {"splits": {}, "skipped": skipped}
+    for split, ps in prepared.items():
+        out["splits"][split] = {
+            "tokens": ps.n,
+            "heuristics": {n: score(f, ps, repeats) for n, f in compiled.items()},
+        }
+    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
+    return out
+
+
+
+SIMPLIFY_MAX_NODES = 40
+
+
+def simplified(nodes) -> str | None:
+    """A sympy-simplified formula, or None for large trees.
+
+    Protected operators are shown as their plain counterparts (pdiv as /, plog
+    as log|x|, ...), so the text reads as the rule does on ordinary inputs; it
+    is a reading aid, never evaluated.
+    """
+    if len(nodes) > SIMPLIFY_MAX_NODES:
+        return None
+    import sympy as S
+    syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
+    syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
+    syms["top_token_match"] = S.Symbol("match")
+    plain = {
+        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+        "pdiv": lambda a, b: a / b, "pmin": S.Min, "pmax": S.Max, "neg": lambda a: -a,
+        "absf": S.Abs, "plog": lambda a: S.log(S.Abs(a)), "pexp": S.exp,
+        "psqrt": lambda a: S.sqrt(S.Abs(a)), "square": lambda a: a ** 2,
+        "lt": S.StrictLessThan, "and_": S.And, "or_": S.Or, "not_": S.Not,
+        "ite": lambda c, a, b: S.Piecewise((a, c), (b, True)),
+    }
+    out = []
+    for n in reversed(nodes):
+        if n.kind == "input":
+            out.append(syms[n.name])
+        elif n.kind == "const":
+            out.append(S.Integer(int(n.value)) if n.value == int(n.value) else S.Float(n.value))
+        else:
+            args = [out.pop() for _ in range(n.arity)]
+            out.append(plain[n.name](*args))
+    try:
+        return str(S.simplify(out[0]))
+    except (TypeError, ValueError, AttributeError, RecursionError):
+        return None
+
+
+def inspect_run(run: RunDir) -> dict:
+    meta = run.meta()
+    history = run.history()
+    summary = run.summary()
+    try:
+        champ = run.champion()
+    except RunError:
+        champ = None
+    out = {"run": run.name, "path": str(run.path), "config": meta.get("config"),
+           "versions": meta.get("versions"), "data": meta.get("data"),
+           "summary": summary, "generations": len(history), "champion": None,
+           "history": {"best_train": [h["best_train"] for h in history],
+                       "best_valid": [h["best_valid"] for h in history],
+                       "mean_size": [h["mean_size"] for h in history]}}
+    if run.file("pareto.json").exists():
+        from evolve.runs.rundir import read_json
+        out["pareto"] = read_json(run.file("pareto.json"), "trade-off data")
+    if champ:
+        nodes = treeio.parse(champ["tree"])   # validates; never evaluated
+        out["champion"] = {**champ, "expression": codegen.infix(nodes),
+                           "size": len(nodes), "depth": treeio.depth(nodes),
+                           "simplified": simplified(nodes)}
+    return out
+
+
+def standard_metrics(data_dir: Path) -> dict | None:
+    """Standard rejection's metrics per split (numpy path; no compilation)."""
+    from evolve.objectives.metrics import counts_from_thresholds
+    try:
+        splits = data.load_splits(data_dir)
+    except data.DataError:
+        return None
+    return {k: counts_from_thresholds(ds.standard_threshold(), ds.rand_value,
+                                      ds.baseline_accepts, ds.standard_threshold()).metrics()
+            for k, ds in splits.items()}
+
+
+def runs_table(parent: Path) -> list[dict]:
+    rows = []
+    for run in list_runs(parent):
+        row = {"run": run.name, "status": None, "generation": None, "expression": None,
+               "valid_fitness": None, "test_fitness": None}
+        try:
+            s = run.summary()
+            row["status"] = s.get("status", "running or killed")
+            row["generation"] = s.get("generation")
+            champ = run.champion() if run.file("champion.json").exists() else None
+            if champ:
+                row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
+                if is_trace_champion(champ):
+                    for split in ("valid", "test"):
+                        m = champ["metrics"][split]
+                        row[f"{split}_tokens_per_call"] = m["tokens_per_call"]
+                        row[f"{split}_tv_per_token"] = m["tv_per_token"]
+                else:
+                    row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
+                    row["test_fitness"] = champ["metrics"]["test"]["fitness"]
+        except (RunError, treeio.TreeError, KeyError, TypeError) as e:
+            row["status"] = f"damaged: {e}"
+        rows.append(row)
+    return rows

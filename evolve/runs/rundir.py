@@ -1,0 +1,268 @@
+"""Run directories: everything a run leaves behind, in plain JSON and source.
+
+    runs/<name>/
+      config.json        resolved configuration, data, library versions
+      history.jsonl      one JSON line per generation
+      checkpoint.json    population, hall of fame and RNG state (resume)
+      hall_of_fame.json  the best distinct trees on train, with valid fitness
+      champion.json      the champion: expression, tree, size, depth, metrics
+      champion.py        the champion as a module (same text as a write-back)
+      summary.json       how the run ended (finished / interrupted / failed)
+
+Every file is written atomically; ``history.jsonl`` is appended line by line
+with fsync, and a torn last line (a crash mid-append) is ignored on load.
+A run directory appears complete or not at all: it is assembled under a hidden
+temporary name and renamed into place once ``config.json`` is on disk.
+Loading never evaluates anything: trees are parsed against the primitive table,
+and every file is size-checked and type-checked before use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from evolve.runs.atomic import append_line, atomic_write_json, atomic_write_text, umask
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+RUN_FORMAT = "evolve-run"
+MAX_JSON_BYTES = 64 * 1024 * 1024
+
+
+class RunError(ValueError):
+    """A run directory that is missing, foreign or damaged; one-line message."""
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        raise RunError(f"--name: {name!r} is not a valid run name "
+                       "(letters, digits, '.', '_', '-'; at most 64; no leading '.' or '-')")
+    return name
+
+
+def default_name(seed: int) -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S") + f"-s{seed}"
+
+
+def versions() -> dict:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+    out = {"python": platform.python_version()}
+    for pkg in ("numpy", "numba", "deap", "specevolve"):
+        try:
+            out[pkg] = version(pkg)
+        except PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+def read_json(path: Path, what: str):
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise RunError(f"{path}: {what} not found") from None
+    if size > MAX_JSON_BYTES:
+        raise RunError(f"{path}: {what} is {size} bytes, larger than {MAX_JSON_BYTES}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text)
+    except (OSError, UnicodeDecodeError) as e:
+        raise RunError(f"{path}: cannot read {what} ({_first_line(e)})") from None
+    except json.JSONDecodeError as e:
+        raise RunError(f"{path}: {what} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except RecursionError:
+        raise RunError(f"{path}: {what} is nested too deeply") from None
+    except ValueError as e:   # e.g. an integer literal of more than 4300 digits
+        raise RunError(f"{path}: {what} is not valid JSON ({_first_line(e)})") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # --- creation ------------------------------------------------------
+    @classmethod
+    def create(cls, parent: Path, name: str, config: dict, data: dict) -> "RunDir":
+        check_name(name)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise RunError(f"--runs-dir: {parent}: cannot create it ({e.strerror or e})") from None
+        if not os.access(parent, os.W_OK):
+            raise RunError(f"--runs-dir: {parent}: not writable")
+        path = parent / name
+        exists = RunError(f"{path}: a run of that name exists (use --resume {name} or "
+                          "another --name)")
+        if os.path.lexists(path):
+            raise exists
+        # Assemble under a hidden name, then rename: a crash never leaves a run
+        # directory without its config.json (which could be neither resumed nor reused).
+        try:
+            tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
+        except OSError as e:
+            raise RunError(f"{parent}: cannot create run directory ({e.strerror})") from None
+        try:
+            os.chmod(tmp, 0o777 & ~umask())   # mkdtemp makes it private
+            atomic_write_json(tmp / "config.json", {
+                "format": RUN_FORMAT, "version": 1, "name": name,
+                "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "config": config, "data": data, "versions": versions(),
+            })
+            if os.path.lexists(path):
+                raise exists
+            os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return cls(path)
+
+    @classmethod
+    def open(cls, parent: Path, name_or_path: str) -> "RunDir":
+        p = Path(name_or_path)
+        path = p if (p.is_dir() and (os.sep in name_or_path or p.is_absolute())) else parent / name_or_path
+        if not path.is_dir():
+            raise RunError(f"{path}: no such run directory")
+        if not NAME_RE.fullmatch(path.name):
+            raise RunError(f"{path.name!r} is not a valid run name (letters, digits, '.', '_', "
+                           "'-'; at most 64; no leading '.' or '-')")
+        run = cls(path)
+        meta = run.meta()
+        if meta.get("format") != RUN_FORMAT:
+            raise RunError(f"{run.file('config.json')}: not an evolve run directory")
+        return run
+
+    def meta(self) -> dict:
+        meta = read_json(self.file("config.json"), "run config")
+        if not isinstance(meta, dict) or meta.get("format") != RUN_FORMAT:
+            raise RunError(f"{self.file('config.json')}: not an evolve run config")
+        if not isinstance(meta.get("config"), dict):
+            raise RunError(f"{self.file('config.json')}: field 'config' is missing")
+        data = meta.get("data", {})
+        if not isinstance(data, dict) or not isinstance(data.get("dir", ""), str):
+            raise RunError(f"{self.file('config.json')}: field 'data' is not an object "
+                           "with a 'dir' string")
+        return meta
+
+    def update_config(self, config: dict) -> None:
+        meta = self.meta()
+        meta["config"] = config
+        atomic_write_json(self.file("config.json"), meta)
+
+    # --- history -------------------------------------------------------
+    def append_history(self, record: dict) -> None:
+        append_line(self.file("history.jsonl"), json.dumps(record, allow_nan=False))
+
+    def history(self) -> list[dict]:
+        path = self.file("history.jsonl")
+        if not path.exists():
+            return []
+        text = path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        torn = not text.endswith("\n")  # the last line was cut by a crash mid-append
+        out = []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                if torn and i == len(lines) - 1:
+                    break
+                raise RunError(f"{path}: line {i + 1} is not valid JSON") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("generation"), int):
+                raise RunError(f"{path}: line {i + 1} is not a generation record")
+            out.append(rec)
+        return out
+
+    def truncate_history(self, last_generation: int) -> None:
+        """Keep records up to ``last_generation`` (used when resuming a checkpoint)."""
+        keep = [r for r in self.history() if r["generation"] <= last_generation]
+        atomic_write_text(self.file("history.jsonl"),
+                          "".join(json.dumps(r, allow_nan=False) + "\n" for r in keep))
+
+    # --- checkpoints and results ----------------------------------------
+    def write_checkpoint(self, state: dict) -> None:
+        atomic_write_json(self.file("checkpoint.json"), state, compact=True)
+
+    def checkpoint(self) -> dict:
+        state = read_json(self.file("checkpoint.json"), "checkpoint")
+        if not isinstance(state, dict) or state.get("format") != "evolve-checkpoint":
+            raise RunError(f"{self.file('checkpoint.json')}: not an evolve checkpoint")
+        for key, typ in (("generation", int), ("population", list), ("hall_of_fame", list),
+                         ("random_state", list), ("config", dict)):
+            if not isinstance(state.get(key), typ):
+                raise RunError(f"{self.file('checkpoint.json')}: field '{key}' is missing "
+                               f"or not a {typ.__name__}")
+        return state
+
+    def has_checkpoint(self) -> bool:
+        return self.file("checkpoint.json").exists()
+
+    def remove_stale_temporaries(self) -> None:
+        """Delete temp files of atomic writes that a killed process left behind."""
+        for p in self.path.glob(".*.tmp"):
+            try:
+                p.unlink()
+            except OSError:
+                pass
+
+    def write_json(self, name: str, obj) -> None:
+        atomic_write_json(self.file(name), obj)
+
+    def write_text(self, name: str, text: str) -> None:
+        atomic_write_text(self.file(name), text)
+
+    def champion(self) -> dict:
+        champ = read_json(self.file("champion.json"), "champion")
+        if not isinstance(champ, dict) or not isinstance(champ.get("tree"), str):
+            raise RunError(f"{self.file('champion.json')}: field 'tree' is missing")
+        return champ
+
+    def summary(self) -> dict:
+        path = self.file("summary.json")
+        return read_json(path, "summary") if path.exists() else {}
+
+    def mtime(self) -> float:
+        try:
+            return self.file("config.json").stat().st_mtime
+        except OSError:
+            return 0.0
+
+
+def list_runs(parent: Path) -> list[RunDir]:
+    if not parent.is_dir():
+        return []
+    out = []
+    for p in parent.iterdir():
+        # hidden names are run directories still being assembled (see RunDir.create)
+        if NAME_RE.fullmatch(p.name) and p.is_dir() and (p / "config.json").is_file():
+            out.append(RunDir(p))
+    return sorted(out, key=lambda r: (r.mtime(), r.name))
+
+
+def latest_run(parent: Path) -> RunDir:
+    runs = list_runs(parent)
+    if not runs:
+        raise RunError(f"{parent}: no runs yet (start one with `evolve run`)")
+    return runs[-1]
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,285 @@
+"""Orchestration of one `evolve run`: engine + run directory + signals + write-back.
+
+Reliability contract (docs/reliability.md, tests/test_reliability.py):
+- ``prepare`` validates every option, the runs directory and a resumed run's
+  files before anything is created; errors are one-line RunError/ConfigError.
+- SIGINT/SIGTERM finish the current generation, save, and return exit code 130
+  with the exact resume command; a second signal exits at once.
+- A write error (disk full) ends the run with RunError; the last checkpoint,
+  written atomically, stays intact.
+- A run killed at any moment resumes: without a checkpoint it starts over from
+  the seed, otherwise it restores the checkpoint and drops later history lines.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from evolve.data import tokens as data
+from evolve.lang import codegen, treeio
+from evolve.objectives import OBJECTIVES
+from evolve.runs.paths import runs_dir
+from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
+from evolve.search.config import Config, ConfigError
+from evolve.search.engine import Evolution
+from evolve.search.operators import fewer_collections
+
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class RunOptions:
+    config: Config
+    data_dir: Path
+    runs_parent: Path
+    name: str | None = None
+    resume: str | None = None
+    writeback: bool = True
+    force: bool = False
+    heuristics_dir: Path | None = None
+
+
+class StopRequested:
+    """SIGINT/SIGTERM: the first asks to stop after the current generation, the
+    second exits at once (the last checkpoint is complete on disk either way)."""
+
+    def __init__(self, term):
+        self.term = term
+        self.requested = False
+        self.signal_name = ""
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        return False
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            os.write(2, b"\nsecond interrupt: exiting now; the last checkpoint is intact\n")
+            os._exit(EXIT_INTERRUPTED)
+        self.requested = True
+        self.signal_name = signal.Signals(signum).name
+        os.write(2, b"\ninterrupt: finishing the current generation, then saving "
+                    b"(press Ctrl-C again to exit at once)\n")
+
+
+def _check_writable(parent: Path) -> None:
+    """The runs directory exists or can be made, and we may create entries in it.
+    Creates nothing: RunDir.create makes it once everything else has been checked."""
+    parent = Path(parent)
+    if parent.exists() and not parent.is_dir():
+        raise RunError(f"--runs-dir: {parent}: exists and is not a directory")
+    probe = parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent          # nearest existing ancestor: mkdir needs to write there
+    if not probe.is_dir():
+        raise RunError(f"--runs-dir: {parent}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise RunError(f"--runs-dir: {parent}: not writable")
+
+
+def load_run_splits(cfg: Config, data_dir: Path) -> dict:
+    """The splits a run evolves on: token splits, or traces for trace objectives."""
+    if not OBJECTIVES[cfg.objective].traces:
+        return data.load_splits(data_dir)
+    from evolve.data import traces
+    if not Path(data_dir).is_dir():
+        raise data.DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
+                             "about 2 s, or `make traces`)")
+    train = Path(data_dir) / "train.npz"
+    if train.exists() and not traces.is_trace_file(train):
+        raise ConfigError(f"--objective: {cfg.objective!r} needs speculative-decoding traces "
+                          f"(make them with `evolve data trace`); {data_dir} holds token splits")
+    return traces.load_splits(data_dir)
+
+
+def prepare(opts: RunOptions):
+    """Validate everything and load data before any work; returns (run, splits, engine, state).
+
+    Nothing is created or changed on disk until every check has passed.
+    """
+    if opts.resume:
+        return _prepare_resume(opts)
+    opts.config.validate()
+    name = check_name(opts.name) if opts.name else default_name(opts.config.seed)
+    _check_writable(opts.runs_parent)
+    if os.path.lexists(opts.runs_parent / name):
+        raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
+                       f"(use --resume {name} or another --name)")
+    splits = load_run_splits(opts.config, opts.data_dir)
+    engine = Evolution(opts.config, splits["train"], splits["valid"])
+    run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
+        "dir": str(opts.data_dir.resolve()),
+        "tokens": {k: len(v) for k, v in splits.items()},
+    })
+    return run, splits, engine, opts.data_dir
+
+
+def _prepare_resume(opts: RunOptions):
+    try:
+        run = RunDir.open(opts.runs_parent, opts.resume)
+    except RunError as e:
+        raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+    meta = run.meta()
+    state = run.checkpoint() if run.has_checkpoint() else None   # None: killed before gen 0 was saved
+    try:
+        cfg = Config.from_dict(meta["config"])
+    except (ConfigError, TypeError) as e:
+        raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
+    if opts.config.generations is not None:      # None: keep the run's own
+        cfg.generations = opts.config.generations
+        cfg.validate()
+    at = state["generation"] if state else -1
+    if isinstance(at, int) and cfg.generations < at:
+        raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
+                          f"at generation {at}")
+    data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
+    splits = load_run_splits(cfg, data_dir)
+    engine = Evolution(cfg, splits["train"], splits["valid"])
+    if state is not None:
+        try:
+            engine.restore(state)
+        except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
+            raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
+    _check_writable(opts.runs_parent)
+    run.remove_stale_temporaries()
+    if cfg.to_dict() != meta["config"]:
+        run.update_config(cfg.to_dict())
+    run.truncate_history(engine.generation)
+    return run, splits, engine, data_dir
+
+
+def resume_command(opts: RunOptions, run: RunDir) -> str:
+    """The exact command that continues this run."""
+    parts = ["evolve", "run", "--resume", run.name]
+    if Path(opts.runs_parent).resolve() != runs_dir(None).resolve():
+        parts += ["--runs-dir", str(opts.runs_parent)]
+    if not opts.writeback:
+        parts.append("--no-writeback")
+    if opts.force:
+        parts.append("--force")
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def execute(opts: RunOptions, term) -> tuple[int, dict]:
+    """Run (or resume) evolution; returns (exit code, result dict)."""
+    with StopRequested(term) as stop:
+        run, splits, engine, data_dir = prepare(opts)
+        cfg = engine.config
+        resumed = engine.generation >= 0
+        try:
+            with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar, \
+                    fewer_collections():
+                if not resumed:
+                    rec = engine.initialise()
+                    _save_generation(run, engine, rec)
+                    bar.update(rec)
+                while engine.generation < cfg.generations and not stop.requested:
+                    rec = engine.step()
+                    _save_generation(run, engine, rec)
+                    bar.update(rec)
+            if stop.requested and engine.generation < cfg.generations:
+                summary = {"status": "interrupted", "signal": stop.signal_name,
+                           "generation": engine.generation,
+                           "resume": resume_command(opts, run), "ended": now_iso()}
+                run.write_json("summary.json", summary)
+                return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
+            # A signal from here on is noted and ignored (a second one exits at once):
+            # finishing takes seconds and every file it writes is atomic.
+            return 0, finish(run, engine, splits, opts, term)
+        except OSError as e:
+            what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
+                                           else "")
+            _try_summary(run, {"status": "failed", "generation": engine.generation,
+                               "error": what, "ended": now_iso()})
+            raise RunError(f"{run.path}: write failed at generation {engine.generation} "
+                           f"({what}); the last good checkpoint is kept; resume with: "
+                           f"{resume_command(opts, run)}") from None
+
+
+def _save_generation(run: RunDir, engine: Evolution, rec: dict) -> None:
+    run.append_history(rec)
+    if rec["generation"] % engine.config.checkpoint_every == 0 or \
+            rec["generation"] == engine.config.generations:
+        run.write_checkpoint(engine.state())
+
+
+def _try_summary(run: RunDir, summary: dict) -> None:
+    try:
+        run.write_json("summary.json", summary)
+    except OSError:
+        pass
+
+
+def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> dict:
+    """Champion on valid, its metrics on every split (test once), run files, write-back.
+
+    The champion is scored from its parsed tree only: nothing under the run
+    directory is imported or run."""
+    from evolve.runs import pictures
+    objective = engine.objective
+    champ = engine.champion()
+    nodes = treeio.parse(champ.tree)
+    hof_valid = engine.valid_scores([e.tree for e in engine.hof.entries])
+    run.write_json("hall_of_fame.json", [
+        {"tree": e.tree, "expression": codegen.infix(treeio.parse(e.tree)), "size": e.size,
+         "born": e.born, "train_fitness": e.fitness, "valid_fitness": float(v)}
+        for e, v in zip(engine.hof.entries, hof_valid)])
+    pictures.history_png(run.history(), run.file("history.png"), f"run {run.name}")
+    metrics = objective.metrics(nodes, {k: splits[k] for k in ("train", "valid", "test")},
+                                {"train": engine.train, "valid": engine.valid})
+    extra, summary_extra = {}, {}
+    if objective.traces:
+        rep = objective.report(engine, splits, nodes, metrics)
+        extra = rep["champion"]
+        for name, doc in rep["files"].items():
+            run.write_json(name, doc)
+        budget = engine.config.tv_budget
+        summary_extra["pareto_png"] = pictures.tradeoff_png(
+            rep["series"], run.file("pareto.png"),
+            f"run {run.name}: valid split, budget TV {budget:g}")
+    meta = {"run": run.name, "seed": engine.config.seed, "objective": objective.name,
+            "date": now_iso(), "tree": champ.tree, "generation": champ.born,
+            **({"tv_budget": extra["tv_budget"]} if "tv_budget" in extra else {}),
+            "metrics": {k: _header_metrics(m) for k, m in metrics.items()}}
+    source = codegen.module_source(nodes, "evolved", meta,
+                                   f"Evolved acceptance rule (run {run.name})",
+                                   trace=objective.traces)
+    run.write_text("champion.py", source)
+    champion = champion_record(champ, nodes, objective.name, metrics, **extra)
+    run.write_json("champion.json", champion)
+    wb = None
+    if opts.writeback and objective.writeback == "evolved":
+        from evolve.runs.writeback import write_back
+        wb = write_back(source, metrics["valid"]["fitness"], splits["valid"], run.name,
+                        force=opts.force, directory=opts.heuristics_dir)
+    summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
+               "writeback": wb, **summary_extra}
+    run.write_json("summary.json", summary)
+    return {"run": run.name, "path": str(run.path), "champion": champion,
+            "writeback": wb, "status": "finished"}
+
+
+def _header_metrics(m: dict) -> dict:
+    """The metrics a generated module's header and METADATA carry."""
+    if "tokens_per_call" in m:
+        return {"tokens_per_call": m["tokens_per_call"], "tv_per_token": m["tv_per_token"]}
+    return m
+
+
+def champion_record(champ, nodes, objective: str, metrics: dict, **extra) -> dict:
+    """champion.json's content."""
+    return {"expression": codegen.infix(nodes), "tree": champ.tree, "size": len(nodes),
+            "depth": treeio.depth(nodes), "generation": champ.born, "objective": objective,
+            **({"tv_budget": extra.pop("tv_budget")} if "tv_budget" in extra else {}),
+            "metrics": metrics, **extra}
