@@ -12,6 +12,7 @@ from evolve.cli import views
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES, families
 from tests import rulefns
+from evolve import simulate as S
 from evolve.objectives import spec
 from evolve.kernels import speculative as spec_kernels
 from evolve.data import decode as DEC
@@ -223,7 +224,7 @@ def test_vector_rules_equal_the_scalar_baselines(sa):
              (rulefns.bild, {"alpha": 5.0}, HB.bild_rollback)]
     for fn, kw, scalar in pairs:
         v = spec.rule_thresholds(fn, sa, **kw)
-        s = spec.scalar_thresholds(scalar, sa)
+        s = S.offline_thresholds(scalar, sa)
         assert np.allclose(v, s, rtol=1e-15, atol=0), scalar.__name__
 
 

@@ -212,11 +212,11 @@ def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
     except DataError:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
-        raise DataError(f"{src}: not a readable split file ({_short(e)})") from None
+        raise DataError(f"{src}: not a readable split file ({short_error(e)})") from None
     return from_columns(cols, source=src, name=name or path.stem)
 
 
-def _short(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
     return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
@@ -231,7 +231,7 @@ def load_json(path: str | os.PathLike, name: str = "") -> Dataset:
     except FileNotFoundError:
         raise DataError(f"{src}: file not found") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{src}: cannot read ({_short(e)})") from None
+        raise DataError(f"{src}: cannot read ({short_error(e)})") from None
     try:
         records = json.loads(text)
     except json.JSONDecodeError as e:

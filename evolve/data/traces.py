@@ -131,7 +131,7 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
     except DataError:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, UnicodeDecodeError) as e:
-        raise DataError(f"{src}: not a readable trace file ({D._short(e)})") from None
+        raise DataError(f"{src}: not a readable trace file ({D.short_error(e)})") from None
     meta["source"] = src
     ts = TraceSplit(cols, meta, name=name or path.stem)
     validate(ts, src)

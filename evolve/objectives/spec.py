@@ -269,15 +269,6 @@ def rule_thresholds(fn, sa: SpecArrays, **params) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(h, (sa.n, sa.k)).reshape(-1))
 
 
-def scalar_thresholds(fn, sa: SpecArrays) -> np.ndarray:
-    """Thresholds of a scalar rule (a heuristics.baselines-style function) on every
-    candidate row; slow (one Python call per row), for tests and one-off checks."""
-    from evolve.rules.adapters import as_rule
-    rule = as_rule(fn)
-    F = sa.features()
-    return rule.many({f: F[f].reshape(-1) for f in FEATURES})
-
-
 def paired_tokens_difference(sa: SpecArrays, h_a, h_b) -> tuple[float, float]:
     """Tokens per call of rule a minus rule b, with the standard error of the
     difference over blocks (both rules see the same blocks, so the pairing

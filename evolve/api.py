@@ -1,0 +1,94 @@
+"""The Python API: script runs as DEAP, gplearn and PySR users do.
+
+    import evolve
+    result = evolve.run(generations=50, population=500, seed=1, writeback=False)
+    print(result.champion["expression"], result.champion["metrics"]["valid"])
+    again = evolve.load_run(result.path)          # any run directory, read back
+
+``run`` takes every option of ``evolve run`` as a keyword (``objective``,
+``tv_budget``, ``seed_baselines``, ...; see ``evolve.search.config.Config``) plus
+``data_dir``, ``runs_dir``, ``name``, ``resume``, ``writeback``, ``force`` and
+``progress`` (a callable taking each generation's history record). It raises
+the same one-line errors the command line prints (ConfigError, DataError,
+RunError), and returns a ``RunResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunResult:
+    name: str
+    path: Path
+    status: str                 # finished / interrupted / ... (summary.json)
+    champion: dict | None       # champion.json (expression, tree, metrics per split)
+    history: list               # history.jsonl, one record per generation
+    config: dict                # the resolved configuration
+    writeback: dict | None = None
+
+
+class _Quiet:
+    """The runner's terminal interface, silent unless ``progress`` is given."""
+
+    def __init__(self, progress=None):
+        self._progress = progress
+
+    def note(self, text: str) -> None:
+        pass
+
+    def progress(self, total: int, start: int = 0):
+        return self
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def update(self, record: dict) -> None:
+        if self._progress is not None:
+            self._progress(record)
+
+
+def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True, force=False,
+        progress=None, **options) -> RunResult:
+    """Evolve (or resume) a run; see the module docstring."""
+    from evolve.objectives import OBJECTIVES
+    from evolve.runs import paths, runner
+    from evolve.search.config import Config, ConfigError
+    known = {f.name for f in fields(Config)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: not an option of evolve.run (options: "
+                          f"{', '.join(sorted(known))})")
+    cfg = Config(**options)
+    if resume and "generations" not in options:
+        cfg.generations = None
+    if data_dir is None:
+        obj = OBJECTIVES.get(cfg.objective)
+        data_dir = paths.TRACES_DIR if obj is not None and obj.traces else paths.DATA_DIR
+    opts = runner.RunOptions(config=cfg, data_dir=Path(data_dir),
+                             runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
+                             writeback=writeback, force=force)
+    _, result = runner.execute(opts, _Quiet(progress))
+    out = load_run(result["path"])
+    return RunResult(out.name, out.path, out.status, out.champion, out.history, out.config,
+                     result.get("writeback"))
+
+
+def load_run(path) -> RunResult:
+    """A run directory read back (every file validated; nothing in it is executed)."""
+    from evolve.runs.rundir import RunDir, RunError
+    p = Path(path)
+    run = RunDir.open(p.parent, str(p))
+    try:
+        champion = run.champion()
+    except RunError:
+        champion = None
+    summary = run.summary()
+    return RunResult(run.name, run.path, summary.get("status", "running or killed"),
+                     champion, run.history(), run.meta()["config"],
+                     summary.get("writeback"))
