@@ -1,0 +1,44 @@
+"""The rules table: the generated baselines module, seeds, families and leniency."""
+
+import numpy as np
+
+from evolve.lang import numpy_eval, treeio
+from evolve.objectives.base import TOKENS, TRACES
+from evolve.rules import source
+from evolve.rules.table import RULES, families, rules, seed_trees
+from evolve.runs.paths import HEURISTICS_DIR
+
+
+def test_committed_baselines_module_is_generated_from_the_table():
+    assert (HEURISTICS_DIR / "baselines.py").read_text() == source.module_text()
+
+
+def test_every_rule_parses_at_every_grid_value():
+    for r in RULES.values():
+        for v in (r.grid or (None,)):
+            treeio.parse(r.tree(v))
+
+
+def test_token_rules_read_only_the_six_features_and_seeds_exist():
+    assert "ears" not in {r.name for r in rules(TOKENS)}
+    assert {r.name for r in rules(TRACES)} == set(RULES)
+    assert len(seed_trees(TRACES)) == len(seed_trees(TOKENS)) + 3
+    assert set(families()) == {"standard_rejection", "leniency", "ears", "typical_acceptance",
+                               "bild_rollback"}
+
+
+def test_lenient_rules_accept_at_least_as_often_as_the_standard_rule():
+    rng = np.random.default_rng(0)
+    n = 5000
+    F = {"draft_prob": rng.uniform(1e-3, 1, n), "target_prob": rng.uniform(1e-3, 1, n),
+         "position": rng.integers(0, 100, n).astype(float),
+         "draft_entropy": rng.uniform(0, 6, n), "target_entropy": rng.uniform(0, 6, n),
+         "top_token_match": rng.random(n) < 0.5, "block_position": rng.integers(0, 4, n),
+         "p_max": rng.uniform(0.3, 1, n), "q_max": rng.uniform(0.3, 1, n)}
+    std = np.minimum(1.0, F["target_prob"] / F["draft_prob"])
+    for r in RULES.values():
+        if not r.lenient:
+            continue
+        for v in (r.grid or (None,)):
+            h = np.clip(numpy_eval.evaluate(treeio.parse(r.tree(v)), F), 0, 1)
+            assert (h >= std - 1e-15).all(), (r.name, v)
