@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.lang.features import INPUT_NAMES
 from evolve.runs.atomic import atomic_write_bytes
 
 SPLITS = ("train", "valid", "test")
@@ -35,8 +36,7 @@ FIELDS: dict[str, np.dtype] = {
 }
 
 # The six inputs a heuristic sees, in signature order.
-FEATURES = ("draft_prob", "target_prob", "position", "draft_entropy",
-            "target_entropy", "top_token_match")
+FEATURES = INPUT_NAMES
 
 FORMAT_VERSION = 1
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)

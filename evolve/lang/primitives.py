@@ -20,32 +20,13 @@ from typing import Callable
 
 import numpy as np
 
+from evolve.lang.features import (ALL_INPUTS, INPUT_NAMES, INPUTS,  # noqa: F401
+                                  TRACE_INPUT_NAMES, TRACE_INPUTS)
 from heuristics import ops
 
 # ------------------------------------------------------------------ inputs
 
-# (name in trees and code, short name in infix text, type). The kernel's opcode
-# of an input is its index here. The first six are the original record's
-# features and the reference signature of every heuristic.
-INPUTS = (
-    ("draft_prob", "d", float),
-    ("target_prob", "t", float),
-    ("position", "pos", float),
-    ("draft_entropy", "de", float),
-    ("target_entropy", "te", float),
-    ("top_token_match", "match", bool),
-)
-INPUT_NAMES = tuple(i[0] for i in INPUTS)
 N_INPUTS = len(INPUTS)
-# Features of speculative-decoding traces (schema v2, evolve/traces.py), opcodes 6..8:
-# position inside the draft block (0-based), the target's and the draft's top probability.
-TRACE_INPUTS = (
-    ("block_position", "bpos", float),
-    ("p_max", "pmax", float),
-    ("q_max", "qmax", float),
-)
-ALL_INPUTS = INPUTS + TRACE_INPUTS
-TRACE_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)
 MAX_INPUTS = 12              # opcodes 0..11 are reserved for inputs
 OP_CONST = MAX_INPUTS        # opcode 12: push a constant
 

@@ -61,10 +61,10 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from evolve.lang.features import TRACE_INPUT_NAMES
 from evolve.objectives.metrics import clip01
 
-FEATURES = ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
-            "top_token_match", "block_position", "p_max", "q_max")
+FEATURES = TRACE_INPUT_NAMES
 N_FEATURES = len(FEATURES)
 RESIDUAL_EPS = 1e-12     # same constant as evolve.traces.RESIDUAL_EPS
 
