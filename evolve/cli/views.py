@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.lang.features import ALL_INPUTS, INPUTS
 from evolve.objectives import is_trace_champion
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
@@ -124,11 +125,10 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         if ch.get("simplified") and ch["simplified"] != ch["expression"]:
             term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
+        inputs = ALL_INPUTS if is_trace_champion(ch) else INPUTS
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
-                    f"{ch.get('generation')}; inputs: d=draft_prob t=target_prob pos=position "
-                    "de/te=draft/target entropy match=top_token_match"
-                    + ("; bpos=block_position pmax/qmax=target/draft top probability"
-                       if is_trace_champion(ch) else ""))
+                    f"{ch.get('generation')}; inputs: "
+                    + " ".join(f"{short}={name}" for name, short, _ in inputs))
     if ch and is_trace_champion(ch):
         show_trace_champion(ch, term)
         series = (info.get("pareto") or {}).get("series")

@@ -150,3 +150,22 @@ def make_pset(trace: bool = False):
         pset.addPrimitive(p.numpy, list(p.args), p.ret, name=p.name)
     pset.addEphemeralConstant(CONSTANT_NAME, random_constant, float)
     return pset
+
+
+# ------------------------------------------------------------ sympy column
+# The plain meaning of each primitive in sympy (``S`` is the sympy module), for
+# the simplified formula `evolve inspect` shows. Protected operators read as
+# their plain counterparts (pdiv as /, plog as log|x|, ...), so the text reads
+# as the rule does on ordinary inputs; it is a reading aid, never evaluated.
+SYMPY: dict[str, Callable] = {
+    "add": lambda S, a, b: a + b, "sub": lambda S, a, b: a - b, "mul": lambda S, a, b: a * b,
+    "pdiv": lambda S, a, b: a / b, "pmin": lambda S, a, b: S.Min(a, b),
+    "pmax": lambda S, a, b: S.Max(a, b), "neg": lambda S, a: -a, "absf": lambda S, a: S.Abs(a),
+    "plog": lambda S, a: S.log(S.Abs(a)), "pexp": lambda S, a: S.exp(a),
+    "psqrt": lambda S, a: S.sqrt(S.Abs(a)), "square": lambda S, a: a ** 2,
+    "lt": lambda S, a, b: S.StrictLessThan(a, b), "and_": lambda S, a, b: S.And(a, b),
+    "or_": lambda S, a, b: S.Or(a, b), "not_": lambda S, a: S.Not(a),
+    "ite": lambda S, c, a, b: S.Piecewise((a, c), (b, True)),
+}
+if set(SYMPY) != set(BY_NAME):
+    raise ImportError("evolve.lang.primitives: the sympy column misses a primitive")

@@ -63,14 +63,6 @@ def simplified(nodes) -> str | None:
     syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
     syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
     syms["top_token_match"] = S.Symbol("match")
-    plain = {
-        "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-        "pdiv": lambda a, b: a / b, "pmin": S.Min, "pmax": S.Max, "neg": lambda a: -a,
-        "absf": S.Abs, "plog": lambda a: S.log(S.Abs(a)), "pexp": S.exp,
-        "psqrt": lambda a: S.sqrt(S.Abs(a)), "square": lambda a: a ** 2,
-        "lt": S.StrictLessThan, "and_": S.And, "or_": S.Or, "not_": S.Not,
-        "ite": lambda c, a, b: S.Piecewise((a, c), (b, True)),
-    }
     out = []
     for n in reversed(nodes):
         if n.kind == "input":
@@ -79,7 +71,7 @@ def simplified(nodes) -> str | None:
             out.append(S.Integer(int(n.value)) if n.value == int(n.value) else S.Float(n.value))
         else:
             args = [out.pop() for _ in range(n.arity)]
-            out.append(plain[n.name](*args))
+            out.append(P.SYMPY[n.name](S, *args))
     try:
         return str(S.simplify(out[0]))
     except (TypeError, ValueError, AttributeError, RecursionError):
