@@ -36,17 +36,6 @@ def _option_of(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _jsonable(obj):
-    """Non-finite floats (an SE of one block, a never-reached position) become null."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    return obj
-
-
 # -------------------------------------------------------------- data trace
 
 @click.command("trace")
@@ -189,6 +178,22 @@ def _run_rule(runs_parent: Path, run: str):
     return tree_rule(nodes, name), info
 
 
+def _rule_of(text: str, runs_parent: Path):
+    """A --compare rule: NAME, NAME:PARAM or run:RUN."""
+    from evolve.rules.adapters import named_rule
+    if text.startswith("run:"):
+        return _run_rule(runs_parent, text[4:])
+    name, _, value = text.partition(":")
+    try:
+        param = float(value) if value else None
+    except ValueError:
+        fail(f"--compare: {text!r}: the parameter {value!r} is not a number")
+    try:
+        return named_rule(name, param)
+    except ValueError as e:
+        fail(f"--compare: {text!r}: {e}")
+
+
 # -------------------------------------------------------------- simulate
 
 @click.command("simulate")
@@ -200,6 +205,9 @@ def _run_rule(runs_parent: Path, run: str):
                    "default: the family's own).")
 @click.option("--run", "run", default=None, metavar="RUN",
               help="Use the champion of this run directory instead.")
+@click.option("--compare", "compare", multiple=True, metavar="RULE",
+              help="Paired free-running comparison of rules (repeatable; the first is the "
+                   "reference): NAME, NAME:PARAM (e.g. leniency:0.75) or run:RUN.")
 @traces_option
 @click.option("--split", default="test", show_default=True,
               help="Trace split: the prompt pool and the offline estimate.")
@@ -216,18 +224,45 @@ def _run_rule(runs_parent: Path, run: str):
 @runs_dir_option
 @json_option
 @friendly_errors
-def simulate_cmd(heuristic, param, run, data_dir, split, prompts, blocks, contexts, reps, seed,
-                 runs_dir, json_mode):
+def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, blocks, contexts, reps,
+                 seed, runs_dir, json_mode):
     """Real speculative decoding with a rule, next to its offline exact estimate.
 
     Rebuilds the draft/target pair from the split's recorded configuration,
     decodes from the split's prompt pool with the rule (tokens per target call)
     and samples the emitted byte at contexts of the split (TV from the target),
     and shows the offline numbers of `evolve.spec` for the same rule on that split:
-    they should agree within sampling error."""
+    they should agree within sampling error.
+
+    With --compare, every rule decodes the same prompts with the same uniforms
+    from its own trajectory; the table shows tokens per call, TV and KL per
+    token along each trajectory, slot TV by block position and its 99th
+    percentile, the text's log-likelihood under target and draft, and each
+    rule's paired difference from the first, with 95% intervals (standard
+    errors by sequence)."""
     from evolve import simulate
     from evolve.rules.adapters import named_rule
     from evolve.runs import paths
+    if compare:
+        from evolve.cli.compare import compare_cmd
+        if heuristic is not None or run is not None or param is not None:
+            fail("--compare: give the rules there, not with --heuristic/--run/--param")
+        need(len(compare) >= 2, "--compare", list(compare), "at least two rules")
+        need(split in SPLIT_NAMES, "--split", split, "one of " + ", ".join(SPLIT_NAMES))
+        need(prompts is None or prompts >= 2, "--prompts", prompts, "at least 2")
+        need(blocks is None or blocks >= 1, "--blocks", blocks, "at least 1")
+        need(seed >= 0, "--seed", seed, "an integer >= 0")
+        data_dir = Path(data_dir) if data_dir else default_traces()
+        ts = _load_split(data_dir, split)
+        out = term(json_mode)
+        rules = {}
+        for spec_ in compare:
+            rule, info = _rule_of(spec_, paths.runs_dir(runs_dir))
+            rules[info["label"]] = rule
+        pair, same_corpus = _pair_for(ts, out)
+        compare_cmd(pair, rules, data_dir, split, prompts, blocks, seed, same_corpus, out,
+                    json_mode)
+        return
     if (heuristic is None) == (run is None):
         fail("give one of --heuristic NAME or --run RUN")
     if run is not None and param is not None:
@@ -256,7 +291,7 @@ def simulate_cmd(heuristic, param, run, data_dir, split, prompts, blocks, contex
     doc = {"rule": info, "data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
-        out.print_json(_jsonable(doc))
+        out.print_json(views.jsonable(doc))
         return
     views.show_simulation(doc, out)
 
@@ -321,6 +356,6 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode)
     doc = {"data": str(data_dir), **res, "runs": infos, "png": png_path,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
-        out.print_json(_jsonable(doc))
+        out.print_json(views.jsonable(doc))
         return
     views.show_tradeoff(doc, series, out, max_tv)

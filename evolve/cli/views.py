@@ -235,7 +235,8 @@ def _num(x, fmt: str = ".4f") -> str:
 
 
 def _pm(x, se, fmt=".4f") -> str:
-    return f"{_num(x, fmt)} ± {_num(se, fmt)}" if se is not None else _num(x, fmt)
+    return f"{_num(x, fmt)} ± {_num(se, fmt.replace('+', ''))}" if se is not None \
+        else _num(x, fmt)
 
 
 def show_simulation(doc: dict, term) -> None:
@@ -317,3 +318,50 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
     term.result(render_text(shown))
     if doc["png"]:
         term.result(f"picture: {doc['png']}")
+
+
+def jsonable(obj):
+    """Non-finite floats (an SE of one block, a never-reached position) become null."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def show_comparison(doc: dict, term) -> None:
+    """The paired free-running comparison of ``evolve simulate --compare``."""
+    rules, vs = doc["rules"], doc["versus_reference"]
+    ref = doc["reference"]
+    g = doc["block_size"]
+    cols = [("rule", "left"), ("tokens/call", "right"), ("TV/token", "right"),
+            ("KL/token", "right"), ("slot TV by position", "right"), ("slot TV p99", "right"),
+            ("log p / token", "right"), ("log q / token", "right")]
+    rows = []
+    for name, r in rules.items():
+        rows.append([name, _pm(r["tokens_per_call"], r["tokens_se"]),
+                     _pm(r["tv_per_token"], r["tv_se"], ".5f"),
+                     _pm(r["kl_per_token"], r["kl_se"], ".5f"),
+                     " ".join(f"{x:.4f}" for x in r["slot_tv_by_position"]),
+                     f"{r['slot_tv_p99']:.4f}", f"{r['target_loglik_per_token']:.4f}",
+                     f"{r['draft_loglik_per_token']:.4f}"])
+    term.table(f"free-running on {doc['data']}, split {doc['split']}: {doc['prompts']} "
+               f"prompts x {doc['blocks']} blocks (g = {g}), the same prompts and uniforms "
+               f"for every rule, seed {doc['seed']}", cols, rows)
+    if vs:
+        cols = [("rule minus " + ref, "left"), ("tokens/call", "right"), ("95% interval", "right"),
+                ("TV/token", "right"), ("log p / token", "right"), ("log q / token", "right")]
+        rows = []
+        for name, d in vs.items():
+            t = d["tokens_per_call"]
+            rows.append([name, _pm(t["difference"], t["se"]),
+                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
+                         _pm(d["tv_per_token"]["difference"], d["tv_per_token"]["se"], "+.5f"),
+                         _pm(d["target_loglik_per_token"]["difference"],
+                             d["target_loglik_per_token"]["se"], "+.4f"),
+                         _pm(d["draft_loglik_per_token"]["difference"],
+                             d["draft_loglik_per_token"]["se"], "+.4f")])
+        term.table("paired differences (standard errors by sequence)", cols, rows)
+    term.result(f"({doc['seconds']:.1f} s)")

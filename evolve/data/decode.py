@@ -65,8 +65,8 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int) -> dict:
 
 # --------------------------------------------------------------- decoding
 
-def decode(pair: LMPair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
-           rule=None, record: bool = True, pos0=None):
+def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
+           rule=None, record: bool = True, pos0=None, history: bool = False):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -76,7 +76,9 @@ def decode(pair: LMPair, prompts: np.ndarray, rngs, blocks: int, batch: int = 25
 
     Returns ``(columns, accepted)``: the v1 + v2 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
-    and the accepted draft count of every block, int64 (n, blocks).
+    and the accepted draft count of every block, int64 (n, blocks); with
+    ``history`` also the decoded text, uint8 (n, prompt + blocks (g + 1)), and
+    each row's length, as a third and fourth value.
     """
     cfg = pair.config
     g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
@@ -88,15 +90,21 @@ def decode(pair: LMPair, prompts: np.ndarray, rngs, blocks: int, batch: int = 25
     U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
          else np.zeros((0, blocks, 2 * g + 1)))
     pos0 = np.zeros(n, dtype=np.int64) if pos0 is None else np.asarray(pos0, dtype=np.int64)
-    parts, accepted = [], []
+    parts, accepted, hists, lengths = [], [], [], []
     for s0 in range(0, n, batch):
-        cols, n_acc = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch], blocks,
-                                    g, k, C, s0, rule, record, pos0[s0:s0 + batch])
+        cols, n_acc, hist, lens = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
+                                                blocks, g, k, C, s0, rule, record,
+                                                pos0[s0:s0 + batch])
         parts.append(cols)
         accepted.append(n_acc)
+        if history:
+            hists.append(hist)
+            lengths.append(lens)
     cols = ({f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
             if record and parts else None)
     acc = np.concatenate(accepted) if accepted else np.zeros((0, blocks), dtype=np.int64)
+    if history:
+        return cols, acc, np.concatenate(hists), np.concatenate(lengths)
     return cols, acc
 
 
@@ -185,7 +193,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
             put(f, v)
         put("context", ctxs[:, :g].reshape(B * g, C))
     if not record:
-        return None, accepted
+        return None, accepted, hist, lens
     # (blocks, B*g, ...) -> sequence-major rows
     out_cols = {}
     for f, parts in rec.items():
@@ -195,4 +203,4 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
     for f in ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
               "target_top"):
         out_cols[f] = out_cols[f].astype(np.int64)
-    return out_cols, accepted
+    return out_cols, accepted, hist, lens

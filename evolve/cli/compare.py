@@ -1,0 +1,24 @@
+"""``evolve simulate --compare``: paired free-running comparison of rules."""
+
+from __future__ import annotations
+
+import time
+
+from evolve.cli import views
+
+
+def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: int,
+                same_corpus: bool, out, json_mode: bool) -> None:
+    from evolve import paired
+    cfg = pair.config
+    prompts = cfg.prompts(split) if prompts is None else int(prompts)
+    blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
+    t0 = time.perf_counter()
+    res = paired.compare(pair, rules, split=split, prompts=prompts, blocks=blocks, seed=seed,
+                         progress=out.note)
+    doc = {"data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
+           "seconds": round(time.perf_counter() - t0, 3)}
+    if json_mode:
+        out.print_json(views.jsonable(doc))
+        return
+    views.show_comparison(doc, out)
