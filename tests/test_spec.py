@@ -278,6 +278,7 @@ def test_kernel_matches_numpy_reference(sa):
             assert getattr(got, f) == pytest.approx(getattr(ref, f), rel=1e-9, abs=1e-12), (t, f)
         assert got.acceptance == pytest.approx(ref.acceptance, rel=1e-9)
         assert got.reach == pytest.approx(ref.reach, rel=1e-12)
+        assert got.tv_by_position == pytest.approx(ref.tv_by_position, rel=1e-9, abs=1e-12)
 
 
 def test_kernel_reads_inputs_6_to_8(sa):
@@ -347,3 +348,22 @@ def test_sweeps_tuning_and_front(sa):
     assert "tokens per call" in text and "leniency" in text
     rep = pareto.tuned_report("ears", sa, sa, 0.02)
     assert rep["valid"] == rep["test"]
+
+
+def test_slot_tv_by_position_and_p99_from_first_principles(sa):
+    """tv_by_position is the reach-weighted mean slot TV at each block position,
+    and tv_p99 the reach-weighted 99th percentile, recomputed here by hand."""
+    h = spec.rule_thresholds(rulefns.leniency, sa, l=0.6)
+    terms = spec.position_terms(sa, h)
+    o = spec.objectives_from_terms(sa, terms)
+    W = spec.block_sums(sa, terms)["W"]
+    tv = terms.tv.reshape(sa.n_blocks, sa.g)
+    for j in range(sa.g):
+        assert o.tv_by_position[j] == pytest.approx((W[:, j] * tv[:, j]).sum() / W[:, j].sum())
+    # weighted quantile by replicating rows in proportion to weights (integer weights)
+    w = np.round(W.reshape(-1) * 4).astype(int)
+    rep = np.repeat(terms.tv, w)
+    assert spec.weighted_quantile(terms.tv, w, 0.99) == np.sort(rep)[int(np.ceil(0.99 * rep.size)) - 1]
+    assert 0 < o.tv_p99 <= terms.tv.max()
+    std = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
+    assert std.tv_p99 < 1e-12 and max(std.tv_by_position) < 1e-12

@@ -9,7 +9,8 @@ block order, so results do not depend on the thread count.
 
 Per program the kernel returns the float64 sums ``objectives_from_sums`` reads
 (layout ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
-blocks, then the per-block-position numerators and denominators of acceptance.
+blocks, then the per-block-position numerators and denominators of acceptance,
+and the per-block-position reach-weighted slot TV.
 The per-position formulas are exactly those of ``spec.position_terms`` (the
 numpy reference the tests compare against).
 """
@@ -26,7 +27,7 @@ from evolve.kernels.tokens import OP_CONST, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
 TILE_ROWS = 512          # candidate rows per tile (rounded down to whole blocks, >= 1 block)
-SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g]
+SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -85,6 +86,7 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
                     kl = 0.0
             acc[5 + j] += w * alpha
             acc[5 + g + j] += w
+            acc[5 + 2 * g + j] += w * tv
             tok += w * alpha
             tv_b += w * tv
             kl_b += w * kl
@@ -168,13 +170,13 @@ def _check_inputs(programs, sa: spec.SpecArrays) -> None:
 
 
 def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
-    """Sums for every program, float64 (P, 5 + 2g); see ``spec.objectives_from_sums``.
+    """Sums for every program, float64 (P, 5 + 3g); see ``spec.objectives_from_sums``.
 
     ``with_kl=False`` skips the logarithms (about half the objective's cost); the
     kl sum is then 0."""
     _check_inputs(programs, sa)
     P = len(programs)
-    out = np.zeros((P, len(SUMS) + 2 * sa.g), dtype=np.float64)
+    out = np.zeros((P, len(SUMS) + 3 * sa.g), dtype=np.float64)
     if P:
         tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
         _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
@@ -186,7 +188,7 @@ def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -
 def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
     """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
-    out = np.zeros(len(SUMS) + 2 * sa.g, dtype=np.float64)
+    out = np.zeros(len(SUMS) + 3 * sa.g, dtype=np.float64)
     _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), out)
     return spec.objectives_from_sums(out, sa.n_blocks, sa.g)
 

@@ -188,6 +188,9 @@ class Objectives:
     extra_per_token: float           # extra acceptance mass per emitted byte
     acceptance: tuple                # per block position
     reach: tuple                     # mean reach weight per block position
+    tv_by_position: tuple = ()       # mean slot TV per block position, given it is reached
+    tv_p99: float | None = None      # 99th percentile of slot TV over reached slots
+                                     # (weighted by reach; numpy reference only)
 
     def gain(self, cost_ratio: float) -> float:
         """Wall-time speed-up over plain target decoding for draft/target cost ratio c."""
@@ -202,6 +205,7 @@ class Objectives:
         d = asdict(self)
         d["acceptance"] = list(self.acceptance)
         d["reach"] = list(self.reach)
+        d["tv_by_position"] = list(self.tv_by_position)
         return d
 
 
@@ -239,19 +243,35 @@ def objectives_from_terms(sa: SpecArrays, terms: PositionTerms) -> Objectives:
         kl_per_token=float(b["kl"].sum() / tot),
         extra_per_token=float(b["extra"].sum() / tot),
         acceptance=_ratio((b["W"] * b["alpha"]).sum(axis=0), den),
-        reach=tuple(float(x) for x in den / nb))
+        reach=tuple(float(x) for x in den / nb),
+        tv_by_position=_ratio((b["W"] * terms.tv.reshape(nb, sa.g)).sum(axis=0), den),
+        tv_p99=weighted_quantile(terms.tv, b["W"].reshape(-1), 0.99))
 
 
 def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
-    """Objectives from one kernel row (see spec_kernels.population_objectives)."""
+    """Objectives from one kernel row (see kernels.speculative.population_objectives)."""
     s = np.asarray(sums, dtype=np.float64)
     tok, tv, kl, extra = s[0], s[1], s[2], s[3]
-    num, den = s[5:5 + g], s[5 + g:5 + 2 * g]
+    num, den, tvp = s[5:5 + g], s[5 + g:5 + 2 * g], s[5 + 2 * g:5 + 3 * g]
     mean = tok / n_blocks
     var = max(s[4] / n_blocks - mean * mean, 0.0) * n_blocks / max(n_blocks - 1, 1)
     return Objectives(g, n_blocks, float(mean), float(np.sqrt(var / n_blocks)),
                       float(tv / tok), float(kl / tok), float(extra / tok),
-                      _ratio(num, den), tuple(float(x) for x in den / n_blocks))
+                      _ratio(num, den), tuple(float(x) for x in den / n_blocks),
+                      _ratio(tvp, den))
+
+
+def weighted_quantile(x, w, q: float) -> float:
+    """The q-quantile of values x with non-negative weights w (0.0 if no weight)."""
+    x = np.asarray(x, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
+    total = w.sum()
+    if not total > 0:
+        return 0.0
+    order = np.argsort(x, kind="stable")
+    cw = np.cumsum(w[order])
+    i = int(np.searchsorted(cw, q * total, side="left"))
+    return float(x[order][min(i, x.size - 1)])
 
 
 def _ratio(num, den) -> tuple:
