@@ -283,7 +283,13 @@ def test_tradeoff_json(tmp_path, tiny_dir):
     tuned = {}
     for entry in doc["budgets"]:
         b, rows = entry["budget"], entry["rows"]
-        assert {r_["rule"] for r_ in rows} == set(families()) | {"run hand"}
+        assert {r_["rule"] for r_ in rows} == set(families()) | {"run hand", "position_leniency",
+                                                                 "knapsack_oracle"}
+        oracle = next(r_ for r_ in rows if r_["kind"] == "oracle")
+        assert oracle["oracle_share"] == pytest.approx(1.0)
+        assert all(r_["oracle_share"] is None or r_["oracle_share"] <= 1.0 + 1e-9
+                   for r_ in rows if r_["kind"] == "family" and r_["test"] and
+                   not r_["over_budget_test"])
         toks = [r_["test"]["tokens_per_call"] for r_ in rows if r_["test"]]
         assert toks == sorted(toks, reverse=True)                  # sorted by test tokens
         assert all(r_["test"] for r_ in rows[:len(toks)])          # unfitted rows last
@@ -319,7 +325,7 @@ def test_tradeoff_table_and_png(tmp_path, tiny_dir):
     assert png.read_bytes()[:8] == PNG_SIGNATURE
     out = r.stdout
     assert "TV budget 0.02 per token" in out
-    assert "no parameter fits the budget on valid" in out       # bild / typical at 0.02
+    assert "no parameter fits on valid" in out       # bild / typical at 0.02
     rows = {l.split()[0]: l for l in out.splitlines()
             if l.split() and l.split()[0] in families()}
     assert set(rows) == set(families())

@@ -78,20 +78,21 @@ def show_trace_champion(ch: dict, term) -> None:
     """Champion and baselines tuned on valid to the run's TV budget, on test."""
     budget = ch.get("tv_budget")
     cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
-            ("test TV/token", "right"), ("test KL/token", "right"),
-            ("valid tokens/call", "right"), ("valid TV/token", "right")]
-    rows = [["champion *", "", _fmt(ch["metrics"]["test"]["tokens_per_call"]),
-             _fmt(ch["metrics"]["test"]["tv_per_token"], 5),
-             _fmt(ch["metrics"]["test"]["kl_per_token"], 5),
-             _fmt(ch["metrics"]["valid"]["tokens_per_call"]),
-             _fmt(ch["metrics"]["valid"]["tv_per_token"], 5)]]
+            ("test TV/token", "right"), ("test slot TV p99", "right"),
+            ("test KL/token", "right"), ("valid tokens/call", "right"),
+            ("valid TV/token", "right")]
+    t, v = ch["metrics"]["test"], ch["metrics"]["valid"]
+    rows = [["champion *", "", _fmt(t["tokens_per_call"]), _fmt(t["tv_per_token"], 5),
+             _fmt(t.get("tv_p99"), 4), _fmt(t["kl_per_token"], 5),
+             _fmt(v["tokens_per_call"]), _fmt(v["tv_per_token"], 5)]]
     for name, rep in (ch.get("baselines_tuned_on_valid") or {}).items():
         if rep is None:
-            rows.append([name, "", "no parameter fits the budget", "", "", "", ""])
+            rows.append([name, "", "no parameter fits the budget", "", "", "", "", ""])
             continue
         rows.append([name, "" if rep["param"] is None else f"{rep['param']:.4g}",
                      _fmt(rep["test"]["tokens_per_call"]),
-                     _fmt(rep["test"]["tv_per_token"], 5), _fmt(rep["test"]["kl_per_token"], 5),
+                     _fmt(rep["test"]["tv_per_token"], 5), _fmt(rep["test"].get("tv_p99"), 4),
+                     _fmt(rep["test"]["kl_per_token"], 5),
                      _fmt(rep["valid"]["tokens_per_call"]),
                      _fmt(rep["valid"]["tv_per_token"], 5)])
     order = [rows[0]] + sorted(rows[1:], key=lambda r: -float(r[2]) if r[3] else 1e9)
@@ -273,9 +274,9 @@ def show_simulation(doc: dict, term) -> None:
 
 def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
     from evolve.rules.table import RULES
-    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"), ("±", "right"),
-            ("TV/token", "right"), ("KL/token", "right"), ("valid TV/token", "right"),
-            ("", "left")]
+    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"),
+            ("TV/token", "right"), ("slot TV p99", "right"), ("KL/token", "right"),
+            ("valid TV", "right"), ("of oracle", "right"), ("", "left")]
     for entry in doc["budgets"]:
         b = entry["budget"]
         rows, styles = [], []
@@ -284,23 +285,29 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
                 spec_ = RULES[r["rule"]]
                 param = "" if spec_.param is None or r["param"] is None else \
                     f"{spec_.param}={r['param']:.4g}"
+            elif r["kind"] == "headroom" and r["param"]:
+                param = "/".join(f"{x:.2f}" for x in r["param"])
             else:
                 param = ""
             if r["test"] is None:
-                rows.append([r["rule"], param, "-", "", "-", "-", "-",
-                             "no parameter fits the budget on valid"])
+                rows.append([r["rule"], param, "-", "-", "-", "-", "-", "-",
+                             "no parameter fits on valid"])
                 styles.append("dim")
                 continue
             t, v = r["test"], r["valid"]
             note = []
-            if not r["fits_valid"]:
+            if r["kind"] == "oracle":
+                note.append("a bound, not a rule")
+            elif not r["fits_valid"]:
                 note.append("over budget on valid")
             if r["over_budget_test"]:
                 note.append("over budget on test")
-            rows.append([r["rule"], param, f"{t['tokens_per_call']:.4f}",
-                         _num(t["tokens_se"]), f"{t['tv_per_token']:.4f}",
-                         f"{t['kl_per_token']:.4f}", f"{v['tv_per_token']:.4f}",
-                         "; ".join(note)])
+            share = r.get("oracle_share")
+            rows.append([r["rule"], param, _pm(t["tokens_per_call"], t["tokens_se"]),
+                         f"{t['tv_per_token']:.4f}",
+                         _num(t.get("tv_p99")), f"{t['kl_per_token']:.4f}",
+                         f"{v['tv_per_token']:.4f}" if v else "-",
+                         "-" if share is None else f"{100 * share:.0f}%", "; ".join(note)])
             styles.append("yellow" if note else None)
         term.table(f"TV budget {b:g} per token: tuned on valid ({doc['blocks']['valid']:,} "
                    f"blocks), reported on test ({doc['blocks']['test']:,} blocks)",

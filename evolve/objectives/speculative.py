@@ -64,11 +64,23 @@ class TraceObjective(Objective):
         return v[:, 0]
 
     def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
+        """Exact objectives per split (kernel), with the 99th percentile of slot TV
+        from the reference on the kernel's thresholds."""
+        from types import SimpleNamespace
+
         from evolve.kernels.speculative import population_results
+        from evolve.kernels.tokens import population_thresholds
         from evolve.lang import treeio
+        from evolve.objectives import spec
         progs = treeio.linearise([nodes])
-        return {k: population_results(progs, spec_arrays(k, splits, evaluators),
-                                      with_kl=True)[0].to_dict() for k in splits}
+        out = {}
+        for k in splits:
+            sa = spec_arrays(k, splits, evaluators)
+            m = population_results(progs, sa, with_kl=True)[0].to_dict()
+            h = population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))[0]
+            m["tv_p99"] = spec.objectives(sa, h).tv_p99
+            out[k] = m
+        return out
 
     def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
         """What a finished trace run adds: the baselines tuned on valid to the run's

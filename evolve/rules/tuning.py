@@ -145,8 +145,12 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     ``extra`` maps a name to a fixed rule as parsed tree nodes (a run's
     champion, say), evaluated as it is on both splits. Per budget the rows are
     sorted by tokens per call on test (families no parameter of which fits the
-    budget on valid last). ``series`` holds the test points for the pictures:
-    each family's grid in sweep order, then each extra rule."""
+    budget on valid last). Two headroom rows join them: leniency with one
+    parameter per block position (tuned on valid) and the knapsack oracle
+    (computed on test; ``evolve.rules.headroom``); every row carries the share
+    of the oracle's gain over standard rejection it captures on test.
+    ``series`` holds the test points for the pictures: each family's grid in
+    sweep order, then each extra rule."""
     budgets = [float(b) for b in budgets]
     sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
     fixed = {}
@@ -169,6 +173,12 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,
                          "over_budget_test": o["test"]["tv_per_token"] > b, **o})
+        rows.extend(headroom_rows(sa_valid, sa_test, b))
+        oracle = next(r for r in rows if r["kind"] == "oracle")["test"]["tokens_per_call"]
+        std = evaluate("standard_rejection", sa_test).tokens
+        for r in rows:
+            r["oracle_share"] = (None if r["test"] is None or oracle <= std else
+                                 (r["test"]["tokens_per_call"] - std) / (oracle - std))
         rows.sort(key=lambda r: (r["test"] is None,
                                  -(r["test"]["tokens_per_call"] if r["test"] else 0.0)))
         per_budget.append({"budget": b, "rows": rows})
@@ -187,3 +197,28 @@ def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
     """Thresholds of parsed tree nodes on every candidate row of a trace split."""
     return np.ascontiguousarray(numpy_eval.evaluate(nodes, sa.features()).reshape(-1),
                                 dtype=np.float64)
+
+
+def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float) -> list:
+    """Per-position leniency tuned on valid (reported on test) and the knapsack oracle
+    on test, as trade-off rows."""
+    from evolve.rules import headroom
+    rows = []
+    tuned = headroom.tune_position_leniency(sa_valid, budget)
+    if tuned is None:
+        rows.append({"rule": "position_leniency", "kind": "headroom", "param": None,
+                     "budget": budget, "fits_valid": False, "over_budget_test": None,
+                     "valid": None, "test": None})
+    else:
+        ls, valid = tuned
+        nodes = treeio.parse(headroom.position_leniency_tree(ls))
+        test = spec.objectives(sa_test, tree_thresholds(nodes, sa_test)).to_dict()
+        rows.append({"rule": "position_leniency", "kind": "headroom", "param": list(ls),
+                     "budget": budget, "fits_valid": True,
+                     "over_budget_test": test["tv_per_token"] > budget,
+                     "valid": valid.to_dict(), "test": test})
+    oracle = headroom.knapsack_oracle(sa_test, budget).to_dict()
+    rows.append({"rule": "knapsack_oracle", "kind": "oracle", "param": None, "budget": budget,
+                 "fits_valid": None, "over_budget_test": oracle["tv_per_token"] > budget,
+                 "valid": None, "test": oracle})
+    return rows
