@@ -166,7 +166,7 @@ def tiny_trace_dir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("objective", ["speed", "pareto"])
+@pytest.mark.parametrize("objective", ["speed", "speed_kl", "pareto"])
 def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
     r = invoke("run", "--objective", objective, "--budget-tv", 0.02, "--generations", 3,
                "--population", 24, "--seed-baselines", "--data", tiny_trace_dir,

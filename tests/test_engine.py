@@ -213,3 +213,29 @@ def test_pareto_objective_nsga2_deterministic_and_resumable():
 def test_pareto_needs_population_multiple_of_4():
     with pytest.raises(ConfigError, match="multiple of 4"):
         Config(objective="pareto", population=42).validate()
+
+
+def test_speed_kl_and_position_cap_hold_on_valid():
+    """speed_kl keeps the champion's KL per token within --budget-kl; a cap on slot TV
+    per block position keeps every position's TV under it, where the uncapped run
+    spends more than the cap at some position."""
+    from evolve.objectives import OBJECTIVES
+    from tests import tracekit
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+
+    def champion(**kw):
+        cfg = Config(generations=4, population=40, seed=3, seed_baselines=True, **kw)
+        ev = Evolution(cfg, tr, va)
+        ev.initialise()
+        while ev.generation < cfg.generations:
+            ev.step()
+        m = OBJECTIVES["speed"].measures(ev.valid, [ev.champion().tree])
+        return {k: v[0] for k, v in m.items()}
+
+    kl = champion(objective="speed_kl", kl_budget=0.002)
+    assert kl["kl"] <= 0.002 and kl["tokens"] > 1.0
+    free = champion(objective="speed", tv_budget=0.05)
+    cap = 0.6 * float(free["tv_pos"].max())
+    capped = champion(objective="speed", tv_budget=0.05, tv_position_cap=cap)
+    assert free["tv_pos"].max() > cap
+    assert capped["tv_pos"].max() <= cap and capped["tv"] <= 0.05

@@ -43,7 +43,12 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--objective", type=str, default=None,
               help="; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) + ".")
 @click.option("--budget-tv", "tv_budget", type=float, default=None,
-              help="Objective speed: mean TV per token allowed [0.02].")
+              help="Objectives speed, pareto: mean TV per token allowed [0.02].")
+@click.option("--budget-kl", "kl_budget", type=float, default=None,
+              help="Objective speed_kl: mean KL per token allowed [0.01].")
+@click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
+              help="Objectives speed, speed_kl: mean slot TV allowed at any block "
+                   "position [1, no cap].")
 @click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
 @click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
 @click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
@@ -63,7 +68,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_prob, mut_prob,
+def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
+            tournament, cx_prob, mut_prob,
             max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
             no_writeback, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
@@ -76,7 +82,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
-             "tv_budget": tv_budget}
+             "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap}
     out = term(json_mode)
     if resume:
         extra = [k for k, v in given.items() if v is not None and k != "generations"]

@@ -4,10 +4,10 @@ See ``evolve.objectives.base`` for what an objective provides.
 """
 
 from evolve.objectives.base import TOKENS, TRACES, Evaluator, Objective
-from evolve.objectives.speculative import PARETO, SPEED
+from evolve.objectives.speculative import PARETO, SPEED, SPEED_KL
 from evolve.objectives.tokens import EXPECTED, SEED
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, PARETO)}
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, SPEED_KL, PARETO)}
 
 
 

@@ -5,11 +5,16 @@ and the TV per emitted token of the output distribution, from the draft's
 top-k candidates of schema-v2 traces, computed for whole populations by
 ``evolve.kernels.speculative``.
 
-``speed``   tokens per call where the mean TV per token is within
-            ``--budget-tv``; rules over budget score below 1 (below every
-            feasible rule), less the further they are over.
-``pareto``  NSGA-II over (tokens per call, TV per token); the champion is chosen
-            on valid by the ``speed`` score at the run's budget.
+``speed``     tokens per call where the mean TV per token is within
+              ``--budget-tv``; rules over budget score below 1 (below every
+              feasible rule), less the further they are over.
+``speed_kl``  the same with the mean KL per token within ``--budget-kl``.
+``pareto``    NSGA-II over (tokens per call, TV per token); the champion is
+              chosen on valid by the ``speed`` score at the run's budget.
+
+``--cap-tv-position C`` adds a constraint to ``speed`` and ``speed_kl``: the mean
+slot TV at every block position (given it is reached) must be at most C, so a
+rule cannot buy its tokens by spending all its distortion at one block position.
 
 A champion's report adds every rule family of ``evolve.rules`` tuned to the
 same budget on valid (reported on test) and the trade-off on valid.
@@ -22,27 +27,32 @@ import numpy as np
 from evolve.objectives.base import TRACES, Evaluator, Objective
 
 
-def speed_fitness(tokens, tv, budget):
-    """Tokens per call where TV per token <= budget; 1 - (excess, at most 1) otherwise."""
+def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0):
+    """Tokens per call where TV per token <= budget (and, with ``tv_pos``, every block
+    position's slot TV <= cap); 1 - (the largest excess, at most 1) otherwise."""
     tokens = np.asarray(tokens, dtype=np.float64)
-    tv = np.asarray(tv, dtype=np.float64)
-    return np.where(tv <= budget, tokens, 1.0 - np.minimum(tv - budget, 1.0))
+    excess = np.asarray(tv, dtype=np.float64) - budget
+    if tv_pos is not None:
+        excess = np.maximum(excess, np.asarray(tv_pos, dtype=np.float64).max(axis=-1) - cap)
+    return np.where(excess <= 0.0, tokens, 1.0 - np.minimum(excess, 1.0))
 
 
 class TraceObjective(Objective):
     data = TRACES
     writeback = None
 
-    def __init__(self, name: str, weights: tuple, help: str):
+    def __init__(self, name: str, weights: tuple, help: str, kl: bool = False):
         self.name = name
         self.weights = weights
         self.help = help
+        self.kl = kl          # the budget is on KL per token (--budget-kl), not TV
 
     def evaluator(self, split, name: str) -> Evaluator:
         from evolve.kernels.speculative import population_objectives
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
-        return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=False),
+        kl = self.kl
+        return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=kl),
                          sa, sa.n * sa.k)
 
     @staticmethod
@@ -50,11 +60,24 @@ class TraceObjective(Objective):
         sums = ev.rows(trees, deap_trees)
         return sums[:, 0] / ev.arrays.n_blocks, sums[:, 1] / sums[:, 0]
 
+    @staticmethod
+    def measures(ev: Evaluator, trees, deap_trees=None) -> dict:
+        """tokens, tv, kl per token and slot TV per block position, (n,) / (n, g)."""
+        sums = ev.rows(trees, deap_trees)
+        g = ev.arrays.g
+        den = sums[:, 5 + g:5 + 2 * g]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tv_pos = np.where(den > 0, sums[:, 5 + 2 * g:5 + 3 * g] / den, 0.0)
+        return {"tokens": sums[:, 0] / ev.arrays.n_blocks, "tv": sums[:, 1] / sums[:, 0],
+                "kl": sums[:, 2] / sums[:, 0], "tv_pos": tv_pos}
+
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
-        tokens, tv = self.tokens_tv(ev, trees, deap_trees)
+        m = self.measures(ev, trees, deap_trees)
         if self.multi:
-            return np.stack([tokens, tv], axis=1)
-        return np.atleast_1d(speed_fitness(tokens, tv, config.tv_budget))[:, None]
+            return np.column_stack([m["tokens"], m["tv"]])
+        dist, budget = (m["kl"], config.kl_budget) if self.kl else (m["tv"], config.tv_budget)
+        return np.atleast_1d(speed_fitness(m["tokens"], dist, budget, m["tv_pos"],
+                                           config.tv_position_cap))[:, None]
 
     def scores(self, values, config) -> np.ndarray:
         v = np.asarray(values, dtype=np.float64)
@@ -91,7 +114,9 @@ class TraceObjective(Objective):
         evs = {"train": engine.train, "valid": engine.valid}
         sas = {k: spec_arrays(k, splits, evs) for k in ("train", "valid", "test")}
         budget = engine.config.tv_budget
-        tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], budget)
+        measure, tuned_budget = ("kl", engine.config.kl_budget) if self.kl else ("tv", budget)
+        tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], tuned_budget,
+                                           measure=measure)
                  for name in tuning.families()}
         hof_trees = [e.tree for e in engine.hof.entries]
         hof_tok, hof_tv = self.tokens_tv(engine.valid, hof_trees)
@@ -114,7 +139,12 @@ class TraceObjective(Objective):
                              for t, a, b in zip(hof_trees, hof_tok, hof_tv)],
             "series": {k: [list(xy) for xy in v] for k, v in series.items()},
         }
-        return {"champion": {"tv_budget": budget, "baselines_tuned_on_valid": tuned},
+        champion = {"tv_budget": budget, "baselines_tuned_on_valid": tuned}
+        if self.kl:
+            champion["kl_budget"] = tuned_budget
+        if engine.config.tv_position_cap < 1.0:
+            champion["tv_position_cap"] = engine.config.tv_position_cap
+        return {"champion": champion,
                 "files": files, "series": series}
 
 
@@ -146,4 +176,6 @@ def evolved_front(engine, sas: dict) -> list[dict]:
 
 
 SPEED = TraceObjective("speed", (1.0,), "tokens per target call within --budget-tv (traces)")
+SPEED_KL = TraceObjective("speed_kl", (1.0,), "tokens per target call within --budget-kl "
+                          "(mean KL per token; traces)", kl=True)
 PARETO = TraceObjective("pareto", (1.0, -1.0), "NSGA-II over tokens per call and TV (traces)")

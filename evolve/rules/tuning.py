@@ -74,31 +74,34 @@ def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
 BISECT_STEPS = 20
 
 
-def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None) -> Point | None:
+def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
+         measure: str = "tv") -> Point | None:
     """The parameter with the most tokens per call whose TV per token is <= budget
     on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
 
     The grid is searched first; for lenient rules (TV and tokens grow together
     with leniency along the grid) the best feasible grid value is then refined
     by bisection towards its infeasible neighbour, so the tuned rule spends the
-    budget instead of stopping at a coarse grid step."""
+    budget instead of stopping at a coarse grid step. ``measure="kl"`` holds the KL
+    per token to the budget instead."""
+    dist = (lambda p: p.kl) if measure == "kl" else (lambda p: p.tv)
     r = RULES[name]
     pts = sweep(name, sa_tune, grid)
-    feasible = [p for p in pts if p.tv <= budget]
+    feasible = [p for p in pts if dist(p) <= budget]
     if not feasible:
         return None
-    best = max(feasible, key=lambda p: (p.tokens, -p.tv))
+    best = max(feasible, key=lambda p: (p.tokens, -dist(p)))
     if r.param is None or not r.lenient:
         return best
     i = pts.index(best)
-    if i + 1 >= len(pts) or pts[i + 1].tv <= budget:
+    if i + 1 >= len(pts) or dist(pts[i + 1]) <= budget:
         return best
     lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
     for _ in range(BISECT_STEPS):
         mid = evaluate(name, sa_tune, 0.5 * (lo + hi))
-        if mid.tv <= budget:
+        if dist(mid) <= budget:
             lo = mid.param
-            if (mid.tokens, -mid.tv) > (best.tokens, -best.tv):
+            if (mid.tokens, -dist(mid)) > (best.tokens, -dist(best)):
                 best = mid
         else:
             hi = mid.param
@@ -106,9 +109,9 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None) -> Point
 
 
 def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
-                 budget: float, grid=None) -> dict | None:
-    """Tune on valid to a TV budget, then evaluate that parameter on test."""
-    best = tune(name, sa_valid, budget, grid)
+                 budget: float, grid=None, measure: str = "tv") -> dict | None:
+    """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test."""
+    best = tune(name, sa_valid, budget, grid, measure)
     if best is None:
         return None
     test = evaluate(name, sa_test, best.param)

@@ -36,6 +36,8 @@ class Config:
     hof_size: int = 20
     seed_baselines: bool = False
     tv_budget: float = 0.02     # objective "speed": mean TV per token allowed
+    kl_budget: float = 0.01     # objective "speed_kl": mean KL per token allowed
+    tv_position_cap: float = 1.0    # speed, speed_kl: mean slot TV at any block position
     threads: int = 0            # 0: Numba's default (all cores)
     checkpoint_every: int = 1
 
@@ -49,6 +51,11 @@ class Config:
              "population", self.population, f"expected a whole number 2..{MAX_POPULATION}")
         need(self.objective in OBJECTIVES, "objective", self.objective,
              f"expected one of {', '.join(OBJECTIVES)}")
+        need(isinstance(self.kl_budget, (int, float)) and 0.0 <= self.kl_budget <= 100.0,
+             "budget_kl", self.kl_budget, "expected a KL per token in [0, 100]")
+        need(isinstance(self.tv_position_cap, (int, float))
+             and 0.0 <= self.tv_position_cap <= 1.0, "cap_tv_position", self.tv_position_cap,
+             "expected a TV in [0, 1]")
         need(0.0 <= self.tv_budget <= 1.0, "budget_tv", self.tv_budget,
              "expected a TV per token in [0, 1]")
         need(not (self.objective in OBJECTIVES and OBJECTIVES[self.objective].multi)
