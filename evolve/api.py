@@ -57,7 +57,7 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
         progress=None, **options) -> RunResult:
     """Evolve (or resume) a run; see the module docstring."""
     from evolve.objectives import OBJECTIVES
-    from evolve.runs import paths, runner
+    from evolve.runs import multistart, paths, runner
     from evolve.search.config import Config, ConfigError
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(options) - known)
@@ -73,7 +73,7 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     opts = runner.RunOptions(config=cfg, data_dir=Path(data_dir),
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=writeback, force=force)
-    _, result = runner.execute(opts, _Quiet(progress))
+    _, result = multistart.execute_any(opts, _Quiet(progress))
     out = load_run(result["path"])
     return RunResult(out.name, out.path, out.status, out.champion, out.history, out.config,
                      result.get("writeback"))

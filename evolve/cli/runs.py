@@ -60,6 +60,9 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--seed-baselines", is_flag=True, default=None,
               help="Put the baselines (as trees) into the first population.")
 @click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
+@click.option("--starts", type=int, default=None,
+              help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
+                   "valid [1].")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True, help="Do not touch heuristics/evolved.py.")
@@ -70,11 +73,11 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
             tournament, cx_prob, mut_prob,
-            max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
+            max_height, max_size, init_max_height, elitism, seed_baselines, threads, starts, name,
+            resume,
             no_writeback, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
-    from evolve.runs import runner
-    from evolve.runs import paths
+    from evolve.runs import multistart, paths, runner
     from evolve.runs.rundir import RunError
     from evolve.search.config import Config
     given = {"generations": generations, "population": population, "seed": seed,
@@ -82,6 +85,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
+             "starts": starts,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap}
     out = term(json_mode)
     if resume:
@@ -98,7 +102,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=not no_writeback, force=force)
-    code, result = runner.execute(opts, out)
+    code, result = multistart.execute_any(opts, out)
     if json_mode:
         out.print_json(result)
     elif code == runner.EXIT_INTERRUPTED:

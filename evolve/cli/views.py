@@ -163,6 +163,8 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
                          f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
                          f"{std['fitness']:.4f}" if std else "-"])
         term.table("champion metrics", cols, rows)
+    if ch and isinstance(ch.get("starts"), list):
+        show_starts(ch, term)
     png = Path(info["path"]) / "history.png"
     if png.exists():
         term.result(f"fitness over generations (PNG): {png}")
@@ -372,3 +374,22 @@ def show_comparison(doc: dict, term) -> None:
                              d["draft_loglik_per_token"]["se"], "+.4f")])
         term.table("paired differences (standard errors by sequence)", cols, rows)
     term.result(f"({doc['seconds']:.1f} s)")
+
+
+def show_starts(ch: dict, term) -> None:
+    """The starts of a run of several (``--starts``): the chosen one and the spread."""
+    trace = is_trace_champion(ch)
+    key = "tokens_per_call" if trace else "fitness"
+    rows = []
+    for st in ch["starts"]:
+        rows.append([str(st.get("seed")), _fmt(st.get("valid_score")),
+                     _fmt((st.get("valid") or {}).get(key)), _fmt((st.get("test") or {}).get(key)),
+                     "chosen" if st.get("seed") == ch.get("chosen_seed") else "",
+                     str(st.get("expression", ""))[:60]])
+    term.table(f"starts: chosen on valid score; test {key} over starts", [
+        ("seed", "right"), ("valid score", "right"), (f"valid {key}", "right"),
+        (f"test {key}", "right"), ("", "left"), ("champion", "left")], rows)
+    o = ch.get("over_starts") or {}
+    if o:
+        term.result(f"{o.get('figure')} over {o.get('n')} starts: median {_fmt(o.get('median'))}, "
+                    f"min {_fmt(o.get('min'))}, max {_fmt(o.get('max'))}")

@@ -106,5 +106,10 @@ class Objective:
         """The champion's metrics on every split (split name -> dict of numbers)."""
         raise NotImplementedError
 
+    def split_score(self, m: dict, config) -> float:
+        """The score of a champion from its metrics on one split (``metrics``), the
+        number champions of several runs are compared by (on valid)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         return f"<objective {self.name}>"

@@ -105,6 +105,15 @@ class TraceObjective(Objective):
             out[k] = m
         return out
 
+    def split_score(self, m: dict, config) -> float:
+        if self.kl:
+            dist, budget = m["kl_per_token"], config.kl_budget
+        else:
+            dist, budget = m["tv_per_token"], config.tv_budget
+        cap = 1.0 if self.multi else config.tv_position_cap
+        return float(speed_fitness(m["tokens_per_call"], dist, budget,
+                                   np.asarray(m.get("tv_by_position") or [0.0]), cap))
+
     def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
         """What a finished trace run adds: the baselines tuned on valid to the run's
         budget (reported on test), the trade-off on valid and, for NSGA-II, the

@@ -45,6 +45,9 @@ class TokenObjective(Objective):
     def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
         return {name: champion_counts(nodes, ds).metrics() for name, ds in splits.items()}
 
+    def split_score(self, m: dict, config) -> float:
+        return float(m["expected_fitness" if self.expected else "fitness"])
+
 
 def champion_counts(nodes, ds) -> M.Counts:
     """Counts of a parsed tree on a token split, from the kernel's thresholds."""

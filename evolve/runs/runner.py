@@ -73,7 +73,7 @@ class StopRequested:
                     b"(press Ctrl-C again to exit at once)\n")
 
 
-def _check_writable(parent: Path) -> None:
+def check_writable(parent: Path) -> None:
     """The runs directory exists or can be made, and we may create entries in it.
     Creates nothing: RunDir.create makes it once everything else has been checked."""
     parent = Path(parent)
@@ -112,7 +112,7 @@ def prepare(opts: RunOptions):
         return _prepare_resume(opts)
     opts.config.validate()
     name = check_name(opts.name) if opts.name else default_name(opts.config.seed)
-    _check_writable(opts.runs_parent)
+    check_writable(opts.runs_parent)
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
@@ -151,7 +151,7 @@ def _prepare_resume(opts: RunOptions):
             engine.restore(state)
         except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
             raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
-    _check_writable(opts.runs_parent)
+    check_writable(opts.runs_parent)
     run.remove_stale_temporaries()
     if cfg.to_dict() != meta["config"]:
         run.update_config(cfg.to_dict())
@@ -172,7 +172,8 @@ def resume_command(opts: RunOptions, run: RunDir) -> str:
 
 
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
-    """Run (or resume) evolution; returns (exit code, result dict)."""
+    """Run (or resume) evolution; returns (exit code, result dict). Several starts
+    (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
     with StopRequested(term) as stop:
         run, splits, engine, data_dir = prepare(opts)
         cfg = engine.config

@@ -39,6 +39,7 @@ class Config:
     kl_budget: float = 0.01     # objective "speed_kl": mean KL per token allowed
     tv_position_cap: float = 1.0    # speed, speed_kl: mean slot TV at any block position
     threads: int = 0            # 0: Numba's default (all cores)
+    starts: int = 1             # independent runs (seeds seed..seed+starts-1), best on valid
     checkpoint_every: int = 1
 
     def validate(self) -> None:
@@ -79,6 +80,8 @@ class Config:
              f"expected 0..population-1 ({self.population - 1})")
         need(1 <= self.hof_size <= 1000, "hof_size", self.hof_size, "expected 1..1000")
         need(self.threads >= 0, "threads", self.threads, "expected >= 0 (0 = all cores)")
+        need(isinstance(self.starts, int) and 1 <= self.starts <= 1000, "starts", self.starts,
+             "expected a whole number 1..1000")
         need(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
              "expected >= 1")
 

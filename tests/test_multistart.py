@@ -1,0 +1,58 @@
+"""Several starts of one run (evolve run --starts): champion chosen on valid only."""
+
+import json
+
+from click.testing import CliRunner
+
+from evolve.cli import main
+from evolve.runs import paths
+from tests.conftest import TINY
+
+STARTS = 3
+
+
+def _run(tmp_path, data, *extra):
+    return CliRunner().invoke(main, ["run", "--data", str(data), "--runs-dir", str(tmp_path),
+                                     "--generations", str(TINY["generations"]),
+                                     "--population", str(TINY["population"]), "--seed", "11",
+                                     "--no-writeback", "--json", *extra])
+
+
+def test_starts_choose_on_valid_and_report_the_spread(tmp_path, small_data_dir):
+    r = _run(tmp_path, small_data_dir, "--starts", str(STARTS), "--name", "ms")
+    assert r.exit_code == 0, r.output
+    champ = json.loads((tmp_path / "ms" / "champion.json").read_text())
+    starts = champ["starts"]
+    assert [s["seed"] for s in starts] == [11, 12, 13]
+    best = max(starts, key=lambda s: (s["valid_score"], -s["size"], -s["seed"]))
+    assert champ["chosen_seed"] == best["seed"] and champ["tree"] == best["tree"]
+    tests = [s["test"]["fitness"] for s in starts]
+    assert champ["over_starts"]["min"] == min(tests) and champ["over_starts"]["max"] == max(tests)
+    # each start is the run a single start with that seed gives
+    single = _run(tmp_path, small_data_dir, "--seed", "12", "--name", "one")
+    assert single.exit_code == 0
+    one = json.loads((tmp_path / "one" / "champion.json").read_text())
+    assert one["tree"] == starts[1]["tree"]
+    assert one["metrics"]["valid"] == starts[1]["valid"] and one["metrics"]["test"] == starts[1]["test"]
+    assert (tmp_path / "ms" / "champion.py").is_file()
+
+
+def test_resume_continues_unfinished_starts(tmp_path, small_data_dir):
+    r = _run(tmp_path, small_data_dir, "--starts", "2", "--name", "ms")
+    assert r.exit_code == 0
+    first = json.loads((tmp_path / "ms" / "champion.json").read_text())
+    # forget the second start's finish: resuming runs it again from its checkpoint
+    (tmp_path / "ms" / "starts" / "seed12" / "summary.json").unlink()
+    (tmp_path / "ms" / "champion.json").unlink()
+    r = CliRunner().invoke(main, ["run", "--resume", "ms", "--runs-dir", str(tmp_path),
+                                  "--no-writeback", "--json"])
+    assert r.exit_code == 0, r.output
+    again = json.loads((tmp_path / "ms" / "champion.json").read_text())
+    assert again["tree"] == first["tree"] and again["starts"] == first["starts"]
+
+
+def test_bad_starts_is_one_line(tmp_path, small_data_dir):
+    r = _run(tmp_path, small_data_dir, "--starts", "0")
+    assert r.exit_code == 2 and "--starts" in r.output
+    assert not any(tmp_path.iterdir())
+    assert paths.RUNS_DIR.name == "runs"
