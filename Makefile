@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-slow bench bench-smoke data traces install clean
+.PHONY: run test test-fast test-slow bench bench-smoke data traces results install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,9 @@ data: $(STAMP)
 
 traces: $(STAMP)
 	$(BIN)/evolve data trace
+
+results: $(STAMP)
+	$(BIN)/python benchmarks/trace_results.py --readme
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,206 @@
+"""The trace results of the README, reproduced from scratch: `make results`.
+
+For each TV budget (0.01 and 0.03 per token) on the default n-gram traces:
+
+1. evolve with several starts (`evolve run --objective speed --starts N`, the
+   champion chosen on valid only), once plain and once with the slot TV of
+   every block position capped at tuned leniency's largest (on valid), so the
+   champion cannot buy its tokens by spending its distortion at one position;
+2. tune leniency and leniency with one parameter per block position on valid;
+3. report everything on test offline (exact objectives: tokens per call, TV,
+   99th percentile of slot TV, KL; the knapsack oracle's share), and
+4. compare the champions with both tuned leniencies in paired free-running
+   decoding on the test prompt pool (the same prompts and uniforms for every
+   rule, standard errors by sequence, 95% intervals).
+
+Writes benchmarks/trace_results.json (commands, seeds, trees, commit, every
+figure) and, with --readme, the tables between the results markers of
+README.md. Usage:
+
+    python benchmarks/trace_results.py [--starts 5] [--population 500]
+        [--generations 40] [--prompts 8192] [--readme]
+    python benchmarks/trace_results.py --quick     # tiny sizes, a smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import evolve  # noqa: E402
+from evolve import paired  # noqa: E402
+from evolve.data import traces  # noqa: E402
+from evolve.data.sources import ngram  # noqa: E402
+from evolve.lang import treeio  # noqa: E402
+from evolve.objectives import spec  # noqa: E402
+from evolve.rules import headroom, tuning  # noqa: E402
+from evolve.rules.adapters import TreeRule  # noqa: E402
+from evolve.runs import paths  # noqa: E402
+
+BUDGETS = (0.01, 0.03)
+OUT = ROOT / "benchmarks" / "trace_results.json"
+BEGIN, END = "<!-- trace-results:begin -->", "<!-- trace-results:end -->"
+OPTION = {"tv_budget": "budget-tv", "kl_budget": "budget-kl", "tv_position_cap": "cap-tv-position",
+          "population": "population", "generations": "generations", "seed": "seed",
+          "starts": "starts", "objective": "objective", "tournament": "tournament"}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _traces(data_dir: Path, quick: bool) -> dict:
+    if not (data_dir / "train.npz").exists():
+        cfg = ngram.TraceConfig(**(QUICK_TRACES if quick else {}))
+        print(f"building traces in {data_dir} ...", file=sys.stderr)
+        ngram.build_splits(cfg, data_dir)
+    return traces.load_splits(data_dir)
+
+
+QUICK_TRACES = dict(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
+                    valid_prompts=64, test_prompts=32, blocks_per_prompt=8)
+
+
+def _offline(nodes, sa) -> dict:
+    o = spec.objectives(sa, tuning.tree_thresholds(nodes, sa)).to_dict()
+    return {k: o[k] for k in ("tokens_per_call", "tokens_se", "tv_per_token", "tv_p99",
+                              "kl_per_token", "tv_by_position")}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--population", type=int, default=500)
+    ap.add_argument("--generations", type=int, default=40)
+    ap.add_argument("--prompts", type=int, default=8192)
+    ap.add_argument("--blocks", type=int, default=16)
+    ap.add_argument("--data", type=Path, default=paths.TRACES_DIR)
+    ap.add_argument("--runs-dir", type=Path, default=paths.RUNS_DIR / "trace-results")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--readme", action="store_true", help="rewrite README.md's results tables")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4
+    t0 = time.perf_counter()
+    splits = _traces(a.data, a.quick)
+    sas = {k: spec.SpecArrays.from_split(v) for k, v in splits.items()}
+    pair = ngram.build_pair(ngram.config_of(splits["test"]))
+    doc = {"commit": _commit(), "data": str(a.data), "settings": vars(a) | {
+        "data": str(a.data), "runs_dir": str(a.runs_dir), "out": str(a.out)}, "budgets": []}
+    a.runs_dir.mkdir(parents=True, exist_ok=True)
+    for budget in BUDGETS:
+        print(f"budget {budget}: tuning baselines on valid", file=sys.stderr)
+        lenient = tuning.tune("leniency", sas["valid"], budget)
+        len_nodes = treeio.parse(tuning.RULES["leniency"].tree(lenient.param))
+        ls, _ = headroom.tune_position_leniency(sas["valid"], budget)
+        pos_nodes = treeio.parse(headroom.position_leniency_tree(ls))
+        cap = max(spec.objectives(sas["valid"], tuning.tree_thresholds(
+            len_nodes, sas["valid"])).tv_by_position)
+        rules = {"leniency (tuned)": (len_nodes, {"l": lenient.param}),
+                 "per-position leniency (tuned)": (pos_nodes, {"l": list(ls)})}
+        runs = {}
+        for variant, extra in (("evolved", {}), ("evolved, slot TV capped",
+                                                 {"tv_position_cap": round(cap, 6)})):
+            name = f"b{budget:g}-{'cap' if extra else 'plain'}-{int(time.time())}"
+            opts = dict(objective="speed", tv_budget=budget, starts=a.starts, seed=a.seed,
+                        population=a.population, generations=a.generations,
+                        seed_baselines=True, tournament=3, **extra)
+            print(f"budget {budget}: {variant}: {a.starts} starts", file=sys.stderr)
+            res = evolve.run(data_dir=a.data, runs_dir=a.runs_dir, name=name, writeback=False,
+                             **opts)
+            ch = res.champion
+            cmd = "evolve run " + " ".join(
+                "--seed-baselines" if k == "seed_baselines" else f"--{OPTION.get(k, k)} {v}"
+                for k, v in opts.items()) + f" --data {a.data}"
+            runs[variant] = {"command": cmd, "run": str(res.path), "tree": ch["tree"],
+                             "expression": ch["expression"], "chosen_seed": ch["chosen_seed"],
+                             "over_starts": ch["over_starts"],
+                             "starts": [{k: s[k] for k in ("seed", "tree", "valid_score")}
+                                        | {"test_tokens_per_call": s["test"]["tokens_per_call"]}
+                                        for s in ch["starts"]]}
+            rules[variant] = (treeio.parse(ch["tree"]), {})
+        std = tuning.evaluate("standard_rejection", sas["test"]).tokens
+        oracle = headroom.knapsack_oracle(sas["test"], budget).tokens_per_call
+        offline = {}
+        for label, (nodes, params) in rules.items():
+            o = _offline(nodes, sas["test"])
+            o["oracle_share"] = (o["tokens_per_call"] - std) / (oracle - std)
+            o["params"] = params
+            offline[label] = o
+        print(f"budget {budget}: paired free-running decoding, {a.prompts} prompts",
+              file=sys.stderr)
+        free = paired.compare(pair, {k: TreeRule(v[0], k) for k, v in rules.items()},
+                              split="test", prompts=a.prompts, blocks=a.blocks, seed=a.seed)
+        doc["budgets"].append({"budget": budget, "standard_tokens_per_call": std,
+                               "oracle_tokens_per_call": oracle, "runs": runs,
+                               "offline_test": offline, "free_running_test": free})
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    a.out.write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"{a.out}: written ({doc['seconds']} s)", file=sys.stderr)
+    if a.readme:
+        write_readme(doc)
+    print(markdown(doc))
+    return 0
+
+
+def markdown(doc: dict) -> str:
+    s = doc["settings"]
+    lines = [f"Generated by `python benchmarks/trace_results.py` (`make results`) at commit "
+             f"{doc['commit']}: {s['starts']} starts of population {s['population']} x "
+             f"{s['generations']} generations per champion, free-running on {s['prompts']} test "
+             f"prompts x {s['blocks']} blocks; figures in `benchmarks/trace_results.json`.", ""]
+    for b in doc["budgets"]:
+        lines += [f"**TV budget {b['budget']:g}** (test; standard rejection "
+                  f"{b['standard_tokens_per_call']:.4f} tokens/call, knapsack oracle "
+                  f"{b['oracle_tokens_per_call']:.4f}):", "",
+                  "| rule | offline tokens/call | TV/token | slot TV p99 | KL/token | of oracle "
+                  "| free-running tokens/call | minus tuned leniency (95% interval) |",
+                  "|---|---|---|---|---|---|---|---|"]
+        free = b["free_running_test"]
+        for label, o in b["offline_test"].items():
+            fr = free["rules"][label]
+            vs = free["versus_reference"].get(label)
+            diff = "(reference)" if vs is None else (
+                f"{vs['tokens_per_call']['difference']:+.4f} "
+                f"[{vs['tokens_per_call']['ci95'][0]:+.4f}, {vs['tokens_per_call']['ci95'][1]:+.4f}]")
+            lines.append(f"| {label} | {o['tokens_per_call']:.4f} | {o['tv_per_token']:.4f} | "
+                         f"{o['tv_p99']:.4f} | {o['kl_per_token']:.4f} | "
+                         f"{100 * o['oracle_share']:.0f}% | {fr['tokens_per_call']:.4f} ± "
+                         f"{fr['tokens_se']:.4f} | {diff} |")
+        lines.append("")
+        for variant, r in b["runs"].items():
+            o = r["over_starts"]
+            lines.append(f"- {variant}: `{r['expression']}` (seed {r['chosen_seed']} of "
+                         f"{len(r['starts'])}; test tokens/call over starts: median "
+                         f"{o['median']:.4f}, min {o['min']:.4f}, max {o['max']:.4f}); "
+                         f"`{r['command']}`")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def write_readme(doc: dict) -> None:
+    path = ROOT / "README.md"
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: the markers {BEGIN} ... {END} are missing")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + markdown(doc) + "\n" + END + tail)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
