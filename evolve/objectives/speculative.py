@@ -31,7 +31,7 @@ def speed_fitness(tokens, tv, budget):
 
 class TraceObjective(Objective):
     data = TRACES
-    writeback = None
+    writeback = "evolved_trace"
 
     def __init__(self, name: str, weights: tuple, help: str):
         self.name = name
