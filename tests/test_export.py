@@ -256,7 +256,7 @@ def test_vllm_features_and_accept_line():
 # ----------------------------------------------------------------- hf (transformers)
 
 HF_VOCAB = 8
-HF_SAMPLES = 700
+HF_SAMPLES = 400
 CHI2_999_DF7 = 24.322          # 0.999 quantile of chi-square with 7 degrees of freedom
 
 
@@ -264,16 +264,17 @@ def _tiny_pair():
     transformers = pytest.importorskip("transformers")
     transformers.utils.logging.set_verbosity_error()
     models = []
-    for seed in (0, 1):
+    for seed, scale in ((0, 12.0), (1, 2.0)):     # a peaked target, a flatter draft
         torch.manual_seed(seed)
         cfg = transformers.GPT2Config(vocab_size=HF_VOCAB, n_positions=64, n_embd=16, n_layer=1,
                                       n_head=2, bos_token_id=0, eos_token_id=HF_VOCAB + 1,
                                       pad_token_id=0)
         m = transformers.GPT2LMHeadModel(cfg).eval()
         with torch.no_grad():
-            m.transformer.wte.weight.mul_(12.0)     # peaked, different distributions
+            m.transformer.wte.weight.mul_(scale)
         m.generation_config.num_assistant_tokens = 4
         m.generation_config.num_assistant_tokens_schedule = "constant"
+        m.generation_config.assistant_confidence_threshold = 0.0   # always draft 4
         models.append(m)
     return models
 
@@ -307,13 +308,15 @@ def test_hf_dropin_standard_keeps_target_distribution(tmp_path):
     with torch.no_grad():
         p = target(prompt).logits[0, -1].double().softmax(-1).numpy()
         q = draft(prompt).logits[0, -1].double().softmax(-1).numpy()
-    assert 0.5 * np.abs(p - q).sum() > 0.2        # the draft is far from the target
+    assert 0.5 * np.abs(p - q).sum() > 0.3        # the draft is far from the target
     original = gu._speculative_sampling
     std = _compiled(treeio.parse(RULES["standard_rejection"].tree()), "hf")
     counts = _first_tokens(std, target, draft, prompt, HF_SAMPLES)
     assert gu._speculative_sampling is original           # uninstall put it back
     assert std.STATS["calls"] >= HF_SAMPLES and std.STATS["candidates"] >= HF_SAMPLES
-    assert _chi2(counts, p) < CHI2_999_DF7, (counts, p)
+    stat = _chi2(counts, p)
+    print(f"chi-square standard {stat:.2f}")
+    assert stat < CHI2_999_DF7, (counts, p)
     # the same test rejects a rule that does change the distribution
     always = _compiled(treeio.parse(RULES["always_accept"].tree()), "hf")
     assert _chi2(_first_tokens(always, target, draft, prompt, HF_SAMPLES // 2), p) \
