@@ -170,7 +170,7 @@ def tiny_trace_dir(tmp_path_factory):
 def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
     r = invoke("run", "--objective", objective, "--budget-tv", 0.02, "--generations", 3,
                "--population", 24, "--seed-baselines", "--data", tiny_trace_dir,
-               "--runs-dir", tmp_path, "--name", "t", "--json")
+               "--runs-dir", tmp_path, "--name", "t", "--no-writeback", "--json")
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
     assert res["writeback"] is None

@@ -65,7 +65,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
                    "valid [1].")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
-@click.option("--no-writeback", is_flag=True, help="Do not touch heuristics/evolved.py.")
+@click.option("--no-writeback", is_flag=True,
+              help="Do not touch heuristics/evolved.py (evolved_trace.py for trace runs).")
 @click.option("--force", is_flag=True, help="Write back even if not better on valid.")
 @data_option
 @runs_dir_option

@@ -194,6 +194,21 @@ def _rule_of(text: str, runs_parent: Path):
         fail(f"--compare: {text!r}: {e}")
 
 
+def _installed_rule():
+    """The installed trace rule (heuristics/evolved_trace.py) as an info dict with its
+    parsed nodes, or None when there is none."""
+    from evolve.lang import codegen
+    from evolve.runs.writeback import TRACE_MODULE, installed_trace
+    found = installed_trace()
+    if found is None:
+        return None
+    nodes, meta = found
+    return {"kind": "installed", "name": TRACE_MODULE, "nodes": nodes,
+            "label": f"installed * (run {meta.get('run', '?')})", "param": None,
+            "tree": meta.get("tree"), "expression": codegen.infix(nodes),
+            "objective": meta.get("objective"), "tv_budget": meta.get("tv_budget")}
+
+
 # -------------------------------------------------------------- simulate
 
 @click.command("simulate")
@@ -316,7 +331,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode)
 
     Every rule family of the rules table is swept on valid and test; for each
     budget each family is tuned on valid and its test numbers are shown, next
-    to the champions of the --run directories."""
+    to the champions of the --run directories and the installed trace rule
+    (heuristics/evolved_trace.py, marked *)."""
     from evolve.data import traces
     from evolve.objectives import spec
     from evolve.rules import tuning
@@ -334,6 +350,10 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode)
         rule, info = _run_rule(parent, r)
         extra[info["label"]] = rule.nodes
         infos.append(info)
+    installed = _installed_rule()
+    if installed is not None:
+        extra[installed["label"]] = installed.pop("nodes")
+        infos.append(installed)
     t0 = time.perf_counter()
     splits = traces.load_splits(data_dir, ("valid", "test"))
     sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}

@@ -56,8 +56,7 @@ def show_run_result(result: dict, term, bench: dict | None) -> None:
         png = Path(result["path"]) / "pareto.png"
         if png.exists():
             term.result(f"trade-off picture: {png}")
-        term.result("trace champions stay in their run directory (they read trace "
-                    "features); heuristics/evolved.py is unchanged")
+        show_trace_writeback(result.get("writeback"), term)
         return
     for split, body in bench["splits"].items():
         body["heuristics"]["champion"] = ch["metrics"][split]
@@ -72,6 +71,20 @@ def show_run_result(result: dict, term, bench: dict | None) -> None:
         term.result(f"heuristics/evolved.py kept: its valid fitness "
                     f"{_fmt(wb['current_valid_fitness'])} >= champion's "
                     f"{wb['new_valid_fitness']:.4f} (use --force to replace)")
+
+
+def show_trace_writeback(wb: dict | None, term) -> None:
+    """The write-back decision of a trace run (heuristics/evolved_trace.py)."""
+    if wb is None:
+        term.result("write-back skipped (--no-writeback)")
+    elif wb["written"]:
+        term.result(f"written back to heuristics/{wb['module']} (valid speed score at TV "
+                    f"{wb['tv_budget']:g}: {wb['new_valid_score']:.4f} vs "
+                    f"{_fmt(wb['current_valid_score'])})")
+    else:
+        term.result(f"heuristics/{wb['module']} kept: its valid speed score at TV "
+                    f"{wb['tv_budget']:g} {_fmt(wb['current_valid_score'])} >= champion's "
+                    f"{wb['new_valid_score']:.4f} (use --force to replace)")
 
 
 def show_trace_champion(ch: dict, term) -> None:

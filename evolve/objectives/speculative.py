@@ -39,7 +39,7 @@ def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0):
 
 class TraceObjective(Objective):
     data = TRACES
-    writeback = None
+    writeback = "evolved_trace"
 
     def __init__(self, name: str, weights: tuple, help: str, kl: bool = False):
         self.name = name

@@ -146,7 +146,7 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     Every family of the rules table is swept on valid and on test; for each TV budget
     every family is tuned on valid (``tuned_report``) and reported on test.
     ``extra`` maps a name to a fixed rule as parsed tree nodes (a run's
-    champion, say), evaluated as it is on both splits. Per budget the rows are
+    champion, say), evaluated as it is on both splits by the kernel runs use. Per budget the rows are
     sorted by tokens per call on test (families no parameter of which fits the
     budget on valid last). Two headroom rows join them: leniency with one
     parameter per block position (tuned on valid) and the knapsack oracle
@@ -157,9 +157,13 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     budgets = [float(b) for b in budgets]
     sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
     fixed = {}
-    for name, nodes in (extra or {}).items():
-        fixed[name] = {s: spec.objectives(sa, tree_thresholds(nodes, sa)).to_dict()
-                       for s, sa in (("valid", sa_valid), ("test", sa_test))}
+    if extra:   # the kernel a run scores its champion with: a run's numbers, to the bit
+        from evolve.kernels.speculative import population_results
+        progs = treeio.linearise(list(extra.values()))
+        res = {s: population_results(progs, sa, with_kl=True)
+               for s, sa in (("valid", sa_valid), ("test", sa_test))}
+        for i, name in enumerate(extra):
+            fixed[name] = {s: r[i].to_dict() for s, r in res.items()}
     per_budget = []
     for b in budgets:
         rows = []

@@ -264,6 +264,12 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
         from evolve.runs.writeback import write_back
         wb = write_back(source, metrics["valid"]["fitness"], splits["valid"], run.name,
                         force=opts.force, directory=opts.heuristics_dir)
+    elif opts.writeback and objective.writeback == "evolved_trace":
+        from evolve.runs.writeback import write_back_trace
+        wb = write_back_trace(codegen.module_source(
+            nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run.name})",
+            trace=True), nodes, engine.valid.arrays, engine.config.tv_budget, run.name,
+            force=opts.force, directory=opts.heuristics_dir)
     summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
                "writeback": wb, **summary_extra}
     run.write_json("summary.json", summary)

@@ -114,3 +114,72 @@ def write_back(source: str, new_valid_fitness: float, valid_split, run_name: str
         return {"written": True, "current_valid_fitness": current,
                 "new_valid_fitness": new_valid_fitness,
                 "backup": str(backup) if backup else None}
+
+
+# ------------------------------------------------------------ trace champions
+
+TRACE_MODULE = "evolved_trace.py"
+
+
+def installed_trace(directory: Path | None = None):
+    """``(nodes, METADATA)`` of the installed trace rule (heuristics/evolved_trace.py),
+    or None when it is missing or has no readable tree (read, never imported)."""
+    from evolve.lang import treeio
+    path = heuristics_dir(directory) / TRACE_MODULE
+    meta = module_metadata(path)
+    try:
+        return treeio.parse(meta.get("tree")), meta
+    except treeio.TreeError:
+        return None
+
+
+def trace_valid_score(nodes, sa_valid, budget: float) -> dict:
+    """A tree's speed score on a valid trace split at a TV budget (the score a
+    speed run ranks champions by), with its tokens per call and TV per token."""
+    from evolve.kernels.speculative import population_results
+    from evolve.lang import treeio
+    from evolve.objectives.speculative import speed_fitness
+    res = population_results(treeio.linearise([nodes]), sa_valid, with_kl=False)[0]
+    return {"score": float(speed_fitness(res.tokens_per_call, res.tv_per_token, budget)),
+            "tokens_per_call": res.tokens_per_call, "tv_per_token": res.tv_per_token}
+
+
+def write_back_trace(source: str, nodes, sa_valid, budget: float, run_name: str,
+                     force: bool = False, directory: Path | None = None) -> dict:
+    """Install ``source`` as evolved_trace.py if its tree scores higher than the
+    installed trace rule on this run's valid split at this run's TV budget (or
+    when forced). Same lock, history and atomic write as ``write_back``."""
+    directory = heuristics_dir(directory)
+    target = directory / TRACE_MODULE
+    compile(source, str(target), "exec")   # a SyntaxError here leaves the old file in place
+    directory.mkdir(parents=True, exist_ok=True)
+    new = trace_valid_score(nodes, sa_valid, budget)["score"]
+    with locked(directory):
+        installed = installed_trace(directory)
+        current = None if installed is None else \
+            trace_valid_score(installed[0], sa_valid, budget)["score"]
+        decision = {"module": TRACE_MODULE, "tv_budget": budget,
+                    "current_valid_score": current, "new_valid_score": new}
+        if not (current is None or new > current or force):
+            return {"written": False, **decision, "backup": None}
+        backup = keep_in_history(target, directory, run_name)
+        atomic_write_text(target, source)
+        return {"written": True, **decision, "backup": str(backup) if backup else None}
+
+
+def keep_in_history(target: Path, directory: Path, run_name: str) -> Path | None:
+    """Copy ``target`` (if it exists) to history/<stem>-<time>-before-<run>.py, durably."""
+    if not target.exists():
+        return None
+    hist = directory / "history"
+    hist.mkdir(exist_ok=True)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_name))[:64]
+    backup = hist / f"{target.stem}-{stamp}-before-{safe}.py"
+    tmp = backup.with_suffix(".tmp")
+    shutil.copyfile(target, tmp)
+    with open(tmp, "rb") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, backup)
+    fsync_dir(hist)
+    return backup

@@ -1,0 +1,59 @@
+"""``evolve export``: a champion as a standalone numpy, torch, transformers or vLLM module."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from evolve.cli.common import fail, friendly_errors, runs_dir_option, term
+
+FORMATS = ("numpy", "torch", "hf", "vllm")     # evolve.export.modules.FORMATS (tested equal)
+
+
+@click.command("export")
+@click.argument("run", required=False)
+@click.option("--installed", "installed", is_flag=False, flag_value="trace", default=None,
+              metavar="[trace|tokens]",
+              help="Export the installed rule instead of a run's champion: "
+                   "heuristics/evolved_trace.py (trace, the default) or heuristics/evolved.py "
+                   "(tokens).")
+@click.option("--format", "fmt", required=True, metavar="|".join(FORMATS),
+              help="numpy or torch: threshold/accept over arrays or tensors; hf: a drop-in "
+                   "for transformers' assisted generation; vllm: the accept line of vLLM's "
+                   "rejection sampler.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Write the module to this file (default: print it).")
+@runs_dir_option
+@friendly_errors
+def export_cmd(run, installed, fmt, out, runs_dir):
+    """Write a champion (RUN, or --installed) as a module that needs no part of this project."""
+    from evolve.export import champions
+    from evolve.export.modules import ExportError, check_format, export_source
+    from evolve.runs import paths
+    from evolve.runs.atomic import atomic_write_text
+    if fmt not in FORMATS:
+        fail(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
+    if (run is None) == (installed is None):
+        fail("give one of RUN or --installed")
+    if installed is not None and installed not in champions.INSTALLED:
+        fail(f"--installed: {installed!r} is invalid; expected trace or tokens")
+    if installed is not None:
+        nodes, meta, title = champions.from_installed(installed)
+    else:
+        nodes, meta, title = champions.from_run(paths.runs_dir(runs_dir), run)
+    try:
+        check_format(fmt, nodes)
+        source = export_source(nodes, fmt, meta, title)
+    except ExportError as e:
+        fail(str(e))
+    except (TypeError, ValueError) as e:        # metadata that is not plain JSON
+        fail(f"{title}: cannot export its metadata ({e})")
+    if out is None:
+        click.echo(source, nl=False)
+        return
+    if out.exists() and out.is_dir():
+        fail(f"--out: {out} is a directory")
+    atomic_write_text(out, source)
+    term().note(f"{out}: {fmt} module of {meta.get('run', '?')} "
+                f"({len(source.splitlines())} lines)")

@@ -1,0 +1,61 @@
+"""One exported module: provenance header, METADATA, constants, the rule, engine glue.
+
+Formats: ``numpy`` and ``torch`` (``threshold`` and ``accept`` over arrays or
+tensors of any shape), ``hf`` (torch, plus a drop-in for transformers'
+``_speculative_sampling``) and ``vllm`` (torch, plus the accept line of vLLM's
+rejection sampler over [num_tokens] tensors). The text is compiled, never run,
+before it is returned.
+"""
+
+from __future__ import annotations
+
+from evolve.export import arrays, engines
+from evolve.export.backends import BACKENDS
+from evolve.lang import codegen
+
+FORMATS = ("numpy", "torch", "hf", "vllm")
+BACKEND_OF = {"numpy": "numpy", "torch": "torch", "hf": "torch", "vllm": "torch"}
+NEEDS = {"numpy": "numpy", "torch": "torch", "hf": "torch and transformers",
+         "vllm": "torch (inside vLLM)"}
+
+
+class ExportError(ValueError):
+    """A champion that cannot be exported to a format, or an unknown format (one line)."""
+
+
+def check_format(fmt: str, nodes) -> None:
+    """Raise ExportError for an unknown format or inputs the format cannot compute."""
+    if fmt not in FORMATS:
+        raise ExportError(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
+    provided = engines.PROVIDES[fmt]
+    if provided is None:
+        return
+    missing = sorted({n.name for n in nodes if n.kind == "input"} - set(provided))
+    if missing:
+        able = [f for f in FORMATS if engines.PROVIDES[f] is None
+                or not set(missing) - set(engines.PROVIDES[f])]
+        raise ExportError(f"--format {fmt}: the champion reads {', '.join(map(repr, missing))}, "
+                          f"which {fmt} cannot provide (formats that can: {', '.join(able)})")
+
+
+def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
+    """The complete module text of ``nodes`` in format ``fmt``."""
+    check_format(fmt, nodes)
+    trace = codegen.uses_trace_inputs(nodes)
+    inputs = arrays.signature(trace)
+    backend = BACKENDS[BACKEND_OF[fmt]]
+    meta = {**metadata, "format": fmt, "inputs": list(inputs)}
+    header = codegen.provenance(nodes, meta, title,
+                                f"`evolve export --format {fmt}`; needs {NEEDS[fmt]} only "
+                                "(nothing of the exporting project).")
+    header.append(f"Inputs: {', '.join(inputs)}")
+    doc = "\n".join(header)
+    source = (f'"""{doc}\n"""\n\n'
+              f"import {backend.module}" + (f" as {backend.alias}" if backend.alias !=
+                                            backend.module else "") + "\n\n"
+              f"METADATA = {codegen.python_literal(meta)}\n\n"
+              f"{arrays.constants_source()}"
+              f"{arrays.threshold_source(nodes, backend, inputs)}"
+              f"{engines.engine_source(fmt)}")
+    compile(source, f"<export {fmt}>", "exec")
+    return source
