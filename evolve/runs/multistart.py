@@ -131,11 +131,14 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
                                    trace=objective.traces)
     run.write_text("champion.py", source)
     wb = None
-    if opts.writeback and objective.writeback == "evolved":
-        from evolve.data import tokens as data
-        from evolve.runs.writeback import write_back
-        wb = write_back(source, best["valid"]["fitness"], data.load_split(data_dir, "valid"),
-                        run.name, force=opts.force, directory=opts.heuristics_dir)
+    if opts.writeback and objective.writeback:
+        from evolve.runs.runner import install, load_run_splits
+        valid = load_run_splits(cfg, data_dir)["valid"]
+        if objective.traces:
+            from evolve.objectives.spec import SpecArrays
+            valid = SpecArrays.from_split(valid)
+        wb = install(objective, nodes, source, meta, best["valid"], valid, cfg.tv_budget,
+                     run.name, opts)
     run.write_json("summary.json", {"status": "finished", "starts": cfg.starts,
                                     "chosen_seed": best["seed"], "ended": now_iso(),
                                     "writeback": wb})

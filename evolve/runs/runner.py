@@ -260,21 +260,33 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     champion = champion_record(champ, nodes, objective.name, metrics, **extra)
     run.write_json("champion.json", champion)
     wb = None
-    if opts.writeback and objective.writeback == "evolved":
-        from evolve.runs.writeback import write_back
-        wb = write_back(source, metrics["valid"]["fitness"], splits["valid"], run.name,
-                        force=opts.force, directory=opts.heuristics_dir)
-    elif opts.writeback and objective.writeback == "evolved_trace":
-        from evolve.runs.writeback import write_back_trace
-        wb = write_back_trace(codegen.module_source(
-            nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run.name})",
-            trace=True), nodes, engine.valid.arrays, engine.config.tv_budget, run.name,
-            force=opts.force, directory=opts.heuristics_dir)
+    if opts.writeback:
+        valid = engine.valid.arrays if objective.traces else splits["valid"]
+        wb = install(objective, nodes, source, meta, metrics["valid"], valid,
+                     engine.config.tv_budget, run.name, opts)
     summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
                "writeback": wb, **summary_extra}
     run.write_json("summary.json", summary)
     return {"run": run.name, "path": str(run.path), "champion": champion,
             "writeback": wb, "status": "finished"}
+
+
+def install(objective, nodes, source: str, meta: dict, valid_metrics: dict, valid,
+            tv_budget: float, run_name: str, opts) -> dict | None:
+    """Write a champion back to the heuristics module of its objective (evolved.py for
+    token splits, evolved_trace.py for traces); the write-back's decision, or None
+    for an objective with no such module. ``valid``: the valid split (tokens) or its
+    SpecArrays (traces)."""
+    from evolve.runs.writeback import write_back, write_back_trace
+    if objective.writeback == "evolved":
+        return write_back(source, valid_metrics["fitness"], valid, run_name,
+                          force=opts.force, directory=opts.heuristics_dir)
+    if objective.writeback == "evolved_trace":
+        return write_back_trace(codegen.module_source(
+            nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",
+            trace=True), nodes, valid, tv_budget, run_name,
+            force=opts.force, directory=opts.heuristics_dir)
+    return None
 
 
 def _header_metrics(m: dict) -> dict:
