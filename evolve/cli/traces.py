@@ -136,14 +136,13 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
 
 def _recorded_config(path: Path):
     """The generation config in a trace file's meta.json (None if unreadable)."""
-    import json
-    import zipfile
+    from evolve.data import traces
+    from evolve.data.tokens import DataError
     try:
-        with zipfile.ZipFile(path) as zf:
-            meta = json.loads(zf.read("meta.json").decode("utf-8"))
-        return meta.get("config") if isinstance(meta, dict) else None
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        meta = traces.read_file_meta(path)
+    except DataError:
         return None
+    return meta.get("config") if isinstance(meta, dict) else None
 
 
 # ---------------------------------------------------------------- shared

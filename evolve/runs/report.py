@@ -3,6 +3,7 @@ is ``evolve.cli.render``'s job)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from evolve.data import tokens as data
@@ -90,21 +91,22 @@ def inspect_run(run: RunDir) -> dict:
     meta = run.meta()
     history = run.history()
     summary = run.summary()
-    try:
-        champ = run.champion()
-    except RunError:
-        champ = None
+    # no champion.json: the run has not finished; a damaged one is an error
+    champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
     out = {"run": run.name, "path": str(run.path), "config": meta.get("config"),
            "versions": meta.get("versions"), "data": meta.get("data"),
            "summary": summary, "generations": len(history), "champion": None,
            "history": {"best_train": [h["best_train"] for h in history],
                        "best_valid": [h["best_valid"] for h in history],
                        "mean_size": [h["mean_size"] for h in history]}}
-    if run.file("pareto.json").exists():
-        from evolve.runs.rundir import read_json
-        out["pareto"] = read_json(run.file("pareto.json"), "trade-off data")
+    pareto = run.pareto()
+    if pareto is not None:
+        out["pareto"] = pareto
     if champ:
-        nodes = treeio.parse(champ["tree"])   # validates; never evaluated
+        try:
+            nodes = treeio.parse(champ["tree"])   # validates; never evaluated
+        except treeio.TreeError as e:
+            raise RunError(f"{run.file('champion.json')}: field 'tree': {e}") from None
         out["champion"] = {**champ, "expression": codegen.infix(nodes),
                            "size": len(nodes), "depth": treeio.depth(nodes),
                            "simplified": simplified(nodes)}
@@ -132,7 +134,7 @@ def runs_table(parent: Path) -> list[dict]:
             s = run.summary()
             row["status"] = s.get("status", "running or killed")
             row["generation"] = s.get("generation")
-            champ = run.champion() if run.file("champion.json").exists() else None
+            champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
             if champ:
                 row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
                 if is_trace_champion(champ):
@@ -143,7 +145,11 @@ def runs_table(parent: Path) -> list[dict]:
                 else:
                     row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
                     row["test_fitness"] = champ["metrics"]["test"]["fitness"]
-        except (RunError, treeio.TreeError, KeyError, TypeError) as e:
-            row["status"] = f"damaged: {e}"
+        except (RunError, treeio.TreeError, KeyError, TypeError, ValueError) as e:
+            # one damaged run is shown as such; the others are still listed
+            row.update(status=f"damaged: {e}", generation=None, expression=None,
+                       valid_fitness=None, test_fitness=None)
+            for key in [k for k in row if k.endswith(("_tokens_per_call", "_tv_per_token"))]:
+                del row[key]
         rows.append(row)
     return rows
