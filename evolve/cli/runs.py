@@ -27,7 +27,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
     result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats)
     out = term(json_mode)
     for name, why in result["skipped"].items():
-        out.note(f"warning: {name} skipped: heuristics/{name}.py cannot be compiled ({why})")
+        out.note(f"warning: {name} skipped: heuristics/{name}.py {why}")
     if json_mode:
         out.print_json(result)
     else:

@@ -161,7 +161,11 @@ def _pair_for(ts, out):
         cfg = ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
-    pair = ngram.build_pair(cfg)
+    try:
+        pair = ngram.build_pair(cfg)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise DataError(f"{src}: meta.json's trace config cannot be rebuilt "
+                        f"({type(e).__name__}: {_first_line(e)})") from None
     recorded = (ts.meta.get("models") or {}).get("corpus_crc32")
     same = recorded is None or recorded == pair.corpus.fingerprint()
     if not same:
@@ -170,13 +174,17 @@ def _pair_for(ts, out):
     return pair, same
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
 def _run_rule(runs_parent: Path, run: str):
     """(rule, info) of a run's champion: its tree parsed (never evaluated)."""
     from evolve.lang import codegen, treeio
     from evolve.rules.adapters import tree_rule
     from evolve.runs import rundir as runs
     rd = runs.RunDir.open(runs_parent, run)
-    champ = rd.champion()
+    champ = rd.champion(metrics_needed=False)     # the rule is its tree
     try:
         nodes = treeio.parse(champ["tree"])
     except treeio.TreeError as e:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.cli.render import printable
 from evolve.objectives import is_trace_champion
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
@@ -174,7 +175,8 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         term.result(f"mean size           {sparkline(h['mean_size'])}  "
                     f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
     cfg = info.get("config") or {}
-    term.result("config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    # read from config.json: shown on one line whatever it holds
+    term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
 
 
 def show_runs(rows: list[dict], term) -> None:

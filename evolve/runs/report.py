@@ -3,6 +3,7 @@ is ``evolve.cli.render``'s job)."""
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
@@ -35,17 +36,32 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dic
         except Exception as e:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
             if n != registry.EVOLVED:
                 raise
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            skipped[n] = f"{type(e).__name__}: {first}"[:300]
-    out = {"splits": {}, "skipped": skipped}
-    for split, ps in prepared.items():
-        out["splits"][split] = {
-            "tokens": ps.n,
-            "heuristics": {n: score(f, ps, repeats) for n, f in compiled.items()},
-        }
+            skipped[n] = "cannot be compiled (" + _why(e) + ")"
+    out = {"splits": {k: {"tokens": ps.n, "heuristics": {}} for k, ps in prepared.items()},
+           "skipped": skipped}
+    for n, f in compiled.items():
+        try:
+            rows = {split: score(f, ps, repeats) for split, ps in prepared.items()}
+        except Exception as e:  # noqa: BLE001 -- a hand-edited rule may raise when called
+            if n != registry.EVOLVED:
+                raise
+            skipped[n] = "fails when called (" + _why(e) + ")"
+            continue
+        bad = [split for split, m in rows.items()
+               if not all(math.isfinite(v) for v in m.values())]
+        if bad and n == registry.EVOLVED:
+            skipped[n] = f"gives no finite metrics on {bad[0]}"
+            continue
+        for split, m in rows.items():
+            out["splits"][split]["heuristics"][n] = m
     out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
     return out
 
+
+
+def _why(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"{type(e).__name__}: {first}"[:300]
 
 
 SIMPLIFY_MAX_NODES = 40
@@ -107,7 +123,8 @@ def inspect_run(run: RunDir) -> dict:
             nodes = treeio.parse(champ["tree"])   # validates; never evaluated
         except treeio.TreeError as e:
             raise RunError(f"{run.file('champion.json')}: field 'tree': {e}") from None
-        out["champion"] = {**champ, "expression": codegen.infix(nodes),
+        out["champion"] = {**champ, "tree": treeio.to_string(nodes),   # canonical text
+                           "expression": codegen.infix(nodes),
                            "size": len(nodes), "depth": treeio.depth(nodes),
                            "simplified": simplified(nodes)}
     return out

@@ -255,9 +255,11 @@ class RunDir:
     def write_text(self, name: str, text: str) -> None:
         atomic_write_text(self.file(name), text)
 
-    def champion(self) -> dict:
+    def champion(self, metrics_needed: bool = True) -> dict:
+        """champion.json, checked (``metrics_needed=False``: a tree is enough)."""
         path = self.file("champion.json")
-        return checked(schema.check_champion, read_json(path, "champion"), str(path))
+        return checked(schema.check_champion, read_json(path, "champion"), str(path),
+                       metrics_needed)
 
     def summary(self) -> dict:
         path = self.file("summary.json")

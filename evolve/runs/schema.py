@@ -106,13 +106,17 @@ def _check_metrics(m, where: str, field: str, keys) -> None:
         _need(is_number(m.get(key)), where, f"{field}.{key}", m.get(key), "a finite number")
 
 
-def check_champion(doc, where: str) -> dict:
-    """``champion.json``: the tree (parsed by the caller) and metrics per split."""
+def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
+    """``champion.json``: the tree (parsed by the caller) and metrics per split
+    (valid and test at least; only the tree when ``metrics_needed`` is false)."""
     _object(doc, where, "the champion")
     _need(isinstance(doc.get("tree"), str), where, "tree", doc.get("tree"), "a string")
     metrics = doc.get("metrics")
-    _need(isinstance(metrics, dict) and metrics, where, "metrics", metrics,
-          "an object of splits")
+    if metrics is None and not metrics_needed:
+        return doc
+    _need(isinstance(metrics, dict) and {"valid", "test"} <= set(metrics), where, "metrics",
+          metrics if not isinstance(metrics, dict) else sorted(metrics),
+          "an object of splits with valid and test")
     trace = is_trace(doc)
     for split, m in metrics.items():
         _need(isinstance(split, str) and len(split) <= 64, where, "metrics", split, "a split")

@@ -25,6 +25,7 @@ for the same configuration, Python version (the corpus) and numpy version.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, fields
@@ -48,6 +49,12 @@ class TraceConfigError(ValueError):
         super().__init__(f"trace config: {field}={detail}")
         self.field = field
         self.detail = detail
+
+
+# Bounds that keep a build within memory: rows per split are prompts x blocks x g.
+MAX_PROMPTS = 1_000_000
+MAX_BLOCKS_PER_PROMPT = 10_000
+MAX_SPLIT_ROWS = 20_000_000
 
 
 @dataclass(frozen=True)
@@ -77,14 +84,20 @@ class TraceConfig:
         need(2 <= self.target_order <= LM.MAX_ORDER, "target_order", f"expected 2..{LM.MAX_ORDER}")
         need(1 <= self.draft_order <= LM.MAX_ORDER, "draft_order", f"expected 1..{LM.MAX_ORDER}")
         need(0.0 < self.draft_fraction <= 1.0, "draft_fraction", "expected a fraction in (0, 1]")
-        need(self.temperature > 0, "temperature", "expected > 0")
+        need(isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+             and self.temperature > 0, "temperature", "expected > 0 and finite")
         need(1 <= self.block_size <= 64, "block_size", "expected 1..64")
         need(1 <= self.top_k <= LM.VOCAB, "top_k", f"expected 1..{LM.VOCAB}")
         need(self.prompt_len >= max(self.target_order, self.draft_order) - 1, "prompt_len",
              "expected at least the longest model history")
-        need(self.blocks_per_prompt >= 1, "blocks_per_prompt", "expected >= 1")
+        need(1 <= self.blocks_per_prompt <= MAX_BLOCKS_PER_PROMPT, "blocks_per_prompt",
+             f"expected >= 1 (and <= {MAX_BLOCKS_PER_PROMPT:,})")
         for s in SPLITS:
-            need(getattr(self, f"{s}_prompts") >= 1, f"{s}_prompts", "expected >= 1")
+            need(1 <= getattr(self, f"{s}_prompts") <= MAX_PROMPTS, f"{s}_prompts",
+                 f"expected >= 1 (and <= {MAX_PROMPTS:,})")
+            need(self.prompts(s) * self.blocks_per_prompt * self.block_size <= MAX_SPLIT_ROWS,
+                 f"{s}_prompts", f"expected prompts x blocks per prompt x block size "
+                 f"<= {MAX_SPLIT_ROWS:,} rows per split")
         need(0.0 < self.heldout_fraction < 1.0, "heldout_fraction", "expected a fraction in (0, 1)")
 
     @property
