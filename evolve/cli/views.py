@@ -179,6 +179,11 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
     term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
 
 
+def _clip(text: str, width: int = 60) -> str:
+    """A damaged run's reason, cut to keep the table readable (--json has it whole)."""
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def show_runs(rows: list[dict], term) -> None:
     def score(r, split):
         if r.get(f"{split}_fitness") is not None:
@@ -189,7 +194,8 @@ def show_runs(rows: list[dict], term) -> None:
         return ""
     term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
                         ("valid", "right"), ("test", "right"), ("champion", "left")],
-               [[r["run"], r["status"] or "", "" if r["generation"] is None else r["generation"],
+               [[r["run"], _clip(r["status"] or ""),
+                 "" if r["generation"] is None else r["generation"],
                  score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
 
 

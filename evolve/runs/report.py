@@ -164,7 +164,8 @@ def runs_table(parent: Path) -> list[dict]:
                     row["test_fitness"] = champ["metrics"]["test"]["fitness"]
         except (RunError, treeio.TreeError, KeyError, TypeError, ValueError) as e:
             # one damaged run is shown as such; the others are still listed
-            row.update(status=f"damaged: {e}", generation=None, expression=None,
+            why = str(e).replace(f"{run.path}{os.sep}", "")     # the file, without the dir
+            row.update(status=f"damaged: {why}", generation=None, expression=None,
                        valid_fitness=None, test_fitness=None)
             for key in [k for k in row if k.endswith(("_tokens_per_call", "_tv_per_token"))]:
                 del row[key]

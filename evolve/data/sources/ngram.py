@@ -55,6 +55,7 @@ class TraceConfigError(ValueError):
 MAX_PROMPTS = 1_000_000
 MAX_BLOCKS_PER_PROMPT = 10_000
 MAX_SPLIT_ROWS = 20_000_000
+MAX_PROMPT_LEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,21 @@ class TraceConfig:
         def need(cond, name, what):
             if not cond:
                 raise TraceConfigError(name, f"{getattr(self, name)!r} is invalid; {what}")
-        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "expected an integer >= 0")
+        # types first (a config read back from a file may hold anything)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("draft_fraction", "temperature", "heldout_fraction"):
+                need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                     f.name, "expected a finite number")
+            else:
+                need((v is None and f.name.startswith("max_")) or
+                     (isinstance(v, int) and not isinstance(v, bool)), f.name,
+                     "expected a whole number")
+        need(0 <= self.seed < 2 ** 63, "seed", "expected an integer >= 0")
+        need(self.prompt_len <= MAX_PROMPT_LEN, "prompt_len", f"expected <= {MAX_PROMPT_LEN}")
+        for name in ("max_files", "max_bytes_per_file"):
+            need(getattr(self, name) is None or getattr(self, name) >= 1, name,
+                 "expected >= 1 or none")
         need(2 <= self.target_order <= LM.MAX_ORDER, "target_order", f"expected 2..{LM.MAX_ORDER}")
         need(1 <= self.draft_order <= LM.MAX_ORDER, "draft_order", f"expected 1..{LM.MAX_ORDER}")
         need(0.0 < self.draft_fraction <= 1.0, "draft_fraction", "expected a fraction in (0, 1]")
