@@ -65,7 +65,7 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
         raise ConfigError(f"{unknown[0]}: not an option of evolve.run (options: "
                           f"{', '.join(sorted(known))})")
     cfg = Config(**options)
-    if resume and "generations" not in options:
+    if resume is not None and "generations" not in options:
         cfg.generations = None
     if data_dir is None:
         obj = OBJECTIVES.get(cfg.objective)

@@ -356,7 +356,8 @@ def _fake_run(parent: Path, name: str, tree: str, objective="speed"):
          "data": {"dir": ""}}))
     (path / "champion.json").write_text(json.dumps(
         {"tree": tree, "objective": objective, "tv_budget": 0.03,
-         "metrics": {"test": {"tokens_per_call": 2.5, "tv_per_token": 0.01}}}))
+         "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
+                     for s in ("valid", "test")}}))
     return path
 
 

@@ -67,7 +67,13 @@ data_option = click.option("--data", "data_dir", type=click.Path(path_type=Path)
                            help="Directory with train/valid/test splits (default: datasets/).")
 json_option = click.option("--json", "json_mode", is_flag=True,
                            help="Print one JSON document on stdout.")
-runs_dir_option = click.option("--runs-dir", type=click.Path(path_type=Path), default=None,
+def _path_or_empty(ctx, param, value):
+    """A path, or "" for an empty value (which commands refuse in one line: Path("")
+    would silently mean the current directory)."""
+    return None if value is None else (Path(value) if value.strip() else "")
+
+
+runs_dir_option = click.option("--runs-dir", type=str, callback=_path_or_empty, default=None,
                                help="Where run directories live (default: runs/, or "
                                     "$EVOLVE_RUNS_DIR).")
 

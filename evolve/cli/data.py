@@ -3,11 +3,15 @@ trace``, which records speculative-decoding traces, is in ``evolve.cli.traces``)
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from evolve.cli.common import data_option, default_data, friendly_errors, json_option, term
+from evolve.cli.common import (data_option, default_data, friendly_errors, json_option, need,
+                               term)
+
+MAX_SEQUENCES = 10_000_000
 
 
 @click.group("data")
@@ -26,8 +30,12 @@ def data_group():
 @friendly_errors
 def data_generate(out, seed, sequences, force):
     """Write train/valid/test with the seed-compatible generator."""
+    import numpy as np
+
     from evolve.data import tokens as data
     from evolve.data.sources import synthetic as synth
+    need(seed >= 0, "--seed", seed, "an integer >= 0")
+    need(sequences <= MAX_SEQUENCES, "--sequences", sequences, f"at most {MAX_SEQUENCES:,}")
     out = out or default_data()
     tm = term()
     seeds = {"train": seed, "valid": seed + 81, "test": seed + 414}
@@ -35,17 +43,34 @@ def data_generate(out, seed, sequences, force):
     splits = synth.generate_splits(seeds, {"train": sequences, "valid": small, "test": small})
     for name, ds in splits.items():
         path = data.split_path(out, name)
-        if path.exists() and not force:
+        if os.path.lexists(path):
             try:
                 same = data.load_npz(path).columns()
-                if all((same[f] == v).all() for f, v in ds.columns().items()):
+                if all(np.array_equal(same[f], v) for f, v in ds.columns().items()):
                     tm.note(f"{path}: unchanged ({len(ds):,} tokens)")
                     continue
             except (data.DataError, ValueError):
                 pass
-            raise data.DataError(f"{path}: exists and differs; pass --force to overwrite")
+            if not force:
+                raise data.DataError(f"{path}: exists and differs; pass --force to overwrite")
+            tm.note(f"{path}: the previous file is kept as {keep_previous(path)}")
         data.save_npz(ds, path)
         tm.note(f"{path}: {len(ds):,} tokens (seed {seeds[name]})")
+
+
+def keep_previous(path: Path) -> Path:
+    """Before --force overwrites a split: keep its bytes in <dir>/previous/, named by
+    content (sha256), so runs that recorded its checksum can still be resumed."""
+    import hashlib
+
+    from evolve.data.tokens import MAX_SPLIT_BYTES, DataError
+    from evolve.runs import jsonio
+    from evolve.runs.atomic import atomic_write_bytes
+    raw = jsonio.read_capped(path, "split file", MAX_SPLIT_BYTES, DataError)
+    kept = path.parent / "previous" / f"{path.stem}-{hashlib.sha256(raw).hexdigest()[:16]}.npz"
+    if not kept.exists():
+        atomic_write_bytes(kept, raw)
+    return kept
 
 
 @data_group.command("import")

@@ -9,8 +9,28 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
+
+# C0/C1 controls, DEL, and the format characters that reorder or hide text
+# (bidi overrides, zero-width): never printed as they are.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e"
+                      "\u2066-\u2069\ufeff]")
+
+
+def printable(text, keep_newlines: bool = False) -> str:
+    """``text`` with every control character shown as an escape (``\\x1b``, ...):
+    whatever a file holds, printing it cannot move the cursor, clear the screen or
+    recolour the terminal. Newlines are kept only where the caller's own text
+    spans lines."""
+    def esc(m):
+        ch = m.group(0)
+        if keep_newlines and ch == "\n":
+            return ch
+        code = ord(ch)
+        return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return _CONTROL.sub(esc, str(text))
 
 
 class Terminal:
@@ -19,21 +39,26 @@ class Terminal:
         self.json_mode = json_mode
         # Not a terminal and no COLUMNS: wide enough that tables are never cut.
         width = None if (sys.stdout.isatty() or os.environ.get("COLUMNS")) else 160
-        self.out = Console(highlight=False, soft_wrap=False, width=width)
-        self.err = Console(stderr=True, highlight=False, width=width)
+        # no markup, emoji codes or highlighting is ever applied to text: what a file
+        # holds is printed as it is (after ``printable``)
+        self.out = Console(highlight=False, soft_wrap=False, width=width, emoji=False,
+                           markup=False)
+        self.err = Console(stderr=True, highlight=False, width=width, emoji=False,
+                           markup=False)
 
     # --- messages -------------------------------------------------------
     def note(self, text: str) -> None:
-        self.err.print(text, markup=False, soft_wrap=True)   # commands stay copyable
+        self.err.print(printable(text, keep_newlines=True), markup=False,
+                       soft_wrap=True)   # commands stay copyable
 
     def error(self, text: str) -> None:
-        first = str(text).splitlines()[0] if str(text) else "unknown error"
-        self.err.print(f"error: {first}", markup=False, style="bold red",
+        first = str(text).splitlines()[0] if str(text).strip() else "unknown error"
+        self.err.print(f"error: {printable(first)}", markup=False, style="bold red",
                        soft_wrap=True)   # one line, however long
 
     def result(self, text: str) -> None:
         if not self.json_mode:
-            self.out.print(text, markup=False)
+            self.out.print(printable(text, keep_newlines=True), markup=False)
 
     def print_json(self, obj) -> None:
         sys.stdout.write(json.dumps(obj, indent=2, allow_nan=False) + "\n")
@@ -46,11 +71,14 @@ class Terminal:
         if self.json_mode:
             return
         from rich.table import Table
-        t = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
+        from rich.text import Text
+        t = Table(title=Text(printable(title)), title_justify="left", show_edge=False,
+                  pad_edge=False)
         for header, justify in columns:
-            t.add_column(header, justify=justify, no_wrap=True)
-        for i, row in enumerate(rows):
-            t.add_row(*[str(c) for c in row], style=(styles[i] if styles else None))
+            t.add_column(Text(printable(header)), justify=justify, no_wrap=True)
+        for i, row in enumerate(rows):   # Text: a cell's text is never read as markup
+            t.add_row(*[Text(printable(c)) for c in row],
+                      style=(styles[i] if styles else None))
         self.out.print(t)
 
     # --- progress -------------------------------------------------------

@@ -27,7 +27,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
     result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats)
     out = term(json_mode)
     for name, why in result["skipped"].items():
-        out.note(f"warning: {name} skipped: heuristics/{name}.py cannot be compiled ({why})")
+        out.note(f"warning: {name} skipped: heuristics/{name}.py {why}")
     if json_mode:
         out.print_json(result)
     else:
@@ -89,20 +89,24 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "starts": starts,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap}
     out = term(json_mode)
-    if resume:
+    for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
+        if value is not None and not str(value).strip():
+            raise RunError(f"{opt}: an empty value is not allowed")
+    if resume is not None:
         extra = [k for k, v in given.items() if v is not None and k != "generations"]
         if extra or name:
             opt = "--name" if name else "--" + extra[0].replace("_", "-")
             raise RunError(f"{opt}: cannot be changed on --resume (only --generations)")
     cfg = Config(**{k: v for k, v in given.items() if v is not None})
-    if resume and generations is None:
+    if resume is not None and generations is None:
         cfg.generations = None   # keep the run's own
+    data_given = data_dir is not None
     if data_dir is None:
         obj = OBJECTIVES.get(cfg.objective)
         data_dir = default_traces() if obj is not None and obj.traces else default_data()
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=not no_writeback, force=force)
+                             writeback=not no_writeback, force=force, data_given=data_given)
     code, result = multistart.execute_any(opts, out)
     if json_mode:
         out.print_json(result)

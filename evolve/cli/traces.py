@@ -125,14 +125,13 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
 
 def _recorded_config(path: Path):
     """The generation config in a trace file's meta.json (None if unreadable)."""
-    import json
-    import zipfile
+    from evolve.data import traces
+    from evolve.data.tokens import DataError
     try:
-        with zipfile.ZipFile(path) as zf:
-            meta = json.loads(zf.read("meta.json").decode("utf-8"))
-        return meta.get("config") if isinstance(meta, dict) else None
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+        meta = traces.read_file_meta(path)
+    except DataError:
         return None
+    return meta.get("config") if isinstance(meta, dict) else None
 
 
 # ---------------------------------------------------------------- shared
@@ -151,7 +150,11 @@ def _pair_for(ts, out):
         cfg = ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
-    pair = ngram.build_pair(cfg)
+    try:
+        pair = ngram.build_pair(cfg)
+    except (KeyError, TypeError, ValueError, IndexError) as e:
+        raise DataError(f"{src}: meta.json's trace config cannot be rebuilt "
+                        f"({type(e).__name__}: {_first_line(e)})") from None
     recorded = (ts.meta.get("models") or {}).get("corpus_crc32")
     same = recorded is None or recorded == pair.corpus.fingerprint()
     if not same:
@@ -160,13 +163,17 @@ def _pair_for(ts, out):
     return pair, same
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+
+
 def _run_rule(runs_parent: Path, run: str):
     """(rule, info) of a run's champion: its tree parsed (never evaluated)."""
     from evolve.lang import codegen, treeio
     from evolve.rules.adapters import tree_rule
     from evolve.runs import rundir as runs
     rd = runs.RunDir.open(runs_parent, run)
-    champ = rd.champion()
+    champ = rd.champion(metrics_needed=False)     # the rule is its tree
     try:
         nodes = treeio.parse(champ["tree"])
     except treeio.TreeError as e:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS, INPUTS
 from evolve.objectives import is_trace_champion
 
@@ -190,7 +191,13 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         term.result(f"mean size           {sparkline(h['mean_size'])}  "
                     f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
     cfg = info.get("config") or {}
-    term.result("config: " + ", ".join(f"{k}={v}" for k, v in cfg.items()))
+    # read from config.json: shown on one line whatever it holds
+    term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
+
+
+def _clip(text: str, width: int = 60) -> str:
+    """A damaged run's reason, cut to keep the table readable (--json has it whole)."""
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def show_runs(rows: list[dict], term) -> None:
@@ -203,7 +210,8 @@ def show_runs(rows: list[dict], term) -> None:
         return ""
     term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
                         ("valid", "right"), ("test", "right"), ("champion", "left")],
-               [[r["run"], r["status"] or "", "" if r["generation"] is None else r["generation"],
+               [[r["run"], _clip(r["status"] or ""),
+                 "" if r["generation"] is None else r["generation"],
                  score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
 
 

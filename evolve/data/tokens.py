@@ -13,12 +13,14 @@ import io
 import json
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from evolve.lang.features import INPUT_NAMES
+from evolve.runs import jsonio
 from evolve.runs.atomic import atomic_write_bytes
 
 SPLITS = ("train", "valid", "test")
@@ -39,6 +41,11 @@ FIELDS: dict[str, np.dtype] = {
 FEATURES = INPUT_NAMES
 
 FORMAT_VERSION = 1
+# Reading limits: no split may declare more array bytes than this, and a JSON
+# split or a meta.json member may be at most this long (evolve.runs.jsonio reads them).
+MAX_SPLIT_BYTES = 4 * 1024 ** 3
+MAX_JSON_SPLIT_BYTES = 1024 ** 3
+MAX_META_BYTES = 1024 * 1024
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
@@ -186,22 +193,73 @@ def save_npz(ds: Dataset, path: str | os.PathLike) -> None:
 
 def read_members(zf: zipfile.ZipFile, src: str, members: dict[str, str]) -> dict:
     """Arrays of an open split file: field -> array, for field -> zip member name.
-    Never unpickles; a missing member is a DataError naming the field."""
+    Never unpickles; a missing member is a DataError naming the field. Each
+    member's declared shape is checked against ``MAX_SPLIT_BYTES`` before anything
+    is allocated, and it is read with exactly that many bytes as its cap, so a
+    member that inflates beyond what it declares is refused, not read whole."""
     names = set(zf.namelist())
-    cols = {}
+    cols, total = {}, 0
     for field, member in members.items():
         if member not in names:
             raise DataError(f"{src}: field '{field}' is missing")
-        with zf.open(member) as fh:
-            cols[field] = np.lib.format.read_array(io.BytesIO(fh.read()), allow_pickle=False)
+        cols[field], nbytes = _read_member_array(zf, member, src, field,
+                                                 MAX_SPLIT_BYTES - total)
+        total += nbytes
     return cols
+
+
+def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
+                       budget: int) -> tuple[np.ndarray, int]:
+    fmt = np.lib.format
+    with zf.open(member) as fh:
+        version = fmt.read_magic(fh)
+        if version == (1, 0):
+            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
+        elif version == (2, 0):
+            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
+        else:
+            raise DataError(f"{src}: field '{field}': unsupported .npy version {version}")
+        if dtype.hasobject:
+            raise DataError(f"{src}: field '{field}': object arrays are not allowed")
+        count = 1
+        for d in shape:
+            count *= int(d)
+        nbytes = count * dtype.itemsize
+        if nbytes > budget:
+            raise DataError(f"{src}: field '{field}' declares shape {shape} of {dtype} "
+                            f"({nbytes} bytes), more than the {MAX_SPLIT_BYTES}-byte limit "
+                            "of a split")
+        data = bytearray(nbytes)
+        got = fh.readinto(data) if nbytes else 0
+        while got < nbytes:
+            more = fh.readinto(memoryview(data)[got:])
+            if not more:
+                raise DataError(f"{src}: field '{field}' is truncated ({got} of {nbytes} "
+                                "bytes)")
+            got += more
+        if fh.read(1):
+            raise DataError(f"{src}: field '{field}' holds more data than its shape "
+                            f"{shape} declares")
+    arr = np.frombuffer(data, dtype=dtype)
+    return arr.reshape(shape, order="F" if fortran else "C"), nbytes
+
+
+def read_meta(zf: zipfile.ZipFile, src: str):
+    """The ``meta.json`` member, read with a byte cap by the one JSON reader."""
+    from evolve.runs import jsonio
+    with zf.open("meta.json") as fh:
+        raw = fh.read(MAX_META_BYTES + 1)
+    if len(raw) > MAX_META_BYTES:
+        raise DataError(f"{src}: meta.json is larger than {MAX_META_BYTES} bytes")
+    return jsonio.loads(raw, f"{src}: meta.json", "metadata", DataError)
 
 
 def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
     path = Path(path)
     src = str(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise DataError(f"{src}: file not found")
+    jsonio.check_regular(path, "split file", DataError)
     try:
         with zipfile.ZipFile(path) as zf:
             names = set(zf.namelist())
@@ -211,7 +269,8 @@ def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
                 raise DataError(f"{src}: field '{extra[0]}' is not part of the schema")
     except DataError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as e:
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error,
+            NotImplementedError) as e:
         raise DataError(f"{src}: not a readable split file ({short_error(e)})") from None
     return from_columns(cols, source=src, name=name or path.stem)
 
@@ -226,16 +285,10 @@ def load_json(path: str | os.PathLike, name: str = "") -> Dataset:
     """Read the original benchmark's form: one JSON array of token objects."""
     path = Path(path)
     src = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DataError(f"{src}: file not found") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{src}: cannot read ({short_error(e)})") from None
-    try:
-        records = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise DataError(f"{src}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not os.path.lexists(path):
+        raise DataError(f"{src}: file not found")
+    raw = jsonio.read_capped(path, "split file", MAX_JSON_SPLIT_BYTES, DataError)
+    records = jsonio.loads(raw, src, "split file", DataError, finite=False)
     if not isinstance(records, list):
         raise DataError(f"{src}: expected a JSON array of token objects, got {type(records).__name__}")
     if not records:

@@ -19,9 +19,9 @@ naming the file, the field and the first bad row.
 
 from __future__ import annotations
 
-import json
 import os
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +29,7 @@ import numpy as np
 
 from evolve.data import tokens as D
 from evolve.data.tokens import DataError
+from evolve.runs import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values
 
@@ -111,14 +112,15 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
     """Load and validate a v2 split; a v1 file raises DataError saying so."""
     path = Path(path)
     src = str(path)
-    if not path.exists():
+    if not os.path.lexists(path):
         raise DataError(f"{src}: file not found")
+    jsonio.check_regular(path, "trace file", DataError)
     try:
         with zipfile.ZipFile(path) as zf:
             names = set(zf.namelist())
             if "meta.json" not in names:
                 raise DataError(f"{src}: meta.json is missing (not a trace file)")
-            meta = json.loads(zf.read("meta.json").decode("utf-8"))
+            meta = D.read_meta(zf, src)
             if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
                 v = meta.get("format_version") if isinstance(meta, dict) else None
                 raise DataError(f"{src}: format_version is {v!r}, a trace file has "
@@ -130,7 +132,8 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
                 raise DataError(f"{src}: member '{extra[0]}' is not part of schema v2")
     except DataError:
         raise
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, UnicodeDecodeError) as e:
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error,
+            NotImplementedError) as e:
         raise DataError(f"{src}: not a readable trace file ({D.short_error(e)})") from None
     meta["source"] = src
     ts = TraceSplit(cols, meta, name=name or path.stem)
@@ -145,13 +148,25 @@ def load_splits(directory: str | os.PathLike, splits=SPLITS) -> dict:
     return {s: load(directory / f"{s}.npz", name=s) for s in splits}
 
 
-def is_trace_file(path: str | os.PathLike) -> bool:
+def read_file_meta(path: str | os.PathLike):
+    """The ``meta.json`` of a split file (regular files only; capped; one reader)."""
+    jsonio.check_regular(path, "split file", DataError)
     try:
         with zipfile.ZipFile(path) as zf:
-            meta = json.loads(zf.read("meta.json").decode("utf-8"))
-        return isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION
-    except (OSError, KeyError, ValueError, zipfile.BadZipFile):
+            return D.read_meta(zf, str(path))
+    except DataError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, zlib.error,
+            NotImplementedError) as e:
+        raise DataError(f"{path}: cannot read meta.json ({D.short_error(e)})") from None
+
+
+def is_trace_file(path: str | os.PathLike) -> bool:
+    try:
+        meta = read_file_meta(path)
+    except DataError:
         return False
+    return isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION
 
 
 # ------------------------------------------------------------- validation
@@ -173,12 +188,11 @@ def validate(ts: TraceSplit, src: str) -> None:
             raise DataError(f"{src}: field '{f}' is missing")
     ds = D.from_columns({f: cols[f] for f in D.FIELDS}, source=src, name=ts.name)
     n = len(ds)
-    try:
-        g = int(meta["block_size"])
-        k = int(meta["top_k"])
-        C = int(meta["context_len"])
-    except (KeyError, TypeError, ValueError):
-        raise DataError(f"{src}: meta.json lacks block_size, top_k or context_len") from None
+    g, k, C = (meta.get(key) for key in ("block_size", "top_k", "context_len"))
+    if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 1 << 20
+               for v in (g, k, C)):
+        raise DataError(f"{src}: meta.json: block_size, top_k and context_len must be "
+                        f"whole numbers 0..{1 << 20}, got {g!r:.40}, {k!r:.40}, {C!r:.40}")
     if g < 1 or n % g:
         raise DataError(f"{src}: {n} rows is not a whole number of blocks of {g}")
     for f, (kind, dtype) in V2_FIELDS.items():

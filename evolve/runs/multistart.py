@@ -52,6 +52,7 @@ def _parent(opts):
             run = RunDir.open(opts.runs_parent, opts.resume)
         except RunError as e:
             raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+        run.lock()                     # refused (one line) while another process runs it
         meta = run.meta()
         try:
             cfg = Config.from_dict(meta["config"])
@@ -75,8 +76,15 @@ def _parent(opts):
 
 
 def execute(opts, term) -> tuple[int, dict]:
-    from evolve.runs import runner
     run, cfg, data_dir = _parent(opts)
+    try:
+        return _starts(opts, term, run, cfg, data_dir)
+    finally:
+        run.unlock()
+
+
+def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, dict]:
+    from evolve.runs import runner
     children = run.path / STARTS_DIR
     records = []
     for i in range(cfg.starts):

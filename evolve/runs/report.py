@@ -3,6 +3,8 @@ is ``evolve.cli.render``'s job)."""
 
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
 from evolve.data import tokens as data
@@ -34,17 +36,32 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dic
         except Exception as e:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
             if n != registry.EVOLVED:
                 raise
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            skipped[n] = f"{type(e).__name__}: {first}"[:300]
-    out = {"splits": {}, "skipped": skipped}
-    for split, ps in prepared.items():
-        out["splits"][split] = {
-            "tokens": ps.n,
-            "heuristics": {n: score(f, ps, repeats) for n, f in compiled.items()},
-        }
+            skipped[n] = "cannot be compiled (" + _why(e) + ")"
+    out = {"splits": {k: {"tokens": ps.n, "heuristics": {}} for k, ps in prepared.items()},
+           "skipped": skipped}
+    for n, f in compiled.items():
+        try:
+            rows = {split: score(f, ps, repeats) for split, ps in prepared.items()}
+        except Exception as e:  # noqa: BLE001 -- a hand-edited rule may raise when called
+            if n != registry.EVOLVED:
+                raise
+            skipped[n] = "fails when called (" + _why(e) + ")"
+            continue
+        bad = [split for split, m in rows.items()
+               if not all(math.isfinite(v) for v in m.values())]
+        if bad and n == registry.EVOLVED:
+            skipped[n] = f"gives no finite metrics on {bad[0]}"
+            continue
+        for split, m in rows.items():
+            out["splits"][split]["heuristics"][n] = m
     out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
     return out
 
+
+
+def _why(e: BaseException) -> str:
+    first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return f"{type(e).__name__}: {first}"[:300]
 
 
 SIMPLIFY_MAX_NODES = 40
@@ -82,22 +99,24 @@ def inspect_run(run: RunDir) -> dict:
     meta = run.meta()
     history = run.history()
     summary = run.summary()
-    try:
-        champ = run.champion()
-    except RunError:
-        champ = None
+    # no champion.json: the run has not finished; a damaged one is an error
+    champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
     out = {"run": run.name, "path": str(run.path), "config": meta.get("config"),
            "versions": meta.get("versions"), "data": meta.get("data"),
            "summary": summary, "generations": len(history), "champion": None,
            "history": {"best_train": [h["best_train"] for h in history],
                        "best_valid": [h["best_valid"] for h in history],
                        "mean_size": [h["mean_size"] for h in history]}}
-    if run.file("pareto.json").exists():
-        from evolve.runs.rundir import read_json
-        out["pareto"] = read_json(run.file("pareto.json"), "trade-off data")
+    pareto = run.pareto()
+    if pareto is not None:
+        out["pareto"] = pareto
     if champ:
-        nodes = treeio.parse(champ["tree"])   # validates; never evaluated
-        out["champion"] = {**champ, "expression": codegen.infix(nodes),
+        try:
+            nodes = treeio.parse(champ["tree"])   # validates; never evaluated
+        except treeio.TreeError as e:
+            raise RunError(f"{run.file('champion.json')}: field 'tree': {e}") from None
+        out["champion"] = {**champ, "tree": treeio.to_string(nodes),   # canonical text
+                           "expression": codegen.infix(nodes),
                            "size": len(nodes), "depth": treeio.depth(nodes),
                            "simplified": simplified(nodes)}
     return out
@@ -124,7 +143,7 @@ def runs_table(parent: Path) -> list[dict]:
             s = run.summary()
             row["status"] = s.get("status", "running or killed")
             row["generation"] = s.get("generation")
-            champ = run.champion() if run.file("champion.json").exists() else None
+            champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
             if champ:
                 row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
                 if is_trace_champion(champ):
@@ -135,7 +154,12 @@ def runs_table(parent: Path) -> list[dict]:
                 else:
                     row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
                     row["test_fitness"] = champ["metrics"]["test"]["fitness"]
-        except (RunError, treeio.TreeError, KeyError, TypeError) as e:
-            row["status"] = f"damaged: {e}"
+        except (RunError, treeio.TreeError, KeyError, TypeError, ValueError) as e:
+            # one damaged run is shown as such; the others are still listed
+            why = str(e).replace(f"{run.path}{os.sep}", "")     # the file, without the dir
+            row.update(status=f"damaged: {why}", generation=None, expression=None,
+                       valid_fitness=None, test_fitness=None)
+            for key in [k for k in row if k.endswith(("_tokens_per_call", "_tv_per_token"))]:
+                del row[key]
         rows.append(row)
     return rows

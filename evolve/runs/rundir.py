@@ -27,11 +27,13 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from evolve.runs import datasum, jsonio, schema
+from evolve.runs.lock import Busy, DirLock
 from evolve.runs.atomic import append_line, atomic_write_json, atomic_write_text, umask
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RUN_FORMAT = "evolve-run"
-MAX_JSON_BYTES = 64 * 1024 * 1024
+MAX_JSON_BYTES = jsonio.MAX_JSON_BYTES
 
 
 class RunError(ValueError):
@@ -62,33 +64,45 @@ def versions() -> dict:
 
 
 def read_json(path: Path, what: str):
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise RunError(f"{path}: {what} not found") from None
-    if size > MAX_JSON_BYTES:
-        raise RunError(f"{path}: {what} is {size} bytes, larger than {MAX_JSON_BYTES}")
-    try:
-        text = path.read_text(encoding="utf-8")
-        return json.loads(text)
-    except (OSError, UnicodeDecodeError) as e:
-        raise RunError(f"{path}: cannot read {what} ({_first_line(e)})") from None
-    except json.JSONDecodeError as e:
-        raise RunError(f"{path}: {what} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except RecursionError:
-        raise RunError(f"{path}: {what} is nested too deeply") from None
-    except ValueError as e:   # e.g. an integer literal of more than 4300 digits
-        raise RunError(f"{path}: {what} is not valid JSON ({_first_line(e)})") from None
+    """A run file: a regular file of at most MAX_JSON_BYTES, parsed by the one JSON
+    reader (evolve.runs.jsonio); any failure is a one-line RunError naming it."""
+    return jsonio.read_json(path, what, error=RunError, limit=MAX_JSON_BYTES)
 
 
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+def _locked(directory: Path, shown: Path) -> DirLock:
+    try:
+        return DirLock(directory).acquire()
+    except Busy:
+        raise RunError(f"{shown}: the run is in use by another process (a live run owns "
+                       "its directory); wait for it to end or stop it first") from None
+    except OSError as e:
+        raise RunError(f"{shown}: cannot lock the run directory ({e.strerror or e})") from None
+
+
+def checked(check, *args):
+    """A schema check whose failure is a RunError."""
+    try:
+        return check(*args)
+    except schema.SchemaError as e:
+        raise RunError(str(e)) from None
 
 
 class RunDir:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        self.owner: DirLock | None = None     # held while this process runs the run
+
+    # --- ownership -----------------------------------------------------
+    def lock(self) -> "RunDir":
+        """Own the directory for the life of this process (see evolve.runs.lock)."""
+        if self.owner is None:
+            self.owner = _locked(self.path, self.path)
+        return self
+
+    def unlock(self) -> None:
+        if self.owner is not None:
+            self.owner.release()
+            self.owner = None
 
     @property
     def name(self) -> str:
@@ -118,7 +132,9 @@ class RunDir:
             tmp = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=parent))
         except OSError as e:
             raise RunError(f"{parent}: cannot create run directory ({e.strerror})") from None
+        owner = None
         try:
+            owner = _locked(tmp, path)          # owned from the moment it appears
             os.chmod(tmp, 0o777 & ~umask())   # mkdtemp makes it private
             atomic_write_json(tmp / "config.json", {
                 "format": RUN_FORMAT, "version": 1, "name": name,
@@ -129,9 +145,13 @@ class RunDir:
                 raise exists
             os.rename(tmp, path)
         except BaseException:
+            if owner is not None:
+                owner.release()
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        return cls(path)
+        run = cls(path)
+        run.owner = owner
+        return run
 
     @classmethod
     def open(cls, parent: Path, name_or_path: str) -> "RunDir":
@@ -158,6 +178,9 @@ class RunDir:
         if not isinstance(data, dict) or not isinstance(data.get("dir", ""), str):
             raise RunError(f"{self.file('config.json')}: field 'data' is not an object "
                            "with a 'dir' string")
+        if not datasum.well_formed(data.get("sha256", {})):
+            raise RunError(f"{self.file('config.json')}: field 'data.sha256' is not an "
+                           "object of split names and sha256 hex digests")
         return meta
 
     def update_config(self, config: dict) -> None:
@@ -170,24 +193,27 @@ class RunDir:
         append_line(self.file("history.jsonl"), json.dumps(record, allow_nan=False))
 
     def history(self) -> list[dict]:
+        """Generation records, each checked against the history schema; a torn last
+        line (a crash mid-append) is ignored."""
         path = self.file("history.jsonl")
-        if not path.exists():
+        if not os.path.lexists(path):
             return []
-        text = path.read_text(encoding="utf-8", errors="replace")
+        raw = jsonio.read_capped(path, "history", MAX_JSON_BYTES, RunError)
+        text = raw.decode("utf-8", errors="replace")
         lines = text.split("\n")
         torn = not text.endswith("\n")  # the last line was cut by a crash mid-append
         out = []
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
+            where = f"{path}: line {i + 1}"
             try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
+                rec = jsonio.loads(line, str(path), f"line {i + 1}", RunError)
+            except RunError:
                 if torn and i == len(lines) - 1:
                     break
-                raise RunError(f"{path}: line {i + 1} is not valid JSON") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("generation"), int):
-                raise RunError(f"{path}: line {i + 1} is not a generation record")
+                raise
+            checked(schema.check_history_record, rec, where)
             out.append(rec)
         return out
 
@@ -229,15 +255,23 @@ class RunDir:
     def write_text(self, name: str, text: str) -> None:
         atomic_write_text(self.file(name), text)
 
-    def champion(self) -> dict:
-        champ = read_json(self.file("champion.json"), "champion")
-        if not isinstance(champ, dict) or not isinstance(champ.get("tree"), str):
-            raise RunError(f"{self.file('champion.json')}: field 'tree' is missing")
-        return champ
+    def champion(self, metrics_needed: bool = True) -> dict:
+        """champion.json, checked (``metrics_needed=False``: a tree is enough)."""
+        path = self.file("champion.json")
+        return checked(schema.check_champion, read_json(path, "champion"), str(path),
+                       metrics_needed)
 
     def summary(self) -> dict:
         path = self.file("summary.json")
-        return read_json(path, "summary") if path.exists() else {}
+        if not os.path.lexists(path):
+            return {}
+        return checked(schema.check_summary, read_json(path, "summary"), str(path), self.name)
+
+    def pareto(self) -> dict | None:
+        path = self.file("pareto.json")
+        if not os.path.lexists(path):
+            return None
+        return checked(schema.check_pareto, read_json(path, "trade-off data"), str(path))
 
     def mtime(self) -> float:
         try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from evolve.data import tokens as data
 from evolve.lang import codegen, treeio
 from evolve.objectives import OBJECTIVES
+from evolve.runs import datasum
 from evolve.runs.paths import runs_dir
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError
@@ -41,6 +42,7 @@ class RunOptions:
     writeback: bool = True
     force: bool = False
     heuristics_dir: Path | None = None
+    data_given: bool = False      # --data was on the command line (on --resume: checked)
 
 
 class StopRequested:
@@ -108,10 +110,10 @@ def prepare(opts: RunOptions):
 
     Nothing is created or changed on disk until every check has passed.
     """
-    if opts.resume:
+    if opts.resume is not None:            # an empty name is an error, not "no resume"
         return _prepare_resume(opts)
     opts.config.validate()
-    name = check_name(opts.name) if opts.name else default_name(opts.config.seed)
+    name = check_name(opts.name) if opts.name is not None else default_name(opts.config.seed)
     check_writable(opts.runs_parent)
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
@@ -121,15 +123,27 @@ def prepare(opts: RunOptions):
     run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
         "dir": str(opts.data_dir.resolve()),
         "tokens": {k: len(v) for k, v in splits.items()},
+        "sha256": datasum.digests(splits),
     })
     return run, splits, engine, opts.data_dir
 
 
 def _prepare_resume(opts: RunOptions):
+    if not isinstance(opts.resume, str) or not opts.resume.strip():
+        raise RunError(f"--resume: {opts.resume!r} is not a run name")
     try:
         run = RunDir.open(opts.runs_parent, opts.resume)
     except RunError as e:
         raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+    run.lock()          # held until the run ends: a live run owns its directory
+    try:
+        return _prepare_locked(opts, run)
+    except BaseException:
+        run.unlock()
+        raise
+
+
+def _prepare_locked(opts: RunOptions, run: RunDir):
     meta = run.meta()
     state = run.checkpoint() if run.has_checkpoint() else None   # None: killed before gen 0 was saved
     try:
@@ -144,7 +158,16 @@ def _prepare_resume(opts: RunOptions):
         raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
                           f"at generation {at}")
     data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
+    if opts.data_given and Path(opts.data_dir).resolve() != data_dir.resolve():
+        raise RunError(f"--data: {str(opts.data_dir)!r} cannot be changed on --resume "
+                       f"(run {run.name} evolves on {data_dir})")
+    opts.data_dir = data_dir          # what the run and its final report use
     splits = load_run_splits(cfg, data_dir)
+    changed = datasum.changed_split(meta.get("data", {}).get("sha256") or {}, splits)
+    if changed:
+        raise RunError(f"--resume: split '{changed}' in {data_dir} has changed since run "
+                       f"{run.name} started (its sha256 differs from the one in "
+                       f"{run.file('config.json')}); resume on the data the run started on")
     engine = Evolution(cfg, splits["train"], splits["valid"])
     if state is not None:
         try:
@@ -176,36 +199,43 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
     (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
     with StopRequested(term) as stop:
         run, splits, engine, data_dir = prepare(opts)
-        cfg = engine.config
-        resumed = engine.generation >= 0
         try:
-            with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar, \
-                    fewer_collections():
-                if not resumed:
-                    rec = engine.initialise()
-                    _save_generation(run, engine, rec)
-                    bar.update(rec)
-                while engine.generation < cfg.generations and not stop.requested:
-                    rec = engine.step()
-                    _save_generation(run, engine, rec)
-                    bar.update(rec)
-            if stop.requested and engine.generation < cfg.generations:
-                summary = {"status": "interrupted", "signal": stop.signal_name,
-                           "generation": engine.generation,
-                           "resume": resume_command(opts, run), "ended": now_iso()}
-                run.write_json("summary.json", summary)
-                return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
-            # A signal from here on is noted and ignored (a second one exits at once):
-            # finishing takes seconds and every file it writes is atomic.
-            return 0, finish(run, engine, splits, opts, term)
-        except OSError as e:
-            what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
-                                           else "")
-            _try_summary(run, {"status": "failed", "generation": engine.generation,
-                               "error": what, "ended": now_iso()})
-            raise RunError(f"{run.path}: write failed at generation {engine.generation} "
-                           f"({what}); the last good checkpoint is kept; resume with: "
-                           f"{resume_command(opts, run)}") from None
+            return _evolve(opts, term, stop, run, splits, engine)
+        finally:
+            run.unlock()
+
+
+def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[int, dict]:
+    cfg = engine.config
+    resumed = engine.generation >= 0
+    try:
+        with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar, \
+                fewer_collections():
+            if not resumed:
+                rec = engine.initialise()
+                _save_generation(run, engine, rec)
+                bar.update(rec)
+            while engine.generation < cfg.generations and not stop.requested:
+                rec = engine.step()
+                _save_generation(run, engine, rec)
+                bar.update(rec)
+        if stop.requested and engine.generation < cfg.generations:
+            summary = {"status": "interrupted", "signal": stop.signal_name,
+                       "generation": engine.generation,
+                       "resume": resume_command(opts, run), "ended": now_iso()}
+            run.write_json("summary.json", summary)
+            return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
+        # A signal from here on is noted and ignored (a second one exits at once):
+        # finishing takes seconds and every file it writes is atomic.
+        return 0, finish(run, engine, splits, opts, term)
+    except OSError as e:
+        what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
+                                       else "")
+        _try_summary(run, {"status": "failed", "generation": engine.generation,
+                           "error": what, "ended": now_iso()})
+        raise RunError(f"{run.path}: write failed at generation {engine.generation} "
+                       f"({what}); the last good checkpoint is kept; resume with: "
+                       f"{resume_command(opts, run)}") from None
 
 
 def _save_generation(run: RunDir, engine: Evolution, rec: dict) -> None:

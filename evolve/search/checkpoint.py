@@ -48,13 +48,16 @@ def check_state(state, config: Config):
         got = f"{len(hof)} entries" if isinstance(hof, list) else type(hof).__name__
         raise ValueError(f"field 'hall_of_fame' must hold 1..{config.hof_size} entries, "
                          f"got {got}")
-    check_entries("population", pop, generation)
-    check_entries("hall_of_fame", hof, generation)
+    check_entries("population", pop, generation, config=config)
+    check_entries("hall_of_fame", hof, generation, config=config)
     return rng_state, generation
 
 
-def check_entries(field: str, items, generation: int, limit: int | None = None) -> None:
-    """Population items (tree, fitness, born) or hall-of-fame entries (also size)."""
+def check_entries(field: str, items, generation: int, limit: int | None = None,
+                  config: Config | None = None) -> None:
+    """Population items (tree, fitness, born) or hall-of-fame entries (also size);
+    with ``config``, every tree must also be within its size and height limits
+    (the limits every tree of a run keeps: a larger one was not made by the run)."""
     if limit is not None and (not isinstance(items, list) or len(items) > limit):
         raise ValueError(f"field '{field}' must be a list of at most {limit} entries")
     hof_like = field != "population"
@@ -77,6 +80,18 @@ def check_entries(field: str, items, generation: int, limit: int | None = None) 
         if not _is_int(item["born"]) or not 0 <= item["born"] <= generation:
             raise ValueError(f"field '{field}' item {i}: 'born' must be a generation "
                              f"0..{generation}, got {shorten(repr(item['born']))}")
-        if hof_like and (not _is_int(item["size"]) or
-                         item["size"] != len(treeio.parse(item["tree"]))):
+        nodes = treeio.parse(item["tree"]) if (hof_like or config is not None) else None
+        if hof_like and (not _is_int(item["size"]) or item["size"] != len(nodes)):
             raise ValueError(f"field '{field}' item {i}: 'size' is not the tree's node count")
+        if config is not None:
+            check_tree_limits(field, i, nodes, config)
+
+
+def check_tree_limits(field: str, i: int, nodes, config: Config) -> None:
+    if len(nodes) > config.max_size:
+        raise ValueError(f"field '{field}' item {i}: the tree has {len(nodes)} nodes, more "
+                         f"than the run's max_size {config.max_size}")
+    height = treeio.depth(nodes)
+    if height > config.max_height:
+        raise ValueError(f"field '{field}' item {i}: the tree has height {height}, more "
+                         f"than the run's max_height {config.max_height}")

@@ -165,8 +165,11 @@ class Evolution:
             pop = []
             if c.seed_baselines:
                 for text in seed_trees(self.objective.data):
-                    if len(pop) < c.population:
-                        pop.append(treeio.deap_from_string(text, self.pset, self.Individual))
+                    ind = treeio.deap_from_string(text, self.pset, self.Individual)
+                    # within the run's limits, like every tree the run makes
+                    if len(pop) < c.population and len(ind) <= c.max_size \
+                            and ind.height <= c.max_height:
+                        pop.append(ind)
             while len(pop) < c.population:
                 pop.append(self.Individual(self.toolbox.expr()))
         for ind in pop:
@@ -321,7 +324,7 @@ class Evolution:
         hof = HallOfFame.from_json(self.config.hof_size, state["hall_of_fame"])
         if "valid_hall_of_fame" in state:
             checkpoint.check_entries("valid_hall_of_fame", state["valid_hall_of_fame"],
-                                     generation, self.config.hof_size)
+                                     generation, self.config.hof_size, config=self.config)
             valid_hof = HallOfFame.from_json(self.config.hof_size, state["valid_hall_of_fame"])
         else:   # a checkpoint from before the valid hall of fame: start it from the hall of fame
             valid_hof = HallOfFame(self.config.hof_size)

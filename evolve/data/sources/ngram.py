@@ -25,6 +25,7 @@ for the same configuration, Python version (the corpus) and numpy version.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, fields
@@ -50,6 +51,13 @@ class TraceConfigError(ValueError):
         self.detail = detail
 
 
+# Bounds that keep a build within memory: rows per split are prompts x blocks x g.
+MAX_PROMPTS = 1_000_000
+MAX_BLOCKS_PER_PROMPT = 10_000
+MAX_SPLIT_ROWS = 20_000_000
+MAX_PROMPT_LEN = 100_000
+
+
 @dataclass(frozen=True)
 class TraceConfig:
     """Everything a trace build depends on (stored in each file's meta.json)."""
@@ -73,18 +81,38 @@ class TraceConfig:
         def need(cond, name, what):
             if not cond:
                 raise TraceConfigError(name, f"{getattr(self, name)!r} is invalid; {what}")
-        need(isinstance(self.seed, int) and self.seed >= 0, "seed", "expected an integer >= 0")
+        # types first (a config read back from a file may hold anything)
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("draft_fraction", "temperature", "heldout_fraction"):
+                need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
+                     f.name, "expected a finite number")
+            else:
+                need((v is None and f.name.startswith("max_")) or
+                     (isinstance(v, int) and not isinstance(v, bool)), f.name,
+                     "expected a whole number")
+        need(0 <= self.seed < 2 ** 63, "seed", "expected an integer >= 0")
+        need(self.prompt_len <= MAX_PROMPT_LEN, "prompt_len", f"expected <= {MAX_PROMPT_LEN}")
+        for name in ("max_files", "max_bytes_per_file"):
+            need(getattr(self, name) is None or getattr(self, name) >= 1, name,
+                 "expected >= 1 or none")
         need(2 <= self.target_order <= LM.MAX_ORDER, "target_order", f"expected 2..{LM.MAX_ORDER}")
         need(1 <= self.draft_order <= LM.MAX_ORDER, "draft_order", f"expected 1..{LM.MAX_ORDER}")
         need(0.0 < self.draft_fraction <= 1.0, "draft_fraction", "expected a fraction in (0, 1]")
-        need(self.temperature > 0, "temperature", "expected > 0")
+        need(isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature)
+             and self.temperature > 0, "temperature", "expected > 0 and finite")
         need(1 <= self.block_size <= 64, "block_size", "expected 1..64")
         need(1 <= self.top_k <= LM.VOCAB, "top_k", f"expected 1..{LM.VOCAB}")
         need(self.prompt_len >= max(self.target_order, self.draft_order) - 1, "prompt_len",
              "expected at least the longest model history")
-        need(self.blocks_per_prompt >= 1, "blocks_per_prompt", "expected >= 1")
+        need(1 <= self.blocks_per_prompt <= MAX_BLOCKS_PER_PROMPT, "blocks_per_prompt",
+             f"expected >= 1 (and <= {MAX_BLOCKS_PER_PROMPT:,})")
         for s in SPLITS:
-            need(getattr(self, f"{s}_prompts") >= 1, f"{s}_prompts", "expected >= 1")
+            need(1 <= getattr(self, f"{s}_prompts") <= MAX_PROMPTS, f"{s}_prompts",
+                 f"expected >= 1 (and <= {MAX_PROMPTS:,})")
+            need(self.prompts(s) * self.blocks_per_prompt * self.block_size <= MAX_SPLIT_ROWS,
+                 f"{s}_prompts", f"expected prompts x blocks per prompt x block size "
+                 f"<= {MAX_SPLIT_ROWS:,} rows per split")
         need(0.0 < self.heldout_fraction < 1.0, "heldout_fraction", "expected a fraction in (0, 1)")
 
     @property

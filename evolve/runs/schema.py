@@ -1,0 +1,163 @@
+"""Schemas of the run files read back by ``inspect``, ``runs``, ``simulate`` and resume.
+
+Every file is checked on read against what the run writes: types, finite
+numbers within bounds, known status values, and a resume command that is
+exactly one the run could have printed. A file that does not fit raises a
+one-line SchemaError naming the file (and line), the field and the value (the
+run directory's readers turn it into a RunError).
+(Checkpoints and configs have their own checks: evolve.search.checkpoint and
+evolve.search.config.)
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+
+
+class SchemaError(ValueError):
+    """A run file that does not fit its schema; one line naming file and field."""
+
+BOUND = 1e12            # no number a run writes comes near it; plots stay finite
+STATUSES = ("finished", "interrupted", "failed")
+HISTORY_NUMBERS = ("best_train", "best_valid", "mean_size")
+TOKEN_METRICS = ("accept_rate", "accuracy", "quality", "fitness")
+TRACE_METRICS = ("tokens_per_call", "tv_per_token", "kl_per_token")
+RESUME_FLAGS = ("--no-writeback", "--force")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def is_number(x, bound: float = BOUND) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)
+            and math.isfinite(x) and abs(x) <= bound)
+
+
+def is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _need(ok: bool, where: str, field: str, value, expected: str) -> None:
+    if not ok:
+        raise SchemaError(f"{where}: field '{field}' is {_short(value)}; expected {expected}")
+
+
+def _object(doc, where: str, what: str) -> dict:
+    if not isinstance(doc, dict):
+        raise SchemaError(f"{where}: {what} must be a JSON object, got {type(doc).__name__}")
+    return doc
+
+
+def check_history_record(rec, where: str) -> dict:
+    """One ``history.jsonl`` line (``where`` names the file and line)."""
+    _object(rec, where, "a generation record")
+    g = rec.get("generation")
+    _need(is_int(g) and g >= 0, where, "generation", g, "a whole number >= 0")
+    for key in HISTORY_NUMBERS:
+        _need(is_number(rec.get(key)), where, key, rec.get(key), "a finite number")
+    for key in ("median_train",):
+        if key in rec:
+            _need(is_number(rec[key]), where, key, rec[key], "a finite number")
+    return rec
+
+
+def check_summary(doc, where: str, run_name: str) -> dict:
+    """``summary.json``: how the run ended."""
+    _object(doc, where, "the summary")
+    status = doc.get("status")
+    _need(status in STATUSES, where, "status", status, " / ".join(STATUSES))
+    g = doc.get("generation")
+    _need(g is None or (is_int(g) and g >= 0), where, "generation", g, "a whole number >= 0")
+    for key in ("signal", "ended", "error", "pareto_png"):
+        if doc.get(key) is not None:
+            _need(isinstance(doc[key], str), where, key, doc[key], "a string")
+    wb = doc.get("writeback")
+    _need(wb is None or isinstance(wb, dict), where, "writeback", wb, "an object or null")
+    if doc.get("resume") is not None:
+        check_resume_command(doc["resume"], where, run_name)
+    return doc
+
+
+def check_resume_command(cmd, where: str, run_name: str) -> str:
+    """A resume command is exactly what ``resume_command`` prints for this run."""
+    expected = "`evolve run --resume NAME [--runs-dir DIR] [--no-writeback] [--force]`"
+    _need(isinstance(cmd, str) and len(cmd) <= 4096, where, "resume", cmd, expected)
+    try:
+        parts = shlex.split(cmd)
+    except ValueError:
+        parts = []
+    ok = parts[:4] == ["evolve", "run", "--resume", run_name]
+    rest = parts[4:]
+    if ok and rest[:1] == ["--runs-dir"]:
+        ok = len(rest) >= 2 and bool(rest[1])
+        rest = rest[2:]
+    ok = ok and len(set(rest)) == len(rest) and all(r in RESUME_FLAGS for r in rest)
+    ok = ok and shlex.join(parts) == cmd
+    _need(ok, where, "resume", cmd, expected)
+    return cmd
+
+
+def _check_metrics(m, where: str, field: str, keys) -> None:
+    _need(isinstance(m, dict), where, field, m, "an object of metrics")
+    for key in keys:
+        _need(is_number(m.get(key)), where, f"{field}.{key}", m.get(key), "a finite number")
+
+
+def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
+    """``champion.json``: the tree (parsed by the caller) and metrics per split
+    (valid and test at least; only the tree when ``metrics_needed`` is false)."""
+    _object(doc, where, "the champion")
+    _need(isinstance(doc.get("tree"), str), where, "tree", doc.get("tree"), "a string")
+    metrics = doc.get("metrics")
+    if metrics is None and not metrics_needed:
+        return doc
+    _need(isinstance(metrics, dict) and {"valid", "test"} <= set(metrics), where, "metrics",
+          metrics if not isinstance(metrics, dict) else sorted(metrics),
+          "an object of splits with valid and test")
+    trace = is_trace(doc)
+    for split, m in metrics.items():
+        _need(isinstance(split, str) and len(split) <= 64, where, "metrics", split, "a split")
+        _check_metrics(m, where, f"metrics.{split}", TRACE_METRICS if trace else TOKEN_METRICS)
+    g = doc.get("generation")
+    _need(g is None or (is_int(g) and g >= 0), where, "generation", g, "a whole number >= 0")
+    if trace:
+        budget = doc.get("tv_budget")
+        _need(budget is None or is_number(budget), where, "tv_budget", budget,
+              "a finite number")
+        tuned = doc.get("baselines_tuned_on_valid") or {}
+        _need(isinstance(tuned, dict), where, "baselines_tuned_on_valid", tuned, "an object")
+        for name, rep in tuned.items():
+            field = f"baselines_tuned_on_valid.{name}"
+            if rep is None:
+                continue
+            _need(isinstance(rep, dict), where, field, rep, "an object or null")
+            _need(rep.get("param") is None or is_number(rep["param"]), where,
+                  f"{field}.param", rep.get("param"), "a finite number or null")
+            for split in ("valid", "test"):
+                _check_metrics(rep.get(split), where, f"{field}.{split}", TRACE_METRICS)
+    return doc
+
+
+def is_trace(doc: dict) -> bool:
+    """Whether the champion's objective works on traces (its metrics are trace ones)."""
+    from evolve.objectives import is_trace_champion
+    return is_trace_champion(doc)
+
+
+def check_pareto(doc, where: str) -> dict:
+    """``pareto.json``: the budget and named series of (TV per token, tokens per call)."""
+    _object(doc, where, "the trade-off data")
+    budget = doc.get("budget")
+    _need(is_number(budget) and budget >= 0, where, "budget", budget, "a finite number >= 0")
+    series = doc.get("series")
+    _need(isinstance(series, dict), where, "series", series, "an object of point lists")
+    for name, pts in series.items():
+        ok = isinstance(pts, list) and all(
+            isinstance(p, list) and len(p) == 2 and all(is_number(v, 1e6) for v in p)
+            for p in pts)
+        _need(ok, where, f"series.{name}", pts if not isinstance(pts, list) else pts[:2],
+              "a list of [x, y] finite numbers within 1e6")
+    return doc

@@ -1,0 +1,632 @@
+"""Hostile run directories, concurrent resumes, changed data and pathological files
+(docs/reliability.md, guarantees 9 to 14). Each test fails without the behaviour
+it names.
+
+Budgets are tiny (population 40, a few generations, the 30-sequence splits of
+conftest); runs use a temporary --runs-dir and --no-writeback, and the fixture
+below points $EVOLVE_RUNS_DIR and $EVOLVE_HEURISTICS_DIR at temporary
+directories, so the repository's runs/ and heuristics/evolved.py are never
+touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from evolve.cli import main
+from evolve.cli.render import Terminal
+from evolve.data import tokens as data
+from evolve.data import traces
+from evolve.data.sources import synthetic as synth
+from evolve.runs import paths
+from evolve.runs import rundir as runs
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
+POP = 40                    # tiny population for every run here
+GENS = 2                    # generations of the shared finished run
+PWNED = "PWNED"             # a marker file hostile content tries to create
+ESC = "\x1b"
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path_factory, monkeypatch):
+    guard = tmp_path_factory.mktemp("guard")
+    monkeypatch.setenv("EVOLVE_RUNS_DIR", str(guard / "runs"))
+    monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(guard / "heuristics"))
+    monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
+
+
+def invoke(*args, env=None):
+    return CliRunner().invoke(main, [str(a) for a in args], env={**ENV, **(env or {})})
+
+
+def one_line_error(r) -> str:
+    """Exit code 2, exactly one line on stderr, no traceback; returns the line."""
+    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in r.output
+    return lines[0]
+
+
+def listing(root: Path) -> dict:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def data_copy(tmp_path_factory, small_splits):
+    d = tmp_path_factory.mktemp("data")
+    for name, ds in small_splits.items():
+        data.save_npz(ds, data.split_path(d, name))
+    return d
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, data_copy):
+    """A finished run of GENS generations on ``data_copy``, to copy and tamper with."""
+    parent = tmp_path_factory.mktemp("finished")
+    r = invoke("run", "--population", POP, "--generations", GENS, "--seed", 1, "--name", "done",
+               "--data", data_copy, "--runs-dir", parent, "--no-writeback", "--json")
+    assert r.exit_code == 0, r.output
+    return parent / "done"
+
+
+def copy_run(src: Path, parent: Path, name: str = "r") -> Path:
+    parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(src, parent / name)
+    return parent / name
+
+
+def resume(run: Path, *extra):
+    return invoke("run", "--resume", run.name, "--runs-dir", run.parent, "--no-writeback",
+                  "--generations", GENS + 1, *extra)
+
+
+# ------------------------------------------------------------------------------------
+# 9. Nothing in a run directory is imported or run (item 1)
+# ------------------------------------------------------------------------------------
+
+HOSTILE_PY = f"open({PWNED!r}, 'w').write('x')\n"
+
+
+def test_files_planted_in_a_run_directory_never_run(tmp_path, finished, monkeypatch):
+    """champion.py, and modules named like what the harness imports, planted in a run
+    directory: inspect, runs, simulate-free resume and refinish never execute them."""
+    monkeypatch.chdir(tmp_path)
+    run = copy_run(finished, tmp_path / "runs")
+    for name in ("champion.py", "numba.py", "numpy.py", "heuristics.py", "evolved.py",
+                 "sitecustomize.py", "__init__.py"):
+        (run / name).write_text(HOSTILE_PY)
+    assert invoke("inspect", "r", "--runs-dir", run.parent).exit_code == 0
+    assert invoke("runs", "--runs-dir", run.parent).exit_code == 0
+    r = resume(run)
+    assert r.exit_code == 0, r.output
+    assert not (tmp_path / PWNED).exists()
+    # champion.py is rewritten from the parsed tree, never read
+    assert "PWNED" not in (run / "champion.py").read_text()
+
+
+# ------------------------------------------------------------------------------------
+# 10. A live run owns its directory (item 2)
+# ------------------------------------------------------------------------------------
+
+def test_resume_of_a_locked_run_is_refused_and_changes_nothing(tmp_path, finished):
+    from evolve.runs.lock import DirLock
+    run = copy_run(finished, tmp_path / "runs")
+    before = listing(run)
+    with DirLock(run):                                  # another process's live run
+        line = one_line_error(resume(run))
+        assert "in use by another process" in line and str(run) in line
+    assert listing(run) == before
+    assert resume(run).exit_code == 0                   # the lock is gone with its owner
+
+
+def test_a_new_run_owns_its_directory_from_the_start(tmp_path):
+    run = runs.RunDir.create(tmp_path, "fresh", {}, {"dir": str(tmp_path)})
+    try:
+        with pytest.raises(runs.RunError, match="in use by another process"):
+            runs.RunDir(run.path).lock()
+    finally:
+        run.unlock()
+    runs.RunDir(run.path).lock().unlock()               # free once the owner lets go
+
+
+@pytest.mark.slow
+def test_live_run_refuses_second_resume_and_name_then_dies_with_its_lock(tmp_path, data_copy):
+    """A real run in another process: a second resume and a new run of its name are
+    refused while it lives; after kill -9 the OS has dropped the lock and the resume
+    completes."""
+    parent = tmp_path / "runs"
+    cmd = [sys.executable, "-c", "from evolve.cli import main; main()", "run",
+           "--population", "400", "--generations", "400", "--seed", "2", "--name", "live",
+           "--data", str(data_copy), "--runs-dir", str(parent), "--no-writeback"]
+    env = {**os.environ, **ENV, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (parent / "live" / "checkpoint.json").exists():
+            assert proc.poll() is None and time.time() < deadline, "run did not start"
+            time.sleep(0.2)
+        hist = (parent / "live" / "history.jsonl").read_bytes()
+        line = one_line_error(invoke("run", "--resume", "live", "--runs-dir", parent,
+                                     "--no-writeback"))
+        assert "in use by another process" in line
+        line = one_line_error(invoke("run", "--name", "live", "--runs-dir", parent,
+                                     "--data", data_copy, "--no-writeback"))
+        assert "exists" in line
+        assert (parent / "live" / "history.jsonl").read_bytes()[:len(hist)] == hist
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    r = invoke("run", "--resume", "live", "--runs-dir", parent, "--no-writeback",
+               "--generations", 1 + runs.RunDir(parent / "live").checkpoint()["generation"])
+    assert r.exit_code == 0, r.output
+    gens = [h["generation"] for h in runs.RunDir(parent / "live").history()]
+    assert gens == list(range(len(gens)))               # one writer: contiguous, no repeats
+
+
+# ------------------------------------------------------------------------------------
+# 11. Resume on changed data is refused (item 3), --data on resume (item 9)
+# ------------------------------------------------------------------------------------
+
+def test_checksums_of_every_split_are_recorded(finished, data_copy):
+    from evolve.runs import datasum
+    meta = json.loads((finished / "config.json").read_text())
+    want = datasum.digests(data.load_splits(data_copy))
+    assert meta["data"]["sha256"] == want and set(want) == {"train", "valid", "test"}
+
+
+@pytest.mark.parametrize("split", ["train", "valid", "test"])
+def test_resume_on_changed_data_is_refused_naming_the_split(tmp_path, finished, data_copy,
+                                                           split):
+    ddir = tmp_path / "data"
+    shutil.copytree(data_copy, ddir)
+    run = copy_run(finished, tmp_path / "runs")
+    meta = json.loads((run / "config.json").read_text())
+    meta["data"]["dir"] = str(ddir)
+    (run / "config.json").write_text(json.dumps(meta))
+    other = synth.generate(10, seed=999, name=split)       # same schema, other content
+    data.save_npz(other, data.split_path(ddir, split))
+    before = listing(run)
+    line = one_line_error(resume(run))
+    assert f"split '{split}'" in line and "changed" in line, line
+    assert listing(run) == before
+
+
+def test_data_generate_force_keeps_the_previous_split(tmp_path):
+    out = tmp_path / "d"
+    assert invoke("data", "generate", "--out", out, "--sequences", 3).exit_code == 0
+    old = (out / "train.npz").read_bytes()
+    r = invoke("data", "generate", "--out", out, "--sequences", 4)
+    assert "--force" in one_line_error(r)
+    assert (out / "train.npz").read_bytes() == old
+    r = invoke("data", "generate", "--out", out, "--sequences", 4, "--force")
+    assert r.exit_code == 0, r.output
+    kept = list((out / "previous").glob("train-*.npz"))
+    assert len(kept) == 1 and kept[0].read_bytes() == old
+    assert (out / "train.npz").read_bytes() != old
+    assert not list((out / "previous").glob("valid-*"))   # unchanged splits are not copied
+
+
+def test_resume_with_other_data_is_refused_before_any_work(tmp_path, finished, small_data_dir):
+    run = copy_run(finished, tmp_path / "runs")
+    before = listing(run)
+    line = one_line_error(resume(run, "--data", small_data_dir))
+    assert "--data" in line and "cannot be changed on --resume" in line
+    assert listing(run) == before
+    recorded = json.loads((run / "config.json").read_text())["data"]["dir"]
+    assert resume(run, "--data", recorded).exit_code == 0     # the run's own data: fine
+
+
+@pytest.mark.parametrize("option", ["--resume", "--name", "--runs-dir"])
+def test_empty_run_options_are_errors(tmp_path, data_copy, option):
+    args = ["run", "--population", POP, "--generations", 1, "--data", data_copy,
+            "--no-writeback"]
+    if option != "--runs-dir":
+        args += ["--runs-dir", tmp_path / "runs"]
+    line = one_line_error(invoke(*args, option, ""))
+    assert option in line
+    assert not (tmp_path / "runs").exists()
+
+
+# ------------------------------------------------------------------------------------
+# 12. One JSON reader: same limits, one-line errors everywhere (items 4, 8)
+# ------------------------------------------------------------------------------------
+
+HOSTILE_JSON = {
+    "deep": ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    "digits": ("[" + "9" * 5000 + "]", "digits"),
+    "infinity": ('{"x": Infinity}', "non-finite"),
+    "overflow": ('{"x": 1e999}', "out of range"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
+def test_json_reader_limits(case):
+    from evolve.runs import jsonio
+    text, words = HOSTILE_JSON[case]
+    with pytest.raises(jsonio.JsonError, match=words):
+        jsonio.loads(text, "f.json")
+
+
+@pytest.mark.parametrize("case", ["deep", "digits"])
+def test_data_json_import_hostile(tmp_path, case):
+    f = tmp_path / "x.json"
+    f.write_text(HOSTILE_JSON[case][0])
+    line = one_line_error(invoke("data", "import", f, "--split", "train",
+                                 "--out", tmp_path / "o"))
+    assert str(f) in line and HOSTILE_JSON[case][1] in line
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
+def test_history_line_hostile(tmp_path, finished, case):
+    run = copy_run(finished, tmp_path / "runs")
+    with open(run / "history.jsonl", "a") as fh:
+        fh.write(HOSTILE_JSON[case][0] + "\n")
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", run.parent))
+    assert "history.jsonl" in line and HOSTILE_JSON[case][1] in line
+
+
+def _zip(path: Path, members: dict) -> Path:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, payload in members.items():
+            zf.writestr(name, payload)
+    return path
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
+def test_trace_meta_hostile(tmp_path, case):
+    text, words = HOSTILE_JSON[case]
+    f = _zip(tmp_path / "train.npz", {"meta.json": text})
+    with pytest.raises(data.DataError, match=words):
+        traces.load(f)
+    assert not traces.is_trace_file(f)
+
+
+@pytest.mark.parametrize("key,value", [("block_size", 10 ** 30), ("block_size", 2.5),
+                                       ("top_k", -1), ("context_len", True)])
+def test_trace_meta_absurd_values(tmp_path, key, value):
+    from tests import tracekit
+    ts = tracekit.split("test")
+    f = tmp_path / "test.npz"
+    traces.save(traces.TraceSplit(ts.columns, {**ts.meta, key: value}, "test"), f)
+    with pytest.raises(data.DataError, match=key):
+        traces.load(f)
+
+
+def test_simulate_refuses_a_config_it_cannot_rebuild(tmp_path):
+    from tests import tracekit
+    ts = tracekit.split("test")
+    for key, value in (("prompt_len", 10 ** 12), ("seed", "0"), ("temperature", 1e300 * 0),
+                       ("max_files", -3)):
+        meta = {**ts.meta, "config": {**ts.meta["config"], key: value}}
+        if isinstance(value, float) and value != value:
+            continue                       # NaN cannot even be written (allow_nan=False)
+        d = tmp_path / key
+        traces.save(traces.TraceSplit(ts.columns, meta, "test"), d / "test.npz")
+        r = invoke("simulate", "--heuristic", "standard_rejection", "--data", d,
+                   "--split", "test")
+        assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
+        line = r.stderr.strip().splitlines()[-1]      # after a progress note
+        assert line.startswith("error: ") and "config" in line and key in line, line
+
+
+@pytest.mark.parametrize("args,words", [
+    (["data", "generate", "--seed", "-5"], "--seed"),
+    (["data", "trace", "--temperature", "inf"], "--temperature"),
+    (["data", "trace", "--temperature", "nan"], "--temperature"),
+    (["data", "trace", "--train-prompts", str(10 ** 12)], "--train-prompts"),
+    (["data", "trace", "--blocks-per-prompt", str(10 ** 12)], "--blocks-per-prompt"),
+    (["data", "trace", "--train-prompts", "900000", "--blocks-per-prompt", "9000"],
+     "--train-prompts"),
+])
+def test_absurd_data_options_are_one_line(tmp_path, args, words):
+    line = one_line_error(invoke(*args, "--out", tmp_path / "o"))
+    assert words in line
+    assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------
+# 13. Run files are checked against schemas; one damaged run does not hide the others
+#     (items 5, 10)
+# ------------------------------------------------------------------------------------
+
+def _edit_json(path: Path, edit):
+    doc = json.loads(path.read_text())
+    doc = edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _set(key, value):
+    def edit(doc):
+        doc[key] = value
+        return doc
+    return edit
+
+
+def _metric(split, value):
+    def edit(doc):
+        doc["metrics"][split] = value
+        return doc
+    return edit
+
+
+CRAFTED = [
+    ("summary.json", lambda d: [1, 2], "summary must be a JSON object"),
+    ("summary.json", lambda d: "finished", "summary must be a JSON object"),
+    ("summary.json", _set("status", {"x": 1}), "'status'"),
+    ("summary.json", _set("generation", "3"), "'generation'"),
+    ("summary.json", _set("resume", "rm -rf ~"), "'resume'"),
+    ("summary.json", _set("resume", "evolve run --resume r; rm -rf ~"), "'resume'"),
+    ("champion.json", _set("metrics", [1, 2]), "'metrics'"),
+    ("champion.json", _set("metrics", "good"), "'metrics'"),
+    ("champion.json", _metric("valid", [0.5]), "'metrics.valid'"),
+    ("champion.json", _metric("test", {"fitness": "0.5"}), "'metrics.test.accept_rate'"),
+    ("champion.json", _set("generation", -1), "'generation'"),
+    ("champion.json", lambda d: None, "champion must be a JSON object"),
+]
+
+
+@pytest.mark.parametrize("name,edit,words", CRAFTED)
+def test_crafted_run_file_inspect_one_line_and_runs_lists_the_rest(tmp_path, finished, name,
+                                                                   edit, words):
+    parent = tmp_path / "runs"
+    copy_run(finished, parent, "good")
+    run = copy_run(finished, parent, "r")
+    _edit_json(run / name, edit)
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", parent))
+    assert name in line and words in line, line
+    r = invoke("runs", "--runs-dir", parent, "--json")
+    assert r.exit_code == 0, r.output
+    rows = {row["run"]: row for row in json.loads(r.stdout)}
+    assert rows["good"]["status"] == "finished" and rows["good"]["valid_fitness"] is not None
+    assert rows["r"]["status"].startswith("damaged: ") and name in rows["r"]["status"]
+    r = invoke("runs", "--runs-dir", parent)
+    assert r.exit_code == 0 and "damaged" in r.stdout and "good" in r.stdout
+
+
+@pytest.mark.parametrize("field,value,words", [
+    ("best_train", "NaN", "non-finite"),
+    ("best_train", '"high"', "'best_train'"),
+    ("best_valid", "1e999", "out of range"),
+    ("mean_size", "[1]", "'mean_size'"),
+    ("generation", "-2", "'generation'"),
+])
+def test_crafted_history_line(tmp_path, finished, field, value, words):
+    run = copy_run(finished, tmp_path / "runs")
+    lines = (run / "history.jsonl").read_text().splitlines()
+    rec = json.loads(lines[1])
+    rec[field] = "@@"
+    lines[1] = json.dumps(rec).replace('"@@"', value)
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", run.parent))
+    assert "history.jsonl" in line and "line 2" in line and words in line, line
+
+
+def test_missing_history_field_names_file_line_and_field(tmp_path, finished):
+    run = copy_run(finished, tmp_path / "runs")
+    lines = (run / "history.jsonl").read_text().splitlines()
+    rec = json.loads(lines[0])
+    del rec["best_train"]
+    lines[0] = json.dumps(rec)
+    (run / "history.jsonl").write_text("\n".join(lines) + "\n")
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", run.parent))
+    assert "history.jsonl: line 1" in line and "'best_train'" in line, line
+
+
+@pytest.mark.parametrize("series,budget,words", [
+    ({"a": [[1e308, 1.0], [-1e308, 2.0]]}, 0.02, "'series.a'"),
+    ({"a": [[0.01, "x"]]}, 0.02, "'series.a'"),
+    ({"a": "points"}, 0.02, "'series.a'"),
+    ({"a": [[0.01, 2.0]]}, -1e308, "'budget'"),
+])
+def test_crafted_pareto_file(tmp_path, finished, series, budget, words):
+    run = copy_run(finished, tmp_path / "runs")
+    (run / "pareto.json").write_text(json.dumps({"split": "valid", "budget": budget,
+                                                 "series": series}))
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", run.parent))
+    assert "pareto.json" in line and words in line, line
+
+
+def test_control_sequences_and_markup_from_run_files_are_escaped(tmp_path, finished):
+    run = copy_run(finished, tmp_path / "runs")
+    _edit_json(run / "config.json",
+               lambda d: {**d, "config": {**d["config"], "seed": "\x1b[2J[bold red]x\x07",
+                                          "\x1b]0;title\x07": "\u202egnp.exe\nfake line"}})
+    r = invoke("inspect", "r", "--runs-dir", run.parent)
+    assert r.exit_code == 0, r.output
+    assert ESC not in r.output and "\x07" not in r.output and "\u202e" not in r.output
+    assert "\\x1b[2J[bold red]x\\x07" in r.stdout          # shown, escaped, no markup
+    assert "\nfake line" not in r.stdout
+    # a crafted summary: listed as damaged, and printing the listing moves nothing
+    (run / "summary.json").write_text(json.dumps({"status": "\x1b[2J\x1b[1;1Hfinished"}))
+    r = invoke("runs", "--runs-dir", run.parent)
+    assert r.exit_code == 0 and ESC not in r.output and "damaged" in r.stdout
+
+
+def test_terminal_escapes_everything_it_prints(capsys):
+    from evolve.cli.render import printable
+    assert printable("a\x1bb\x9bc\u202ed\n") == "a\\x1bb\\x9bc\\u202ed\\x0a"
+    assert printable("x\ny", keep_newlines=True) == "x\ny"
+    t = Terminal()
+    t.table("[bold]t\x1b", [("h[red]", "left")], [["[blink]v\x1b[5m"]])
+    t.result("r[bold]\x1b[0m")
+    t.error("e\x1b[2J\nsecond line")
+    out, err = capsys.readouterr()
+    assert ESC not in out + err
+    assert "[blink]v\\x1b[5m" in out and "[bold]t" in out and "r[bold]" in out
+    assert err.count("\n") == 1 and "second line" not in err
+
+
+# ------------------------------------------------------------------------------------
+# 14. Resource limits while reading (item 6)
+# ------------------------------------------------------------------------------------
+
+def _npy(shape, dtype="<f8", payload: bytes = b"") -> bytes:
+    header = {"descr": dtype, "fortran_order": False, "shape": shape}
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    return buf.getvalue() + payload
+
+
+def test_npz_member_declaring_a_huge_shape_is_refused_before_allocating(tmp_path):
+    f = _zip(tmp_path / "train.npz", {"draft_prob.npy": _npy((10 ** 15,), payload=b"\0" * 8)})
+    with pytest.raises(data.DataError, match="declares shape"):
+        data.load_npz(f)
+
+
+def test_npz_member_that_inflates_beyond_its_shape_is_refused(tmp_path):
+    f = tmp_path / "train.npz"
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("draft_prob.npy", _npy((4,), payload=b"\0" * (64 * 1024 * 1024)))
+    assert f.stat().st_size < 1024 * 1024                  # a small file ...
+    t0 = time.perf_counter()
+    with pytest.raises(data.DataError, match="more data than its shape"):
+        data.load_npz(f)                                   # ... not inflated whole
+    assert time.perf_counter() - t0 < 5
+
+
+def test_npz_compressed_bomb_with_a_big_declared_shape_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "MAX_SPLIT_BYTES", 1024 * 1024)
+    f = tmp_path / "train.npz"
+    with zipfile.ZipFile(f, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("draft_prob.npy", _npy((1024 * 1024,), payload=b"\0" * (8 * 1024 * 1024)))
+    with pytest.raises(data.DataError, match="limit"):
+        data.load_npz(f)
+
+
+def test_object_arrays_are_refused(tmp_path):
+    f = _zip(tmp_path / "train.npz", {"draft_prob.npy": _npy((1,), dtype="|O")})
+    with pytest.raises(data.DataError, match="object arrays|not a readable"):
+        data.load_npz(f)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
+def test_non_regular_files_are_refused_without_reading(tmp_path, finished, data_copy, kind):
+    def plant(path: Path):
+        path.unlink()
+        if kind == "fifo":
+            os.mkfifo(path)                                # opening it would wait forever
+        elif kind == "device":
+            path.symlink_to("/dev/zero")                   # reading it never ends
+        else:
+            path.mkdir()
+    run = copy_run(finished, tmp_path / "runs")
+    for name in ("checkpoint.json", "history.jsonl"):
+        plant(run / name)
+    line = one_line_error(resume(run))
+    assert "not a regular file" in line
+    line = one_line_error(invoke("inspect", "r", "--runs-dir", run.parent))
+    assert "not a regular file" in line
+    ddir = tmp_path / "data"
+    shutil.copytree(data_copy, ddir)
+    plant(ddir / "valid.npz")
+    line = one_line_error(invoke("data", "info", "--data", ddir))
+    assert "valid.npz" in line and "not a regular file" in line
+    js = tmp_path / "x.json"
+    js.write_text("[]")
+    plant(js)
+    line = one_line_error(invoke("data", "import", js, "--split", "t", "--out", tmp_path / "o"))
+    assert "not a regular file" in line
+
+
+def test_json_read_is_capped(tmp_path):
+    from evolve.runs import jsonio
+    f = tmp_path / "big.json"
+    f.write_text("[" + "1," * 1000 + "1]")
+    with pytest.raises(jsonio.JsonError, match="larger than 100"):
+        jsonio.read_json(f, "file", limit=100)
+
+
+# ------------------------------------------------------------------------------------
+# 15. A broken hand-edited heuristics/evolved.py (item 7)
+# ------------------------------------------------------------------------------------
+
+SIG = "draft_prob, target_prob, position, draft_entropy, target_entropy, top_token_match"
+BROKEN = {
+    "syntax": ("def evolved(:\n", "SyntaxError"),
+    "missing function": ("x = 1\n", "AttributeError"),
+    "wrong signature": ("def evolved(a, b):\n    return a\n", "cannot be compiled"),
+    "wrong return type": (f"def evolved({SIG}):\n    return 'high'\n", "cannot be compiled"),
+    "raises on import": ("raise RuntimeError('edited')\n", "RuntimeError"),
+    "raises when called": (f"def evolved({SIG}):\n    raise ValueError('boom')\n",
+                           "fails when called"),
+}
+
+
+@pytest.fixture
+def broken_evolved(tmp_path, monkeypatch):
+    """Make `import heuristics.evolved` find a file of the test's choosing."""
+    import heuristics
+    from heuristics import registry
+    d = tmp_path / "edited"
+    d.mkdir()
+    monkeypatch.setattr(heuristics, "__path__", [str(d)] + list(heuristics.__path__))
+    monkeypatch.delitem(sys.modules, "heuristics.evolved", raising=False)
+    monkeypatch.setattr(registry, "_compiled", {k: v for k, v in registry._compiled.items()
+                                                if k != registry.EVOLVED})
+
+    def write(text: str):
+        (d / "evolved.py").write_text(text)
+    return write
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_evolved_is_reported_and_baselines_still_benchmarked(small_data_dir,
+                                                                    broken_evolved, case):
+    text, words = BROKEN[case]
+    broken_evolved(text)
+    r = invoke("benchmark", "--data", small_data_dir, "--repeats", 1)
+    assert r.exit_code == 0, (r.output, r.exception)
+    warn = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: evolved skipped")]
+    assert len(warn) == 1 and words in warn[0], r.stderr
+    assert "Traceback" not in r.output
+    assert "standard_rejection" in r.stdout and "evolved *" not in r.stdout
+
+
+# ------------------------------------------------------------------------------------
+# 16. Trees beyond the run's limits are refused from a checkpoint (item 11)
+# ------------------------------------------------------------------------------------
+
+def _full(height: int) -> str:
+    return "draft_prob" if height == 0 else f"add({_full(height - 1)}, {_full(height - 1)})"
+
+
+TOO_BIG = _full(6)                                      # 127 nodes, height 6 (size > 60)
+TOO_TALL = "neg(" * 12 + "target_prob" + ")" * 12       # 13 nodes, height 12 (> 10)
+
+
+@pytest.mark.parametrize("field", ["population", "hall_of_fame", "valid_hall_of_fame"])
+@pytest.mark.parametrize("tree,words", [(TOO_BIG, "max_size 60"), (TOO_TALL, "max_height 10")],
+                         ids=["too-big", "too-tall"])
+def test_checkpoint_tree_beyond_limits_is_refused(tmp_path, finished, field, tree, words):
+    run = copy_run(finished, tmp_path / "runs")
+
+    def edit(state):
+        item = state[field][0]
+        item["tree"] = tree
+        if "size" in item:
+            item["size"] = tree.count("(") + tree.count(",") + 1
+        return state
+    _edit_json(run / "checkpoint.json", edit)
+    before = listing(run)
+    line = one_line_error(resume(run))
+    assert "checkpoint.json" in line and f"'{field}' item 0" in line and words in line, line
+    assert listing(run) == before
