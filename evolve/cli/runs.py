@@ -58,6 +58,10 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True, help="Do not touch heuristics/evolved.py.")
+@click.option("--cluster", type=str, default=None, metavar="local:N",
+              help="Score sharded traces on a local Dask cluster of N worker processes.")
+@click.option("--scheduler", type=str, default=None, metavar="ADDRESS",
+              help="Score sharded traces on the Dask cluster at ADDRESS.")
 @click.option("--force", is_flag=True, help="Write back even if not better on valid.")
 @data_option
 @runs_dir_option
@@ -65,7 +69,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_prob, mut_prob,
             max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
-            no_writeback, force, data_dir, runs_dir, json_mode):
+            no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve.runs import runner
     from evolve.runs import paths
@@ -91,7 +95,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_
         data_dir = default_traces() if obj is not None and obj.traces else default_data()
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=not no_writeback, force=force)
+                             writeback=not no_writeback, force=force, cluster=cluster,
+                             scheduler=scheduler)
     code, result = runner.execute(opts, out)
     if json_mode:
         out.print_json(result)

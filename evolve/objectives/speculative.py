@@ -39,6 +39,8 @@ class TraceObjective(Objective):
         self.help = help
 
     def evaluator(self, split, name: str) -> Evaluator:
+        if hasattr(split, "evaluator"):      # a sharded split (evolve.cluster) scores itself
+            return split.evaluator(name)
         from evolve.kernels.speculative import population_objectives
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
@@ -66,9 +68,18 @@ class TraceObjective(Objective):
     def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
         from evolve.kernels.speculative import population_results
         from evolve.lang import treeio
+        from evolve.objectives.spec import objectives_from_sums
         progs = treeio.linearise([nodes])
-        return {k: population_results(progs, spec_arrays(k, splits, evaluators),
-                                      with_kl=True)[0].to_dict() for k in splits}
+        out = {}
+        for k, split in splits.items():
+            if hasattr(split, "sums"):       # sharded: summed where the shards are
+                out[k] = objectives_from_sums(split.sums(progs, with_kl=True)[0],
+                                              split.n_blocks,
+                                              int(split.meta["block_size"])).to_dict()
+            else:
+                out[k] = population_results(progs, spec_arrays(k, splits, evaluators),
+                                            with_kl=True)[0].to_dict()
+        return out
 
     def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
         """What a finished trace run adds: the baselines tuned on valid to the run's
@@ -110,7 +121,11 @@ def spec_arrays(name: str, splits: dict, evaluators: dict):
     """A split's SpecArrays: the evaluator's when there is one, else made now."""
     from evolve.objectives.spec import SpecArrays
     ev = evaluators.get(name)
-    return ev.arrays if ev is not None else SpecArrays.from_split(splits[name])
+    if ev is not None and isinstance(ev.arrays, SpecArrays):
+        return ev.arrays
+    if hasattr(splits[name], "spec_arrays"):      # sharded: the whole split, loaded now
+        return splits[name].spec_arrays()
+    return SpecArrays.from_split(splits[name])
 
 
 def evolved_front(engine, sas: dict) -> list[dict]:

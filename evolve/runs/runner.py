@@ -41,6 +41,8 @@ class RunOptions:
     writeback: bool = True
     force: bool = False
     heuristics_dir: Path | None = None
+    cluster: str | None = None       # execution only (not results): local:N workers
+    scheduler: str | None = None     # or the address of an existing Dask scheduler
 
 
 class StopRequested:
@@ -88,11 +90,19 @@ def _check_writable(parent: Path) -> None:
         raise RunError(f"--runs-dir: {parent}: not writable")
 
 
-def load_run_splits(cfg: Config, data_dir: Path) -> dict:
-    """The splits a run evolves on: token splits, or traces for trace objectives."""
+def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
+    """The splits a run evolves on: token splits, or traces for trace objectives
+    (sharded traces are evaluated through ``session``, in-process by default)."""
     if not OBJECTIVES[cfg.objective].traces:
+        if session is not None and session.distributed:
+            session.attach({})          # raises: a cluster needs sharded traces
         return data.load_splits(data_dir)
-    from evolve.data import traces
+    from evolve.cluster.session import Session
+    from evolve.data import shards, traces
+    session = session or Session()
+    if shards.is_sharded(data_dir):
+        return session.attach(shards.load_splits(data_dir))
+    session.attach({})
     if not Path(data_dir).is_dir():
         raise data.DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
                              "about 2 s, or `make traces`)")
@@ -103,20 +113,20 @@ def load_run_splits(cfg: Config, data_dir: Path) -> dict:
     return traces.load_splits(data_dir)
 
 
-def prepare(opts: RunOptions):
+def prepare(opts: RunOptions, session=None):
     """Validate everything and load data before any work; returns (run, splits, engine, state).
 
     Nothing is created or changed on disk until every check has passed.
     """
     if opts.resume:
-        return _prepare_resume(opts)
+        return _prepare_resume(opts, session)
     opts.config.validate()
     name = check_name(opts.name) if opts.name else default_name(opts.config.seed)
     _check_writable(opts.runs_parent)
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
-    splits = load_run_splits(opts.config, opts.data_dir)
+    splits = load_run_splits(opts.config, opts.data_dir, session)
     engine = Evolution(opts.config, splits["train"], splits["valid"])
     run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
         "dir": str(opts.data_dir.resolve()),
@@ -125,7 +135,7 @@ def prepare(opts: RunOptions):
     return run, splits, engine, opts.data_dir
 
 
-def _prepare_resume(opts: RunOptions):
+def _prepare_resume(opts: RunOptions, session=None):
     try:
         run = RunDir.open(opts.runs_parent, opts.resume)
     except RunError as e:
@@ -144,7 +154,7 @@ def _prepare_resume(opts: RunOptions):
         raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
                           f"at generation {at}")
     data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
-    splits = load_run_splits(cfg, data_dir)
+    splits = load_run_splits(cfg, data_dir, session)
     engine = Evolution(cfg, splits["train"], splits["valid"])
     if state is not None:
         try:
@@ -168,13 +178,22 @@ def resume_command(opts: RunOptions, run: RunDir) -> str:
         parts.append("--no-writeback")
     if opts.force:
         parts.append("--force")
+    for opt, value in (("--cluster", opts.cluster), ("--scheduler", opts.scheduler)):
+        if value:
+            parts += [opt, value]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
     """Run (or resume) evolution; returns (exit code, result dict)."""
-    with StopRequested(term) as stop:
-        run, splits, engine, data_dir = prepare(opts)
+    from evolve.cluster import ClusterError
+    from evolve.cluster.session import Session
+    with StopRequested(term) as stop, Session(opts.cluster, opts.scheduler,
+                                              opts.config.threads or 0) as session:
+        try:
+            run, splits, engine, data_dir = prepare(opts, session)
+        except ClusterError as e:
+            raise RunError(str(e)) from None
         cfg = engine.config
         resumed = engine.generation >= 0
         try:
@@ -197,6 +216,12 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
             # A signal from here on is noted and ignored (a second one exits at once):
             # finishing takes seconds and every file it writes is atomic.
             return 0, finish(run, engine, splits, opts, term)
+        except ClusterError as e:
+            _try_summary(run, {"status": "failed", "generation": engine.generation,
+                               "error": str(e), "ended": now_iso()})
+            raise RunError(f"{e} at generation {engine.generation + 1}; the last good "
+                           f"checkpoint is kept; resume with: {resume_command(opts, run)}"
+                           ) from None
         except OSError as e:
             what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
                                            else "")
