@@ -58,8 +58,9 @@ class DaskShards:
         exc = fut.exception()
         from distributed import KilledWorker
         if isinstance(exc, KilledWorker):
-            raise ClusterError(f"shard set {self.name!r}: workers died while running "
-                               f"{fut.key} (more often than allowed-failures); stopping")
+            raise ClusterError(f"a worker died while scoring the {self.name} shards, more "
+                               "often than distributed.scheduler.allowed-failures allows; "
+                               "stopping")
         raise exc
 
     def sums(self, progs, with_kl: bool):

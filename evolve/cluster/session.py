@@ -130,7 +130,7 @@ class Session:
                 with dask.config.set({"distributed.scheduler.work-stealing": False}):
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.n_local, threads_per_worker=1, processes=True,
-                        dashboard_address=None, silence_logs=logging.ERROR)
+                        dashboard_address=":0", silence_logs=logging.CRITICAL)
                 self.client = distributed.Client(self._cluster)
             else:
                 self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT_S)
