@@ -52,7 +52,8 @@ class DaskShards:
         for f in self.futures:
             if f.status == "error":
                 self._raise(f)
-        self.comm_seconds = 0.0     # wall time of a call not spent in the slowest task
+        self.comm_seconds = 0.0     # wall time of calls beyond the busiest worker's kernels
+        self.task_seconds: list = []   # the last call's kernel seconds, per shard
 
     def _raise(self, fut):
         exc = fut.exception()
@@ -87,7 +88,10 @@ class DaskShards:
             if f.status == "error":
                 self._raise(f)
         results = self.client.gather(futs)
-        slowest = max(t for _, t in results)
-        self.comm_seconds += max(0.0, time.perf_counter() - t0 - slowest)
-        return fixed.total(r for r, _ in results)
+        self.task_seconds = [t for _, t, _ in results]
+        busy: dict = {}
+        for _, t, proc in results:         # a worker runs its shards' tasks one by one
+            busy[proc] = busy.get(proc, 0.0) + t
+        self.comm_seconds += max(0.0, time.perf_counter() - t0 - max(busy.values()))
+        return fixed.total(r for r, _, _ in results)
 

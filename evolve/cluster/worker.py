@@ -53,11 +53,14 @@ def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0) -> np.n
 
 
 def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0):
-    """``score`` and the seconds it took (the rest of a call is communication)."""
+    """``score``, the seconds it took and the process that ran it (host, pid): the
+    rest of a call's wall time is communication and scheduling."""
+    import os
+    import socket
     import time
     t = time.perf_counter()
     out = score(shard, payload, with_kl, threads)
-    return out, time.perf_counter() - t
+    return out, time.perf_counter() - t, (socket.gethostname(), os.getpid())
 
 
 def warm(ts) -> None:
@@ -72,3 +75,11 @@ def warm(ts) -> None:
     from evolve.kernels.speculative import population_sums
     for with_kl in (False, True):
         population_sums(progs, sa, with_kl)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (what the cluster benchmark asks workers)."""
+    import resource
+    import sys
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)

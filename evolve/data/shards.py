@@ -262,6 +262,18 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
     return ShardedSplit(directory, meta, m["rows"], list(m["shards"]), name or directory.name)
 
 
+def reshard(split: ShardedSplit, out: str | os.PathLike, rows_per_shard: int) -> Path:
+    """Write ``split`` again with another shard size, one shard in memory at a time."""
+    w = SplitWriter(out, split.meta, rows_per_shard)
+    try:
+        for i in range(len(split.shards)):
+            w.add({f: np.array(a) for f, a in split.shard(i).columns.items()})
+        return w.commit()
+    except BaseException:
+        w.abort()
+        raise
+
+
 def load_splits(directory: str | os.PathLike, splits=T.SPLITS) -> dict:
     directory = Path(directory)
     return {s: open_split(directory / s, name=s) for s in splits}
