@@ -55,6 +55,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--seed-baselines", is_flag=True, default=None,
               help="Put the baselines (as trees) into the first population.")
 @click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
+@click.option("--batch-blocks", type=int, default=None,
+              help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True, help="Do not touch heuristics/evolved.py.")
@@ -68,7 +70,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @json_option
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_prob, mut_prob,
-            max_height, max_size, init_max_height, elitism, seed_baselines, threads, name, resume,
+            max_height, max_size, init_max_height, elitism, seed_baselines, threads,
+            batch_blocks, name, resume,
             no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve.runs import runner
@@ -80,7 +83,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, tournament, cx_
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
-             "tv_budget": tv_budget}
+             "tv_budget": tv_budget, "batch_blocks": batch_blocks}
     out = term(json_mode)
     if resume:
         extra = [k for k, v in given.items() if v is not None and k != "generations"]

@@ -7,6 +7,8 @@ from __future__ import annotations
 import time
 import uuid
 
+import numpy as np
+
 from evolve.cluster import ClusterError, worker
 from evolve.kernels import fixed
 
@@ -14,16 +16,29 @@ NO_WORKERS_GRACE_S = 60.0     # no worker at all for this long: the run stops
 POLL_S = 2.0
 
 
+def per_shard(split, blocks) -> list:
+    """Global block numbers (sorted) -> each shard's local block numbers (None: all)."""
+    if blocks is None:
+        return [None] * len(split.shards)
+    g = split.block_size
+    edges = np.cumsum([0] + [e["rows"] // g for e in split.shards])
+    blocks = np.asarray(blocks, dtype=np.int64)
+    return [blocks[(blocks >= a) & (blocks < b)] - a for a, b in zip(edges[:-1], edges[1:])]
+
+
 class LocalShards:
     """Every shard loaded in this process, scored one after the other."""
 
     def __init__(self, split):
+        self.split = split
         self.shards = [worker.load_shard(p, split.meta) for p in split.shard_paths()]
         self.comm_seconds = 0.0
 
-    def sums(self, progs, with_kl: bool):
+    def sums(self, progs, with_kl: bool, blocks=None):
         payload = worker.programs_payload(progs)
-        return fixed.total(worker.score(s, payload, with_kl) for s in self.shards)
+        return fixed.total(worker.score(s, payload, with_kl, 0, b) for s, b in
+                           zip(self.shards, per_shard(self.split, blocks))
+                           if b is None or b.size)
 
 
 class DaskShards:
@@ -39,6 +54,7 @@ class DaskShards:
     def __init__(self, client, split, threads: int = 0):
         from distributed import wait
         self.client = client
+        self.split = split
         self.threads = threads
         self.name = split.name
         workers = sorted(client.scheduler_info()["workers"])
@@ -64,12 +80,14 @@ class DaskShards:
                                "stopping")
         raise exc
 
-    def sums(self, progs, with_kl: bool):
+    def sums(self, progs, with_kl: bool, blocks=None):
         from distributed import wait
         t0 = time.perf_counter()
         payload = worker.programs_payload(progs)
-        futs = [self.client.submit(worker.timed_score, f, payload, with_kl, self.threads,
-                                   pure=False) for f in self.futures]
+        futs = [self.client.submit(worker.timed_score, f, payload, with_kl, self.threads, b,
+                                   pure=False)
+                for f, b in zip(self.futures, per_shard(self.split, blocks))
+                if b is None or b.size]
         alone_since = None
         while True:
             try:

@@ -47,16 +47,21 @@ class ClusterSplit:
     def n_blocks(self) -> int:
         return self.split.n_blocks
 
-    def sums(self, progs, with_kl: bool = True) -> np.ndarray:
-        """float64 kernel sums (P, 5 + 2g) over every shard, exact (see kernels.fixed)."""
+    def sums(self, progs, with_kl: bool = True, blocks=None) -> np.ndarray:
+        """float64 kernel sums (P, 5 + 2g) over every shard (or over the blocks
+        ``blocks``), exact (see kernels.fixed)."""
         from evolve.kernels import fixed
-        return fixed.to_float(self.backend.sums(progs, with_kl))
+        return fixed.to_float(self.backend.sums(progs, with_kl, blocks))
 
-    def evaluator(self, name: str):
+    def evaluator(self, name: str, blocks=None):
+        """The split's evaluator; ``batch(blocks)`` gives one over some of its blocks."""
         from evolve.objectives.base import Evaluator
-        shape = Shape(int(self.meta["block_size"]), int(self.meta["top_k"]), len(self.split))
-        return Evaluator(name, lambda progs: self.sums(progs, with_kl=False), shape,
-                         shape.n * shape.k)
+        g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
+        shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
+        ev = Evaluator(name, lambda progs: self.sums(progs, False, blocks), shape,
+                       shape.n * shape.k)
+        ev.batch = lambda b: self.evaluator(f"{name} batch", b)
+        return ev
 
     def spec_arrays(self):
         """The whole split's SpecArrays in this process (finishing reports only)."""

@@ -42,24 +42,27 @@ def programs_payload(progs) -> tuple:
     return (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
 
 
-def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0) -> np.ndarray:
-    """Exact fixed-point sums of every program on one shard, int64 (P, C, 2)."""
+def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
+          blocks=None) -> np.ndarray:
+    """Exact fixed-point sums of every program on one shard (or on its blocks
+    ``blocks``, shard-local numbers), int64 (P, C, 2)."""
     from evolve.kernels.speculative import population_sums
     from evolve.lang.treeio import Programs
     if threads:
         import numba
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
-    return population_sums(Programs(*payload), shard.sa, with_kl)
+    sa = shard.sa if blocks is None else shard.sa.blocks(blocks)
+    return population_sums(Programs(*payload), sa, with_kl)
 
 
-def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0):
+def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, blocks=None):
     """``score``, the seconds it took and the process that ran it (host, pid): the
     rest of a call's wall time is communication and scheduling."""
     import os
     import socket
     import time
     t = time.perf_counter()
-    out = score(shard, payload, with_kl, threads)
+    out = score(shard, payload, with_kl, threads, blocks)
     return out, time.perf_counter() - t, (socket.gethostname(), os.getpid())
 
 

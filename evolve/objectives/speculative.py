@@ -44,8 +44,7 @@ class TraceObjective(Objective):
         from evolve.kernels.speculative import population_objectives
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
-        return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=False),
-                         sa, sa.n * sa.k)
+        return array_evaluator(sa, name)
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
@@ -115,6 +114,16 @@ class TraceObjective(Objective):
         }
         return {"champion": {"tv_budget": budget, "baselines_tuned_on_valid": tuned},
                 "files": files, "series": series}
+
+
+def array_evaluator(sa, name: str) -> Evaluator:
+    """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
+    some of its blocks (``--batch-blocks``)."""
+    from evolve.kernels.speculative import population_objectives
+    ev = Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=False),
+                   sa, sa.n * sa.k)
+    ev.batch = lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch")
+    return ev
 
 
 def spec_arrays(name: str, splits: dict, evaluators: dict):

@@ -38,6 +38,7 @@ class Config:
     tv_budget: float = 0.02     # objective "speed": mean TV per token allowed
     threads: int = 0            # 0: Numba's default (all cores)
     checkpoint_every: int = 1
+    batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
 
     def validate(self) -> None:
         def need(cond, option, value, what):
@@ -72,6 +73,12 @@ class Config:
              f"expected 0..population-1 ({self.population - 1})")
         need(1 <= self.hof_size <= 1000, "hof_size", self.hof_size, "expected 1..1000")
         need(self.threads >= 0, "threads", self.threads, "expected >= 0 (0 = all cores)")
+        need(self.batch_blocks >= 0, "batch_blocks", self.batch_blocks,
+             "expected a number of draft blocks >= 0 (0 = the whole train split)")
+        need(not self.batch_blocks or (self.objective in OBJECTIVES
+                                       and OBJECTIVES[self.objective].traces
+                                       and not OBJECTIVES[self.objective].multi),
+             "batch_blocks", self.batch_blocks, "minibatches are for the objective speed")
         need(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
              "expected >= 1")
 
