@@ -122,7 +122,7 @@ def test_mismatched_shard_schemas(sharded, tmp_path):
         a = np.load(sdir / f"{f}.npy")[:, :-1]
         np.save(sdir / f"{f}.npy", a)
         m["shards"][1]["columns"][f] = {"dtype": a.dtype.str, "shape": list(a.shape),
-                                        "sha256": S._digest(sdir / f"{f}.npy")}
+                                        "sha256": S.digest(sdir / f"{f}.npy")}
     p.write_text(json.dumps(m))
     one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
                    "shard-00001/cand_token.npy", "mismatched shard schemas")
@@ -135,13 +135,14 @@ def test_bad_row_names_the_shard_and_row(sharded, tmp_path):
     a = np.load(sdir / "q_max.npy")
     a[5] = 2.0
     np.save(sdir / "q_max.npy", a)
-    m["shards"][1]["columns"]["q_max"]["sha256"] = S._digest(sdir / "q_max.npy")
+    m["shards"][1]["columns"]["q_max"]["sha256"] = S.digest(sdir / "q_max.npy")
     p.write_text(json.dumps(m))
     one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
                    "shard-00001", "'q_max' row 5")
 
 
-def test_bad_options_and_inputs(npz_dir, tmp_path):
+def test_bad_options_and_inputs(npz_dir, sharded, tmp_path):
+    one_line_error(invoke("data", "shard", npz_dir, "--rows-per-shard", 64), "--force")
     one_line_error(invoke("data", "shard", npz_dir, "--rows-per-shard", 0), "--rows-per-shard")
     one_line_error(invoke("data", "shard", tmp_path, "--rows-per-shard", 8), "train.npz")
     assert not (tmp_path / "shards").exists()

@@ -16,11 +16,12 @@ from evolve.cli.common import friendly_errors, need, term
               help="Rows per shard (rounded down to whole blocks).")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where the sharded splits go (default: DIRECTORY/shards).")
+@click.option("--force", is_flag=True, help="Replace sharded splits already at --out.")
 @click.option("--verify", is_flag=True,
               help="Only validate an existing sharded set at DIRECTORY (manifests, "
                    "checksums, every row).")
 @friendly_errors
-def data_shard(directory, rows_per_shard, out, verify):
+def data_shard(directory, rows_per_shard, out, force, verify):
     """Split the trace splits (.npz) of DIRECTORY into shards of .npy columns.
 
     `evolve run --data OUT` then reads them memory-mapped, in-process or on a
@@ -33,6 +34,9 @@ def data_shard(directory, rows_per_shard, out, verify):
         return
     need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
     out = Path(out) if out else Path(directory) / "shards"
+    if shards.is_sharded(out) and not force:
+        from evolve.data.tokens import DataError
+        raise DataError(f"{out}: holds sharded splits; pass --force to replace them")
     t0 = time.perf_counter()
     done = shards.shard_dir(directory, out, rows_per_shard)
     for name, n in done.items():

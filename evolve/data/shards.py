@@ -54,7 +54,8 @@ def is_sharded(directory: str | os.PathLike) -> bool:
 
 # ----------------------------------------------------------------- writing
 
-def _digest(path: Path) -> str:
+def digest(path: Path) -> str:
+    """sha256 of a file, read in CHUNK pieces."""
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
@@ -75,7 +76,7 @@ def write_shard(directory: Path, columns: dict) -> dict:
             np.lib.format.write_array(fh, a, allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
-        cols[f] = {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": _digest(path)}
+        cols[f] = {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": digest(path)}
     return {"dir": directory.name, "rows": int(columns["draft_prob"].shape[0]), "columns": cols}
 
 
@@ -250,7 +251,7 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
                 raise DataError(f"{path}: field '{f}' is {kind[0]} {kind[1]} per row, shard "
                                 f"{m['shards'][0]['dir']} has {schema[f][0]} {schema[f][1]} "
                                 "(mismatched shard schemas)")
-            if check and _digest(path) != want.get("sha256"):
+            if check and digest(path) != want.get("sha256"):
                 raise DataError(f"{path}: field '{f}': checksum differs from the manifest "
                                 "(the file changed or is corrupt)")
         if schema is None:
