@@ -62,13 +62,20 @@ def test_shards_hold_the_split_in_whole_blocks(npz_dir, sharded):
 
 
 def test_trace_build_writes_shards_directly(tmp_path, sharded):
-    cfg = tracekit.TINY
-    NG.build_splits_sharded(cfg, tmp_path, ROWS_PER_SHARD, chunk_prompts=5)
-    for s in T.SPLITS:
-        got = S.open_split(tmp_path / s).concat()
-        want = S.open_split(sharded / s).concat()
-        for f in T.ALL_FIELDS:
-            assert np.array_equal(got.columns[f], want.columns[f]), (s, f)
+    from tests.test_cli_trace import TINY_OPTIONS
+    NG.build_splits_sharded(tracekit.TINY, tmp_path / "a", ROWS_PER_SHARD, chunk_prompts=5)
+    r = invoke("data", "trace", "--out", tmp_path / "b", *TINY_OPTIONS,
+               "--rows-per-shard", ROWS_PER_SHARD)
+    assert r.exit_code == 0, r.output
+    for d in ("a", "b"):
+        for s in T.SPLITS:
+            got = S.open_split(tmp_path / d / s).concat()
+            want = S.open_split(sharded / s).concat()
+            for f in T.ALL_FIELDS:
+                assert np.array_equal(got.columns[f], want.columns[f]), (d, s, f)
+    r = invoke("data", "trace", "--out", tmp_path / "b", *TINY_OPTIONS,
+               "--rows-per-shard", ROWS_PER_SHARD)
+    one_line_error(r, "--force")
 
 
 def _copy(sharded, tmp_path):
