@@ -92,8 +92,12 @@ def _manifest(d, split="train"):
 def test_missing_column(sharded, tmp_path):
     d = _copy(sharded, tmp_path)
     (d / "train" / "shard-00001" / "p_max.npy").unlink()
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "shard-00001/p_max.npy", "'p_max' is missing")
+    one_line_error(invoke("run", "--objective", "speed", "--generations", 1, "--population", 8,
+                          "--data", d, "--runs-dir", tmp_path / "runs"),
+                   "shard-00001/p_max.npy", "'p_max' is missing")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_manifest_lies_about_rows(sharded, tmp_path):
@@ -101,13 +105,13 @@ def test_manifest_lies_about_rows(sharded, tmp_path):
     p, m = _manifest(d)
     m["rows"] += 4
     p.write_text(json.dumps(m))
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "manifest.json", "'rows'")
     m["rows"] -= 4
     m["shards"][0]["rows"] += 4
     m["shards"][1]["rows"] -= 4
     p.write_text(json.dumps(m))
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "shard-00000", "rows")
 
 
@@ -117,7 +121,7 @@ def test_checksum_mismatch(sharded, tmp_path):
     a = np.load(path)
     a[3, 0] = np.nextafter(a[3, 0], 0)           # one bit: shape and dtype unchanged
     np.save(path, a)
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "shard-00002/cand_target_prob.npy", "checksum")
 
 
@@ -131,7 +135,7 @@ def test_mismatched_shard_schemas(sharded, tmp_path):
         m["shards"][1]["columns"][f] = {"dtype": a.dtype.str, "shape": list(a.shape),
                                         "sha256": S.digest(sdir / f"{f}.npy")}
     p.write_text(json.dumps(m))
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "shard-00001/cand_token.npy", "mismatched shard schemas")
 
 
@@ -144,7 +148,7 @@ def test_bad_row_names_the_shard_and_row(sharded, tmp_path):
     np.save(sdir / "q_max.npy", a)
     m["shards"][1]["columns"]["q_max"]["sha256"] = S.digest(sdir / "q_max.npy")
     p.write_text(json.dumps(m))
-    one_line_error(invoke("data", "shard", d, "--rows-per-shard", 1, "--verify"),
+    one_line_error(invoke("data", "shard", d, "--verify"),
                    "shard-00001", "'q_max' row 5")
 
 

@@ -12,8 +12,8 @@ from evolve.cli.common import friendly_errors, need, term
 
 @click.command("shard")
 @click.argument("directory", type=click.Path(path_type=Path))
-@click.option("--rows-per-shard", type=int, required=True,
-              help="Rows per shard (rounded down to whole blocks).")
+@click.option("--rows-per-shard", type=int, default=None,
+              help="Rows per shard (rounded down to whole blocks); required unless --verify.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where the sharded splits go (default: DIRECTORY/shards).")
 @click.option("--force", is_flag=True, help="Replace sharded splits already at --out.")
@@ -32,7 +32,8 @@ def data_shard(directory, rows_per_shard, out, force, verify):
         for name, sp in shards.load_splits(directory).items():
             tm.note(f"{name}: {len(sp):,} rows in {len(sp.shards)} shards: valid")
         return
-    need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
+    need(rows_per_shard is not None and rows_per_shard >= 1, "--rows-per-shard", rows_per_shard,
+         "a whole number >= 1")
     out = Path(out) if out else Path(directory) / "shards"
     if shards.is_sharded(out) and not force:
         from evolve.data.tokens import DataError
