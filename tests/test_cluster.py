@@ -159,3 +159,18 @@ def test_worker_killed_mid_run_is_retried_or_stops_and_resumes_exactly(data, tmp
     else:                             # retried on the workers left
         assert proc.returncode == 0, err
     assert run_files(tmp_path / "k") == want
+
+
+@pytest.mark.slow
+def test_cluster_benchmark_smoke(tmp_path):
+    """benchmarks/cluster.py on a tiny set: every configuration, the same sums."""
+    out = tmp_path / "bench.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cluster.py"), "--smoke",
+                        "--work", str(tmp_path / "work"), "--json", str(out)],
+                       cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert doc["identical_sums"] and len(doc["results"]) == 3
+    assert {r["mode"] for r in doc["results"]} == {"in-process", "local:2"}
+    assert all(r["driver_peak_rss_mb"] > 0 for r in doc["results"])
