@@ -115,6 +115,13 @@ def test_unreachable_scheduler_and_bad_options_are_one_line(data, tmp_path):
     assert not any(tmp_path.iterdir())         # nothing was created
 
 
+def test_missing_extra_is_one_line_with_the_install_command(data, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)     # import distributed fails
+    one_line_error(invoke("run", *RUN, "--data", data[2], "--runs-dir", tmp_path,
+                          "--cluster", "local:2"), "--cluster", "pip install -e '.[cluster]'")
+    assert not any(tmp_path.iterdir())
+
+
 def _workers(proc):
     import psutil
     kids = psutil.Process(proc.pid).children(recursive=True)
