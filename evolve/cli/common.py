@@ -34,13 +34,14 @@ def friendly_errors(fn):
     """Known error types become one line on stderr and exit code 2, no traceback."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        from evolve.cluster import ClusterError
         from evolve.data.tokens import DataError
         from evolve.lang.treeio import TreeError
         from evolve.runs.rundir import RunError
         from evolve.search.config import ConfigError
         try:
             return fn(*args, **kwargs)
-        except (DataError, ConfigError, RunError, TreeError, BadOption) as e:
+        except (DataError, ConfigError, RunError, TreeError, BadOption, ClusterError) as e:
             term().error(str(e))
             sys.exit(EXIT_BAD_INPUT)
         except KeyError as e:

@@ -63,20 +63,25 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--starts", type=int, default=None,
               help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
                    "valid [1].")
+@click.option("--batch-blocks", type=int, default=None,
+              help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True,
               help="Do not touch heuristics/evolved.py (evolved_trace.py for trace runs).")
+@click.option("--cluster", type=str, default=None, metavar="local:N",
+              help="Score sharded traces on a local Dask cluster of N worker processes.")
+@click.option("--scheduler", type=str, default=None, metavar="ADDRESS",
+              help="Score sharded traces on the Dask cluster at ADDRESS.")
 @click.option("--force", is_flag=True, help="Write back even if not better on valid.")
 @data_option
 @runs_dir_option
 @json_option
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
-            tournament, cx_prob, mut_prob,
-            max_height, max_size, init_max_height, elitism, seed_baselines, threads, starts, name,
-            resume,
-            no_writeback, force, data_dir, runs_dir, json_mode):
+            tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
+            seed_baselines, threads, starts, batch_blocks, name, resume, no_writeback, cluster,
+            scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve.runs import multistart, paths, runner
     from evolve.runs.rundir import RunError
@@ -86,7 +91,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
-             "starts": starts,
+             "starts": starts, "batch_blocks": batch_blocks,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap}
     out = term(json_mode)
     for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
@@ -106,7 +111,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         data_dir = default_traces() if obj is not None and obj.traces else default_data()
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=not no_writeback, force=force, data_given=data_given)
+                             writeback=not no_writeback, force=force, data_given=data_given,
+                             cluster=cluster, scheduler=scheduler)
     code, result = multistart.execute_any(opts, out)
     if json_mode:
         out.print_json(result)

@@ -62,9 +62,12 @@ def _option_of(field: str) -> str:
 @click.option("--max-bytes-per-file", type=int, default=None,
               help="Use only the first N bytes of each corpus file (quick builds).")
 @click.option("--force", is_flag=True, help="Overwrite existing splits that differ.")
+@click.option("--rows-per-shard", type=int, default=None,
+              help="Write memory-mapped shards of N rows instead of .npz (large traces).")
 @friendly_errors
 def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, train_prompts,
-               valid_prompts, test_prompts, max_files, max_bytes_per_file, force):
+               valid_prompts, test_prompts, max_files, max_bytes_per_file, force,
+               rows_per_shard=None):
     """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
     import numpy as np
 
@@ -86,6 +89,9 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
         cfg.validate()
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")
+    if rows_per_shard is not None:
+        from evolve.cli.shards import trace_to_shards
+        return trace_to_shards(cfg, out, rows_per_shard, force)
     # A file of another configuration is refused before the build (the build would differ).
     if not force:
         for name in SPLIT_NAMES:

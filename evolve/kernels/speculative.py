@@ -7,10 +7,14 @@ opcode = row index, so programs may read inputs 0..8). Threads go over
 programs; inside a program, tiles of whole blocks are evaluated and summed in
 block order, so results do not depend on the thread count.
 
-Per program the kernel returns the float64 sums ``objectives_from_sums`` reads
-(layout ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
+Per program the kernel returns the sums ``objectives_from_sums`` reads (layout
+``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
 blocks, then the per-block-position numerators and denominators of acceptance,
-and the per-block-position reach-weighted slot TV.
+and the per-block-position reach-weighted slot TV. Each block's terms are
+rounded once to 128-bit fixed point (``kernels.fixed``) and added as integers,
+so the sums of a split are the same bit for bit in one pass or as the sum of
+its shards' sums (``population_sums`` gives the integers,
+``population_objectives`` their float64 values).
 The per-position formulas are exactly those of ``spec.position_terms`` (the
 numpy reference the tests compare against).
 """
@@ -23,6 +27,8 @@ import numpy as np
 from numba import njit, prange
 
 from evolve.objectives import spec
+from evolve.kernels import fixed
+from evolve.kernels.fixed import add_to
 from evolve.kernels.tokens import OP_CONST, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
@@ -42,7 +48,8 @@ def _kl_term(o, p):
 
 @njit(cache=True, nogil=True)
 def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
-    """Add the sums of blocks b0..b0+nb (thresholds h[0:nb*g*k]) to acc.
+    """Add the sums of blocks b0..b0+nb (thresholds h[0:nb*g*k]) to acc, (C, 2)
+    fixed point: each block's terms are rounded once and added exactly.
 
     cr: residual weight of each candidate (max(0, p - q), or p on fallback rows);
     rowc: per-row constants (see ``Prepared``); a: scratch of length k.
@@ -84,20 +91,20 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
                 kl += _kl_term(o_tp, ep) + _kl_term(o_tm, tpm)
                 if kl < 0.0:
                     kl = 0.0
-            acc[5 + j] += w * alpha
-            acc[5 + g + j] += w
-            acc[5 + 2 * g + j] += w * tv
+            add_to(acc, 5 + j, w * alpha)
+            add_to(acc, 5 + g + j, w)
+            add_to(acc, 5 + 2 * g + j, w * tv)
             tok += w * alpha
             tv_b += w * tv
             kl_b += w * kl
             ex_b += w * (qa - sqstd)
             dc = dcand[i]
             w *= a[dc] if dc >= 0 else std_x[i]
-        acc[0] += tok
-        acc[1] += tv_b
-        acc[2] += kl_b
-        acc[3] += ex_b
-        acc[4] += tok * tok
+        add_to(acc, 0, tok)
+        add_to(acc, 1, tv_b)
+        add_to(acc, 2, kl_b)
+        add_to(acc, 3, ex_b)
+        add_to(acc, 4, tok * tok)
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -108,13 +115,14 @@ def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, til
     for pi in prange(starts.shape[0]):
         stack = np.empty((max_stack, width), dtype=np.float64)
         a = np.empty(k, dtype=np.float64)
-        acc = np.zeros(out.shape[1], dtype=np.float64)
+        acc = np.zeros((out.shape[1], 2), dtype=np.int64)
         for b0 in range(0, n_blocks, tile_blocks):
             nb = min(tile_blocks, n_blocks - b0)
             run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k, stack)
             _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc)
         for c in range(out.shape[1]):
-            out[pi, c] = acc[c]
+            out[pi, c, 0] = acc[c, 0]
+            out[pi, c, 1] = acc[c, 1]
 
 
 @njit(cache=True, nogil=True)
@@ -169,14 +177,15 @@ def _check_inputs(programs, sa: spec.SpecArrays) -> None:
                          f"matrix has {sa.X.shape[0]} inputs ({', '.join(spec.FEATURES)})")
 
 
-def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
-    """Sums for every program, float64 (P, 5 + 3g); see ``spec.objectives_from_sums``.
+def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
+    """Exact sums for every program, int64 (P, 5 + 3g, 2): 128-bit fixed point
+    (``kernels.fixed``); the sums of shards add up to the sums of their union.
 
     ``with_kl=False`` skips the logarithms (about half the objective's cost); the
     kl sum is then 0."""
     _check_inputs(programs, sa)
     P = len(programs)
-    out = np.zeros((P, len(SUMS) + 3 * sa.g), dtype=np.float64)
+    out = np.zeros((P, len(SUMS) + 3 * sa.g, 2), dtype=np.int64)
     if P:
         tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
         _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
@@ -185,12 +194,17 @@ def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -
     return out
 
 
+def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
+    """Sums for every program, float64 (P, 5 + 2g); see ``spec.objectives_from_sums``."""
+    return fixed.to_float(population_sums(programs, sa, with_kl))
+
+
 def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
     """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
-    out = np.zeros(len(SUMS) + 3 * sa.g, dtype=np.float64)
+    out = np.zeros((len(SUMS) + 3 * sa.g, 2), dtype=np.int64)
     _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), out)
-    return spec.objectives_from_sums(out, sa.n_blocks, sa.g)
+    return spec.objectives_from_sums(fixed.to_float(out), sa.n_blocks, sa.g)
 
 
 def population_results(programs, sa: spec.SpecArrays, with_kl: bool = True) -> list:

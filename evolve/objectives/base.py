@@ -37,6 +37,7 @@ class Evaluator:
         self.kernel = kernel
         self.arrays = arrays
         self.rows_per_program = rows_per_program
+        self.batch: Callable | None = None    # blocks -> an evaluator over those blocks
         self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.kernel_seconds = 0.0
         self.kernel_programs = 0

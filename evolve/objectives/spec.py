@@ -103,6 +103,16 @@ class SpecArrays:
                    np.ascontiguousarray(c["draft_cand"], dtype=np.int64),
                    np.minimum(1.0, c["target_prob"] / c["draft_prob"]))
 
+    def blocks(self, idx) -> "SpecArrays":
+        """The rows of the blocks ``idx`` (sorted block numbers), as a new SpecArrays."""
+        idx = np.asarray(idx, dtype=np.int64)
+        rows = (idx[:, None] * self.g + np.arange(self.g)).reshape(-1)
+        cand = (rows[:, None] * self.k + np.arange(self.k)).reshape(-1)
+        return SpecArrays(self.g, self.k, rows.size, np.ascontiguousarray(self.X[:, cand]),
+                          *(np.ascontiguousarray(a[cand]) for a in (self.cq, self.cp)),
+                          *(np.ascontiguousarray(a[rows]) for a in
+                            (self.tq, self.tp, self.eq, self.ep, self.dcand, self.std_x)))
+
     def features(self) -> dict:
         """Feature name -> (n, k) view of X."""
         return {f: self.X[i].reshape(self.n, self.k) for i, f in enumerate(FEATURES)}

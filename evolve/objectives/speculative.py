@@ -48,12 +48,12 @@ class TraceObjective(Objective):
         self.kl = kl          # the budget is on KL per token (--budget-kl), not TV
 
     def evaluator(self, split, name: str) -> Evaluator:
+        if hasattr(split, "evaluator"):      # a sharded split (evolve.cluster) scores itself
+            return split.evaluator(name, with_kl=self.kl)
         from evolve.kernels.speculative import population_objectives
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
-        kl = self.kl
-        return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=kl),
-                         sa, sa.n * sa.k)
+        return array_evaluator(sa, name, self.kl)
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
@@ -87,19 +87,25 @@ class TraceObjective(Objective):
         return v[:, 0]
 
     def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
-        """Exact objectives per split (kernel), with the 99th percentile of slot TV
-        from the reference on the kernel's thresholds."""
+        """Exact objectives per split (kernel; on a sharded split, summed where the
+        shards are), with the 99th percentile of slot TV from the reference on the
+        kernel's thresholds (which needs the split's rows in this process)."""
         from types import SimpleNamespace
 
         from evolve.kernels.speculative import population_results
         from evolve.kernels.tokens import population_thresholds
         from evolve.lang import treeio
         from evolve.objectives import spec
+        from evolve.objectives.spec import objectives_from_sums
         progs = treeio.linearise([nodes])
         out = {}
-        for k in splits:
+        for k, split in splits.items():
             sa = spec_arrays(k, splits, evaluators)
-            m = population_results(progs, sa, with_kl=True)[0].to_dict()
+            if hasattr(split, "sums"):       # sharded: summed where the shards are
+                m = objectives_from_sums(split.sums(progs, with_kl=True)[0], split.n_blocks,
+                                         int(split.meta["block_size"])).to_dict()
+            else:
+                m = population_results(progs, sa, with_kl=True)[0].to_dict()
             h = population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
             out[k] = m
@@ -157,11 +163,25 @@ class TraceObjective(Objective):
                 "files": files, "series": series}
 
 
+def array_evaluator(sa, name: str, with_kl: bool = False) -> Evaluator:
+    """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
+    some of its blocks (``--batch-blocks``)."""
+    from evolve.kernels.speculative import population_objectives
+    ev = Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=with_kl),
+                   sa, sa.n * sa.k)
+    ev.batch = lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch", with_kl)
+    return ev
+
+
 def spec_arrays(name: str, splits: dict, evaluators: dict):
     """A split's SpecArrays: the evaluator's when there is one, else made now."""
     from evolve.objectives.spec import SpecArrays
     ev = evaluators.get(name)
-    return ev.arrays if ev is not None else SpecArrays.from_split(splits[name])
+    if ev is not None and isinstance(ev.arrays, SpecArrays):
+        return ev.arrays
+    if hasattr(splits[name], "spec_arrays"):      # sharded: the whole split, loaded now
+        return splits[name].spec_arrays()
+    return SpecArrays.from_split(splits[name])
 
 
 def evolved_front(engine, sas: dict) -> list[dict]:

@@ -23,6 +23,8 @@ def columns_of(split) -> dict:
 
 
 def split_digest(split) -> str:
+    if hasattr(split, "content_digest"):          # sharded: from its checked manifest
+        return split.content_digest()
     h = hashlib.sha256()
     for name, arr in sorted(columns_of(split).items()):
         a = np.ascontiguousarray(arr)

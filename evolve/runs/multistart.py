@@ -100,7 +100,8 @@ def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, 
                 config=replace(child_cfg, generations=None) if exists and
                 opts.config.generations is None else child_cfg,
                 data_dir=data_dir, runs_parent=children, name=None if exists else name,
-                resume=name if exists else None, writeback=False)
+                resume=name if exists else None, writeback=False,
+                cluster=opts.cluster, scheduler=opts.scheduler)
             code, res = runner.execute(child_opts, term)
             if code != 0:
                 summary = {"status": "interrupted", "generation": res.get("generation"),
@@ -144,7 +145,8 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
         valid = load_run_splits(cfg, data_dir)["valid"]
         if objective.traces:
             from evolve.objectives.spec import SpecArrays
-            valid = SpecArrays.from_split(valid)
+            valid = valid.spec_arrays() if hasattr(valid, "spec_arrays") else \
+                SpecArrays.from_split(valid)
         wb = install(objective, nodes, source, meta, best["valid"], valid, cfg.tv_budget,
                      run.name, opts)
     run.write_json("summary.json", {"status": "finished", "starts": cfg.starts,

@@ -43,6 +43,8 @@ class RunOptions:
     force: bool = False
     heuristics_dir: Path | None = None
     data_given: bool = False      # --data was on the command line (on --resume: checked)
+    cluster: str | None = None       # execution only (not results): local:N workers
+    scheduler: str | None = None     # or the address of an existing Dask scheduler
 
 
 class StopRequested:
@@ -90,11 +92,19 @@ def check_writable(parent: Path) -> None:
         raise RunError(f"--runs-dir: {parent}: not writable")
 
 
-def load_run_splits(cfg: Config, data_dir: Path) -> dict:
-    """The splits a run evolves on: token splits, or traces for trace objectives."""
+def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
+    """The splits a run evolves on: token splits, or traces for trace objectives
+    (sharded traces are evaluated through ``session``, in-process by default)."""
     if not OBJECTIVES[cfg.objective].traces:
+        if session is not None and session.distributed:
+            session.attach({})          # raises: a cluster needs sharded traces
         return data.load_splits(data_dir)
-    from evolve.data import traces
+    from evolve.cluster.session import Session
+    from evolve.data import shards, traces
+    session = session or Session()
+    if shards.is_sharded(data_dir):
+        return session.attach(shards.load_splits(data_dir))
+    session.attach({})
     if not Path(data_dir).is_dir():
         raise data.DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
                              "about 2 s, or `make traces`)")
@@ -105,20 +115,20 @@ def load_run_splits(cfg: Config, data_dir: Path) -> dict:
     return traces.load_splits(data_dir)
 
 
-def prepare(opts: RunOptions):
+def prepare(opts: RunOptions, session=None):
     """Validate everything and load data before any work; returns (run, splits, engine, state).
 
     Nothing is created or changed on disk until every check has passed.
     """
     if opts.resume is not None:            # an empty name is an error, not "no resume"
-        return _prepare_resume(opts)
+        return _prepare_resume(opts, session)
     opts.config.validate()
     name = check_name(opts.name) if opts.name is not None else default_name(opts.config.seed)
     check_writable(opts.runs_parent)
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
-    splits = load_run_splits(opts.config, opts.data_dir)
+    splits = load_run_splits(opts.config, opts.data_dir, session)
     engine = Evolution(opts.config, splits["train"], splits["valid"])
     run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
         "dir": str(opts.data_dir.resolve()),
@@ -128,7 +138,7 @@ def prepare(opts: RunOptions):
     return run, splits, engine, opts.data_dir
 
 
-def _prepare_resume(opts: RunOptions):
+def _prepare_resume(opts: RunOptions, session=None):
     if not isinstance(opts.resume, str) or not opts.resume.strip():
         raise RunError(f"--resume: {opts.resume!r} is not a run name")
     try:
@@ -137,13 +147,13 @@ def _prepare_resume(opts: RunOptions):
         raise RunError(f"--resume: {opts.resume!r}: {e}") from None
     run.lock()          # held until the run ends: a live run owns its directory
     try:
-        return _prepare_locked(opts, run)
+        return _prepare_locked(opts, run, session)
     except BaseException:
         run.unlock()
         raise
 
 
-def _prepare_locked(opts: RunOptions, run: RunDir):
+def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
     meta = run.meta()
     state = run.checkpoint() if run.has_checkpoint() else None   # None: killed before gen 0 was saved
     try:
@@ -162,7 +172,7 @@ def _prepare_locked(opts: RunOptions, run: RunDir):
         raise RunError(f"--data: {str(opts.data_dir)!r} cannot be changed on --resume "
                        f"(run {run.name} evolves on {data_dir})")
     opts.data_dir = data_dir          # what the run and its final report use
-    splits = load_run_splits(cfg, data_dir)
+    splits = load_run_splits(cfg, data_dir, session)
     changed = datasum.changed_split(meta.get("data", {}).get("sha256") or {}, splits)
     if changed:
         raise RunError(f"--resume: split '{changed}' in {data_dir} has changed since run "
@@ -191,14 +201,23 @@ def resume_command(opts: RunOptions, run: RunDir) -> str:
         parts.append("--no-writeback")
     if opts.force:
         parts.append("--force")
+    for opt, value in (("--cluster", opts.cluster), ("--scheduler", opts.scheduler)):
+        if value:
+            parts += [opt, value]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
     """Run (or resume) evolution; returns (exit code, result dict). Several starts
     (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
-    with StopRequested(term) as stop:
-        run, splits, engine, data_dir = prepare(opts)
+    from evolve.cluster import ClusterError
+    from evolve.cluster.session import Session
+    with StopRequested(term) as stop, Session(opts.cluster, opts.scheduler,
+                                              opts.config.threads or 0) as session:
+        try:
+            run, splits, engine, data_dir = prepare(opts, session)
+        except ClusterError as e:
+            raise RunError(str(e)) from None
         try:
             return _evolve(opts, term, stop, run, splits, engine)
         finally:
@@ -206,6 +225,7 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
 
 
 def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[int, dict]:
+    from evolve.cluster import ClusterError
     cfg = engine.config
     resumed = engine.generation >= 0
     try:
@@ -228,6 +248,12 @@ def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[
         # A signal from here on is noted and ignored (a second one exits at once):
         # finishing takes seconds and every file it writes is atomic.
         return 0, finish(run, engine, splits, opts, term)
+    except ClusterError as e:
+        _try_summary(run, {"status": "failed", "generation": engine.generation,
+                           "error": str(e), "ended": now_iso()})
+        raise RunError(f"{e} at generation {engine.generation + 1}; the last good "
+                       f"checkpoint is kept; resume with: {resume_command(opts, run)}"
+                       ) from None
     except OSError as e:
         what = f"{e.strerror or e}" + (f": {e.filename}" if getattr(e, "filename", None)
                                        else "")

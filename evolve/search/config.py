@@ -41,6 +41,7 @@ class Config:
     threads: int = 0            # 0: Numba's default (all cores)
     starts: int = 1             # independent runs (seeds seed..seed+starts-1), best on valid
     checkpoint_every: int = 1
+    batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
 
     def validate(self) -> None:
         def need(cond, option, value, what):
@@ -82,6 +83,12 @@ class Config:
         need(self.threads >= 0, "threads", self.threads, "expected >= 0 (0 = all cores)")
         need(isinstance(self.starts, int) and 1 <= self.starts <= 1000, "starts", self.starts,
              "expected a whole number 1..1000")
+        need(self.batch_blocks >= 0, "batch_blocks", self.batch_blocks,
+             "expected a number of draft blocks >= 0 (0 = the whole train split)")
+        need(not self.batch_blocks or (self.objective in OBJECTIVES
+                                       and OBJECTIVES[self.objective].traces
+                                       and not OBJECTIVES[self.objective].multi),
+             "batch_blocks", self.batch_blocks, "minibatches are for the objective speed")
         need(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
              "expected >= 1")
 

@@ -30,7 +30,7 @@ from evolve.lang import primitives as P
 from evolve.lang import treeio
 from evolve.objectives import OBJECTIVES
 from evolve.rules.table import seed_trees
-from evolve.search import checkpoint, operators
+from evolve.search import batches, checkpoint, operators
 from evolve.search.config import Config
 from evolve.search.hof import HallOfFame, HofEntry
 
@@ -46,6 +46,7 @@ class Evolution:
         self.pset = P.make_pset(trace=self.objective.traces)
         self.train = self.objective.evaluator(train, "train")
         self.valid = self.objective.evaluator(valid, "valid")
+        self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
         self.population: list = []
@@ -111,6 +112,7 @@ class Evolution:
     def _evaluate(self, individuals) -> tuple[int, int]:
         """Set train fitness on individuals whose fitness is invalid; return how
         many there were and how many distinct trees among them."""
+        self._use_batch()
         todo = [ind for ind in individuals if not ind.fitness.wvalues]
         if not todo:
             return 0, 0
@@ -123,7 +125,7 @@ class Evolution:
         fresh = {}
         if new:
             trees = list(new)
-            values = self.objective.values(self.train, trees, self.config,
+            values = self.objective.values(self._fit, trees, self.config,
                                            [todo[i] for i in new.values()])
             weights = self.objective.weights
             fresh = {s: tuple(float(x) * w for x, w in zip(v, weights))
@@ -136,6 +138,21 @@ class Evolution:
             ind.fitness.wvalues = fresh[s] if s in fresh else known[s]
             ind.text = s
         return len(todo), len(set(strings))
+
+    def _use_batch(self) -> None:
+        """--batch-blocks: this generation's sample (see ``search.batches``); every
+        individual is scored on it, none keeps a fitness from another sample."""
+        n = self.config.batch_blocks
+        if not n:
+            return
+        fit = self._fit
+        if fit is not self.train:       # the last sample's kernel time counts as train's
+            for a in ("kernel_seconds", "kernel_programs", "node_evals"):
+                setattr(self.train, a, getattr(self.train, a) + getattr(fit, a))
+        blocks = batches.sample_blocks(self.config.seed, self.generation,
+                                       self.train.arrays.n_blocks, n)
+        self._fit = self.train.batch(blocks)
+        self._known.clear()
 
     def scores(self, pop) -> np.ndarray:
         """One number per individual for the hall of fame, elites and history."""
@@ -208,9 +225,16 @@ class Evolution:
                                self.toolbox, c.cx_prob, c.mut_prob)
         t = time.perf_counter()
         self._mark_born(offspring)
+        if c.batch_blocks:              # a new sample: every fitness is from this one
+            for ind in offspring:
+                del ind.fitness.values
         # the best by score, then size; a stable sort keeps population order on ties
         order = np.lexsort((self._sizes, -self._scores))[:c.elitism]
-        offspring.extend(operators.clone(self.population[i]) for i in order)
+        elites = [operators.clone(self.population[i]) for i in order]
+        if c.batch_blocks:
+            for ind in elites:
+                del ind.fitness.values
+        offspring.extend(elites)
         parts["variation"] += time.perf_counter() - t
         stats = _timed(parts, "evaluation", self._evaluate, offspring)
         return self._finish_generation(offspring, t0, mark, stats, parts)
@@ -235,7 +259,13 @@ class Evolution:
         scores, sizes = self._scores, self._sizes
         best = int(np.argmax(scores))
         texts = [operators.text_of(ind) for ind in pop]
-        self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
+        if self.config.batch_blocks:    # the sample's best, scored on the whole split
+            best_i = batches.best_distinct(texts, scores, sizes, self.config.hof_size)
+            trees = [texts[i] for i in best_i]
+            self.hof.update(trees, self.train_scores(trees), sizes[best_i],
+                            [pop[i].born for i in best_i])
+        else:
+            self.hof.update(texts, scores, sizes, [ind.born for ind in pop])
         hof_trees = [e.tree for e in self.hof.entries]
         valid_fit = self.valid_scores(hof_trees)
         # the best trees ever seen on valid, from each generation's hall of fame: the
@@ -287,6 +317,9 @@ class Evolution:
             "population": [self._item(ind) for ind in self.population],
             "hall_of_fame": self.hof.to_json(),
             "valid_hall_of_fame": self.valid_hof.to_json(),
+            **({"batch": {"blocks": self.config.batch_blocks, "seed": self.config.seed,
+                          "stream": batches.BATCH_STREAM, "generation": self.generation}}
+               if self.config.batch_blocks else {}),
         }
 
     def _item(self, ind) -> dict:

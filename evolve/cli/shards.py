@@ -1,0 +1,60 @@
+"""``evolve data shard``: trace splits as memory-mapped shards (``evolve.data.shards``)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from evolve.cli.common import friendly_errors, need, term
+
+
+@click.command("shard")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--rows-per-shard", type=int, default=None,
+              help="Rows per shard (rounded down to whole blocks); required unless --verify.")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Where the sharded splits go (default: DIRECTORY/shards).")
+@click.option("--force", is_flag=True, help="Replace sharded splits already at --out.")
+@click.option("--verify", is_flag=True,
+              help="Only validate an existing sharded set at DIRECTORY (manifests, "
+                   "checksums, every row).")
+@friendly_errors
+def data_shard(directory, rows_per_shard, out, force, verify):
+    """Split the trace splits (.npz) of DIRECTORY into shards of .npy columns.
+
+    `evolve run --data OUT` then reads them memory-mapped, in-process or on a
+    cluster (--cluster / --scheduler)."""
+    from evolve.data import shards
+    tm = term()
+    if verify:
+        for name, sp in shards.load_splits(directory).items():
+            tm.note(f"{name}: {len(sp):,} rows in {len(sp.shards)} shards: valid")
+        return
+    need(rows_per_shard is not None and rows_per_shard >= 1, "--rows-per-shard", rows_per_shard,
+         "a whole number >= 1")
+    out = Path(out) if out else Path(directory) / "shards"
+    if shards.is_sharded(out) and not force:
+        from evolve.data.tokens import DataError
+        raise DataError(f"{out}: holds sharded splits; pass --force to replace them")
+    t0 = time.perf_counter()
+    done = shards.shard_dir(directory, out, rows_per_shard)
+    for name, n in done.items():
+        tm.note(f"{out / name}: {n} shards")
+    tm.note(f"done in {time.perf_counter() - t0:.1f} s")
+
+
+def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
+    """``evolve data trace --rows-per-shard N``: build the traces straight into shards."""
+    from evolve.data import shards
+    from evolve.data.sources import ngram
+    from evolve.data.tokens import DataError
+    need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
+    if shards.is_sharded(out) and not force:
+        raise DataError(f"{out}: holds sharded splits; pass --force to overwrite")
+    tm = term()
+    t0 = time.perf_counter()
+    done = ngram.build_splits_sharded(cfg, out, rows_per_shard, progress=tm.note)
+    tm.note(f"{out}: {sum(done.values()):,} rows in shards of {rows_per_shard:,}; "
+            f"done in {time.perf_counter() - t0:.1f} s")

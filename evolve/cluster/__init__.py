@@ -1,0 +1,27 @@
+"""Evaluation over sharded traces, in this process or on a Dask cluster.
+
+A population's trace objectives are additive over blocks, and the kernel sums
+them exactly (``evolve.kernels.fixed``), so a split can be cut into shards
+(``evolve.data.shards``), each shard scored where it lives and the integer sums
+added: the result is the same bit for bit for any number of shards and
+workers, and the same as the in-process kernel on the whole split.
+
+- ``worker.py``: what runs next to a shard: load it once (memory-mapped
+  columns, then the kernel's arrays), score linearised programs.
+- ``backends.py``: ``LocalShards`` (every shard in this process) and
+  ``DaskShards`` (one pinned task per shard holds it on a worker; each
+  generation sends only the programs and adds the returned sums).
+- ``session.py``: ``--cluster local:N`` (a ``LocalCluster``) or ``--scheduler
+  ADDRESS`` (an existing one), the Numba cache warmed here first, and the
+  sharded splits wrapped so the trace objectives evaluate through them.
+
+Dask is an optional dependency (``pip install -e '.[cluster]'``), imported only
+when a cluster is asked for.
+"""
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached or lost the workers it needed; one line."""
+
+
+INSTALL = "pip install -e '.[cluster]'"

@@ -1,0 +1,88 @@
+"""What runs next to a shard (in a worker process, or in this one).
+
+Workers import this module by name: tasks carry only a shard's path and the
+linearised programs (plain arrays), never pickled Numba functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+
+@dataclass
+class Shard:
+    """A loaded shard: the kernel's arrays of its rows (kept in the worker's memory)."""
+    path: str
+    sa: object          # objectives.spec.SpecArrays
+
+
+def kernel_arrays(ts):
+    """SpecArrays of a split or shard, every array a plain writable ndarray (so
+    memory-mapped shards and .npz splits compile to one kernel signature)."""
+    from evolve.kernels.speculative import prepared
+    from evolve.objectives.spec import SpecArrays
+    sa = SpecArrays.from_split(ts)
+    sa = SpecArrays(**{f.name: (np.array(getattr(sa, f.name))
+                                if isinstance(getattr(sa, f.name), np.ndarray)
+                                else getattr(sa, f.name)) for f in fields(sa)})
+    prepared(sa)
+    return sa
+
+
+def load_shard(path: str, meta: dict) -> Shard:
+    """Map a (validated) shard and build its kernel arrays, once."""
+    from evolve.data.shards import map_shard
+    return Shard(str(path), kernel_arrays(map_shard(path, meta)))
+
+
+def programs_payload(progs) -> tuple:
+    """Linearised programs as plain arrays (what a task carries: kilobytes)."""
+    return (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
+
+
+def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
+          blocks=None) -> np.ndarray:
+    """Exact fixed-point sums of every program on one shard (or on its blocks
+    ``blocks``, shard-local numbers), int64 (P, C, 2)."""
+    from evolve.kernels.speculative import population_sums
+    from evolve.lang.treeio import Programs
+    if threads:
+        import numba
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    sa = shard.sa if blocks is None else shard.sa.blocks(blocks)
+    return population_sums(Programs(*payload), sa, with_kl)
+
+
+def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, blocks=None):
+    """``score``, the seconds it took and the process that ran it (host, pid): the
+    rest of a call's wall time is communication and scheduling."""
+    import os
+    import socket
+    import time
+    t = time.perf_counter()
+    out = score(shard, payload, with_kl, threads, blocks)
+    return out, time.perf_counter() - t, (socket.gethostname(), os.getpid())
+
+
+def warm(ts) -> None:
+    """Compile (or load from the cache) the trace kernel for these array types, on
+    one block of ``ts``: run here before workers start, so they only read the cache."""
+    from evolve.data.traces import ALL_FIELDS, TraceSplit
+    from evolve.lang import treeio
+    g = int(ts.meta["block_size"])
+    one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ALL_FIELDS}, ts.meta)
+    sa = kernel_arrays(one)
+    progs = treeio.linearise([treeio.parse("pmin(1.0, pdiv(target_prob, draft_prob))")])
+    from evolve.kernels.speculative import population_sums
+    for with_kl in (False, True):
+        population_sums(progs, sa, with_kl)
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory (what the cluster benchmark asks workers)."""
+    import resource
+    import sys
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
