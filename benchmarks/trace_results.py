@@ -61,6 +61,14 @@ def _commit() -> str:
         return "unknown"
 
 
+def _shown(path: Path) -> str:
+    """A path as a command shows it: relative to the checkout when inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _traces(data_dir: Path, quick: bool) -> dict:
     if not (data_dir / "train.npz").exists():
         cfg = ngram.TraceConfig(**(QUICK_TRACES if quick else {}))
@@ -92,15 +100,24 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--readme", action="store_true", help="rewrite README.md's results tables")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
+                    help="only print (and with --readme write) the tables of a results file")
     a = ap.parse_args(argv)
+    if a.render is not None:
+        doc = json.loads(a.render.read_text())
+        if a.readme:
+            write_readme(doc)
+        print(markdown(doc))
+        return 0
     if a.quick:
         a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4
     t0 = time.perf_counter()
     splits = _traces(a.data, a.quick)
     sas = {k: spec.SpecArrays.from_split(v) for k, v in splits.items()}
     pair = ngram.build_pair(ngram.config_of(splits["test"]))
-    doc = {"commit": _commit(), "data": str(a.data), "settings": vars(a) | {
-        "data": str(a.data), "runs_dir": str(a.runs_dir), "out": str(a.out)}, "budgets": []}
+    doc = {"commit": _commit(), "data": _shown(a.data), "settings": vars(a) | {
+        "data": _shown(a.data), "runs_dir": _shown(a.runs_dir), "out": _shown(a.out),
+        "render": None}, "budgets": []}
     a.runs_dir.mkdir(parents=True, exist_ok=True)
     for budget in BUDGETS:
         print(f"budget {budget}: tuning baselines on valid", file=sys.stderr)
@@ -125,7 +142,7 @@ def main(argv=None) -> int:
             ch = res.champion
             cmd = "evolve run " + " ".join(
                 "--seed-baselines" if k == "seed_baselines" else f"--{OPTION.get(k, k)} {v}"
-                for k, v in opts.items()) + f" --data {a.data}"
+                for k, v in opts.items()) + f" --data {_shown(a.data)}"
             runs[variant] = {"command": cmd, "run": str(res.path), "tree": ch["tree"],
                              "expression": ch["expression"], "chosen_seed": ch["chosen_seed"],
                              "over_starts": ch["over_starts"],
@@ -168,8 +185,9 @@ def markdown(doc: dict) -> str:
                   f"{b['standard_tokens_per_call']:.4f} tokens/call, knapsack oracle "
                   f"{b['oracle_tokens_per_call']:.4f}):", "",
                   "| rule | offline tokens/call | TV/token | slot TV p99 | KL/token | of oracle "
-                  "| free-running tokens/call | minus tuned leniency (95% interval) |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| free-running tokens/call | free-running TV/token | minus tuned leniency "
+                  "(95% interval) | draft log-lik. minus leniency's |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         free = b["free_running_test"]
         for label, o in b["offline_test"].items():
             fr = free["rules"][label]
@@ -177,10 +195,13 @@ def markdown(doc: dict) -> str:
             diff = "(reference)" if vs is None else (
                 f"{vs['tokens_per_call']['difference']:+.4f} "
                 f"[{vs['tokens_per_call']['ci95'][0]:+.4f}, {vs['tokens_per_call']['ci95'][1]:+.4f}]")
+            steer = "" if vs is None else (
+                f"{vs['draft_loglik_per_token']['difference']:+.4f} ± "
+                f"{vs['draft_loglik_per_token']['se']:.4f}")
             lines.append(f"| {label} | {o['tokens_per_call']:.4f} | {o['tv_per_token']:.4f} | "
                          f"{o['tv_p99']:.4f} | {o['kl_per_token']:.4f} | "
                          f"{100 * o['oracle_share']:.0f}% | {fr['tokens_per_call']:.4f} ± "
-                         f"{fr['tokens_se']:.4f} | {diff} |")
+                         f"{fr['tokens_se']:.4f} | {fr['tv_per_token']:.4f} | {diff} | {steer} |")
         lines.append("")
         for variant, r in b["runs"].items():
             o = r["over_starts"]
