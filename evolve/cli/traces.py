@@ -73,14 +73,35 @@ def _jsonable(obj):
 @click.option("--max-bytes-per-file", type=int, default=None,
               help="Use only the first N bytes of each corpus file (quick builds).")
 @click.option("--force", is_flag=True, help="Overwrite existing splits that differ.")
+@click.option("--backend", type=click.Choice(["ngram", "hf"]), default="ngram",
+              show_default=True, help="ngram: the byte-level n-gram pair built here; hf: "
+                                      "a Hugging Face draft/target pair (--target, --draft).")
+@click.option("--target", default=None, metavar="PATH_OR_ID",
+              help="hf: the target model, a directory or hub id (AutoModelForCausalLM).")
+@click.option("--draft", default=None, metavar="PATH_OR_ID", help="hf: the draft model.")
+@click.option("--device", default="cpu", show_default=True, help="hf: cpu, cuda or auto.")
+@click.option("--dtype", default="float32", show_default=True,
+              help="hf: float32, float16, bfloat16 or auto (bfloat16 on cuda).")
+@click.option("--batch-size", type=int, default=16, show_default=True,
+              help="hf: prompts decoded together.")
+@click.option("--prompts", "prompts_file", type=click.Path(path_type=Path), default=None,
+              help="hf: JSON lines with a 'text' field (and an optional 'split').")
+@click.option("--corpus", "corpus_dir", type=click.Path(path_type=Path), default=None,
+              help="hf: draw prompts from the files under DIR (default: the n-gram corpus).")
+@click.option("--prompt-len", type=int, default=64, show_default=True,
+              help="hf: tokens per prompt drawn from a corpus.")
+@click.option("--context-len", type=int, default=0, show_default=True,
+              help="hf: tokens of context stored per drafted position (0: none).")
 @friendly_errors
 def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, train_prompts,
-               valid_prompts, test_prompts, max_files, max_bytes_per_file, force):
+               valid_prompts, test_prompts, max_files, max_bytes_per_file, force, backend,
+               target, draft, device, dtype, batch_size, prompts_file, corpus_dir, prompt_len,
+               context_len):
     """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
     import numpy as np
 
     from evolve.data import traces
-    from evolve.data.sources import ngram
+    from evolve.data.sources import hf, ngram
     from evolve.data.tokens import DataError
     out = Path(out) if out else default_traces()
     tm = term()
@@ -88,12 +109,30 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
           "at least 4 (the models and three prompt pools need files)")
     need(max_bytes_per_file is None or max_bytes_per_file >= 1, "--max-bytes-per-file",
           max_bytes_per_file, "at least 1")
+    hf_only = {"--target": target, "--draft": draft, "--prompts": prompts_file,
+               "--corpus": corpus_dir}
     try:
-        cfg = ngram.TraceConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                 temperature=temperature, blocks_per_prompt=blocks_per_prompt,
-                                 train_prompts=train_prompts, valid_prompts=valid_prompts,
-                                 test_prompts=test_prompts, max_files=max_files,
-                                 max_bytes_per_file=max_bytes_per_file)
+        if backend == "hf":
+            if target is None or draft is None:
+                fail("--backend hf needs both --target and --draft (a directory or hub id)")
+            cfg = hf.HFTraceConfig(
+                target=target, draft=draft, seed=seed, block_size=block_size, top_k=top_k,
+                temperature=temperature, blocks_per_prompt=blocks_per_prompt,
+                prompt_len=prompt_len, train_prompts=train_prompts,
+                valid_prompts=valid_prompts, test_prompts=test_prompts,
+                context_len=context_len, device=device, dtype=dtype, batch_size=batch_size,
+                prompts_file=None if prompts_file is None else str(prompts_file),
+                corpus_dir=None if corpus_dir is None else str(corpus_dir),
+                max_files=max_files, max_bytes_per_file=max_bytes_per_file)
+        else:
+            given = [k for k, v in hf_only.items() if v is not None]
+            if given:
+                fail(f"{given[0]}: only with --backend hf")
+            cfg = ngram.TraceConfig(seed=seed, block_size=block_size, top_k=top_k,
+                                     temperature=temperature, blocks_per_prompt=blocks_per_prompt,
+                                     train_prompts=train_prompts, valid_prompts=valid_prompts,
+                                     test_prompts=test_prompts, max_files=max_files,
+                                     max_bytes_per_file=max_bytes_per_file)
         cfg.validate()
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")
@@ -104,11 +143,17 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
             if path.exists() and _recorded_config(path) != cfg.to_dict():
                 raise DataError(f"{path}: exists and differs; pass --force to overwrite")
     t0 = time.perf_counter()
-    tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
-              f"temperature {temperature:g}) ...")
+    if backend == "ngram":   # the hf build says so once its models have loaded
+        tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
+                f"temperature {temperature:g}) ...")
     try:
-        built = ngram.build_splits(cfg, None, progress=tm.note)
-    except ValueError as e:      # the corpus cannot support this configuration
+        built = (hf.build_splits(cfg, progress=tm.note) if backend == "hf"
+                 else ngram.build_splits(cfg, None, progress=tm.note))
+    except ngram.TraceConfigError as e:
+        fail(f"{_option_of(e.field)}: {e.detail}")
+    except hf.HFTraceError as e:     # a pair that cannot be used: the line says why
+        fail(str(e))
+    except ValueError as e:      # the pair or corpus cannot support this configuration
         fail(f"trace build: {e}")
     # Check every file before writing any, so a refusal leaves the directory as it was.
     todo = []
@@ -158,6 +203,9 @@ def _pair_for(ts, out):
     from evolve.data.sources import ngram
     from evolve.data.tokens import DataError
     src = ts.meta.get("source", ts.name)
+    if ts.backend != "ngram":
+        raise DataError(f"{src}: recorded by the {ts.backend} backend; evolve simulate "
+                        "rebuilds the n-gram pair and supports n-gram traces only")
     try:
         cfg = ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:
