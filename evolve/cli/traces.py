@@ -203,9 +203,6 @@ def _pair_for(ts, out):
     from evolve.data.sources import ngram
     from evolve.data.tokens import DataError
     src = ts.meta.get("source", ts.name)
-    if ts.backend != "ngram":
-        raise DataError(f"{src}: recorded by the {ts.backend} backend; evolve simulate "
-                        "rebuilds the n-gram pair and supports n-gram traces only")
     try:
         cfg = ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:
@@ -296,6 +293,11 @@ def simulate_cmd(heuristic, param, run, data_dir, split, prompts, blocks, contex
     else:
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
+    if ts.backend != "ngram":
+        from evolve.data.tokens import DataError
+        raise DataError(f"{data_dir / split}.npz: recorded by the {ts.backend} backend; "
+                        "evolve simulate rebuilds the n-gram pair and supports n-gram "
+                        "traces only")
     t0 = time.perf_counter()
     out.note(f"{info['label']}: rebuilding the draft/target pair of {data_dir / split}.npz")
     pair, same_corpus = _pair_for(ts, out)
