@@ -210,6 +210,14 @@ def test_refuses_models_that_do_not_load(models, tmp_path):
     (broken / "config.json").write_text("{not json")
     r = invoke(*trace_args((broken, draft, prompts), out))
     _refused(r, out, "--target", str(broken), "cannot load")
+    # a pickled checkpoint is never read (unpickling can run code): safetensors only
+    from transformers import AutoConfig
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    AutoConfig.from_pretrained(draft).save_pretrained(pickled)
+    torch.save({}, pickled / "pytorch_model.bin")
+    r = invoke(*trace_args((target, pickled, prompts), out))
+    _refused(r, out, "--draft", str(pickled), "cannot load", "safetensors")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")

@@ -22,7 +22,9 @@ inverse-CDF on float64 probabilities in numpy, so on one device, dtype and
 batch size the files are byte-identical for the same configuration.
 
 torch and transformers are imported inside functions: the core install does not
-need them (``pip install -e '.[hf]'``).
+need them (``pip install -e '.[hf]'``). Nothing read from disk is executed:
+weights load from safetensors only (never a pickled checkpoint) and no model or
+tokenizer code is taken from the model directory (``trust_remote_code=False``).
 """
 
 from __future__ import annotations
@@ -172,7 +174,7 @@ def load_model(option: str, name: str, device: str, dtype: str):
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(
             str(Path(name).expanduser()) if Path(name).expanduser().exists() else name,
-            dtype=want)
+            dtype=want, use_safetensors=True, trust_remote_code=False)
     except Exception as e:        # transformers raises many kinds; all mean "cannot load"
         raise HFTraceError(f"{option} {name}: cannot load the model "
                            f"({type(e).__name__}: {_first_line(e)})") from None
@@ -183,7 +185,8 @@ def load_tokenizer(option: str, name: str):
     _, transformers = require_libs()
     try:
         path = Path(name).expanduser()
-        return transformers.AutoTokenizer.from_pretrained(str(path) if path.exists() else name)
+        return transformers.AutoTokenizer.from_pretrained(str(path) if path.exists() else name,
+                                                          trust_remote_code=False)
     except Exception as e:        # as above: any failure means the tokenizer is unusable
         raise HFTraceError(f"{option} {name}: cannot load its tokenizer "
                            f"({type(e).__name__}: {_first_line(e)})") from None
