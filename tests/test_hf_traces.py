@@ -14,7 +14,7 @@ pytest.importorskip("transformers")
 
 from evolve.cli import main  # noqa: E402
 from evolve.data import traces as T  # noqa: E402
-from evolve.data.sources import hf, hf_decode  # noqa: E402
+from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from tests import hfkit, rulefns  # noqa: E402
 
@@ -146,8 +146,8 @@ def test_exact_tokens_per_call_agree_with_free_running_decoding(models):
                            prompt_len=24, max_files=40, max_bytes_per_file=4000,
                            batch_size=32)
     pair = hf.load_pair(cfg)
-    corpus = hf.load_corpus(cfg)
-    ids, rngs = hf.split_prompts(pair, "train", corpus=corpus)
+    corpus = hf_prompts.load_corpus(cfg)
+    ids, rngs = hf_prompts.split_prompts(pair, "train", corpus=corpus)
     cols, _ = hf_decode.decode(pair, ids, rngs, FREE_BLOCKS)
     ts = T.TraceSplit(cols, hf.meta(pair, "train", len(cols["draft_prob"]), {}), name="train")
     T.validate(ts, "<train>")
@@ -248,3 +248,28 @@ def test_refuses_bad_options_and_prompt_files(models, tmp_path):
     one_line_error(invoke(*trace_args(models, out, "--blocks-per-prompt", 500)),
                    "--target", "at most 256")
     assert not out.exists()
+
+
+def test_corpus_directory_prompts(models, tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for i in range(6):
+        (corpus / ("sub" if i % 2 else "") / f"f{i}.txt").write_text(
+            "".join(f"line {j} of file {i}: some text\n" for j in range(40)))
+    (corpus / ".hidden").write_text("never read")
+    target, draft, _ = models
+    out = tmp_path / "out"
+    r = invoke("data", "trace", "--backend", "hf", "--target", target, "--draft", draft,
+               "--corpus", corpus, "--prompt-len", 20, "--train-prompts", 3, "--valid-prompts",
+               2, "--test-prompts", 2, "--blocks-per-prompt", 2, "--context-len", 40,
+               "--out", out)
+    assert r.exit_code == 0, r.output
+    ts = T.load(out / "valid.npz")
+    assert ts.meta["prompts"]["files"] == 6 and len(ts) == 2 * 2 * 4
+    first = ts.columns["context"][ts.columns["position"] == 0]
+    assert ((first >= 0).sum(axis=1) == 20).all()         # prompts of --prompt-len tokens
+    text = bytes(first[0][first[0] >= 0].astype(np.uint8).tolist()).decode()
+    assert "of file" in text or "line" in text
+    one_line_error(invoke("data", "trace", "--backend", "hf", "--target", target, "--draft",
+                          draft, "--corpus", tmp_path / "nowhere", "--out", tmp_path / "o2"),
+                   "corpus directory not found")

@@ -29,19 +29,14 @@ tokenizer code is taken from the model directory (``trust_remote_code=False``).
 
 from __future__ import annotations
 
-import json
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-import numpy as np
 
 from evolve.data import traces as T
 from evolve.data.sources import ngram
-from evolve.data.sources import ngram_lm as LM
-from evolve.data.tokens import DataError
 
 SPLITS = T.SPLITS
 INSTALL_HINT = "pip install -e '.[hf]'"
@@ -254,115 +249,6 @@ def load_pair(cfg: HFTraceConfig) -> HFPair:
     return HFPair(target, draft, tok_t, vocab, device, cfg, info)
 
 
-# ----------------------------------------------------------------- prompts
-
-def _split_streams(seed: int) -> dict:
-    """One SeedSequence per split (assignment of unlabelled prompt lines is another)."""
-    assign, *per_split = np.random.SeedSequence(seed).spawn(1 + len(SPLITS))
-    return assign, dict(zip(SPLITS, per_split))
-
-
-def read_prompts_file(path: str | os.PathLike, seed: int) -> dict:
-    """split -> list of texts from a JSON-lines file (``text``, optional ``split``)."""
-    src = str(path)
-    try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as e:
-        raise DataError(f"{src}: not UTF-8 text ({e.reason})") from None
-    out = {s: [] for s in SPLITS}
-    free = []
-    for i, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise DataError(f"{src}: line {i}: not JSON ({e})") from None
-        if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"]:
-            raise DataError(f"{src}: line {i}: field 'text' must be a non-empty string")
-        s = obj.get("split")
-        if s is None:
-            free.append(obj["text"])
-        elif s in SPLITS:
-            out[s].append(obj["text"])
-        else:
-            raise DataError(f"{src}: line {i}: field 'split' is {s!r}; expected one of "
-                            + ", ".join(SPLITS))
-    assign, _ = _split_streams(seed)
-    perm = np.random.default_rng(assign).permutation(len(free))
-    for j, i in enumerate(perm):
-        out[_quarter(j)].append(free[i])
-    for s in SPLITS:
-        if not out[s]:
-            raise DataError(f"{src}: the {s} split has no prompts (give more lines, or "
-                            f"label some with \"split\": \"{s}\")")
-    return out
-
-
-def _quarter(j: int) -> str:
-    """Unlabelled lines in turn: train, valid, train, test (2 : 1 : 1)."""
-    return ("train", "valid", "train", "test")[j % 4]
-
-
-def load_corpus(cfg: HFTraceConfig) -> LM.Corpus:
-    """--corpus DIR (every file below it not hidden, sorted by path) or the n-gram corpus."""
-    if cfg.corpus_dir is None:
-        return LM.Corpus.load(max_files=cfg.max_files, max_bytes_per_file=cfg.max_bytes_per_file)
-    d = Path(cfg.corpus_dir)
-    if not d.is_dir():
-        raise DataError(f"{d}: corpus directory not found")
-    files = sorted(p for p in d.rglob("*") if p.is_file()
-                   and not any(part.startswith(".") for part in p.relative_to(d).parts))
-    files = files[:cfg.max_files] if cfg.max_files is not None else files
-    docs = [p.read_bytes()[:cfg.max_bytes_per_file] for p in files]
-    if len(docs) < 4:
-        raise DataError(f"{d}: the corpus has {len(docs)} files; at least 4 are needed")
-    return LM.Corpus(tuple(str(p.relative_to(d)) for p in files), tuple(docs))
-
-
-def corpus_pools(cfg: HFTraceConfig, corpus: LM.Corpus) -> dict:
-    """split -> file indices: the n-gram pair's held-out pools for this seed."""
-    _, _, pools = ngram.file_split(len(corpus), ngram.TraceConfig(seed=cfg.seed))
-    return pools
-
-
-def encode(tokenizer, text: str) -> np.ndarray:
-    return np.asarray(tokenizer(text)["input_ids"], dtype=np.int64)
-
-
-def split_prompts(pair: HFPair, split: str, texts: dict | None = None,
-                  corpus: LM.Corpus | None = None):
-    """(token id arrays, per-prompt Generators) of a split: whole texts of a prompts file,
-    else windows of ``prompt_len`` tokens from the split's corpus pool."""
-    cfg = pair.config
-    _, per_split = _split_streams(cfg.seed)
-    if texts is not None:
-        items = texts[split]
-        rngs = [np.random.default_rng(c) for c in per_split[split].spawn(len(items))]
-        ids = [encode(pair.tokenizer, t) for t in items]
-        for i, a in enumerate(ids):
-            if a.size == 0:
-                raise DataError(f"{cfg.prompts_file}: {split} prompt {i} has no tokens")
-        return ids, rngs
-    n = cfg.prompts(split)
-    docs = [encode(pair.tokenizer, corpus.docs[i].decode("utf-8", errors="replace"))
-            for i in corpus_pools(cfg, corpus)[split]]
-    room = np.array([max(0, d.size - cfg.prompt_len + 1) for d in docs], dtype=np.int64)
-    if room.sum() == 0:
-        raise DataError(f"the {split} prompt files are shorter than --prompt-len "
-                        f"{cfg.prompt_len} tokens")
-    cum = np.cumsum(room)
-    ids, rngs = [], []
-    for ch in per_split[split].spawn(n):
-        rng = np.random.default_rng(ch)
-        u = int(rng.integers(0, cum[-1]))
-        f = int(np.searchsorted(cum, u, side="right"))
-        off = u - (int(cum[f - 1]) if f else 0)
-        ids.append(docs[f][off:off + cfg.prompt_len].copy())
-        rngs.append(rng)
-    return ids, rngs
-
-
 # ------------------------------------------------------------------ builds
 
 def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
@@ -379,6 +265,7 @@ def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
 def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
     """Load the pair and record train/valid/test traces (not written; see the CLI)."""
     from evolve.data.sources import hf_decode
+    from evolve.data.sources import hf_prompts as P
     cfg.validate()
     t0 = time.perf_counter()
     pair = load_pair(cfg)
@@ -387,14 +274,14 @@ def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
                                      f"{pair.vocab} (the vocabulary)")
     texts = corpus = None
     if cfg.prompts_file is not None:
-        texts = read_prompts_file(cfg.prompts_file, cfg.seed)
+        texts = P.read_prompts_file(cfg.prompts_file, cfg.seed)
         source = {"kind": "file", "path": cfg.prompts_file,
                   "counts": {s: len(texts[s]) for s in SPLITS}}
     else:
-        corpus = load_corpus(cfg)
+        corpus = P.load_corpus(cfg)
         source = {"kind": "corpus", "dir": cfg.corpus_dir or "python stdlib (n-gram corpus)",
                   "files": len(corpus), "crc32": corpus.fingerprint()}
-    prompts = {s: split_prompts(pair, s, texts, corpus) for s in SPLITS}
+    prompts = {s: P.split_prompts(pair, s, texts, corpus) for s in SPLITS}
     for s in SPLITS:
         hf_decode.check_lengths(pair, prompts[s][0], cfg.blocks_per_prompt)
     if progress:
