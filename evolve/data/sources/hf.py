@@ -34,7 +34,6 @@ import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-
 from evolve.data import traces as T
 from evolve.data.sources import ngram
 
