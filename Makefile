@@ -51,7 +51,7 @@ neural-pair: $(STAMP)
 
 neural-traces: $(STAMP)
 	$(BIN)/evolve data trace --backend hf --target datasets/neural-pair/target \
-		--draft datasets/neural-pair/draft --out datasets/neural-traces --force
+		--draft datasets/neural-pair/draft --batch-size 64 --out datasets/neural-traces --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

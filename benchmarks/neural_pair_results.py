@@ -32,7 +32,7 @@ from evolve.rules import tuning  # noqa: E402
 from evolve.rules.table import families  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
-RUN = {"objective": "speed", "population": 800, "generations": 60, "tournament": 3,
+RUN = {"objective": "speed", "population": 500, "generations": 40, "tournament": 3,
        "seed_baselines": True}
 
 
