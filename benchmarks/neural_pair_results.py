@@ -10,6 +10,7 @@ are correlated, so this one is the honest one). Prints markdown tables and
 writes the numbers as JSON. Usage (after `make neural-pair neural-traces`):
 
     python benchmarks/neural_pair_results.py [--data datasets/neural-traces] [--seeds 1 2 3]
+        [--population 800] [--generations 80]
 """
 
 import argparse
@@ -32,7 +33,7 @@ from evolve.rules import tuning  # noqa: E402
 from evolve.rules.table import families  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
-RUN = {"objective": "speed", "population": 500, "generations": 40, "tournament": 3,
+RUN = {"objective": "speed", "population": 800, "generations": 80, "tournament": 3,
        "seed_baselines": True}
 
 
@@ -52,13 +53,16 @@ def main(argv=None) -> int:
     ap.add_argument("--data", type=Path, default=ROOT / "datasets" / "neural-traces")
     ap.add_argument("--runs-dir", type=Path, default=ROOT / "runs")
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--population", type=int, default=RUN["population"])
+    ap.add_argument("--generations", type=int, default=RUN["generations"])
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "neural_pair_results.json")
     args = ap.parse_args(argv)
+    run = {**RUN, "population": args.population, "generations": args.generations}
     va = spec.SpecArrays.from_split(traces.load(args.data / "valid.npz"))
     te_split = traces.load(args.data / "test.npz")
     te = spec.SpecArrays.from_split(te_split)
     bps = int(te_split.meta["config"]["blocks_per_prompt"])
-    out = {"data": str(args.data), "run_settings": RUN, "budgets": {}}
+    out = {"data": str(args.data), "run_settings": run, "budgets": {}}
     for b in BUDGETS:
         base = {}
         for fam in families():
@@ -75,7 +79,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             name = f"neural-speed-tv{b:g}-s{seed}"
             r = evolve.run(data_dir=args.data, runs_dir=args.runs_dir, name=name, seed=seed,
-                           tv_budget=b, writeback=False, force=True, **RUN)
+                           tv_budget=b, writeback=False, force=True, **run)
             h = tuning.tree_thresholds(treeio.parse(r.champion["tree"]), te)
             o = spec.objectives(te, h)
             champs.append({"seed": seed, "run": name, "expression": r.champion["expression"],
