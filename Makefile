@@ -1,16 +1,20 @@
 # `make run` and `make test` each work on a fresh machine: they create .venv and
 # install the project first when needed.
 PYTHON ?= python3
+# torch is installed on its own first so that the CPU build pinned here is the one
+# used (a plain `torch` requirement may pull a multi-GB CUDA build).
+TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-slow bench bench-smoke data traces results install clean
+.PHONY: run test test-fast test-slow bench bench-smoke data traces results neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,cluster]'
+	$(BIN)/python -m pip install --quiet '$(TORCH)'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -42,6 +46,16 @@ traces: $(STAMP)
 
 results: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --readme
+
+# A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about
+# 9.5 minutes of CPU, 28 minutes wall on 2 shared cores), and traces recorded from them
+# with --backend hf (about 3 minutes).
+neural-pair: $(STAMP)
+	$(BIN)/python -m evolve.data.sources.neural_pair --out datasets/neural-pair
+
+neural-traces: $(STAMP)
+	$(BIN)/evolve data trace --backend hf --target datasets/neural-pair/target \
+		--draft datasets/neural-pair/draft --batch-size 64 --out datasets/neural-traces --force
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

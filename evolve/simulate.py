@@ -28,7 +28,6 @@ Three measurements:
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import asdict, dataclass
 
 import numpy as np

@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-import evolve.cli.traces as CT
+import evolve.cli.trace_data as CT
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES, families
 from tests import rulefns
 from evolve import simulate as S
 from evolve.rules import adapters
 from evolve.objectives import spec
-from evolve.data import decode as DEC
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG
 from evolve.lang import treeio

@@ -10,14 +10,12 @@ import pytest
 from evolve.kernels import tokens as kernels
 from evolve.cli import views
 from evolve.rules import tuning as pareto
-from evolve.rules.table import RULES, families
+from evolve.rules.table import RULES
 from tests import rulefns
 from evolve import simulate as S
 from evolve.objectives import spec
 from evolve.kernels import speculative as spec_kernels
 from evolve.data import decode as DEC
-from evolve.data import traces as T
-from evolve.data.sources import ngram as NG
 from evolve.lang import treeio
 from evolve.lang import primitives as P
 from heuristics import baselines as HB

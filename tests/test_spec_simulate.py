@@ -3,8 +3,6 @@
 import numpy as np
 import pytest
 
-from evolve.rules import tuning as pareto
-from evolve.rules.table import RULES, families
 from tests import rulefns
 from evolve import simulate as S
 from evolve.objectives import spec

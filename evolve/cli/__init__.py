@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from evolve.cli import data, export, runs, shards, traces
+from evolve.cli import data, export, runs, shards, trace_data, traces
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -20,7 +20,7 @@ def main():
 
 
 main.add_command(data.data_group)
-data.data_group.add_command(traces.data_trace)
+data.data_group.add_command(trace_data.data_trace)
 data.data_group.add_command(shards.data_shard)
 for command in (runs.run_cmd, runs.benchmark_cmd, runs.inspect_cmd, runs.runs_cmd,
                 traces.simulate_cmd, traces.tradeoff_cmd, export.export_cmd):

@@ -1,4 +1,5 @@
-"""Commands for speculative-decoding traces: ``data trace``, ``simulate``, ``tradeoff``.
+"""Commands on speculative-decoding traces: ``simulate`` and ``tradeoff`` (``data
+trace`` is in ``evolve.cli.trace_data``).
 
 One function per command, heavy modules imported inside commands, known errors
 as one line on stderr and exit code 2, ``--json`` prints one JSON document on
@@ -9,7 +10,6 @@ and ``evolve.rules.tuning``; the views in ``evolve.cli.views``.
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
@@ -19,125 +19,12 @@ from evolve.cli import views
 from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need,
                                runs_dir_option, term)
 
-# evolve.traces.TraceConfig's defaults, spelled out so that `--help` need not import
-# numpy (tests/test_cli_trace.py checks that they are the same).
-TRACE_DEFAULTS = {"seed": 0, "block_size": 4, "top_k": 16, "temperature": 1.0,
-                  "blocks_per_prompt": 16, "train_prompts": 512, "valid_prompts": 256,
-                  "test_prompts": 256, "max_files": None, "max_bytes_per_file": None}
 SPLIT_NAMES = ("train", "valid", "test")
 DEFAULT_BUDGETS = (0.01, 0.03)
 
 traces_option = click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
                              help="Directory with train/valid/test trace splits "
                                   "(default: datasets/traces/).")
-
-
-def _option_of(field: str) -> str:
-    return "--" + field.replace("_", "-")
-
-
-# -------------------------------------------------------------- data trace
-
-@click.command("trace")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Output directory (default: datasets/traces/).")
-@click.option("--seed", type=int, default=TRACE_DEFAULTS["seed"], show_default=True,
-              help="Seed of the file split, the draft's files and every prompt.")
-@click.option("--block-size", type=int, default=TRACE_DEFAULTS["block_size"], show_default=True,
-              help="Drafted bytes per block (g).")
-@click.option("--top-k", type=int, default=TRACE_DEFAULTS["top_k"], show_default=True,
-              help="Draft candidates stored per drafted position.")
-@click.option("--temperature", type=float, default=TRACE_DEFAULTS["temperature"],
-              show_default=True, help="Sampling temperature of both models.")
-@click.option("--blocks-per-prompt", type=int, default=TRACE_DEFAULTS["blocks_per_prompt"],
-              show_default=True, help="Blocks decoded from each prompt.")
-@click.option("--train-prompts", type=int, default=TRACE_DEFAULTS["train_prompts"],
-              show_default=True, help="Prompts of the train split.")
-@click.option("--valid-prompts", type=int, default=TRACE_DEFAULTS["valid_prompts"],
-              show_default=True, help="Prompts of the valid split.")
-@click.option("--test-prompts", type=int, default=TRACE_DEFAULTS["test_prompts"],
-              show_default=True, help="Prompts of the test split.")
-@click.option("--max-files", type=int, default=None,
-              help="Use only the first N corpus files (quick builds; default: all).")
-@click.option("--max-bytes-per-file", type=int, default=None,
-              help="Use only the first N bytes of each corpus file (quick builds).")
-@click.option("--force", is_flag=True, help="Overwrite existing splits that differ.")
-@click.option("--rows-per-shard", type=int, default=None,
-              help="Write memory-mapped shards of N rows instead of .npz (large traces).")
-@friendly_errors
-def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, train_prompts,
-               valid_prompts, test_prompts, max_files, max_bytes_per_file, force,
-               rows_per_shard=None):
-    """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
-    import numpy as np
-
-    from evolve.data import traces
-    from evolve.data.sources import ngram
-    from evolve.data.tokens import DataError
-    out = Path(out) if out else default_traces()
-    tm = term()
-    need(max_files is None or max_files >= 4, "--max-files", max_files,
-          "at least 4 (the models and three prompt pools need files)")
-    need(max_bytes_per_file is None or max_bytes_per_file >= 1, "--max-bytes-per-file",
-          max_bytes_per_file, "at least 1")
-    try:
-        cfg = ngram.TraceConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                 temperature=temperature, blocks_per_prompt=blocks_per_prompt,
-                                 train_prompts=train_prompts, valid_prompts=valid_prompts,
-                                 test_prompts=test_prompts, max_files=max_files,
-                                 max_bytes_per_file=max_bytes_per_file)
-        cfg.validate()
-    except ngram.TraceConfigError as e:
-        fail(f"{_option_of(e.field)}: {e.detail}")
-    if rows_per_shard is not None:
-        from evolve.cli.shards import trace_to_shards
-        return trace_to_shards(cfg, out, rows_per_shard, force)
-    # A file of another configuration is refused before the build (the build would differ).
-    if not force:
-        for name in SPLIT_NAMES:
-            path = out / f"{name}.npz"
-            if path.exists() and _recorded_config(path) != cfg.to_dict():
-                raise DataError(f"{path}: exists and differs; pass --force to overwrite")
-    t0 = time.perf_counter()
-    tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
-              f"temperature {temperature:g}) ...")
-    try:
-        built = ngram.build_splits(cfg, None, progress=tm.note)
-    except ValueError as e:      # the corpus cannot support this configuration
-        fail(f"trace build: {e}")
-    # Check every file before writing any, so a refusal leaves the directory as it was.
-    todo = []
-    for name, ts in built.items():
-        path = out / f"{name}.npz"
-        if path.exists():
-            try:
-                old = traces.load(path, name=name)
-                same = (old.meta.get("config") == cfg.to_dict()
-                        and all(np.array_equal(old.columns[f], ts.columns[f])
-                                for f in traces.ALL_FIELDS))
-            except DataError:
-                same = False
-            if same:
-                tm.note(f"{path}: unchanged ({len(ts):,} rows)")
-                continue
-            if not force:
-                raise DataError(f"{path}: exists and differs; pass --force to overwrite")
-        todo.append((path, ts))
-    for path, ts in todo:
-        traces.save(ts, path)
-        tm.note(f"{path}: {len(ts):,} rows, {path.stat().st_size / 1e6:.1f} MB")
-    tm.note(f"done in {time.perf_counter() - t0:.1f} s")
-
-
-def _recorded_config(path: Path):
-    """The generation config in a trace file's meta.json (None if unreadable)."""
-    from evolve.data import traces
-    from evolve.data.tokens import DataError
-    try:
-        meta = traces.read_file_meta(path)
-    except DataError:
-        return None
-    return meta.get("config") if isinstance(meta, dict) else None
 
 
 # ---------------------------------------------------------------- shared
@@ -311,6 +198,11 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     else:
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
+    if ts.backend != "ngram":
+        from evolve.data.tokens import DataError
+        raise DataError(f"{data_dir / split}.npz: recorded by the {ts.backend} backend; "
+                        "evolve simulate rebuilds the n-gram pair and supports n-gram "
+                        "traces only")
     t0 = time.perf_counter()
     out.note(f"{info['label']}: rebuilding the draft/target pair of {data_dir / split}.npz")
     pair, same_corpus = _pair_for(ts, out)

@@ -44,16 +44,34 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     return r
 
 
-def candidate_summary(p: np.ndarray, q: np.ndarray, k: int) -> dict:
-    """Top-k candidates of q (stable: lower byte first on ties) and the tail masses."""
+SORT_ALL_MAX_VOCAB = 4096   # above this, candidates come from a partial sort
+
+
+def top_candidates(q: np.ndarray, k: int) -> np.ndarray:
+    """Column ids of the k largest entries of each row of q, q descending, lower id first
+    on ties. Large vocabularies use a partial sort; there, which of several ids tied
+    at the k-th value is kept is deterministic but not necessarily the lowest."""
+    V = q.shape[1]
+    if V <= SORT_ALL_MAX_VOCAB or k >= V:
+        return np.argsort(-q, axis=1, kind="stable")[:, :k]
+    part = np.argpartition(-q, k - 1, axis=1)[:, :k]
+    o = np.lexsort((part, -np.take_along_axis(q, part, axis=1)), axis=-1)
+    return np.take_along_axis(part, o, axis=1)
+
+
+def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8) -> dict:
+    """Top-k candidates of q (stable: lower id first on ties) and the tail masses.
+
+    ``token_dtype``: uint8 for byte-level pairs (schema v2 as first written), a wider
+    integer type for larger vocabularies."""
     B, V = q.shape
-    order = np.argsort(-q, axis=1, kind="stable")[:, :k]
+    order = top_candidates(q, k)
     in_top = np.zeros((B, V), dtype=bool)
     np.put_along_axis(in_top, order, True, axis=1)
     tail = ~in_top
     plus = tail & (p > q)
     return {
-        "cand_token": order.astype(np.uint8),
+        "cand_token": order.astype(token_dtype),
         "cand_draft_prob": np.take_along_axis(q, order, axis=1),
         "cand_target_prob": np.take_along_axis(p, order, axis=1),
         "tail_draft_prob": np.where(tail, q, 0.0).sum(axis=1),

@@ -15,6 +15,14 @@ them; the v2 fields are NumPy ``.npy`` payloads stored under ``v2/<field>`` (no
 ``.npy`` suffix), and ``meta.json`` holds ``format_version: 2`` and the
 generation settings. Loading validates every invariant and raises DataError
 naming the file, the field and the first bad row.
+
+Vocabulary: ``meta.json`` may name ``vocab_size`` (token ids are 0 ..
+vocab_size - 1); files without it are byte-level (256, the n-gram pair).
+``cand_token`` is uint8 (byte-level files), int32 or int64; ``context`` is
+uint8 (bytes) or int32 token ids, left-padded with -1 where the sequence is
+shorter than ``context_len`` (``context_len`` may be 0: no contexts stored).
+``meta["backend"]`` names the source that recorded the file ("ngram" when
+absent; "hf" for ``evolve.data.sources.hf``).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from evolve.data import tokens as D
 from evolve.data.tokens import DataError
 from evolve.runs import jsonio
 
-VOCAB = 256            # byte-level models: token ids are byte values
+VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
 
 FORMAT_VERSION = 2
 SPLITS = D.SPLITS
@@ -52,11 +60,15 @@ V2_FIELDS: dict[str, tuple[str, np.dtype]] = {
     "tail_target_prob": ("row", np.dtype(np.float64)),        # p(T)
     "tail_excess_draft_prob": ("row", np.dtype(np.float64)),  # q(T+), T+ = {x in T: p > q}
     "tail_excess_target_prob": ("row", np.dtype(np.float64)), # p(T+)
-    "cand_token": ("cand", np.dtype(np.uint8)),       # top-k bytes by q, q descending
+    "cand_token": ("cand", np.dtype(np.uint8)),       # top-k tokens by q, q descending
     "cand_draft_prob": ("cand", np.dtype(np.float64)),
     "cand_target_prob": ("cand", np.dtype(np.float64)),
-    "context": ("ctx", np.dtype(np.uint8)),           # the C bytes before the drafted byte
+    "context": ("ctx", np.dtype(np.uint8)),           # the C tokens before the drafted one
 }
+# Integer fields that may also be stored wider (token ids of large vocabularies).
+WIDE_DTYPES = {"cand_token": (np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64)),
+               "context": (np.dtype(np.uint8), np.dtype(np.int32))}
+CONTEXT_PAD = -1       # left padding of int32 contexts shorter than context_len
 ALL_FIELDS = tuple(D.FIELDS) + tuple(V2_FIELDS)
 
 
@@ -88,10 +100,23 @@ class TraceSplit:
     def n_blocks(self) -> int:
         return len(self) // self.block_size
 
+    @property
+    def vocab_size(self) -> int:
+        return vocab_size(self.meta)
+
+    @property
+    def backend(self) -> str:
+        return str(self.meta.get("backend", "ngram"))
+
     def dataset(self) -> D.Dataset:
         """The v1 view: one record per drafted position, the eight original fields."""
         return D.from_columns({f: self.columns[f] for f in D.FIELDS},
                               source=self.meta.get("source", "<traces>"), name=self.name)
+
+
+def vocab_size(meta: dict) -> int:
+    """Token ids of a split are 0 .. vocab_size - 1 (256 when meta.json does not say)."""
+    return int(meta.get("vocab_size", VOCAB))
 
 
 # ---------------------------------------------------------------- storage
@@ -193,6 +218,12 @@ def validate(ts: TraceSplit, src: str) -> None:
                for v in (g, k, C)):
         raise DataError(f"{src}: meta.json: block_size, top_k and context_len must be "
                         f"whole numbers 0..{1 << 20}, got {g!r:.40}, {k!r:.40}, {C!r:.40}")
+    try:
+        V = vocab_size(meta)
+    except (KeyError, TypeError, ValueError):
+        raise DataError(f"{src}: meta.json has a vocab_size that is not an integer") from None
+    if V < 2:
+        raise DataError(f"{src}: meta.json vocab_size is {V}, expected at least 2")
     if g < 1 or n % g:
         raise DataError(f"{src}: {n} rows is not a whole number of blocks of {g}")
     for f, (kind, dtype) in V2_FIELDS.items():
@@ -206,8 +237,9 @@ def validate(ts: TraceSplit, src: str) -> None:
             bad = ~np.isfinite(a)
             if bad.any():
                 _bad(src, f, bad.reshape(n, -1).any(axis=1), a, "not finite")
-        elif a.dtype != dtype:
-            raise DataError(f"{src}: field '{f}' must be {dtype}, got {a.dtype}")
+        elif a.dtype not in WIDE_DTYPES.get(f, (dtype,)):
+            want_t = " or ".join(str(d) for d in WIDE_DTYPES.get(f, (dtype,)))
+            raise DataError(f"{src}: field '{f}' must be {want_t}, got {a.dtype}")
     c = {f: cols[f] for f in V2_FIELDS}
     r = np.arange(n)
     if (c["block_position"] != r % g).any():
@@ -218,10 +250,17 @@ def validate(ts: TraceSplit, src: str) -> None:
         bad = np.repeat((a != a[:, :1]).any(axis=1), g)
         if bad.any():
             _bad(src, f, bad, c[f], "differs within one block")
-    for f in ("token", "target_top"):
-        bad = (c[f] < 0) | (c[f] >= VOCAB)
+    for f in ("token", "target_top", "cand_token"):
+        bad = ((c[f] < 0) | (c[f] >= V)).reshape(n, -1).any(axis=1)
         if bad.any():
-            _bad(src, f, bad, c[f], "not a byte value")
+            _bad(src, f, bad, c[f], f"not a token id of the vocabulary (0..{V - 1})")
+    ctx = c["context"]
+    if ctx.dtype.kind == "i" and C:
+        pad = ctx == CONTEXT_PAD
+        bad = ((ctx < CONTEXT_PAD) | (ctx >= V)).any(axis=1) | (pad[:, 1:] & ~pad[:, :-1]).any(axis=1)
+        if bad.any():
+            _bad(src, "context", bad, ctx, f"expected token ids 0..{V - 1}, left-padded "
+                 f"with {CONTEXT_PAD}")
     cq, cp = c["cand_draft_prob"], c["cand_target_prob"]
     for f, a in (("cand_draft_prob", cq), ("cand_target_prob", cp), ("p_max", c["p_max"]),
                  ("q_max", c["q_max"])):
@@ -233,9 +272,9 @@ def validate(ts: TraceSplit, src: str) -> None:
         if bad.any():
             _bad(src, "cand_draft_prob", bad, cq, "candidates must be sorted by q, descending")
         st = np.sort(c["cand_token"], axis=1)
-        bad = (np.diff(st.astype(np.int16), axis=1) == 0).any(axis=1)
+        bad = (np.diff(st.astype(np.int64), axis=1) == 0).any(axis=1)
         if bad.any():
-            _bad(src, "cand_token", bad, c["cand_token"], "a byte appears twice")
+            _bad(src, "cand_token", bad, c["cand_token"], "a token appears twice")
     tq, tp = c["tail_draft_prob"], c["tail_target_prob"]
     eq, ep = c["tail_excess_draft_prob"], c["tail_excess_target_prob"]
     for f, a in (("tail_draft_prob", tq), ("tail_target_prob", tp),

@@ -50,7 +50,6 @@ class TraceObjective(Objective):
     def evaluator(self, split, name: str) -> Evaluator:
         if hasattr(split, "evaluator"):      # a sharded split (evolve.cluster) scores itself
             return split.evaluator(name, with_kl=self.kl)
-        from evolve.kernels.speculative import population_objectives
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
         return array_evaluator(sa, name, self.kl)

@@ -93,7 +93,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "lenient (mentored) rejection: min(1, t / (l d)), l in (0, 1]",
          param="l", default=0.5, grid=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
          lenient=True, family=True),
-    Rule("ears", f"pmin(1.0, add(pdiv(target_prob, draft_prob), mul({{p}}, sub(1.0, p_max))))",
+    Rule("ears", "pmin(1.0, add(pdiv(target_prob, draft_prob), mul({p}, sub(1.0, p_max))))",
          "EARS: min(1, t/d + beta (1 - p_max)), beta >= 0",
          param="beta", default=0.3, grid=(0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0),
          lenient=True, family=True),

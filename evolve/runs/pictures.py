@@ -4,6 +4,7 @@ the trade-off on valid. Headless backend, deterministic PNG bytes, atomic writes
 from __future__ import annotations
 
 from io import BytesIO
+from pathlib import Path
 
 
 def pyplot():

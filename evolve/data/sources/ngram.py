@@ -172,15 +172,9 @@ def _seeds(seed: int):
     return files, draft, dict(zip(SPLITS, per_split))
 
 
-def build_pair(config: TraceConfig, corpus: LM.Corpus | None = None) -> LMPair:
-    """Train the target and the draft (deterministic; well under a second at full size)."""
-    config.validate()
-    if corpus is None:
-        corpus = LM.Corpus.load(max_files=config.max_files,
-                                max_bytes_per_file=config.max_bytes_per_file)
-    n = len(corpus)
-    if n < 4:
-        raise ValueError(f"the corpus has {n} files; at least 4 are needed")
+def file_split(n: int, config: TraceConfig):
+    """(LM training files, the draft's subset, split -> prompt pool) of a corpus of n
+    files; every model trained on this corpus (also ``neural_pair``) uses it."""
     s_files, s_draft, _ = _seeds(config.seed)
     perm = np.random.default_rng(s_files).permutation(n)
     n_held = min(n - 1, max(3, int(round(config.heldout_fraction * n))))
@@ -193,6 +187,19 @@ def build_pair(config: TraceConfig, corpus: LM.Corpus | None = None) -> LMPair:
              "test": np.sort(held[n_held - n_test:])}
     k = max(1, int(round(config.draft_fraction * lm_files.size)))
     draft_files = np.sort(np.random.default_rng(s_draft).permutation(lm_files)[:k])
+    return lm_files, draft_files, pools
+
+
+def build_pair(config: TraceConfig, corpus: LM.Corpus | None = None) -> LMPair:
+    """Train the target and the draft (deterministic; well under a second at full size)."""
+    config.validate()
+    if corpus is None:
+        corpus = LM.Corpus.load(max_files=config.max_files,
+                                max_bytes_per_file=config.max_bytes_per_file)
+    n = len(corpus)
+    if n < 4:
+        raise ValueError(f"the corpus has {n} files; at least 4 are needed")
+    lm_files, draft_files, pools = file_split(n, config)
     target = LM.NGramLM.train([corpus.docs[i] for i in lm_files], config.target_order,
                               config.temperature)
     draft = LM.NGramLM.train([corpus.docs[i] for i in draft_files], config.draft_order,

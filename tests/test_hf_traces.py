@@ -1,0 +1,275 @@
+"""`evolve data trace --backend hf` on a tiny random-init GPT-2 pair saved in the test
+(tests/hfkit.py) and loaded by path through the CLI: recorded probabilities against a
+direct forward pass, the exact objectives against free-running decoding, determinism,
+evolution and the trade-off on the traces, and the refusals."""
+
+import sys
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from evolve.cli import main  # noqa: E402
+from evolve.data import traces as T  # noqa: E402
+from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
+from evolve.objectives import spec  # noqa: E402
+from tests import hfkit, rulefns  # noqa: E402
+
+ENV = {"COLUMNS": "160", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+G, K, BLOCKS, CTX = 3, 8, 4, 64
+PROB_TOL = 1e-5        # float32 forward passes (padded batch vs one sequence)
+Z_MAX = 3.0            # offline exact vs free-running decoding, standard errors
+FREE_PROMPTS, FREE_BLOCKS = 128, 8
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
+
+
+def one_line_error(r, *needles):
+    assert r.exit_code == 2, (r.exit_code, r.output)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
+    assert "Traceback" not in r.output
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf_pair")
+    target, draft = hfkit.tiny_pair(root)
+    return target, draft, hfkit.write_prompts(root / "prompts.jsonl")
+
+
+def trace_args(models, out, *extra):
+    target, draft, prompts = models
+    return ("data", "trace", "--backend", "hf", "--target", target, "--draft", draft,
+            "--prompts", prompts, "--block-size", G, "--top-k", K, "--blocks-per-prompt",
+            BLOCKS, "--context-len", CTX, "--batch-size", 5, "--out", out, *extra)
+
+
+@pytest.fixture(scope="module")
+def traced(models, tmp_path_factory):
+    out = tmp_path_factory.mktemp("hf_traces")
+    r = invoke(*trace_args(models, out))
+    assert r.exit_code == 0, r.output
+    return out
+
+
+def _direct(path, contexts):
+    """softmax (float64) of a model run on each row's context alone, unpadded: one
+    forward pass per block, on the context of its last row (rows of a block extend
+    each other's contexts by the drafted tokens, which the test checks)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    out = np.empty((len(contexts), hfkit.VOCAB))
+    with torch.no_grad():
+        for b in range(0, len(contexts), G):
+            last = contexts[b + G - 1]
+            ids = torch.tensor(last[last >= 0], dtype=torch.long)[None]
+            logits = model(ids).logits[0, -G:].double()
+            out[b:b + G] = torch.softmax(logits, -1).numpy()
+    return out
+
+
+def test_recorded_probabilities_are_the_models_softmax(models, traced):
+    target, draft, _ = models
+    for split in T.SPLITS:
+        ts = T.load(traced / f"{split}.npz")
+        c = ts.columns
+        assert ts.vocab_size == hfkit.VOCAB and ts.backend == "hf"
+        assert c["cand_token"].dtype == np.int32 and c["context"].dtype == np.int32
+        assert (c["context"][:, 0] == T.CONTEXT_PAD).all()      # whole histories stored
+        P, Q = _direct(target, c["context"]), _direct(draft, c["context"])
+        r = np.arange(len(ts))
+        x, cand = c["token"], c["cand_token"].astype(np.int64)
+        close = dict(rtol=0, atol=PROB_TOL)
+        np.testing.assert_allclose(c["target_prob"], P[r, x], **close)
+        np.testing.assert_allclose(c["draft_prob"], Q[r, x], **close)
+        np.testing.assert_allclose(c["cand_target_prob"], np.take_along_axis(P, cand, 1), **close)
+        np.testing.assert_allclose(c["cand_draft_prob"], np.take_along_axis(Q, cand, 1), **close)
+        np.testing.assert_allclose(c["p_max"], P.max(1), **close)
+        np.testing.assert_allclose(c["q_max"], Q.max(1), **close)
+        # candidates are q's top k; tail masses are the sums outside them
+        assert (np.sort(Q, 1)[:, -K:][:, ::-1] - c["cand_draft_prob"] < PROB_TOL).all()
+        tail = np.ones_like(P, dtype=bool)
+        np.put_along_axis(tail, cand, False, axis=1)
+        plus = tail & (P > Q)
+        np.testing.assert_allclose(c["tail_draft_prob"], (Q * tail).sum(1), **close)
+        np.testing.assert_allclose(c["tail_target_prob"], (P * tail).sum(1), **close)
+        np.testing.assert_allclose(c["tail_excess_target_prob"], (P * plus).sum(1), **close)
+        np.testing.assert_allclose(c["tail_excess_draft_prob"], (Q * plus).sum(1), **close)
+        np.testing.assert_allclose(c["cand_draft_prob"].sum(1) + c["tail_draft_prob"], 1.0,
+                                   rtol=0, atol=1e-12)
+        np.testing.assert_allclose(c["cand_target_prob"].sum(1) + c["tail_target_prob"], 1.0,
+                                   rtol=0, atol=1e-12)
+        ent = lambda A: -(A * np.log(A)).sum(1)  # noqa: E731
+        np.testing.assert_allclose(c["target_entropy"], ent(P), rtol=0, atol=1e-4)
+        np.testing.assert_allclose(c["draft_entropy"], ent(Q), rtol=0, atol=1e-4)
+        # within a block, each context is the previous one plus the drafted token
+        nxt = (c["block_position"][:-1] < G - 1)
+        assert (c["context"][1:][nxt, -1] == x[:-1][nxt]).all()
+        assert (c["context"][1:][nxt, :-1] == c["context"][:-1][nxt, 1:]).all()
+
+
+def test_standard_rejection_has_no_distortion(traced):
+    for split in T.SPLITS:
+        sa = spec.SpecArrays.from_split(T.load(traced / f"{split}.npz"))
+        o = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
+        assert o.tv_per_token < 1e-12 and abs(o.kl_per_token) < 1e-12
+        assert 1.0 < o.tokens_per_call < G + 1
+
+
+def test_same_seed_same_files_another_seed_others(models, traced, tmp_path):
+    r = invoke(*trace_args(models, tmp_path / "again"))
+    assert r.exit_code == 0, r.output
+    for split in T.SPLITS:
+        a = (traced / f"{split}.npz").read_bytes()
+        assert (tmp_path / "again" / f"{split}.npz").read_bytes() == a
+    r = invoke(*trace_args(models, tmp_path / "other", "--seed", 1))
+    assert r.exit_code == 0, r.output
+    a, b = T.load(traced / "train.npz"), T.load(tmp_path / "other" / "train.npz")
+    assert not np.array_equal(a.columns["token"], b.columns["token"])
+
+
+@pytest.mark.slow
+def test_exact_tokens_per_call_agree_with_free_running_decoding(models):
+    """Offline Rao-Blackwellised tokens per call of standard rejection (seed 0's traces)
+    against counted acceptances of free-running decoding with fresh draws (seed 1)."""
+    target, draft, _ = models
+    cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=G, top_k=K,
+                           blocks_per_prompt=FREE_BLOCKS, train_prompts=FREE_PROMPTS,
+                           prompt_len=24, max_files=40, max_bytes_per_file=4000,
+                           batch_size=32)
+    pair = hf.load_pair(cfg)
+    corpus = hf_prompts.load_corpus(cfg)
+    ids, rngs = hf_prompts.split_prompts(pair, "train", corpus=corpus)
+    cols, _ = hf_decode.decode(pair, ids, rngs, FREE_BLOCKS)
+    ts = T.TraceSplit(cols, hf.meta(pair, "train", len(cols["draft_prob"]), {}), name="train")
+    T.validate(ts, "<train>")
+    sa = spec.SpecArrays.from_split(ts)
+    o = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
+    fresh = [np.random.default_rng([1, i]) for i in range(len(ids))]
+    _, acc = hf_decode.decode(pair, ids, fresh, FREE_BLOCKS, record=False)
+    counted = (acc + 1).ravel().astype(float)
+    se = np.sqrt(o.tokens_se ** 2 + counted.var(ddof=1) / counted.size)
+    assert abs(o.tokens_per_call - counted.mean()) < Z_MAX * se, (o, counted.mean(), se)
+    assert 0.1 < counted.mean() - 1 < G - 0.1       # the pair neither always agrees nor never
+
+
+def test_evolution_tradeoff_and_simulate_on_hf_traces(traced, tmp_path):
+    r = invoke("run", "--objective", "speed", "--budget-tv", 0.03, "--data", traced,
+               "--population", 16, "--generations", 2, "--no-writeback",
+               "--runs-dir", tmp_path, "--name", "hf")
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "hf" / "champion.json").exists()
+    r = invoke("run", "--objective", "pareto", "--data", traced, "--population", 16,
+               "--generations", 2, "--no-writeback", "--runs-dir", tmp_path, "--name", "hfp")
+    assert r.exit_code == 0, r.output
+    r = invoke("tradeoff", "--data", traced, "--run", "hf", "--runs-dir", tmp_path, "--json")
+    assert r.exit_code == 0, r.output
+    r = invoke("simulate", "--heuristic", "standard_rejection", "--data", traced)
+    one_line_error(r, "hf backend", "n-gram")
+
+
+# ------------------------------------------------------------------ refusals
+
+def _refused(r, out, *needles):
+    one_line_error(r, *needles)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_refuses_a_draft_with_a_larger_vocabulary(models, tmp_path):
+    big = hfkit.save_model(tmp_path / "big", 3, hfkit.DRAFT, vocab=300)
+    target, _, prompts = models
+    out = tmp_path / "out"
+    r = invoke(*trace_args((target, big, prompts), out))
+    _refused(r, out, "different vocabularies", str(target), str(big), "256", "300")
+
+
+def test_refuses_a_draft_that_numbers_tokens_differently(models, tmp_path):
+    perm = {b: (b + 1) % hfkit.VOCAB for b in range(hfkit.VOCAB)}
+    other = hfkit.save_model(tmp_path / "perm", 3, hfkit.DRAFT, ids=perm)
+    target, _, prompts = models
+    out = tmp_path / "out"
+    r = invoke(*trace_args((target, other, prompts), out))
+    _refused(r, out, "different vocabularies", "probe", str(other))
+
+
+def test_refuses_models_that_do_not_load(models, tmp_path):
+    target, draft, prompts = models
+    out = tmp_path / "out"
+    r = invoke(*trace_args((target, tmp_path / "missing", prompts), out))
+    _refused(r, out, "--draft", str(tmp_path / "missing"), "cannot load")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    r = invoke(*trace_args((broken, draft, prompts), out))
+    _refused(r, out, "--target", str(broken), "cannot load")
+    # a pickled checkpoint is never read (unpickling can run code): safetensors only
+    from transformers import AutoConfig
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    AutoConfig.from_pretrained(draft).save_pretrained(pickled)
+    torch.save({}, pickled / "pytorch_model.bin")
+    r = invoke(*trace_args((target, pickled, prompts), out))
+    _refused(r, out, "--draft", str(pickled), "cannot load", "safetensors")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is present")
+def test_refuses_cuda_without_a_gpu(models, tmp_path):
+    out = tmp_path / "out"
+    r = invoke(*trace_args(models, out, "--device", "cuda"))
+    _refused(r, out, "--device cuda", "no CUDA GPU")
+
+
+def test_refuses_without_torch_with_the_install_command(models, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)     # import torch now fails
+    out = tmp_path / "out"
+    r = invoke(*trace_args(models, out))
+    _refused(r, out, "torch and transformers", hf.INSTALL_HINT)
+
+
+def test_refuses_bad_options_and_prompt_files(models, tmp_path):
+    out = tmp_path / "out"
+    one_line_error(invoke("data", "trace", "--backend", "hf", "--out", out), "--target")
+    one_line_error(invoke(*trace_args(models, out, "--device", "tpu")), "--device", "tpu")
+    one_line_error(invoke(*trace_args(models, out, "--dtype", "int8")), "--dtype")
+    one_line_error(invoke("data", "trace", "--draft", models[1], "--out", out), "--draft",
+                   "--backend hf")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"txt": "no text"}\n')
+    target, draft, _ = models
+    _refused(invoke(*trace_args((target, draft, bad), out)), out, str(bad), "line 2", "text")
+    one_line_error(invoke(*trace_args(models, out, "--blocks-per-prompt", 500)),
+                   "--target", "at most 256")
+    assert not out.exists()
+
+
+def test_corpus_directory_prompts(models, tmp_path):
+    corpus = tmp_path / "corpus"
+    (corpus / "sub").mkdir(parents=True)
+    for i in range(6):
+        (corpus / ("sub" if i % 2 else "") / f"f{i}.txt").write_text(
+            "".join(f"line {j} of file {i}: some text\n" for j in range(40)))
+    (corpus / ".hidden").write_text("never read")
+    target, draft, _ = models
+    out = tmp_path / "out"
+    r = invoke("data", "trace", "--backend", "hf", "--target", target, "--draft", draft,
+               "--corpus", corpus, "--prompt-len", 20, "--train-prompts", 3, "--valid-prompts",
+               2, "--test-prompts", 2, "--blocks-per-prompt", 2, "--context-len", 40,
+               "--out", out)
+    assert r.exit_code == 0, r.output
+    ts = T.load(out / "valid.npz")
+    assert ts.meta["prompts"]["files"] == 6 and len(ts) == 2 * 2 * 4
+    first = ts.columns["context"][ts.columns["position"] == 0]
+    assert ((first >= 0).sum(axis=1) == 20).all()         # prompts of --prompt-len tokens
+    text = bytes(first[0][first[0] >= 0].astype(np.uint8).tolist()).decode()
+    assert "of file" in text or "line" in text
+    one_line_error(invoke("data", "trace", "--backend", "hf", "--target", target, "--draft",
+                          draft, "--corpus", tmp_path / "nowhere", "--out", tmp_path / "o2"),
+                   "corpus directory not found")
