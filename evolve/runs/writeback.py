@@ -97,19 +97,7 @@ def write_back(source: str, new_valid_fitness: float, valid_split, run_name: str
         if not (better or force):
             return {"written": False, "current_valid_fitness": current,
                     "new_valid_fitness": new_valid_fitness, "backup": None}
-        backup = None
-        if target.exists():
-            hist = directory / "history"
-            hist.mkdir(exist_ok=True)
-            stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-            safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_name))[:64]
-            backup = hist / f"evolved-{stamp}-before-{safe}.py"
-            tmp = backup.with_suffix(".tmp")
-            shutil.copyfile(target, tmp)
-            with open(tmp, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.replace(tmp, backup)
-            fsync_dir(hist)
+        backup = keep_in_history(target, directory, run_name)
         atomic_write_text(target, source)
         return {"written": True, "current_valid_fitness": current,
                 "new_valid_fitness": new_valid_fitness,
