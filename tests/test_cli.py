@@ -72,8 +72,9 @@ def test_run_inspect_runs(tmp_path, small_data_dir):
     assert set(champ) >= {"expression", "tree", "size", "depth", "generation", "metrics"}
     assert set(champ["metrics"]) == {"train", "valid", "test"}
     for f in ("config.json", "history.jsonl", "hall_of_fame.json", "champion.py",
-              "checkpoint.json", "summary.json", "history.png"):
+              "checkpoint.json", "summary.json"):
         assert (runs / "t1" / f).is_file(), f
+    assert not (runs / "t1" / "history.png").exists()     # drawn by `evolve inspect`
     cfg = json.loads((runs / "t1" / "config.json").read_text())
     assert cfg["config"]["population"] == 30 and cfg["versions"]["numba"]
     hist = (runs / "t1" / "history.jsonl").read_text().splitlines()
@@ -151,8 +152,9 @@ def test_history_png_is_a_png(tmp_path, small_data_dir):
     r = invoke("run", "--generations", 2, "--population", 20, "--data", small_data_dir,
                "--runs-dir", tmp_path, "--no-writeback", "--name", "png")
     assert r.exit_code == 0, r.output
-    assert (tmp_path / "png" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (tmp_path / "png" / "history.png").exists()
     r = invoke("inspect", "png", "--runs-dir", tmp_path)
+    assert (tmp_path / "png" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "history.png" in r.stdout
 
 
@@ -178,6 +180,8 @@ def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
     assert champ["tv_budget"] == 0.02 and set(champ["metrics"]) == {"train", "valid", "test"}
     assert champ["metrics"]["valid"]["tv_per_token"] <= 0.02   # seeded standard rule is feasible
     assert set(champ["baselines_tuned_on_valid"]) >= {"standard_rejection", "leniency", "ears"}
+    assert not (tmp_path / "t" / "pareto.png").exists()     # drawn by `evolve inspect`
+    assert invoke("inspect", "t", "--runs-dir", tmp_path).exit_code == 0
     assert (tmp_path / "t" / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     front = tmp_path / "t" / "pareto_front.json"
     assert front.exists() == (objective == "pareto")

@@ -126,7 +126,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         from evolve.runs import report
         bench = None
         if not is_trace_champion(result["champion"]):
-            bench = report.benchmark(opts.data_dir, None, repeats=5)
+            bench = report.run_table(opts.data_dir)
         views.show_run_result(result, out, bench)
     sys.exit(code)
 
@@ -150,6 +150,8 @@ def inspect_cmd(run, runs_dir, json_mode):
     if json_mode:
         out.print_json(info)
         return
+    from evolve.runs.pictures import draw_pictures
+    draw_pictures(rd)
     standard = None
     if info.get("champion") and not is_trace_champion(info["champion"]):
         standard = report.standard_metrics(Path((info.get("data") or {}).get("dir")

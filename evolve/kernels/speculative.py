@@ -32,7 +32,7 @@ from evolve.kernels.fixed import add_to
 from evolve.kernels.tokens import OP_CONST, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
-TILE_ROWS = 512          # candidate rows per tile (rounded down to whole blocks, >= 1 block)
+TILE_ROWS = 1024         # candidate rows per tile (rounded down to whole blocks, >= 1 block)
 SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g]
 
 
@@ -53,7 +53,10 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
 
     cr: residual weight of each candidate (max(0, p - q), or p on fallback rows);
     rowc: per-row constants (see ``Prepared``); a: scratch of length k.
+    A block's 5 + 3g values are collected first and then added in one loop (one
+    copy of the fixed-point rounding in the compiled code, not eight).
     """
+    vals = np.empty(acc.shape[0], dtype=np.float64)
     for bb in range(nb):
         w = 1.0
         tok = 1.0
@@ -91,20 +94,22 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
                 kl += _kl_term(o_tp, ep) + _kl_term(o_tm, tpm)
                 if kl < 0.0:
                     kl = 0.0
-            add_to(acc, 5 + j, w * alpha)
-            add_to(acc, 5 + g + j, w)
-            add_to(acc, 5 + 2 * g + j, w * tv)
+            vals[5 + j] = w * alpha
+            vals[5 + g + j] = w
+            vals[5 + 2 * g + j] = w * tv
             tok += w * alpha
             tv_b += w * tv
             kl_b += w * kl
             ex_b += w * (qa - sqstd)
             dc = dcand[i]
             w *= a[dc] if dc >= 0 else std_x[i]
-        add_to(acc, 0, tok)
-        add_to(acc, 1, tv_b)
-        add_to(acc, 2, kl_b)
-        add_to(acc, 3, ex_b)
-        add_to(acc, 4, tok * tok)
+        vals[0] = tok
+        vals[1] = tv_b
+        vals[2] = kl_b
+        vals[3] = ex_b
+        vals[4] = tok * tok
+        for c in range(5 + 3 * g):
+            add_to(acc, c, vals[c])
 
 
 @njit(parallel=True, cache=True, nogil=True)

@@ -22,7 +22,7 @@ from evolve.lang import primitives as P
 from evolve.objectives.metrics import EXPECTED_SCALE, Counts, quantise
 from heuristics import ops as O
 
-TILE = 256
+TILE = 1024   # rows per tile: the helpers below are calls, so a tile amortises them
 # Programs per work item of the thread pool: a thread that finishes takes the
 # next chunk, so programs of very different cost (or a core shared with another
 # process) do not leave a thread idle at the end of a static split. Each
@@ -57,6 +57,13 @@ def _u(i):
 
 
 @njit(inline="always", **KERNEL)
+def _i(x):
+    """x as int64: one type at every call of a helper, so each compiles once
+    (a literal 0 or an int32 opcode would otherwise compile another copy)."""
+    return np.int64(x)
+
+
+@njit(inline="always", **KERNEL)
 def _is_binary(op):
     return (ADD <= op <= PMAX) or op == LT or op == AND or op == OR
 
@@ -66,7 +73,7 @@ def _is_unary(op):
     return (NEG <= op <= SQUARE) or op == NOT
 
 
-@njit(inline="always", **KERNEL)
+@njit(**KERNEL)
 def _binary(op, A, ar, ao, B, br, bo, D, dr, m):
     """D[dr, :m] = op(A[ar, ao:ao+m], B[br, bo:bo+m]); A holds the first argument.
 
@@ -106,7 +113,13 @@ def _binary(op, A, ar, ao, B, br, bo, D, dr, m):
             D[dr, i] = 1.0 if (A[ar, _u(ao + i)] != 0.0) | (B[br, _u(bo + i)] != 0.0) else 0.0
 
 
-@njit(inline="always", **KERNEL)
+# _binary inlined where a leaf is the first argument (the commonest place; a call
+# there costs about a third of the kernel's speed); each inlined copy costs seconds
+# of compile time on a fresh machine, so the other places are calls.
+_binary_inline = njit(inline="always", **KERNEL)(_binary.py_func)
+
+
+@njit(**KERNEL)
 def _unary(op, A, ar, ao, D, dr, m):
     """D[dr, :m] = op(A[ar, ao:ao+m]) (D may be A's row)."""
     if op == NEG:
@@ -135,14 +148,14 @@ def _unary(op, A, ar, ao, D, dr, m):
             D[dr, i] = 0.0 if A[ar, _u(ao + i)] != 0.0 else 1.0
 
 
-@njit(inline="always", **KERNEL)
+@njit(**KERNEL)
 def _ite(C, cr, co, S, ar, br, m):
     """S[br, :m] = S[ar, :m] where C[cr, co:co+m] is true, else S[br, :m] (ite(c, a, b))."""
     for i in range(m):
         S[br, i] = S[ar, i] if C[cr, _u(co + i)] != 0.0 else S[br, i]
 
 
-@njit(inline="always", **KERNEL)
+@njit(**KERNEL)
 def _source(ops, consts, k, end, X, U, use_u, r0, m, stack, row):
     """The leaf at ops[k] as a source ``(matrix, row, column offset)`` plus how many
     instructions it covers and whether it already sits in the stack.
@@ -161,7 +174,7 @@ def _source(ops, consts, k, end, X, U, use_u, r0, m, stack, row):
     stack[row, 0] = consts[k]
     w = 1
     while k + w < end and _is_unary(ops[k + w]):
-        _unary(ops[k + w], stack, row, 0, stack, row, 1)
+        _unary(_i(ops[k + w]), stack, _i(row), _i(0), stack, _i(row), _i(1))
         w += 1
     c = stack[row, 0]
     for i in range(m):
@@ -186,31 +199,32 @@ def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack):
     while k < end:
         op = ops[k]
         if op <= OP_CONST:
-            A, ar, ao, w, in_stack = _source(ops, consts, k, end, X, U, use_u, r0, m, stack, sp)
+            A, ar, ao, w, in_stack = _source(ops, consts, k, end, X, U, use_u, r0, m, stack,
+                                             _i(sp))
             k += w
             nxt = ops[k] if k < end else -1
             if _is_binary(nxt):
                 # ops: [..., b, leaf, op]: the leaf is the first argument
-                _binary(nxt, A, ar, ao, stack, sp - 1, 0, stack, sp - 1, m)
+                _binary_inline(_i(nxt), A, ar, ao, stack, _i(sp - 1), _i(0), stack, _i(sp - 1), m)
                 k += 1
                 continue
             if _is_unary(nxt):
-                _unary(nxt, A, ar, ao, stack, sp, m)
+                _unary(_i(nxt), A, ar, ao, stack, _i(sp), m)
                 sp += 1
                 k += 1
                 continue
             if nxt == ITE:
                 # ops: [..., b, a, leaf, ite]: the leaf is the condition
-                _ite(A, ar, ao, stack, sp - 1, sp - 2, m)
+                _ite(A, ar, ao, stack, _i(sp - 1), _i(sp - 2), m)
                 sp -= 1
                 k += 1
                 continue
             if 0 <= nxt <= OP_CONST:
                 # ops: [leaf b, leaf a, op]: the second argument comes first
                 B, br, bo, w2, _ = _source(ops, consts, k, end, X, U, use_u, r0, m, stack,
-                                           sp + 1)
+                                           _i(sp + 1))
                 if k + w2 < end and _is_binary(ops[k + w2]):
-                    _binary(ops[k + w2], B, br, bo, A, ar, ao, stack, sp, m)
+                    _binary(_i(ops[k + w2]), B, br, bo, A, ar, ao, stack, _i(sp), m)
                     sp += 1
                     k += w2 + 1
                     continue
@@ -219,14 +233,14 @@ def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack):
                     stack[sp, i] = A[ar, _u(ao + i)]
             sp += 1
         elif _is_binary(op):
-            _binary(op, stack, sp - 1, 0, stack, sp - 2, 0, stack, sp - 2, m)
+            _binary(_i(op), stack, _i(sp - 1), _i(0), stack, _i(sp - 2), _i(0), stack, _i(sp - 2), m)
             sp -= 1
             k += 1
         elif _is_unary(op):
-            _unary(op, stack, sp - 1, 0, stack, sp - 1, m)
+            _unary(_i(op), stack, _i(sp - 1), _i(0), stack, _i(sp - 1), m)
             k += 1
         else:  # ITE: ops [..., b, a, c, ite]
-            _ite(stack, sp - 1, 0, stack, sp - 2, sp - 3, m)
+            _ite(stack, _i(sp - 1), _i(0), stack, _i(sp - 2), _i(sp - 3), m)
             sp -= 2
             k += 1
 
@@ -244,7 +258,7 @@ def _derived_columns(X, U):
     nin = X.shape[0]
     for op in range(PLOG, PSQRT + 1):
         for j in range(nin):
-            _unary(op, X, j, 0, U, (op - PLOG) * nin + j, X.shape[1])
+            _unary(op, X, j, _i(0), U, (op - PLOG) * nin + j, X.shape[1])
 
 
 @njit(inline="always", **KERNEL)

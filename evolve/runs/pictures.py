@@ -80,3 +80,32 @@ def tradeoff_png(series: dict, path, title: str) -> str | None:
     except RuntimeError:
         return None
     return str(path)
+
+
+def draw_pictures(run) -> list[str]:
+    """Draw a run's pictures from its files, where missing or older than their data:
+    history.png from history.jsonl and, for trace runs, pareto.png from the series in
+    pareto.json. `evolve run` does not draw them (matplotlib costs about a second to
+    import); `evolve inspect` does. Returns the paths written (none without
+    matplotlib, or where the run directory cannot be written)."""
+    jobs = []
+    hist, png = run.file("history.jsonl"), run.file("history.png")
+    if hist.exists() and (not png.exists() or png.stat().st_mtime < hist.stat().st_mtime):
+        jobs.append(lambda: history_png(run.history(), png, f"run {run.name}") and png)
+    par, ppng = run.file("pareto.json"), run.file("pareto.png")
+    if par.exists() and (not ppng.exists() or ppng.stat().st_mtime < par.stat().st_mtime):
+        def tradeoff():
+            doc = run.pareto() or {}
+            series = {str(k): [tuple(p) for p in v] for k, v in doc.get("series", {}).items()}
+            return tradeoff_png(series, ppng, f"run {run.name}: valid split, budget TV "
+                                              f"{doc.get('budget', 0):g}") and ppng
+        jobs.append(tradeoff)
+    written = []
+    for job in jobs:
+        try:
+            p = job()
+        except (OSError, ValueError, TypeError):
+            p = None
+        if p:
+            written.append(str(p))
+    return written

@@ -59,6 +59,44 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dic
 
 
 
+def run_table(data_dir: Path) -> dict:
+    """The table `evolve run` ends with: ``benchmark``'s metrics (no eval ms) of every
+    baseline, computed from its tree in the rules table by the population kernel
+    the run has loaded already (kernel == generated code, tested), and of the
+    installed heuristics/evolved.py by its compiled ufunc; nothing else is compiled."""
+    from evolve.kernels.tokens import population_counts
+    from evolve.objectives.metrics import Counts
+    from evolve.rules import table
+    from evolve.runs.scoring import PreparedSplit
+    from evolve.runs.writeback import module_metadata
+    from heuristics import registry
+
+    names = registry.names(include_evolved=False)
+    progs = treeio.linearise([treeio.parse(table.get(n).tree()) for n in names])
+    splits = {k: PreparedSplit(v) for k, v in data.load_splits(data_dir).items()}
+    out = {"splits": {k: {"tokens": ps.n, "heuristics": {}} for k, ps in splits.items()},
+           "skipped": {}}
+    for k, ps in splits.items():
+        for n, raw in zip(names, population_counts(progs, ps.arrays)):
+            out["splits"][k]["heuristics"][n] = Counts.from_raw(ps.n, raw).metrics()
+    try:
+        ufunc = registry.compiled(registry.EVOLVED)
+        rows = {k: score_once(ufunc, ps) for k, ps in splits.items()}
+        if all(math.isfinite(v) for m in rows.values() for v in m.values()):
+            for k, m in rows.items():
+                out["splits"][k]["heuristics"][registry.EVOLVED] = m
+    except Exception:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
+        pass
+    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
+    return out
+
+
+def score_once(ufunc, ps) -> dict:
+    """Metrics of a compiled heuristic on a prepared split (untimed)."""
+    from evolve.kernels.tokens import threshold_counts
+    return threshold_counts(ufunc(*ps.features, out=ps.out), ps.arrays).metrics()
+
+
 def _why(e: BaseException) -> str:
     first = (str(e).strip().splitlines() or [type(e).__name__])[0]
     return f"{type(e).__name__}: {first}"[:300]

@@ -279,11 +279,11 @@ def _try_summary(run: RunDir, summary: dict) -> None:
 
 
 def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> dict:
-    """Champion on valid, its metrics on every split (test once), run files, write-back.
+    """Champion on valid, its metrics on every split (test once), run files, write-back
+    (pictures are drawn later, by `evolve inspect`: ``pictures.draw_pictures``).
 
     The champion is scored from its parsed tree only: nothing under the run
     directory is imported or run."""
-    from evolve.runs import pictures
     objective = engine.objective
     champ = engine.champion()
     nodes = treeio.parse(champ.tree)
@@ -292,7 +292,6 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
         {"tree": e.tree, "expression": codegen.infix(treeio.parse(e.tree)), "size": e.size,
          "born": e.born, "train_fitness": e.fitness, "valid_fitness": float(v)}
         for e, v in zip(engine.hof.entries, hof_valid)])
-    pictures.history_png(run.history(), run.file("history.png"), f"run {run.name}")
     metrics = objective.metrics(nodes, {k: splits[k] for k in ("train", "valid", "test")},
                                 {"train": engine.train, "valid": engine.valid})
     extra, summary_extra = {}, {}
@@ -301,10 +300,6 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
         extra = rep["champion"]
         for name, doc in rep["files"].items():
             run.write_json(name, doc)
-        budget = engine.config.tv_budget
-        summary_extra["pareto_png"] = pictures.tradeoff_png(
-            rep["series"], run.file("pareto.png"),
-            f"run {run.name}: valid split, budget TV {budget:g}")
     meta = {"run": run.name, "seed": engine.config.seed, "objective": objective.name,
             "date": now_iso(), "tree": champ.tree, "generation": champ.born,
             **({"tv_budget": extra["tv_budget"]} if "tv_budget" in extra else {}),
