@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.data import traces as T
@@ -63,7 +63,7 @@ def require_libs():
 # ------------------------------------------------------------------ config
 
 @dataclass(frozen=True)
-class HFTraceConfig:
+class HFTraceConfig(ngram.ConfigFields):
     """Everything an hf trace build depends on (stored in each file's meta.json)."""
     target: str
     draft: str
@@ -104,22 +104,6 @@ class HFTraceConfig:
         if self.prompts_file is not None and self.corpus_dir is not None:
             raise ngram.TraceConfigError("prompts", f"{self.prompts_file!r} is invalid; give "
                                          "--prompts or --corpus, not both")
-
-    def prompts(self, split: str) -> int:
-        return int(getattr(self, f"{split}_prompts"))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "HFTraceConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"trace config: unknown key {unknown[0]!r}")
-        cfg = cls(**d)
-        cfg.validate()
-        return cfg
 
 
 # ------------------------------------------------------------------ models

@@ -58,8 +58,29 @@ MAX_SPLIT_ROWS = 20_000_000
 MAX_PROMPT_LEN = 100_000
 
 
+class ConfigFields:
+    """What every trace source's configuration dataclass shares: prompts per split,
+    and the round trip through meta.json (unknown keys refused, values validated)."""
+
+    def prompts(self, split: str) -> int:
+        return int(getattr(self, f"{split}_prompts"))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict):
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"trace config: unknown key {unknown[0]!r}")
+        cfg = cls(**d)
+        cfg.validate()
+        return cfg
+
+
 @dataclass(frozen=True)
-class TraceConfig:
+class TraceConfig(ConfigFields):
     """Everything a trace build depends on (stored in each file's meta.json)."""
     seed: int = 0
     target_order: int = 5
@@ -118,22 +139,6 @@ class TraceConfig:
     @property
     def context_len(self) -> int:
         return max(self.target_order, self.draft_order) - 1
-
-    def prompts(self, split: str) -> int:
-        return int(getattr(self, f"{split}_prompts"))
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TraceConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"trace config: unknown key {unknown[0]!r}")
-        cfg = cls(**d)
-        cfg.validate()
-        return cfg
 
 
 # ------------------------------------------------------------------- pair
