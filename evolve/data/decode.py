@@ -191,34 +191,49 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         if not record:
             continue
         # records for the g drafted positions
-        put("draft_prob", qx.reshape(-1))
-        put("target_prob", px.reshape(-1))
-        put("position", (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1))
-        put("draft_entropy", entropy(Qg))
-        put("target_entropy", entropy(Pg))
-        put("top_token_match", x == top)
-        put("rand_value", rand.reshape(-1))
-        put("baseline_accepts", acc.reshape(-1))
-        put("sequence", np.repeat(seq0 + rows, g))
-        put("block_index", np.full(B * g, t, dtype=np.int64))
-        put("block_position", np.tile(np.arange(g), B))
-        put("token", x)
-        put("draft_cand", np.where(in_top, np.argmax(hit, axis=1), -1))
-        put("target_top", top)
-        put("p_max", Pg.max(axis=1))
-        put("q_max", Qg.max(axis=1))
-        for f, v in cs.items():
+        for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
+                                  seq0 + rows, t).items():
             put(f, v)
         put("context", ctxs[:, :g].reshape(B * g, C))
     if not record:
         return None, accepted, hist, lens
-    # (blocks, B*g, ...) -> sequence-major rows
-    out_cols = {}
+    return sequence_major(rec, blocks, B, g), accepted, hist, lens
+
+
+
+def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: int) -> dict:
+    """Schema-v2 columns (all but ``context``) of one block of every sequence of a
+    batch: Pg, Qg the (B g, V) distributions at the g drafted positions; X, qx, px,
+    rand, acc (B, g) the drafts, their probabilities, uniforms and standard-rule
+    decisions; cs their ``candidate_summary``; gen_before (B,) the tokens generated
+    before the block; seqs (B,) the sequence numbers; t the block number."""
+    B, g = X.shape
+    x = X.reshape(-1)
+    top = np.argmax(Pg, axis=1)
+    hit = cs["cand_token"].astype(np.int64) == x[:, None]
+    return {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
+            "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
+            "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
+            "top_token_match": x == top, "rand_value": rand.reshape(-1),
+            "baseline_accepts": acc.reshape(-1), "sequence": np.repeat(seqs, g),
+            "block_index": np.full(B * g, t, dtype=np.int64),
+            "block_position": np.tile(np.arange(g), B), "token": x,
+            "draft_cand": np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1),
+            "target_top": top, "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **cs}
+
+
+INT_COLUMNS = ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
+               "target_top")
+
+
+def sequence_major(rec: dict, blocks: int, B: int, g: int) -> dict:
+    """Columns recorded block by block, each a list of (B g, ...) arrays, as rows
+    ordered by sequence, block and block position."""
+    out = {}
     for f, parts in rec.items():
         a = np.stack(parts)                       # (blocks, B*g, ...)
         a = a.reshape((blocks, B, g) + a.shape[2:]).swapaxes(0, 1)
-        out_cols[f] = np.ascontiguousarray(a.reshape((blocks * B * g,) + a.shape[3:]))
-    for f in ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
-              "target_top"):
-        out_cols[f] = out_cols[f].astype(np.int64)
-    return out_cols, accepted, hist, lens
+        out[f] = np.ascontiguousarray(a.reshape((blocks * B * g,) + a.shape[3:]))
+    for f in INT_COLUMNS:
+        out[f] = out[f].astype(np.int64)
+    return out

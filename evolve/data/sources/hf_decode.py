@@ -27,8 +27,8 @@ import inspect
 
 import numpy as np
 
-from evolve.data.decode import candidate_summary, residual, sample_rows
-from evolve.data.sources.ngram_lm import entropy
+from evolve.data.decode import (block_records, candidate_summary, residual, sample_rows,
+                                sequence_major)
 from evolve.data.traces import CONTEXT_PAD
 
 PROB_FLOOR = np.finfo(np.float64).tiny
@@ -168,39 +168,13 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record):
         Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
         new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
         if record:
-            Pg, Qg, x = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V), X.reshape(-1)
+            Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
             cs = candidate_summary(Pg, Qg, k, token_dtype=tok_dtype)
-            hit = cs["cand_token"].astype(np.int64) == x[:, None]
-            in_top = hit.any(axis=1)
-            put("draft_prob", qx.reshape(-1))
-            put("target_prob", px.reshape(-1))
-            put("position", (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1))
-            put("draft_entropy", entropy(Qg))
-            put("target_entropy", entropy(Pg))
-            top = np.argmax(Pg, axis=1)
-            put("top_token_match", x == top)
-            put("rand_value", rand.reshape(-1))
-            put("baseline_accepts", acc.reshape(-1))
-            put("sequence", np.repeat(seq0 + rows, g))
-            put("block_index", np.full(B * g, t, dtype=np.int64))
-            put("block_position", np.tile(np.arange(g), B))
-            put("token", x)
-            put("draft_cand", np.where(in_top, np.argmax(hit, axis=1), -1))
-            put("target_top", top)
-            put("p_max", Pg.max(axis=1))
-            put("q_max", Qg.max(axis=1))
-            for f, v in cs.items():
+            for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
+                                      seq0 + rows, t).items():
                 put(f, v)
             put("context", _contexts(hist, X, C) if C else np.zeros((B * g, 0), np.uint8))
         hist = [np.concatenate([h, X[i, :n_acc[i]], new[i:i + 1]]) for i, h in enumerate(hist)]
     if not record:
         return None, accepted
-    out_cols = {}
-    for f, parts in rec.items():
-        a = np.stack(parts)                       # (blocks, B*g, ...)
-        a = a.reshape((blocks, B, g) + a.shape[2:]).swapaxes(0, 1)
-        out_cols[f] = np.ascontiguousarray(a.reshape((blocks * B * g,) + a.shape[3:]))
-    for f in ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
-              "target_top"):
-        out_cols[f] = out_cols[f].astype(np.int64)
-    return out_cols, accepted
+    return sequence_major(rec, blocks, B, g), accepted
