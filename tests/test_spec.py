@@ -324,6 +324,38 @@ def test_kernel_is_thread_count_independent(sa):
         spec.objectives(sa, h).tokens_per_call, rel=1e-12)
 
 
+def test_kernel_sums_do_not_depend_on_program_grouping(sa, monkeypatch):
+    """Programs are scored in groups sharing each tile: any group size, and a program
+    alone, give the same integers (a population that is not a multiple of the group)."""
+    trees = _random_trees(37, 7)
+    progs = treeio.linearise([treeio.parse(t) for t in trees])
+    monkeypatch.setattr(spec_kernels, "GROUP", 1)
+    a = spec_kernels.population_sums(progs, sa)
+    monkeypatch.setattr(spec_kernels, "GROUP", 3)
+    b = spec_kernels.population_sums(progs, sa)
+    monkeypatch.setattr(spec_kernels, "GROUP", 8)
+    c = spec_kernels.population_sums(progs, sa)
+    alone = spec_kernels.population_sums(treeio.linearise([treeio.parse(trees[5])]), sa)
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+    assert np.array_equal(a[5:6], alone)
+
+
+def test_kernel_clips_nan_inf_and_signed_zero_like_the_reference(sa):
+    """Thresholds outside [0, 1]: NaN and -inf and -0.0 accept nothing, +inf and 2.0
+    accept surely; the kernel's branch-free clip gives the bits of the clipped array."""
+    rng = np.random.default_rng(3)
+    h = rng.random(sa.n * sa.k) * 1.4 - 0.2
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, 2.0, -5.0, 5e-324, -5e-324])
+    h[rng.integers(0, h.size, 4000)] = rng.choice(specials, 4000)
+    clipped = np.where(np.isnan(h), 0.0, np.clip(h, 0.0, 1.0)) + 0.0
+    got = spec_kernels.threshold_objectives(h, sa)
+    assert got == spec_kernels.threshold_objectives(clipped, sa)
+    ref = spec.objectives(sa, clipped)
+    assert got.tokens_per_call == pytest.approx(ref.tokens_per_call, rel=1e-12)
+    assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)
+    assert np.isfinite(got.tokens_per_call) and np.isfinite(got.kl_per_token)
+
+
 # ---------------------------------------------------------------- baselines
 
 def test_sweeps_tuning_and_front(sa):

@@ -3,9 +3,10 @@
 The programs are the engine's linearised trees (``treeio.linearise``) and are
 run by the same interpreter as the seed objective (``kernels.run_program``)
 over the candidate rows of a v2 split (``spec.SpecArrays.X``: one row per input,
-opcode = row index, so programs may read inputs 0..8). Threads go over
-programs; inside a program, tiles of whole blocks are evaluated and summed in
-block order, so results do not depend on the thread count.
+opcode = row index, so programs may read inputs 0..8). Threads go over groups
+of programs; a group goes over tiles of whole blocks, each tile scored by every
+program of the group while it is in cache. Each program's sums are its own
+(exact integers), so results do not depend on the thread count or the grouping.
 
 Per program the kernel returns the sums ``objectives_from_sums`` reads (layout
 ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
@@ -24,6 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numba
 from numba import njit, prange
 
 from evolve.objectives import spec
@@ -33,12 +35,15 @@ from evolve.kernels.tokens import OP_CONST, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
 TILE_ROWS = 1024         # candidate rows per tile (rounded down to whole blocks, >= 1 block)
+GROUP = 8                # at most this many programs per work item share each tile
 SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g]
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _clip(x):
-    return 0.0 if not (x > 0.0) else (1.0 if x > 1.0 else x)
+    """x clipped to [0, 1], NaN to 0, -0.0 to 0.0, without branches (fmax/fmin, then
+    + 0.0 turns -0.0 into 0.0): thresholds near 0 or 1 at random mispredict branches."""
+    return np.fmin(np.fmax(x, 0.0), 1.0) + 0.0
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -114,20 +119,27 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
 
 @njit(parallel=True, cache=True, nogil=True)
 def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, tile_blocks,
-                           cq, cp, cr, rowc, dcand, std_x, with_kl, out):
+                           group, cq, cp, cr, rowc, dcand, std_x, with_kl, out):
     n_blocks = dcand.shape[0] // g
     width = tile_blocks * g * k
-    for pi in prange(starts.shape[0]):
+    P = starts.shape[0]
+    for gi in prange((P + group - 1) // group):
+        p0 = gi * group
+        p1 = min(P, p0 + group)
         stack = np.empty((max_stack, width), dtype=np.float64)
         a = np.empty(k, dtype=np.float64)
-        acc = np.zeros((out.shape[1], 2), dtype=np.int64)
+        acc = np.zeros((p1 - p0, out.shape[1], 2), dtype=np.int64)
         for b0 in range(0, n_blocks, tile_blocks):
             nb = min(tile_blocks, n_blocks - b0)
-            run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k, stack)
-            _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc)
-        for c in range(out.shape[1]):
-            out[pi, c, 0] = acc[c, 0]
-            out[pi, c, 1] = acc[c, 1]
+            for pi in range(p0, p1):        # the tile stays in cache for the group
+                run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k,
+                            stack)
+                _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a,
+                        acc[pi - p0])
+        for pi in range(p0, p1):
+            for c in range(out.shape[1]):
+                out[pi, c, 0] = acc[pi - p0, c, 0]
+                out[pi, c, 1] = acc[pi - p0, c, 1]
 
 
 @njit(cache=True, nogil=True)
@@ -193,9 +205,11 @@ def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.n
     out = np.zeros((P, len(SUMS) + 3 * sa.g, 2), dtype=np.int64)
     if P:
         tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
+        # programs share a tile while it is in cache, but every thread gets work
+        group = max(1, min(GROUP, P // (2 * numba.get_num_threads())))
         _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
-                               programs.max_stack, sa.X, sa.g, sa.k, tile_blocks, *_args(sa),
-                               bool(with_kl), out)
+                               programs.max_stack, sa.X, sa.g, sa.k, tile_blocks, group,
+                               *_args(sa), bool(with_kl), out)
     return out
 
 
