@@ -74,6 +74,19 @@ def test_in_process_shards_match_the_npz_run(data, reference, tmp_path, n):
     assert run_files(tmp_path / "s") == reference
 
 
+def test_p99_cap_reaches_the_shards(data, reference, tmp_path):
+    """--cap-tv-p99 is summed where the shards are: the sharded run equals the .npz
+    run with the same cap, and the cap changed the search."""
+    cap = ("--cap-tv-p99", "0.01")
+    r = invoke("run", *RUN, *cap, "--data", data["npz"], "--runs-dir", tmp_path, "--name", "n")
+    assert r.exit_code == 0, r.output
+    r = invoke("run", *RUN, *cap, "--data", data[2], "--runs-dir", tmp_path, "--name", "s")
+    assert r.exit_code == 0, r.output
+    capped = run_files(tmp_path / "n")
+    assert run_files(tmp_path / "s") == capped
+    assert capped["history"] != reference["history"]
+
+
 @pytest.fixture(scope="module")
 def scheduler():
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,

@@ -85,6 +85,8 @@ def test_champion_is_best_on_valid(small_splits):
     ({"objective": "speedy"}, "--objective"),
     ({"max_height": 1}, "--max-height"),
     ({"population": 10, "elitism": 10}, "--elitism"),
+    ({"tv_position_cap": 1.5}, "--cap-tv-position"),
+    ({"tv_p99_cap": -0.1}, "--cap-tv-p99"),
 ])
 def test_config_errors_name_the_option(kw, option):
     with pytest.raises(ConfigError) as e:
@@ -239,3 +241,35 @@ def test_speed_kl_and_position_cap_hold_on_valid():
     capped = champion(objective="speed", tv_budget=0.05, tv_position_cap=cap)
     assert free["tv_pos"].max() > cap
     assert capped["tv_pos"].max() <= cap and capped["tv"] <= 0.05
+
+
+def test_p99_cap_holds_the_tail_of_slot_tv():
+    """--cap-tv-p99: the champion's reach-weighted 99th percentile of slot TV is
+    within the cap on train and valid, where the uncapped champion's is above it."""
+    from evolve.objectives import OBJECTIVES
+    from evolve.lang import treeio
+    from evolve.objectives.spec import SpecArrays, objectives
+    from evolve.rules.tuning import tree_thresholds
+    from tests import tracekit
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+
+    def champion(**kw):
+        cfg = Config(generations=4, population=40, seed=3, seed_baselines=True,
+                     objective="speed", tv_budget=0.05, **kw)
+        ev = Evolution(cfg, tr, va)
+        ev.initialise()
+        while ev.generation < cfg.generations:
+            ev.step()
+        return ev.champion().tree
+
+    def p99(tree, split):
+        sa = SpecArrays.from_split(split)
+        return objectives(sa, tree_thresholds(treeio.parse(tree), sa)).tv_p99
+
+    free = champion()
+    cap = 0.5 * p99(free, tr)
+    capped = champion(tv_p99_cap=cap)
+    assert p99(free, tr) > cap and p99(capped, tr) <= cap and p99(capped, va) <= cap * 1.5
+    m = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(tr, "train", Config(
+        objective="speed", tv_p99_cap=cap)), [capped, free])
+    assert m["tail_share"][0] <= 0.01 < m["tail_share"][1]

@@ -356,6 +356,27 @@ def test_kernel_clips_nan_inf_and_signed_zero_like_the_reference(sa):
     assert np.isfinite(got.tokens_per_call) and np.isfinite(got.kl_per_token)
 
 
+def test_kernel_tail_reach_matches_the_reference_and_the_p99(sa):
+    """The last kernel sum is the reach of the slots with TV > cap: the reference's
+    reach-weighted count, and "at most 1% of the reach over C" iff "p99 <= C"."""
+    trees = list(_random_trees(12, 21)) + [RULES["leniency"].tree(0.4)]
+    progs = treeio.linearise([treeio.parse(t) for t in trees])
+    h_all = kernels.population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    untailed = spec_kernels.population_sums(progs, sa)
+    for cap in (0.02, 0.1, 0.3):
+        sums = spec_kernels.population_objectives(progs, sa, tail_cap=cap)
+        assert np.array_equal(spec_kernels.population_sums(progs, sa, tail_cap=cap)[:, :-1],
+                              untailed[:, :-1])        # the other sums do not move
+        for i in range(len(trees)):
+            terms = spec.position_terms(sa, h_all[i])
+            W = spec.block_sums(sa, terms)["W"].reshape(-1)
+            assert sums[i, -1] == pytest.approx(W[terms.tv > cap].sum(), rel=1e-12, abs=1e-12)
+            share = sums[i, -1] / W.sum()
+            p99 = spec.weighted_quantile(terms.tv, W, 0.99)
+            assert (share <= spec.TAIL_SHARE) == (p99 <= cap), (trees[i], cap, share, p99)
+    assert not untailed[:, -1].any()                    # no cap: no tail
+
+
 # ---------------------------------------------------------------- baselines
 
 def test_sweeps_tuning_and_front(sa):

@@ -49,6 +49,9 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
               help="Objectives speed, speed_kl: mean slot TV allowed at any block "
                    "position [1, no cap].")
+@click.option("--cap-tv-p99", "tv_p99_cap", type=float, default=None,
+              help="Objectives speed, speed_kl: 99th percentile of slot TV allowed "
+                   "(reach-weighted) [1, no cap].")
 @click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
 @click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
 @click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
@@ -79,7 +82,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @json_option
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
-            tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
+            tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
             seed_baselines, threads, starts, batch_blocks, name, resume, no_writeback, cluster,
             scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
@@ -92,7 +95,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
              "starts": starts, "batch_blocks": batch_blocks,
-             "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap}
+             "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
+             "tv_p99_cap": tv_p99_cap}
     out = term(json_mode)
     for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
         if value is not None and not str(value).strip():

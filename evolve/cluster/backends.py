@@ -11,6 +11,7 @@ import numpy as np
 
 from evolve.cluster import ClusterError, worker
 from evolve.kernels import fixed
+from evolve.objectives.spec import TAIL_OFF
 
 NO_WORKERS_GRACE_S = 60.0     # no worker at all for this long: the run stops
 POLL_S = 2.0
@@ -34,9 +35,9 @@ class LocalShards:
         self.shards = [worker.load_shard(p, split.meta) for p in split.shard_paths()]
         self.comm_seconds = 0.0
 
-    def sums(self, progs, with_kl: bool, blocks=None):
+    def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
         payload = worker.programs_payload(progs)
-        return fixed.total(worker.score(s, payload, with_kl, 0, b) for s, b in
+        return fixed.total(worker.score(s, payload, with_kl, 0, b, tail_cap) for s, b in
                            zip(self.shards, per_shard(self.split, blocks))
                            if b is None or b.size)
 
@@ -80,12 +81,12 @@ class DaskShards:
                                "stopping")
         raise exc
 
-    def sums(self, progs, with_kl: bool, blocks=None):
+    def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
         from distributed import wait
         t0 = time.perf_counter()
         payload = worker.programs_payload(progs)
         futs = [self.client.submit(worker.timed_score, f, payload, with_kl, self.threads, b,
-                                   pure=False)
+                                   tail_cap, pure=False)
                 for f, b in zip(self.futures, per_shard(self.split, blocks))
                 if b is None or b.size]
         alone_since = None

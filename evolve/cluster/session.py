@@ -16,6 +16,7 @@ import os
 import numpy as np
 
 from evolve.cluster import INSTALL, ClusterError
+from evolve.objectives.spec import TAIL_OFF
 
 CONNECT_TIMEOUT_S = 10
 
@@ -50,20 +51,22 @@ class ClusterSplit:
     def n_blocks(self) -> int:
         return self.split.n_blocks
 
-    def sums(self, progs, with_kl: bool = True, blocks=None) -> np.ndarray:
-        """float64 kernel sums (P, 5 + 3g) over every shard (or over the blocks
+    def sums(self, progs, with_kl: bool = True, blocks=None,
+             tail_cap: float = TAIL_OFF) -> np.ndarray:
+        """float64 kernel sums (P, 6 + 3g) over every shard (or over the blocks
         ``blocks``), exact (see kernels.fixed)."""
         from evolve.kernels import fixed
-        return fixed.to_float(self.backend.sums(progs, with_kl, blocks))
+        return fixed.to_float(self.backend.sums(progs, with_kl, blocks, tail_cap))
 
-    def evaluator(self, name: str, blocks=None, with_kl: bool = False):
+    def evaluator(self, name: str, blocks=None, with_kl: bool = False,
+                  tail_cap: float = TAIL_OFF):
         """The split's evaluator; ``batch(blocks)`` gives one over some of its blocks."""
         from evolve.objectives.base import Evaluator
         g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
         shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
-        ev = Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks), shape,
+        ev = Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks, tail_cap), shape,
                        shape.n * shape.k)
-        ev.batch = lambda b: self.evaluator(f"{name} batch", b, with_kl)
+        ev.batch = lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap)
         return ev
 
     def spec_arrays(self):

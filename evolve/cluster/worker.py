@@ -10,6 +10,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from evolve.objectives.spec import TAIL_OFF
+
 
 @dataclass
 class Shard:
@@ -43,7 +45,7 @@ def programs_payload(progs) -> tuple:
 
 
 def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
-          blocks=None) -> np.ndarray:
+          blocks=None, tail_cap: float = TAIL_OFF) -> np.ndarray:
     """Exact fixed-point sums of every program on one shard (or on its blocks
     ``blocks``, shard-local numbers), int64 (P, C, 2)."""
     from evolve.kernels.speculative import population_sums
@@ -52,17 +54,18 @@ def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
         import numba
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     sa = shard.sa if blocks is None else shard.sa.blocks(blocks)
-    return population_sums(Programs(*payload), sa, with_kl)
+    return population_sums(Programs(*payload), sa, with_kl, tail_cap)
 
 
-def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, blocks=None):
+def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, blocks=None,
+                tail_cap: float = TAIL_OFF):
     """``score``, the seconds it took and the process that ran it (host, pid): the
     rest of a call's wall time is communication and scheduling."""
     import os
     import socket
     import time
     t = time.perf_counter()
-    out = score(shard, payload, with_kl, threads, blocks)
+    out = score(shard, payload, with_kl, threads, blocks, tail_cap)
     return out, time.perf_counter() - t, (socket.gethostname(), os.getpid())
 
 

@@ -11,7 +11,10 @@ program of the group while it is in cache. Each program's sums are its own
 Per program the kernel returns the sums ``objectives_from_sums`` reads (layout
 ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
 blocks, then the per-block-position numerators and denominators of acceptance,
-and the per-block-position reach-weighted slot TV. Each block's terms are
+the per-block-position reach-weighted slot TV, and last the reach-weighted
+tail mass: the reach of the slots whose TV exceeds ``tail_cap`` (so "the
+reach-weighted 99th percentile of slot TV is at most C" is "tail mass at C
+<= 1% of the total reach", a sum like the others). Each block's terms are
 rounded once to 128-bit fixed point (``kernels.fixed``) and added as integers,
 so the sums of a split are the same bit for bit in one pass or as the sum of
 its shards' sums (``population_sums`` gives the integers,
@@ -34,9 +37,10 @@ from evolve.kernels.fixed import add_to
 from evolve.kernels.tokens import OP_CONST, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
+TAIL_OFF = spec.TAIL_OFF
 TILE_ROWS = 1024         # candidate rows per tile (rounded down to whole blocks, >= 1 block)
 GROUP = 8                # at most this many programs per work item share each tile
-SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g]
+SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g], tail
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -52,14 +56,15 @@ def _kl_term(o, p):
 
 
 @njit(cache=True, nogil=True)
-def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
+def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, a, acc):
     """Add the sums of blocks b0..b0+nb (thresholds h[0:nb*g*k]) to acc, (C, 2)
     fixed point: each block's terms are rounded once and added exactly.
 
     cr: residual weight of each candidate (max(0, p - q), or p on fallback rows);
     rowc: per-row constants (see ``Prepared``); a: scratch of length k.
-    A block's 5 + 3g values are collected first and then added in one loop (one
-    copy of the fixed-point rounding in the compiled code, not eight).
+    A block's 6 + 3g values are collected first and then added in one loop (one
+    copy of the fixed-point rounding in the compiled code, not eight); the last
+    is the reach of its slots with TV > cap.
     """
     vals = np.empty(acc.shape[0], dtype=np.float64)
     for bb in range(nb):
@@ -68,6 +73,7 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
         tv_b = 0.0
         kl_b = 0.0
         ex_b = 0.0
+        tail = 0.0
         for j in range(g):
             i = (b0 + bb) * g + j
             base = i * k
@@ -106,6 +112,8 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
             tv_b += w * tv
             kl_b += w * kl
             ex_b += w * (qa - sqstd)
+            if tv > cap:
+                tail += w
             dc = dcand[i]
             w *= a[dc] if dc >= 0 else std_x[i]
         vals[0] = tok
@@ -113,13 +121,14 @@ def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, acc):
         vals[2] = kl_b
         vals[3] = ex_b
         vals[4] = tok * tok
-        for c in range(5 + 3 * g):
+        vals[5 + 3 * g] = tail
+        for c in range(6 + 3 * g):
             add_to(acc, c, vals[c])
 
 
 @njit(parallel=True, cache=True, nogil=True)
 def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, tile_blocks,
-                           group, cq, cp, cr, rowc, dcand, std_x, with_kl, out):
+                           group, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, out):
     n_blocks = dcand.shape[0] // g
     width = tile_blocks * g * k
     P = starts.shape[0]
@@ -134,8 +143,8 @@ def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, til
             for pi in range(p0, p1):        # the tile stays in cache for the group
                 run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k,
                             stack)
-                _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a,
-                        acc[pi - p0])
+                _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap,
+                        a, acc[pi - p0])
         for pi in range(p0, p1):
             for c in range(out.shape[1]):
                 out[pi, c, 0] = acc[pi - p0, c, 0]
@@ -143,10 +152,10 @@ def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, til
 
 
 @njit(cache=True, nogil=True)
-def _threshold_objectives(h, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, out):
+def _threshold_objectives(h, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, out):
     n_blocks = dcand.shape[0] // g
     a = np.empty(k, dtype=np.float64)
-    _blocks(h, 0, n_blocks, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, a, out)
+    _blocks(h, 0, n_blocks, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, a, out)
 
 
 class Prepared:
@@ -194,35 +203,37 @@ def _check_inputs(programs, sa: spec.SpecArrays) -> None:
                          f"matrix has {sa.X.shape[0]} inputs ({', '.join(spec.FEATURES)})")
 
 
-def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
-    """Exact sums for every program, int64 (P, 5 + 3g, 2): 128-bit fixed point
+def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
+                    tail_cap: float = TAIL_OFF) -> np.ndarray:
+    """Exact sums for every program, int64 (P, 6 + 3g, 2): 128-bit fixed point
     (``kernels.fixed``); the sums of shards add up to the sums of their union.
 
     ``with_kl=False`` skips the logarithms (about half the objective's cost); the
-    kl sum is then 0."""
+    kl sum is then 0. The last sum is the reach of the slots with TV > tail_cap."""
     _check_inputs(programs, sa)
     P = len(programs)
-    out = np.zeros((P, len(SUMS) + 3 * sa.g, 2), dtype=np.int64)
+    out = np.zeros((P, len(SUMS) + 3 * sa.g + 1, 2), dtype=np.int64)
     if P:
         tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
         # programs share a tile while it is in cache, but every thread gets work
         group = max(1, min(GROUP, P // (2 * numba.get_num_threads())))
         _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
                                programs.max_stack, sa.X, sa.g, sa.k, tile_blocks, group,
-                               *_args(sa), bool(with_kl), out)
+                               *_args(sa), bool(with_kl), float(tail_cap), out)
     return out
 
 
-def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True) -> np.ndarray:
-    """Sums for every program, float64 (P, 5 + 2g); see ``spec.objectives_from_sums``."""
-    return fixed.to_float(population_sums(programs, sa, with_kl))
+def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True,
+                          tail_cap: float = TAIL_OFF) -> np.ndarray:
+    """Sums for every program, float64 (P, 6 + 3g); see ``spec.objectives_from_sums``."""
+    return fixed.to_float(population_sums(programs, sa, with_kl, tail_cap))
 
 
 def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
     """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
-    out = np.zeros((len(SUMS) + 3 * sa.g, 2), dtype=np.int64)
-    _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), out)
+    out = np.zeros((len(SUMS) + 3 * sa.g + 1, 2), dtype=np.int64)
+    _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), TAIL_OFF, out)
     return spec.objectives_from_sums(fixed.to_float(out), sa.n_blocks, sa.g)
 
 

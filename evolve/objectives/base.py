@@ -92,7 +92,8 @@ class Objective:
     def traces(self) -> bool:
         return self.data == TRACES
 
-    def evaluator(self, split, name: str) -> Evaluator:
+    def evaluator(self, split, name: str, config=None) -> Evaluator:
+        """The split's evaluator (``config``: the run's, for what the kernel must sum)."""
         raise NotImplementedError
 
     def values(self, ev: Evaluator, trees: list[str], config, deap_trees=None) -> np.ndarray:

@@ -67,6 +67,8 @@ from evolve.objectives.metrics import clip01
 FEATURES = TRACE_INPUT_NAMES
 N_FEATURES = len(FEATURES)
 RESIDUAL_EPS = 1e-12     # same constant as evolve.traces.RESIDUAL_EPS
+TAIL_OFF = 2.0           # a slot-TV tail cap no slot exceeds (slot TV <= 1): no tail sum
+TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
 
 
 @dataclass

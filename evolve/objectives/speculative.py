@@ -15,6 +15,9 @@ top-k candidates of schema-v2 traces, computed for whole populations by
 ``--cap-tv-position C`` adds a constraint to ``speed`` and ``speed_kl``: the mean
 slot TV at every block position (given it is reached) must be at most C, so a
 rule cannot buy its tokens by spending all its distortion at one block position.
+``--cap-tv-p99 C`` caps the tail instead: the reach-weighted 99th percentile of
+slot TV (``tv_p99`` of the reports) must be at most C, that is at most 1% of the
+reach may fall on slots with TV above C (the kernel sums that reach exactly).
 
 A champion's report adds every rule family of ``evolve.rules`` tuned to the
 same budget on valid (reported on test) and the trade-off on valid.
@@ -25,16 +28,26 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.objectives.base import TRACES, Evaluator, Objective
+from evolve.objectives.spec import TAIL_OFF, TAIL_SHARE
 
 
-def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0):
+def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0, tail_excess=None):
     """Tokens per call where TV per token <= budget (and, with ``tv_pos``, every block
-    position's slot TV <= cap); 1 - (the largest excess, at most 1) otherwise."""
+    position's slot TV <= cap; with ``tail_excess``, that is <= 0);
+    1 - (the largest excess, at most 1) otherwise."""
     tokens = np.asarray(tokens, dtype=np.float64)
     excess = np.asarray(tv, dtype=np.float64) - budget
     if tv_pos is not None:
         excess = np.maximum(excess, np.asarray(tv_pos, dtype=np.float64).max(axis=-1) - cap)
+    if tail_excess is not None:
+        excess = np.maximum(excess, tail_excess)
     return np.where(excess <= 0.0, tokens, 1.0 - np.minimum(excess, 1.0))
+
+
+def tail_cap(config) -> float:
+    """The slot-TV cap the kernel sums the tail reach above (--cap-tv-p99)."""
+    cap = getattr(config, "tv_p99_cap", 1.0) if config is not None else 1.0
+    return cap if cap < 1.0 else TAIL_OFF
 
 
 class TraceObjective(Objective):
@@ -47,12 +60,13 @@ class TraceObjective(Objective):
         self.help = help
         self.kl = kl          # the budget is on KL per token (--budget-kl), not TV
 
-    def evaluator(self, split, name: str) -> Evaluator:
+    def evaluator(self, split, name: str, config=None) -> Evaluator:
+        cap = tail_cap(None if self.multi else config)
         if hasattr(split, "evaluator"):      # a sharded split (evolve.cluster) scores itself
-            return split.evaluator(name, with_kl=self.kl)
+            return split.evaluator(name, with_kl=self.kl, tail_cap=cap)
         from evolve.objectives.spec import SpecArrays
         sa = SpecArrays.from_split(split)
-        return array_evaluator(sa, name, self.kl)
+        return array_evaluator(sa, name, self.kl, cap)
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
@@ -61,22 +75,25 @@ class TraceObjective(Objective):
 
     @staticmethod
     def measures(ev: Evaluator, trees, deap_trees=None) -> dict:
-        """tokens, tv, kl per token and slot TV per block position, (n,) / (n, g)."""
+        """tokens, tv, kl per token and slot TV per block position, (n,) / (n, g), and
+        the share of the reach on slots over the evaluator's tail cap (0 without one)."""
         sums = ev.rows(trees, deap_trees)
         g = ev.arrays.g
         den = sums[:, 5 + g:5 + 2 * g]
         with np.errstate(invalid="ignore", divide="ignore"):
             tv_pos = np.where(den > 0, sums[:, 5 + 2 * g:5 + 3 * g] / den, 0.0)
         return {"tokens": sums[:, 0] / ev.arrays.n_blocks, "tv": sums[:, 1] / sums[:, 0],
-                "kl": sums[:, 2] / sums[:, 0], "tv_pos": tv_pos}
+                "kl": sums[:, 2] / sums[:, 0], "tv_pos": tv_pos,
+                "tail_share": sums[:, 5 + 3 * g] / den.sum(axis=1)}
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
         m = self.measures(ev, trees, deap_trees)
         if self.multi:
             return np.column_stack([m["tokens"], m["tv"]])
         dist, budget = (m["kl"], config.kl_budget) if self.kl else (m["tv"], config.tv_budget)
+        tail = m["tail_share"] - TAIL_SHARE if config.tv_p99_cap < 1.0 else None
         return np.atleast_1d(speed_fitness(m["tokens"], dist, budget, m["tv_pos"],
-                                           config.tv_position_cap))[:, None]
+                                           config.tv_position_cap, tail))[:, None]
 
     def scores(self, values, config) -> np.ndarray:
         v = np.asarray(values, dtype=np.float64)
@@ -116,8 +133,10 @@ class TraceObjective(Objective):
         else:
             dist, budget = m["tv_per_token"], config.tv_budget
         cap = 1.0 if self.multi else config.tv_position_cap
+        p99 = 1.0 if self.multi else config.tv_p99_cap
+        tail = m["tv_p99"] - p99 if p99 < 1.0 and m.get("tv_p99") is not None else None
         return float(speed_fitness(m["tokens_per_call"], dist, budget,
-                                   np.asarray(m.get("tv_by_position") or [0.0]), cap))
+                                   np.asarray(m.get("tv_by_position") or [0.0]), cap, tail))
 
     def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
         """What a finished trace run adds: the baselines tuned on valid to the run's
@@ -158,17 +177,21 @@ class TraceObjective(Objective):
             champion["kl_budget"] = tuned_budget
         if engine.config.tv_position_cap < 1.0:
             champion["tv_position_cap"] = engine.config.tv_position_cap
+        if engine.config.tv_p99_cap < 1.0:
+            champion["tv_p99_cap"] = engine.config.tv_p99_cap
         return {"champion": champion,
                 "files": files, "series": series}
 
 
-def array_evaluator(sa, name: str, with_kl: bool = False) -> Evaluator:
+def array_evaluator(sa, name: str, with_kl: bool = False,
+                    tail_cap: float = TAIL_OFF) -> Evaluator:
     """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
     some of its blocks (``--batch-blocks``)."""
     from evolve.kernels.speculative import population_objectives
-    ev = Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl=with_kl),
+    ev = Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
                    sa, sa.n * sa.k)
-    ev.batch = lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch", with_kl)
+    ev.batch = lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch", with_kl,
+                                              tail_cap)
     return ev
 
 

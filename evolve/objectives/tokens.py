@@ -26,7 +26,7 @@ class TokenObjective(Objective):
         self.expected = expected
         self.help = help
 
-    def evaluator(self, split, name: str) -> Evaluator:
+    def evaluator(self, split, name: str, config=None) -> Evaluator:
         from evolve.kernels.tokens import SplitArrays, population_counts
         arrays = SplitArrays(split)
         return Evaluator(name, lambda progs: population_counts(progs, arrays), arrays,

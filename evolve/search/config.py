@@ -38,6 +38,7 @@ class Config:
     tv_budget: float = 0.02     # objective "speed": mean TV per token allowed
     kl_budget: float = 0.01     # objective "speed_kl": mean KL per token allowed
     tv_position_cap: float = 1.0    # speed, speed_kl: mean slot TV at any block position
+    tv_p99_cap: float = 1.0     # speed, speed_kl: reach-weighted 99th percentile of slot TV
     threads: int = 0            # 0: Numba's default (all cores)
     starts: int = 1             # independent runs (seeds seed..seed+starts-1), best on valid
     checkpoint_every: int = 1
@@ -58,6 +59,8 @@ class Config:
         need(isinstance(self.tv_position_cap, (int, float))
              and 0.0 <= self.tv_position_cap <= 1.0, "cap_tv_position", self.tv_position_cap,
              "expected a TV in [0, 1]")
+        need(isinstance(self.tv_p99_cap, (int, float)) and 0.0 <= self.tv_p99_cap <= 1.0,
+             "cap_tv_p99", self.tv_p99_cap, "expected a TV in [0, 1]")
         need(0.0 <= self.tv_budget <= 1.0, "budget_tv", self.tv_budget,
              "expected a TV per token in [0, 1]")
         need(not (self.objective in OBJECTIVES and OBJECTIVES[self.objective].multi)

@@ -44,8 +44,8 @@ class Evolution:
         self.objective = OBJECTIVES[config.objective]
         self.Individual = operators.individual_class(self.objective.weights)
         self.pset = P.make_pset(trace=self.objective.traces)
-        self.train = self.objective.evaluator(train, "train")
-        self.valid = self.objective.evaluator(valid, "valid")
+        self.train = self.objective.evaluator(train, "train", config)
+        self.valid = self.objective.evaluator(valid, "valid", config)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
