@@ -158,3 +158,30 @@ def test_kernel_fast_paths_equal_the_scalar_reference(small_splits):
     th = population_thresholds(treeio.linearise(trees), SplitArrays(ds))
     for i, nodes in enumerate(trees):
         np.testing.assert_array_equal(th[i], naive.eval_rows(nodes, ds), err_msg=FUSED_PATTERNS[i])
+
+
+def test_trace_speed_smoke(tmp_path):
+    """`python benchmarks/trace_speed.py --smoke --before DIR`: both kernels score the
+    same trees, the run section runs both checkouts (here this one twice) and finds
+    their histories and champions identical. Nothing is timed against a target."""
+    from evolve.data import tokens, traces
+    from tests import tracekit
+    for s in tokens.SPLITS:
+        ds = tokens.load_npz(ROOT / "datasets" / f"{s}.npz")
+        tokens.save_npz(tokens.from_columns({k: v[:2000] for k, v in ds.columns().items()}),
+                        tmp_path / f"{s}.npz")
+        traces.save(tracekit.split(s), (tmp_path / "traces").mkdir(exist_ok=True)
+                    or tmp_path / "traces" / f"{s}.npz")
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_speed.py"),
+                           "--smoke", "--data", str(tmp_path), "--before", str(ROOT),
+                           "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = json.loads(out.read_text())
+    k = doc["kernel"]
+    assert k["trace_candidate_rows"] > 0 and k["token_rows"] == 2000
+    assert k["trace_1t_node_evals_per_s"] > 0 and k["ratio_trace_vs_token_1t"] > 0
+    r = doc["run"]
+    assert r["same_history"] and r["same_champion"] and r["this"]["deterministic"]
+    assert "speed-up" in proc.stdout

@@ -21,10 +21,12 @@ def test_trace_results_quick(tmp_path):
     assert [b["budget"] for b in doc["budgets"]] == [0.01, 0.03]
     for b in doc["budgets"]:
         assert set(b["offline_test"]) == {"leniency (tuned)", "per-position leniency (tuned)",
-                                          "evolved", "evolved, slot TV capped"}
+                                          "evolved", "evolved, slot TV capped",
+                                          "evolved, slot TV p99 capped"}
         assert b["free_running_test"]["reference"] == "leniency (tuned)"
         for o in b["offline_test"].values():
             assert o["oracle_share"] <= 1.0 + 1e-9
         for run in b["runs"].values():
             assert "--budget-tv" in run["command"] and len(run["starts"]) == 2
+        assert "--cap-tv-p99" in b["runs"]["evolved, slot TV p99 capped"]["command"]
     assert "| leniency (tuned) |" in r.stdout
