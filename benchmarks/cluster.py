@@ -5,7 +5,7 @@ A script of the source checkout, not part of the ``evolve`` package::
 
     python benchmarks/cluster.py [--tokens 10000000] [--work DIR] [--population 1000]
                                  [--generations 2] [--workers 2] [--shards 2 8]
-                                 [--json FILE] [--smoke]
+                                 [--json FILE] [--smoke] [--no-in-process]
 
 1. builds (once; kept in ``--work``, not committed) a trace set with the n-gram
    pair whose train split has at least ``--tokens`` drafted tokens, written
@@ -151,6 +151,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, nargs="+", default=[2, 8])
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--no-in-process", action="store_true",
+                    help="only the cluster configurations (the in-process one measured apart)")
     ap.add_argument("--child", nargs=2, metavar=("MODE", "DIR"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.smoke:
@@ -160,7 +162,7 @@ def main(argv=None) -> int:
         print(json.dumps(res))
         return 0
     info = build(a.work, a.tokens, a.smoke, sorted(set(a.shards) | {BUILD_SHARDS}))
-    runs = [("in-process", info["dirs"][BUILD_SHARDS])]
+    runs = [] if a.no_in_process else [("in-process", info["dirs"][BUILD_SHARDS])]
     runs += [(f"local:{a.workers}", info["dirs"][n]) for n in a.shards]
     results = []
     for mode, d in runs:

@@ -139,9 +139,13 @@ class Session:
                 self.threads = threads
                 import dask
                 with dask.config.set({"distributed.scheduler.work-stealing": False}):
+                    # memory_limit=0: workers hold their shards by design; Dask's
+                    # default (the machine's memory split evenly) restarts a worker
+                    # whose shards outgrow its share, and then loads them again
                     self._cluster = distributed.LocalCluster(
                         n_workers=self.n_local, threads_per_worker=1, processes=True,
-                        dashboard_address=":0", silence_logs=logging.CRITICAL)
+                        dashboard_address=":0", silence_logs=logging.CRITICAL,
+                        memory_limit=0)
                 self.client = distributed.Client(self._cluster)
             else:
                 self.client = distributed.Client(self.scheduler, timeout=CONNECT_TIMEOUT_S)

@@ -26,11 +26,20 @@ def kernel_arrays(ts):
     from evolve.kernels.speculative import prepared
     from evolve.objectives.spec import SpecArrays
     sa = SpecArrays.from_split(ts)
-    sa = SpecArrays(**{f.name: (np.array(getattr(sa, f.name))
-                                if isinstance(getattr(sa, f.name), np.ndarray)
-                                else getattr(sa, f.name)) for f in fields(sa)})
+    sa = SpecArrays(**{f.name: _plain(getattr(sa, f.name)) for f in fields(sa)})
     prepared(sa)
     return sa
+
+
+def _plain(a):
+    """``a`` as a writable C-contiguous ndarray: copied only when it is a read-only or
+    memory-mapped view (a fresh array, such as the candidate matrix, is kept: a copy
+    of it would double the largest array of a shard while loading)."""
+    if not isinstance(a, np.ndarray):
+        return a
+    if isinstance(a, np.memmap) or not a.flags.writeable or not a.flags.c_contiguous:
+        return np.array(a)
+    return a
 
 
 def load_shard(path: str, meta: dict) -> Shard:
