@@ -53,7 +53,6 @@ class DaskShards:
     is intact and ``--resume`` continues exactly)."""
 
     def __init__(self, client, split, threads: int = 0):
-        from distributed import wait
         self.client = client
         self.split = split
         self.threads = threads
@@ -65,12 +64,31 @@ class DaskShards:
                           key=f"evolve-shard-{split.name}-{i}-{tag}",
                           workers=[workers[i % len(workers)]], allow_other_workers=True)
             for i, p in enumerate(split.shard_paths())]
-        wait(self.futures)
+        self._wait(self.futures)
         for f in self.futures:
             if f.status == "error":
                 self._raise(f)
         self.comm_seconds = 0.0     # wall time of calls beyond the busiest worker's kernels
         self.task_seconds: list = []   # the last call's kernel seconds, per shard
+
+    def _wait(self, futs) -> None:
+        """Wait for tasks; ClusterError when no worker has been left for
+        NO_WORKERS_GRACE_S (tasks that keep failing end as errors by themselves)."""
+        from distributed import wait
+        alone_since = None
+        while True:
+            try:
+                wait(futs, timeout=POLL_S)
+                return
+            except TimeoutError:
+                pass
+            if self.client.scheduler_info()["workers"]:
+                alone_since = None
+            elif alone_since is None:
+                alone_since = time.perf_counter()
+            elif time.perf_counter() - alone_since > NO_WORKERS_GRACE_S:
+                raise ClusterError(f"shard set {self.name!r}: no worker left for "
+                                   f"{NO_WORKERS_GRACE_S:.0f} s; stopping")
 
     def _raise(self, fut):
         exc = fut.exception()
@@ -82,27 +100,13 @@ class DaskShards:
         raise exc
 
     def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
-        from distributed import wait
         t0 = time.perf_counter()
         payload = worker.programs_payload(progs)
         futs = [self.client.submit(worker.timed_score, f, payload, with_kl, self.threads, b,
                                    tail_cap, pure=False)
                 for f, b in zip(self.futures, per_shard(self.split, blocks))
                 if b is None or b.size]
-        alone_since = None
-        while True:
-            try:
-                wait(futs, timeout=POLL_S)
-                break
-            except TimeoutError:
-                pass
-            if self.client.scheduler_info()["workers"]:
-                alone_since = None
-            elif alone_since is None:
-                alone_since = time.perf_counter()
-            elif time.perf_counter() - alone_since > NO_WORKERS_GRACE_S:
-                raise ClusterError(f"shard set {self.name!r}: no worker left for "
-                                   f"{NO_WORKERS_GRACE_S:.0f} s; stopping")
+        self._wait(futs)
         for f in futs:
             if f.status == "error":
                 self._raise(f)
