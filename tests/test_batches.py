@@ -6,9 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from evolve.cli import main
 from evolve.data import shards as S
 from evolve.data import traces as T
 from evolve.objectives.spec import SpecArrays
@@ -17,15 +15,11 @@ from evolve.search.config import Config
 from evolve.search.engine import Evolution
 from tests import tracekit
 from tests.test_cluster import run_files, scheduler  # noqa: F401 (a fixture)
+from tests.clikit import invoke
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 BATCH = 40                       # of the 192 train blocks of tracekit.TINY
 RUN = ("--objective", "speed", "--generations", 4, "--population", 40, "--no-writeback",
        "--batch-blocks", BATCH)
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
 
 
 @pytest.fixture(scope="module")

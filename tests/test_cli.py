@@ -5,22 +5,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
 from evolve.runs import runner
-from evolve.cli import main
 from evolve.search.config import Config
 from evolve.runs.scoring import PreparedSplit, score
 from tests.genload import load_module_from
 from heuristics.registry import compile_function
 from tests.conftest import TINY
+from tests.clikit import invoke
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 REPO = Path(__file__).resolve().parent.parent
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
 
 
 def test_help_lists_commands():

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import evolve.cli.trace_data as CT
 from evolve.rules import tuning as pareto
@@ -18,11 +17,10 @@ from evolve.objectives import spec
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG
 from evolve.lang import treeio
-from evolve.cli import main
 from evolve.kernels.speculative import population_results
 from tests import tracekit
+from tests.clikit import invoke, one_line_error
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 Z_MAX = 4.0                      # simulation vs offline: within this many standard errors
 FAST = ("--contexts", "60", "--reps", "1500")    # a lighter output sample than the default
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -40,19 +38,6 @@ EARS_TREE = "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.2, sub(1.0, p_ma
 
 def _hand_np(F):
     return np.where(F["block_position"] < 0.5, rulefns.leniency(F, l=0.5), rulefns.ears(F, beta=0.2))
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
-
-
-def one_line_error(r, *needles):
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "Traceback" not in r.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 @pytest.fixture(scope="module")

@@ -12,26 +12,20 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from evolve.cli import main
 from evolve.data import shards as S
 from evolve.data import traces as T
 from tests import tracekit
 from tests.conftest import TINY
+from tests.clikit import invoke, one_line_error
 
 distributed = pytest.importorskip("distributed")
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 RUN = ("--objective", "speed", "--generations", TINY["generations"], "--population",
        TINY["population"], "--no-writeback", "--json")
 SHARD_COUNTS = (1, 2, 3)
 KILL_RUN = {"generations": 25, "population": 120}     # long enough to kill a worker mid-run
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
 
 
 def run_files(path):
@@ -105,14 +99,6 @@ def test_two_worker_cluster_matches_the_npz_run(data, reference, scheduler, tmp_
                "--cluster", "local:2")
     assert r.exit_code == 0, r.output
     assert run_files(tmp_path / "local") == reference
-
-
-def one_line_error(r, *needles):
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 def test_unreachable_scheduler_and_bad_options_are_one_line(data, tmp_path):

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from evolve.cli import main
 from evolve.export import backends, modules
 from evolve.lang import primitives as P
 from evolve.lang import treeio
@@ -19,17 +17,13 @@ from heuristics import registry
 from heuristics.baselines import BASELINES
 from tests.conftest import TINY
 from tests.genload import load_module_from
+from tests.clikit import invoke
 
 torch = pytest.importorskip("torch")
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 REPO = Path(__file__).resolve().parent.parent
 TRACE_BUDGET = 0.02
 FLOAT32_MAX_FLIPS = 1e-3       # share of test rows whose float32 decision may differ
-
-
-def invoke(*args, env=None):
-    return CliRunner().invoke(main, [str(a) for a in args], env={**ENV, **(env or {})})
 
 
 def load(tmp_path, source, name):

@@ -7,18 +7,17 @@ import sys
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from evolve.cli import main  # noqa: E402
 from evolve.data import traces as T  # noqa: E402
 from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
-from tests import hfkit, rulefns  # noqa: E402
+from tests import clikit, hfkit, rulefns  # noqa: E402
+from tests.clikit import one_line_error  # noqa: E402
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1", "HF_HUB_OFFLINE": "1"}
+ENV = {"HF_HUB_OFFLINE": "1"}          # on top of clikit.ENV
 G, K, BLOCKS, CTX = 3, 8, 4, 64
 PROB_TOL = 1e-5        # float32 forward passes (padded batch vs one sequence)
 Z_MAX = 3.0            # offline exact vs free-running decoding, standard errors
@@ -26,16 +25,7 @@ FREE_PROMPTS, FREE_BLOCKS = 128, 8
 
 
 def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
-
-
-def one_line_error(r, *needles):
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = [line for line in r.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    assert "Traceback" not in r.output
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
+    return clikit.invoke(*args, env=ENV)
 
 
 @pytest.fixture(scope="module")

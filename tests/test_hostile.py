@@ -23,44 +23,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from evolve.cli import main
 from evolve.cli.render import Terminal
 from evolve.data import tokens as data
 from evolve.data import traces
 from evolve.data.sources import synthetic as synth
-from evolve.runs import paths
 from evolve.runs import rundir as runs
+from tests.clikit import ENV, invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
+
+pytestmark = pytest.mark.usefixtures("isolated")
 
 REPO = Path(__file__).resolve().parent.parent
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 POP = 40                    # tiny population for every run here
 GENS = 2                    # generations of the shared finished run
 PWNED = "PWNED"             # a marker file hostile content tries to create
 ESC = "\x1b"
-
-
-@pytest.fixture(autouse=True)
-def isolated(tmp_path_factory, monkeypatch):
-    guard = tmp_path_factory.mktemp("guard")
-    monkeypatch.setenv("EVOLVE_RUNS_DIR", str(guard / "runs"))
-    monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(guard / "heuristics"))
-    monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
-
-
-def invoke(*args, env=None):
-    return CliRunner().invoke(main, [str(a) for a in args], env={**ENV, **(env or {})})
-
-
-def one_line_error(r) -> str:
-    """Exit code 2, exactly one line on stderr, no traceback; returns the line."""
-    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in r.output
-    return lines[0]
 
 
 def listing(root: Path) -> dict:
@@ -69,10 +46,11 @@ def listing(root: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def data_copy(tmp_path_factory, small_splits):
-    d = tmp_path_factory.mktemp("data")
-    for name, ds in small_splits.items():
-        data.save_npz(ds, data.split_path(d, name))
+def data_copy(tmp_path_factory, small_data_dir):
+    """The small splits in a directory of this module's own (other data than
+    ``small_data_dir`` for --resume, and free to be copied and tampered with)."""
+    d = tmp_path_factory.mktemp("data") / "splits"
+    shutil.copytree(small_data_dir, d)
     return d
 
 

@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import vectorize
@@ -53,7 +52,6 @@ from evolve.runs import writeback
 from evolve.runs import paths
 from tests.genload import load_module_from
 from evolve.lang import primitives as P
-from evolve.cli import main
 from evolve.search.config import Config
 from evolve.search.engine import Evolution
 from evolve.kernels.tokens import SplitArrays, population_thresholds
@@ -61,34 +59,13 @@ from evolve.runs.scoring import PreparedSplit, score
 from evolve.runs.writeback import module_metadata as evolved_metadata
 from heuristics.registry import SIGNATURE, compile_function
 from tests import naive
+from tests.clikit import ENV, invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
+
+pytestmark = pytest.mark.usefixtures("isolated")
 
 REPO = Path(__file__).resolve().parent.parent
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 POP = 40                        # tiny population for every run here
 NAME_HINT = "letters, digits"   # part of the invalid run name message
-
-
-@pytest.fixture(autouse=True)
-def _isolated(tmp_path_factory, monkeypatch):
-    """Defaults that would reach the repository point into a temporary directory."""
-    guard = tmp_path_factory.mktemp("guard")
-    monkeypatch.setenv("EVOLVE_RUNS_DIR", str(guard / "runs"))
-    monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(guard / "heuristics"))
-    monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
-
-
-def invoke(*args, env=None):
-    return CliRunner().invoke(main, [str(a) for a in args], env={**ENV, **(env or {})})
-
-
-def one_line_error(r) -> str:
-    """Exit code 2, exactly one line on stderr, no traceback; returns the line."""
-    assert r.exit_code == 2, (r.exit_code, r.output, r.exception)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in r.output
-    return lines[0]
 
 
 def strip_timing(records):

@@ -6,28 +6,14 @@ import shutil
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
-from evolve.cli import main
 from evolve.data import shards as S
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG
 from tests import tracekit
+from tests.clikit import invoke, one_line_error
 
-ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 ROWS_PER_SHARD = 250          # rounded down to whole blocks (g = 4): 248 rows
-
-
-def invoke(*args):
-    return CliRunner().invoke(main, [str(a) for a in args], env=ENV)
-
-
-def one_line_error(r, *needles):
-    assert r.exit_code == 2, (r.exit_code, r.output)
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), r.stderr
-    for n in needles:
-        assert n in lines[0], (n, lines[0])
 
 
 @pytest.fixture(scope="module")
