@@ -42,6 +42,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))     # the speed benchmark's random trees
 
 ROWS_PER_PROMPT = 16 * 4         # blocks_per_prompt x block_size of the default traces
 BUILD_SHARDS = 8
@@ -86,21 +87,11 @@ def _env() -> dict:
 def population(n: int):
     """A random population as the engine's first one (half-and-half, heights 1..4,
     the trace primitives; seed 0), linearised."""
-    import random
-
-    from deap import gp
-
     from evolve.lang import primitives as P
     from evolve.lang import treeio
-    pset = P.make_pset(trace=True)
-    state = random.getstate()
-    random.seed(0)
-    try:
-        trees = [treeio.from_deap(gp.PrimitiveTree(gp.genHalfAndHalf(pset, 1, 4)))
-                 for _ in range(n)]
-    finally:
-        random.setstate(state)
-    return treeio.linearise(trees)
+    from speed import random_trees
+    return treeio.linearise([treeio.from_deap(t)
+                             for t in random_trees(P.make_pset(trace=True), n, 1, 4, 0)])
 
 
 def child(mode: str, data_dir: str, pop: int, generations: int, workers: int) -> dict:

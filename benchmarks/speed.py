@@ -133,7 +133,7 @@ def _subset(ds: data.Dataset, rows: int | None) -> data.Dataset:
     return data.Dataset(**cols, name=ds.name)
 
 
-def _random_trees(pset, n: int, min_h: int, max_h: int, seed: int, distinct: bool = False):
+def random_trees(pset, n: int, min_h: int, max_h: int, seed: int, distinct: bool = False):
     """DEAP trees from genHalfAndHalf under a fixed seed (the global random state
     is restored afterwards)."""
     from deap import gp
@@ -300,7 +300,7 @@ def population_section(sizes: Sizes, train: data.Dataset, note) -> dict:
 
     from evolve.kernels.tokens import SplitArrays, population_counts
     pset = P.make_pset()
-    trees = _random_trees(pset, sizes.pop_size, sizes.pop_min_height, sizes.pop_max_height,
+    trees = random_trees(pset, sizes.pop_size, sizes.pop_min_height, sizes.pop_max_height,
                           sizes.pop_seed)
     n = len(train)
     nodes = sum(len(t) for t in trees)
@@ -766,7 +766,7 @@ def njit_section(sizes: Sizes, per_individual_ms: float, note) -> dict:
     from evolve.lang import codegen
     from heuristics import ops as O
     pset = P.make_pset()
-    trees = _random_trees(pset, sizes.njit_trees, sizes.pop_min_height, sizes.pop_max_height,
+    trees = random_trees(pset, sizes.njit_trees, sizes.pop_min_height, sizes.pop_max_height,
                           sizes.njit_seed, distinct=True)
     note(f"njit: compiling {len(trees)} distinct trees, one numba.njit each")
     times = []

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -38,8 +37,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _p in (ROOT, ROOT / "benchmarks"):      # `import evolve`; the speed benchmark's trees
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
 RUN = ["--objective", "speed", "--budget-tv", "0.03", "--generations", "30",
        "--population", "500", "--seed", "2"]
@@ -47,19 +47,13 @@ SMOKE_RUN = ["--objective", "speed", "--budget-tv", "0.03", "--generations", "2"
              "--population", "20", "--seed", "2"]
 
 
-def _trees(n: int, seed: int = 20240611):
-    from deap import gp
-
+def _trees(n: int):
+    """The speed benchmark's random population (token primitives, heights 2..6)."""
     from evolve.lang import primitives as P
     from evolve.lang import treeio
-    pset = P.make_pset()
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        return treeio.linearise([treeio.from_deap(gp.PrimitiveTree(gp.genHalfAndHalf(pset, 2, 6)))
-                                 for _ in range(n)])
-    finally:
-        random.setstate(state)
+    from speed import FULL, random_trees
+    return treeio.linearise([treeio.from_deap(t) for t in random_trees(
+        P.make_pset(), n, FULL.pop_min_height, FULL.pop_max_height, FULL.pop_seed)])
 
 
 def _median_time(fn, repeats: int) -> float:

@@ -217,21 +217,28 @@ def test_pareto_needs_population_multiple_of_4():
         Config(objective="pareto", population=42).validate()
 
 
+def _trace_champion(**kw) -> str:
+    """The champion tree of a short run on the tiny traces."""
+    from tests import tracekit
+    cfg = Config(generations=4, population=40, seed=3, seed_baselines=True, **kw)
+    ev = Evolution(cfg, tracekit.split("train"), tracekit.split("valid"))
+    ev.initialise()
+    while ev.generation < cfg.generations:
+        ev.step()
+    return ev.champion().tree
+
+
 def test_speed_kl_and_position_cap_hold_on_valid():
     """speed_kl keeps the champion's KL per token within --budget-kl; a cap on slot TV
     per block position keeps every position's TV under it, where the uncapped run
     spends more than the cap at some position."""
     from evolve.objectives import OBJECTIVES
     from tests import tracekit
-    tr, va = tracekit.split("train"), tracekit.split("valid")
+    with_kl = OBJECTIVES["speed_kl"]          # its evaluator sums KL too
+    valid = with_kl.evaluator(tracekit.split("valid"), "valid")
 
     def champion(**kw):
-        cfg = Config(generations=4, population=40, seed=3, seed_baselines=True, **kw)
-        ev = Evolution(cfg, tr, va)
-        ev.initialise()
-        while ev.generation < cfg.generations:
-            ev.step()
-        m = OBJECTIVES["speed"].measures(ev.valid, [ev.champion().tree])
+        m = with_kl.measures(valid, [_trace_champion(**kw)])
         return {k: v[0] for k, v in m.items()}
 
     kl = champion(objective="speed_kl", kl_budget=0.002)
@@ -246,29 +253,20 @@ def test_speed_kl_and_position_cap_hold_on_valid():
 def test_p99_cap_holds_the_tail_of_slot_tv():
     """--cap-tv-p99: the champion's reach-weighted 99th percentile of slot TV is
     within the cap on train and valid, where the uncapped champion's is above it."""
-    from evolve.objectives import OBJECTIVES
     from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES
     from evolve.objectives.spec import SpecArrays, objectives
     from evolve.rules.tuning import tree_thresholds
     from tests import tracekit
     tr, va = tracekit.split("train"), tracekit.split("valid")
 
-    def champion(**kw):
-        cfg = Config(generations=4, population=40, seed=3, seed_baselines=True,
-                     objective="speed", tv_budget=0.05, **kw)
-        ev = Evolution(cfg, tr, va)
-        ev.initialise()
-        while ev.generation < cfg.generations:
-            ev.step()
-        return ev.champion().tree
-
     def p99(tree, split):
         sa = SpecArrays.from_split(split)
         return objectives(sa, tree_thresholds(treeio.parse(tree), sa)).tv_p99
 
-    free = champion()
+    free = _trace_champion(objective="speed", tv_budget=0.05)
     cap = 0.5 * p99(free, tr)
-    capped = champion(tv_p99_cap=cap)
+    capped = _trace_champion(objective="speed", tv_budget=0.05, tv_p99_cap=cap)
     assert p99(free, tr) > cap and p99(capped, tr) <= cap and p99(capped, va) <= cap * 1.5
     m = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(tr, "train", Config(
         objective="speed", tv_p99_cap=cap)), [capped, free])

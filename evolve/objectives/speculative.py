@@ -46,8 +46,7 @@ def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0, tail_excess
 
 def tail_cap(config) -> float:
     """The slot-TV cap the kernel sums the tail reach above (--cap-tv-p99)."""
-    cap = getattr(config, "tv_p99_cap", 1.0) if config is not None else 1.0
-    return cap if cap < 1.0 else TAIL_OFF
+    return config.tv_p99_cap if config is not None and config.tv_p99_cap < 1.0 else TAIL_OFF
 
 
 class TraceObjective(Objective):
