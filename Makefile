@@ -8,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-slow bench bench-smoke data traces results neural-pair neural-traces install clean
+.PHONY: run test test-fast test-slow bench bench-smoke data traces results results-neural neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,13 @@ traces: $(STAMP)
 
 results: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --readme
+
+# The same on the neural pair's traces (after `make neural-pair neural-traces`; about an
+# hour on 2 cores, most of it free-running decoding with the Hugging Face models)
+results-neural: $(STAMP)
+	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
+		--variants plain p99 --prompts 4096 --out benchmarks/neural_trace_results.json \
+		--runs-dir runs/neural-trace-results --section neural-results --readme
 
 # A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about
 # 9.5 minutes of CPU, 28 minutes wall on 2 shared cores), and traces recorded from them

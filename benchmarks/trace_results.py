@@ -1,6 +1,7 @@
 """The trace results of the README, reproduced from scratch: `make results`.
 
-For each TV budget (0.01 and 0.03 per token) on the default n-gram traces:
+For each TV budget (0.01 and 0.03 per token) on the default n-gram traces (or
+any traces with --data; `make results-neural` runs it on the neural pair's):
 
 1. evolve with several starts (`evolve run --objective speed --starts N`, the
    champion chosen on valid only) three times: plain; with the mean slot TV of
@@ -22,6 +23,10 @@ README.md. Usage:
     python benchmarks/trace_results.py [--starts 5] [--population 500]
         [--generations 40] [--prompts 8192] [--readme]
     python benchmarks/trace_results.py --quick     # tiny sizes, a smoke test
+
+Free-running decoding uses the pair that recorded the traces: the n-gram pair
+rebuilt from its configuration, or the Hugging Face models named in an hf
+split's meta.json (``evolve.data.sources.hf_free``).
 """
 
 from __future__ import annotations
@@ -49,7 +54,8 @@ from evolve.runs import paths  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
 OUT = ROOT / "benchmarks" / "trace_results.json"
-BEGIN, END = "<!-- trace-results:begin -->", "<!-- trace-results:end -->"
+VARIANTS = ("plain", "cap", "p99")
+SECTION = "trace-results"       # README markers <!-- SECTION:begin --> ... <!-- SECTION:end -->
 OPTION = {"tv_budget": "budget-tv", "kl_budget": "budget-kl", "tv_position_cap": "cap-tv-position",
           "tv_p99_cap": "cap-tv-p99",
           "population": "population", "generations": "generations", "seed": "seed",
@@ -73,6 +79,9 @@ def _shown(path: Path) -> str:
 
 
 def _traces(data_dir: Path, quick: bool) -> dict:
+    if not (data_dir / "train.npz").exists() and data_dir.name == "neural-traces":
+        raise SystemExit(f"{data_dir}: no traces; record them with `make neural-pair "
+                         "neural-traces`")
     if not (data_dir / "train.npz").exists():
         cfg = ngram.TraceConfig(**(QUICK_TRACES if quick else {}))
         print(f"building traces in {data_dir} ...", file=sys.stderr)
@@ -82,6 +91,14 @@ def _traces(data_dir: Path, quick: bool) -> dict:
 
 QUICK_TRACES = dict(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
                     valid_prompts=64, test_prompts=32, blocks_per_prompt=8)
+
+
+def _pair(ts, data_dir: Path):
+    """The pair that recorded the traces, for free-running: n-gram or Hugging Face."""
+    if ts.backend == "hf":
+        from evolve.data.sources import hf_free
+        return hf_free.load(ts, str(data_dir / "test.npz"))
+    return ngram.build_pair(ngram.config_of(ts))
 
 
 def _offline(nodes, sa) -> dict:
@@ -102,6 +119,11 @@ def main(argv=None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=paths.RUNS_DIR / "trace-results")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--readme", action="store_true", help="rewrite README.md's results tables")
+    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+                    help="which evolved champions: plain, cap (mean slot TV per position "
+                         "capped), p99 (99th percentile of slot TV capped)")
+    ap.add_argument("--section", default=SECTION,
+                    help="the README markers to write between (<!-- SECTION:begin -->)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     ap.add_argument("--render", type=Path, default=None, metavar="JSON",
                     help="only print (and with --readme write) the tables of a results file")
@@ -109,7 +131,7 @@ def main(argv=None) -> int:
     if a.render is not None:
         doc = json.loads(a.render.read_text())
         if a.readme:
-            write_readme(doc)
+            write_readme(doc, a.section)
         print(markdown(doc))
         return 0
     if a.quick:
@@ -117,8 +139,11 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     splits = _traces(a.data, a.quick)
     sas = {k: spec.SpecArrays.from_split(v) for k, v in splits.items()}
-    pair = ngram.build_pair(ngram.config_of(splits["test"]))
-    doc = {"commit": _commit(), "data": _shown(a.data), "settings": vars(a) | {
+    pair = _pair(splits["test"], a.data)
+    doc = {"commit": _commit(), "data": _shown(a.data),
+           "command": " ".join(["python benchmarks/trace_results.py", *(
+               argv if argv is not None else sys.argv[1:])]),
+           "settings": vars(a) | {
         "data": _shown(a.data), "runs_dir": _shown(a.runs_dir), "out": _shown(a.out),
         "render": None}, "budgets": []}
     a.runs_dir.mkdir(parents=True, exist_ok=True)
@@ -133,10 +158,10 @@ def main(argv=None) -> int:
         rules = {"leniency (tuned)": (len_nodes, {"l": lenient.param}),
                  "per-position leniency (tuned)": (pos_nodes, {"l": list(ls)})}
         runs = {}
-        for variant, tag, extra in (
-                ("evolved", "plain", {}),
-                ("evolved, slot TV capped", "cap", {"tv_position_cap": round(cap, 6)}),
-                ("evolved, slot TV p99 capped", "p99", {"tv_p99_cap": round(p99, 6)})):
+        variants = (("evolved", "plain", {}),
+                    ("evolved, slot TV capped", "cap", {"tv_position_cap": round(cap, 6)}),
+                    ("evolved, slot TV p99 capped", "p99", {"tv_p99_cap": round(p99, 6)}))
+        for variant, tag, extra in (v for v in variants if v[1] in a.variants):
             name = f"b{budget:g}-{tag}-{int(time.time())}"
             opts = dict(objective="speed", tv_budget=budget, starts=a.starts, seed=a.seed,
                         population=a.population, generations=a.generations,
@@ -174,17 +199,20 @@ def main(argv=None) -> int:
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(f"{a.out}: written ({doc['seconds']} s)", file=sys.stderr)
     if a.readme:
-        write_readme(doc)
+        write_readme(doc, a.section)
     print(markdown(doc))
     return 0
 
 
 def markdown(doc: dict) -> str:
     s = doc["settings"]
-    lines = [f"Generated by `python benchmarks/trace_results.py` (`make results`) at commit "
+    cmd = doc.get("command", "python benchmarks/trace_results.py")
+    make = " (`make results`)" if cmd == "python benchmarks/trace_results.py --readme" else ""
+    lines = [f"Generated by `{cmd}`{make} at commit "
              f"{doc['commit']}: {s['starts']} starts of population {s['population']} x "
              f"{s['generations']} generations per champion, free-running on {s['prompts']} test "
-             f"prompts x {s['blocks']} blocks; figures in `benchmarks/trace_results.json`.", ""]
+             f"prompts x {s['blocks']} blocks; figures in `{s.get('out', 'benchmarks/trace_results.json')}`.",
+             ""]
     for b in doc["budgets"]:
         lines += [f"**TV budget {b['budget']:g}** (test; standard rejection "
                   f"{b['standard_tokens_per_call']:.4f} tokens/call, knapsack oracle "
@@ -218,9 +246,10 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(doc: dict) -> None:
+def write_readme(doc: dict, section: str = SECTION) -> None:
     path = ROOT / "README.md"
     text = path.read_text()
+    BEGIN, END = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
     if BEGIN not in text or END not in text:
         raise SystemExit(f"{path}: the markers {BEGIN} ... {END} are missing")
     head, rest = text.split(BEGIN, 1)

@@ -2,8 +2,9 @@
 
 Every rule decodes the same prompts with the same uniforms (common random
 numbers: each prompt owns a generator, and all its uniforms are drawn up front
-by ``evolve.data.decode``), each from its own trajectory, with the n-gram pair
-that made the traces. Per rule:
+by the decoder), each from its own trajectory, with the pair that made the
+traces: the n-gram pair (``evolve.data.decode``) or a Hugging Face pair
+(``evolve.data.sources.hf_free``). Per rule:
 
 - tokens per target call, with a standard error clustered by sequence (the
   blocks of one sequence are not independent; sequences are);
@@ -28,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data import decode as DEC
+from evolve.data import emission as EM
+from evolve.data.sources import hf_free
 from evolve.data.sources import ngram as NG
 from evolve.rules.adapters import as_rule
 
@@ -44,19 +47,15 @@ def seeded_pair(pair: NG.LMPair, seed: int) -> NG.LMPair:
 
 def _slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
     """Exact TV and KL of the emitted token at every reached drafted position."""
-    from evolve.simulate import acceptance_matrix, exact_output, rows_features
+    from evolve.simulate import rows_probs
     idx = np.flatnonzero(reached)
     tv = np.empty(idx.size)
     kl = np.empty(idx.size)
     for s in range(0, idx.size, CHUNK):
         r = idx[s:s + CHUNK]
-        p, q, F = rows_features(pair, cols["context"][r], cols["position"][r],
-                                cols["block_position"][r])
-        out = exact_output(p, q, acceptance_matrix(pair, p, q, F, rule))
-        tv[s:s + r.size] = 0.5 * np.abs(out - p).sum(axis=1)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            kl[s:s + r.size] = np.maximum(np.where(out > 0, out * np.log(out / p), 0.0)
-                                          .sum(axis=1), 0.0)
+        p, q = rows_probs(pair, cols["context"][r])
+        tv[s:s + r.size], kl[s:s + r.size] = EM.slot_distortion(
+            p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k)
     return tv, kl
 
 
@@ -78,31 +77,41 @@ def _loglik(pair: NG.LMPair, hist: np.ndarray, lens: np.ndarray, start: int):
     return lp, lq, (lens - start).astype(np.float64)
 
 
-def run_rule(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int, seed: int) -> dict:
-    """Free-running decoding of one rule; per-sequence sums (see ``compare``)."""
-    g = pair.config.block_size
-    sim_pair = seeded_pair(pair, seed)
-    pr, rngs = NG.prompt_starts(sim_pair, split, prompts)
+def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int) -> dict:
+    """Free-running decoding of one rule; per-sequence sums (see ``compare``). ``pair``
+    is the n-gram pair or an ``evolve.data.sources.hf_free.FreePair``."""
     rule = as_rule(rule)
-    cols, accepted, hist, lens = DEC.decode(pair, pr, rngs, blocks, rule=rule, record=True,
-                                            history=True)
-    n = pr.shape[0]
-    n_acc = np.repeat(accepted.reshape(-1), g)                  # per drafted row
-    reached = cols["block_position"] <= n_acc
-    tv, kl = _slot_distortion(pair, cols, reached, rule)
-    seq = cols["sequence"][reached]
-    bpos = cols["block_position"][reached]
-    lp, lq, emitted = _loglik(pair, hist, lens, pr.shape[1])
+    if isinstance(pair, NG.LMPair):
+        raw = _ngram_run(pair, rule, split, prompts, blocks, seed)
+    else:
+        raw = hf_free.free_running(pair, rule, split, prompts, blocks, seed)
+    accepted = raw["accepted"]
+    n = accepted.shape[0]
+    seq = raw["sequence"]
     return {
         "tokens": (accepted + 1.0).sum(axis=1),                 # per sequence
         "calls": float(blocks),
-        "tv": np.bincount(seq, tv, minlength=n),
-        "kl": np.bincount(seq, kl, minlength=n),
-        "slot_tv": tv, "slot_bpos": bpos,
-        "logp": lp, "logq": lq, "emitted": emitted,
+        "tv": np.bincount(seq, raw["tv"], minlength=n),
+        "kl": np.bincount(seq, raw["kl"], minlength=n),
+        "slot_tv": raw["tv"], "slot_bpos": raw["block_position"],
+        "logp": raw["logp"], "logq": raw["logq"], "emitted": raw["emitted"],
         "acceptance": [float((accepted >= j + 1).sum() / max(1, (accepted >= j).sum()))
-                       for j in range(g)],
+                       for j in range(pair.config.block_size)],
     }
+
+
+def _ngram_run(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int,
+               seed: int) -> dict:
+    g = pair.config.block_size
+    pr, rngs = NG.prompt_starts(seeded_pair(pair, seed), split, prompts)
+    cols, accepted, hist, lens = DEC.decode(pair, pr, rngs, blocks, rule=rule, record=True,
+                                            history=True)
+    reached = cols["block_position"] <= np.repeat(accepted.reshape(-1), g)
+    tv, kl = _slot_distortion(pair, cols, reached, rule)
+    lp, lq, emitted = _loglik(pair, hist, lens, pr.shape[1])
+    return {"accepted": accepted, "sequence": cols["sequence"][reached],
+            "block_position": cols["block_position"][reached], "tv": tv, "kl": kl,
+            "logp": lp, "logq": lq, "emitted": emitted}
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:
@@ -155,7 +164,7 @@ def paired(a: dict, b: dict) -> dict:
     return out
 
 
-def compare(pair: NG.LMPair, rules: dict, split: str = "test", prompts: int = 4096,
+def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
             blocks: int = 16, seed: int = 1, progress=None) -> dict:
     """Every rule of ``rules`` (label -> rule) decoded free-running on the same
     prompts and uniforms; summaries, and paired differences from the first."""

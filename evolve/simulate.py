@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from evolve.data import decode as DEC
+from evolve.data import emission as EM
 from evolve.data.sources import ngram as NG
-from evolve.data.sources.ngram_lm import entropy
 from evolve.objectives.spec import FEATURES
 from evolve.rules.adapters import as_rule
 
@@ -140,44 +140,24 @@ class OutputResult:
         return asdict(self)
 
 
+def rows_probs(pair: NG.LMPair, contexts: np.ndarray):
+    """p, q (M, 256) at the contexts."""
+    H = np.asarray(contexts, dtype=np.uint8)[:, -pair.context_len:]
+    return pair.target.probs(H), pair.draft.probs(H)
+
+
 def rows_features(pair: NG.LMPair, contexts: np.ndarray, positions, block_positions):
     """p, q (M, 256) at the contexts and the (M, 256) feature columns of every byte."""
-    C = pair.context_len
-    H = np.asarray(contexts, dtype=np.uint8)[:, -C:]
-    p = pair.target.probs(H)
-    q = pair.draft.probs(H)
-    M, V = p.shape
-    top = np.argmax(p, axis=1)
-    F = {"draft_prob": q, "target_prob": p,
-         "position": np.repeat(np.asarray(positions, np.int64)[:, None], V, axis=1),
-         "draft_entropy": np.repeat(entropy(q)[:, None], V, axis=1),
-         "target_entropy": np.repeat(entropy(p)[:, None], V, axis=1),
-         "top_token_match": np.arange(V)[None, :] == top[:, None],
-         "block_position": np.repeat(np.asarray(block_positions, np.int64)[:, None], V, axis=1),
-         "p_max": np.repeat(p.max(axis=1)[:, None], V, axis=1),
-         "q_max": np.repeat(q.max(axis=1)[:, None], V, axis=1)}
-    return p, q, F
+    p, q = rows_probs(pair, contexts)
+    return p, q, EM.vocab_features(p, q, positions, block_positions)
 
 
 def acceptance_matrix(pair: NG.LMPair, p, q, F, rule) -> np.ndarray:
     """a(x) for every byte: the rule on the draft's top-k, the standard rule elsewhere."""
-    M, V = p.shape
-    rule = as_rule(rule)
-    h = rule.many({f: F[f].reshape(-1) for f in FEATURES}).reshape(M, V)
-    a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
-    k = pair.config.top_k
-    order = np.argsort(-q, axis=1, kind="stable")[:, :k]
-    in_top = np.zeros((M, V), dtype=bool)
-    np.put_along_axis(in_top, order, True, axis=1)
-    return np.where(in_top, a, np.minimum(1.0, p / q))
+    return EM.acceptance(p, q, F, as_rule(rule), pair.config.top_k)
 
 
-def exact_output(p, q, a) -> np.ndarray:
-    """The emitted byte's distribution q a + (1 - beta) r, over the full vocabulary."""
-    beta = (q * a).sum(axis=1)
-    r = DEC.residual(p, q)
-    r = r / r.sum(axis=1, keepdims=True)
-    return q * a + (1.0 - beta)[:, None] * r
+exact_output = EM.exact_output
 
 
 def sample_output(p, q, a, reps: int, rng) -> np.ndarray:

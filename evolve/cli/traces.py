@@ -35,10 +35,20 @@ def _load_split(data_dir: Path, split: str):
 
 
 def _pair_for(ts, out):
-    """The draft/target pair rebuilt from a split's recorded configuration."""
+    """The draft/target pair rebuilt from a split's recorded configuration: the n-gram
+    pair, or for hf traces the recorded Hugging Face models and prompt source."""
     from evolve.data.sources import ngram
     from evolve.data.tokens import DataError
     src = ts.meta.get("source", ts.name)
+    if ts.backend == "hf":
+        from evolve.data.sources import hf_free
+        out.note(f"loading the draft/target pair recorded in {src}")
+        fp = hf_free.load(ts, src)
+        same = hf_free.corpus_matches(fp, ts)
+        if not same:
+            out.note(f"warning: {src} was recorded from another prompt corpus (another "
+                     "Python version?); the prompt pools differ from the recorded ones")
+        return fp, same
     try:
         cfg = ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:

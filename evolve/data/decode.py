@@ -155,26 +155,10 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         rand = U[:, t, g:2 * g]
         Pg = P[:, :g].reshape(B * g, VOCAB)
         Qg = Q.reshape(B * g, VOCAB)
-        x = X.reshape(-1)
-        top = np.argmax(Pg, axis=1)
-        std = np.minimum(1.0, px / qx)
-        need_cands = record or rule is not None
-        if need_cands:
+        if record or rule is not None:
             cs = candidate_summary(Pg, Qg, k)
-            hit = cs["cand_token"].astype(np.int64) == x[:, None]
-            in_top = hit.any(axis=1)
-        if rule is None:
-            a_x = std
-        else:
-            feats = {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
-                     "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
-                     "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
-                     "top_token_match": x == top,
-                     "block_position": np.tile(np.arange(g), B),
-                     "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
-            h = np.asarray(rule.many(feats), dtype=np.float64)
-            a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
-            a_x = np.where(in_top, a, std.reshape(-1)).reshape(B, g)
+        a_x = (np.minimum(1.0, px / qx) if rule is None
+               else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
         acc = rand < a_x
         n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
         accepted[:, t] = n_acc
@@ -199,6 +183,25 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         return None, accepted, hist, lens
     return sequence_major(rec, blocks, B, g), accepted, hist, lens
 
+
+
+def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndarray:
+    """Acceptance probabilities (B, g) of a block's drafted tokens under ``rule`` (a
+    ``many(features) -> thresholds`` rule): its clipped threshold for drafts among the
+    draft's top-k (``cs``, a ``candidate_summary``), the standard rule for the others.
+    Both decoders (n-gram and Hugging Face) decide with this."""
+    B, g = X.shape
+    x = X.reshape(-1)
+    feats = {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
+             "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
+             "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
+             "top_token_match": x == np.argmax(Pg, axis=1),
+             "block_position": np.tile(np.arange(g), B),
+             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
+    h = np.asarray(rule.many(feats), dtype=np.float64)
+    a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+    in_top = (cs["cand_token"].astype(np.int64) == x[:, None]).any(axis=1)
+    return np.where(in_top, a, np.minimum(1.0, px / qx).reshape(-1)).reshape(B, g)
 
 
 def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: int) -> dict:

@@ -8,7 +8,8 @@ attention masks and explicit position ids):
 2. the target scores history + block teacher-forced in ONE forward pass, giving
    ``p`` at the ``g`` drafted positions and the bonus position.
 
-Acceptance is the standard rule ``u_j < min(1, p_j(x_j) / q_j(x_j))``; the
+Acceptance is the standard rule ``u_j < min(1, p_j(x_j) / q_j(x_j))`` (or, for
+free-running comparisons, a given rule on the draft's top-k tokens); the
 longest accepted prefix is kept, then one more token is drawn from
 ``norm(max(0, p - q))`` at the first rejection (or from ``p_{g+1}``). Every
 drafted position is recorded (also those after the first rejection), with the
@@ -27,8 +28,9 @@ import inspect
 
 import numpy as np
 
-from evolve.data.decode import (block_records, candidate_summary, residual, sample_rows,
-                                sequence_major)
+from evolve.data.decode import (block_records, candidate_summary, drafted_acceptance, residual,
+                                sample_rows, sequence_major)
+from evolve.data.emission import slot_distortion
 from evolve.data.traces import CONTEXT_PAD
 
 PROB_FLOOR = np.finfo(np.float64).tiny
@@ -47,29 +49,49 @@ def _keep_kw(model, n: int) -> dict:
     return {"logits_to_keep": n} if "logits_to_keep" in params else {}
 
 
-def decode(pair, prompts: list, rngs, blocks: int, record: bool = True):
+def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=None,
+           track: bool = False):
     """Speculative decoding of every prompt (token id arrays) for ``blocks`` blocks.
 
     All uniforms of a prompt are drawn from its generator up front: draft (blocks, g),
-    accept (blocks, g), resample/bonus (blocks,). Returns ``(columns, accepted)``: the
-    v1 + v2 columns of every drafted position (None unless ``record``) and the
-    accepted draft count of every block, int64 (n, blocks)."""
+    accept (blocks, g), resample/bonus (blocks,). ``rule=None`` is the standard rule
+    (the trace recorder); otherwise ``rule`` (``many(features) -> thresholds``)
+    decides drafts among the draft's top-k tokens and the standard rule the others,
+    as in ``evolve.data.decode``. Returns ``(columns, accepted)``: the v1 + v2 columns
+    of every drafted position (None unless ``record``; not with a rule) and the
+    accepted draft count of every block, int64 (n, blocks). With ``track`` (and a
+    rule), a third value: the exact TV and KL of the emitted token at every drafted
+    position the rule reached (``evolve.data.emission``; with its ``sequence`` and
+    ``block_position``), and ``history``, each sequence's decoded token ids."""
     cfg = pair.config
     g, k, C, batch = cfg.block_size, cfg.top_k, cfg.context_len, cfg.batch_size
+    if rule is not None and record:
+        raise ValueError("hf decode: traces are recorded with the standard rule only")
+    if track and rule is None:
+        raise ValueError("hf decode: tracking the distortion needs a rule")
     n = len(prompts)
     check_lengths(pair, prompts, blocks)
     U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
          else np.zeros((0, blocks, 2 * g + 1)))
-    parts, accepted = [], []
+    parts, accepted, tracked = [], [], []
     for s0 in range(0, n, batch):
-        cols, n_acc = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch], blocks,
-                                    g, k, C, s0, record)
+        cols, n_acc, tr = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
+                                        blocks, g, k, C, s0, record, rule, track)
         parts.append(cols)
         accepted.append(n_acc)
+        tracked.append(tr)
     cols = ({f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
             if record and parts else None)
     acc = np.concatenate(accepted) if accepted else np.zeros((0, blocks), dtype=np.int64)
-    return cols, acc
+    if not track:
+        return cols, acc
+    out = {f: np.concatenate([t[f] for t in tracked]) if tracked else np.zeros(0)
+           for f in TRACKED}
+    out["history"] = [h for t in tracked for h in t["history"]]
+    return cols, acc, out
+
+
+TRACKED = ("sequence", "block_position", "tv", "kl")
 
 
 def check_lengths(pair, prompts: list, blocks: int) -> None:
@@ -82,7 +104,7 @@ def check_lengths(pair, prompts: list, blocks: int) -> None:
                              f"blocks x (g + 1)); the model takes at most {limit}")
 
 
-def _block_inputs(hist, g):
+def block_inputs(hist, g):
     """Left-padded ids (B, L + g), mask and position ids for histories + a block."""
     B = len(hist)
     L = max(len(h) for h in hist)
@@ -138,13 +160,14 @@ def _contexts(hist, X, C):
     return ctx.reshape(B * g, C)
 
 
-def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record):
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track):
     import torch
     B = len(prompts)
     hist = [np.asarray(p, dtype=np.int64) for p in prompts]
     L0 = np.array([len(h) for h in hist], dtype=np.int64)
     rows = np.arange(B)
     rec: dict[str, list] = {}
+    tr: dict[str, list] = {f: [] for f in TRACKED}
     accepted = np.zeros((B, blocks), dtype=np.int64)
     tok_dtype = np.int32 if pair.vocab < 2 ** 31 else np.int64
 
@@ -153,7 +176,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record):
 
     for t in range(blocks):
         gen_before = np.array([len(h) for h in hist], dtype=np.int64) - L0
-        ids, mask, pos, L = _block_inputs(hist, g)
+        ids, mask, pos, L = block_inputs(hist, g)
         with torch.no_grad():
             Q, X = _draft_block(pair, ids, mask, pos, L, g, U[:, t])
             P = _target_block(pair, ids, mask, pos, g)
@@ -161,20 +184,40 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record):
         qx = np.take_along_axis(Q, X[:, :, None], axis=2)[:, :, 0]
         px = np.take_along_axis(P[:, :g], X[:, :, None], axis=2)[:, :, 0]
         rand = U[:, t, g:2 * g]
-        acc = rand < np.minimum(1.0, px / qx)
+        Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
+        if record or rule is not None:
+            cs = candidate_summary(Pg, Qg, k, token_dtype=tok_dtype)
+        a_x = (np.minimum(1.0, px / qx) if rule is None
+               else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
+        acc = rand < a_x
         n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
         accepted[:, t] = n_acc
         Pn = P[rows, n_acc]
         Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
         new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
+        if track:
+            _track(tr, Pg, Qg, gen_before, n_acc, rule, k, seq0)
         if record:
-            Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
-            cs = candidate_summary(Pg, Qg, k, token_dtype=tok_dtype)
             for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
                                       seq0 + rows, t).items():
                 put(f, v)
             put("context", _contexts(hist, X, C) if C else np.zeros((B * g, 0), np.uint8))
         hist = [np.concatenate([h, X[i, :n_acc[i]], new[i:i + 1]]) for i, h in enumerate(hist)]
-    if not record:
-        return None, accepted
-    return sequence_major(rec, blocks, B, g), accepted
+    tracked = None
+    if track:
+        tracked = {f: np.concatenate(v) for f, v in tr.items()}
+        tracked["history"] = hist
+    return (sequence_major(rec, blocks, B, g) if record else None), accepted, tracked
+
+
+def _track(tr: dict, Pg, Qg, gen_before, n_acc, rule, k: int, seq0: int) -> None:
+    """The exact distortion of the emitted token at the block's reached positions."""
+    B = n_acc.size
+    g = Pg.shape[0] // B
+    j = np.tile(np.arange(g), B)
+    seq = np.repeat(np.arange(B), g)
+    idx = np.flatnonzero(j <= n_acc[seq])
+    tv, kl = slot_distortion(Pg[idx], Qg[idx], gen_before[seq[idx]] + j[idx], j[idx], rule, k)
+    for f, v in (("sequence", seq0 + seq[idx]), ("block_position", j[idx]), ("tv", tv),
+                 ("kl", kl)):
+        tr[f].append(v)

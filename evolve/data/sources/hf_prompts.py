@@ -26,9 +26,11 @@ from evolve.data.tokens import DataError
 SPLITS = T.SPLITS
 
 
-def _split_streams(seed: int) -> dict:
-    """One SeedSequence per split (assignment of unlabelled prompt lines is another)."""
-    assign, *per_split = np.random.SeedSequence(seed).spawn(1 + len(SPLITS))
+def _split_streams(seed: int, draw: int | None = None) -> dict:
+    """One SeedSequence per split (assignment of unlabelled prompt lines is another);
+    ``draw`` gives other streams of the same configuration (free-running prompts)."""
+    entropy = seed if draw is None else (seed, 7, draw)
+    assign, *per_split = np.random.SeedSequence(entropy).spawn(1 + len(SPLITS))
     return assign, dict(zip(SPLITS, per_split))
 
 
@@ -101,20 +103,28 @@ def encode(tokenizer, text: str) -> np.ndarray:
 
 
 def split_prompts(pair, split: str, texts: dict | None = None,
-                  corpus: LM.Corpus | None = None):
-    """(token id arrays, per-prompt Generators) of a split: whole texts of a prompts file,
-    else windows of ``prompt_len`` tokens from the split's corpus pool."""
+                  corpus: LM.Corpus | None = None, n: int | None = None,
+                  draw: int | None = None):
+    """(token id arrays, per-prompt Generators) of a split: whole texts of a prompts file
+    (the first ``n``), else ``n`` windows of ``prompt_len`` tokens from the split's
+    corpus pool (default: the configured count). ``draw=None`` gives the recorded
+    traces' prompts and uniforms; an integer, another seeded draw from the same pool."""
     cfg = pair.config
-    _, per_split = _split_streams(cfg.seed)
+    _, per_split = _split_streams(cfg.seed, draw)
     if texts is not None:
         items = texts[split]
+        if n is not None:
+            if n > len(items):
+                raise DataError(f"{cfg.prompts_file}: {n} prompts asked for; the {split} "
+                                f"split has {len(items)}")
+            items = items[:n]
         rngs = [np.random.default_rng(c) for c in per_split[split].spawn(len(items))]
         ids = [encode(pair.tokenizer, t) for t in items]
         for i, a in enumerate(ids):
             if a.size == 0:
                 raise DataError(f"{cfg.prompts_file}: {split} prompt {i} has no tokens")
         return ids, rngs
-    n = cfg.prompts(split)
+    n = cfg.prompts(split) if n is None else n
     docs = [encode(pair.tokenizer, corpus.docs[i].decode("utf-8", errors="replace"))
             for i in corpus_pools(cfg, corpus)[split]]
     room = np.array([max(0, d.size - cfg.prompt_len + 1) for d in docs], dtype=np.int64)

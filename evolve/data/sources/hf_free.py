@@ -1,0 +1,90 @@
+"""Free-running decoding with a Hugging Face pair: what ``evolve.paired`` compares.
+
+A split recorded by the hf backend names its models and prompt source in its
+meta.json; ``load`` rebuilds them (the same models, the same prompt pools), and
+``free_running`` decodes ``n`` prompts of a split from a seeded draw
+(``hf_prompts.split_prompts(draw=seed)``: the same prompts and uniforms for
+every rule of a comparison, other ones than the recorded traces') with a rule,
+from the rule's own trajectory (``hf_decode.decode``). Per rule it returns the
+accepted counts, the exact distortion of every reached drafted position, and the
+log-likelihood of each generated text under target and draft (one
+teacher-forced pass of each model over the finished sequences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evolve.data.sources import hf
+from evolve.data.sources import hf_decode as HD
+from evolve.data.sources import hf_prompts as P
+from evolve.data.tokens import DataError
+
+
+@dataclass
+class FreePair:
+    """A loaded hf pair with the prompt source of its traces."""
+    pair: hf.HFPair
+    texts: dict | None
+    corpus: object | None
+
+    @property
+    def config(self) -> hf.HFTraceConfig:
+        return self.pair.config
+
+
+def load(ts, where: str) -> FreePair:
+    """The pair and prompts of a split's recorded configuration; DataError (one line,
+    naming ``where``) when they cannot be rebuilt."""
+    try:
+        cfg = hf.config_of(ts)
+        pair = hf.load_pair(cfg)
+        if cfg.prompts_file is not None:
+            return FreePair(pair, P.read_prompts_file(cfg.prompts_file, cfg.seed), None)
+        return FreePair(pair, None, P.load_corpus(cfg))
+    except (hf.HFTraceError, KeyError, TypeError) as e:
+        raise DataError(f"{where}: the recorded pair cannot be rebuilt: {e}") from None
+
+
+def corpus_matches(fp: FreePair, ts) -> bool:
+    """Whether the prompt corpus is the one the traces were recorded from."""
+    recorded = (ts.meta.get("prompts") or {}).get("crc32")
+    return fp.corpus is None or recorded is None or recorded == fp.corpus.fingerprint()
+
+
+def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed: int) -> dict:
+    """Decode ``prompts`` prompts of ``split`` (draw ``seed``) for ``blocks`` blocks with
+    ``rule``; accepted counts, reached positions' distortion, per-sequence log-likelihoods."""
+    ids, rngs = P.split_prompts(fp.pair, split, fp.texts, fp.corpus, n=prompts, draw=seed)
+    _, accepted, tr = HD.decode(fp.pair, ids, rngs, blocks, record=False, rule=rule,
+                                track=True)
+    lp, lq, emitted = loglik(fp.pair, tr["history"], np.array([len(i) for i in ids]))
+    return {"accepted": accepted, "sequence": tr["sequence"],
+            "block_position": tr["block_position"], "tv": tr["tv"], "kl": tr["kl"],
+            "logp": lp, "logq": lq, "emitted": emitted}
+
+
+def loglik(pair: hf.HFPair, hist: list, starts: np.ndarray):
+    """Per sequence: summed log p and log q of its tokens from ``starts`` on (the
+    generated text), each model reading the whole sequence once; and their count."""
+    import torch
+    n = len(hist)
+    lp, lq = np.zeros(n), np.zeros(n)
+    B = pair.config.batch_size
+    for s0 in range(0, n, B):
+        part = hist[s0:s0 + B]
+        ids, mask, pos, L = HD.block_inputs(part, 0)
+        for model, acc in ((pair.target, lp), (pair.draft, lq)):
+            with torch.no_grad():
+                out = model(input_ids=torch.from_numpy(ids).to(pair.device),
+                            attention_mask=torch.from_numpy(mask).to(pair.device),
+                            position_ids=torch.from_numpy(pos).to(pair.device), use_cache=False)
+            logp = np.log(HD.probs(out.logits, pair.vocab, pair.config.temperature))
+            for i, h in enumerate(part):
+                pad = L - len(h)
+                t = np.arange(int(starts[s0 + i]), len(h))
+                acc[s0 + i] = logp[i, pad + t - 1, h[t]].sum()
+    emitted = np.array([len(h) for h in hist], dtype=np.float64) - starts
+    return lp, lq, emitted
