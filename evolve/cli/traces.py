@@ -42,7 +42,6 @@ def _pair_for(ts, out):
     src = ts.meta.get("source", ts.name)
     if ts.backend == "hf":
         from evolve.data.sources import hf_free
-        out.note(f"loading the draft/target pair recorded in {src}")
         fp = hf_free.load(ts, src)
         same = hf_free.corpus_matches(fp, ts)
         if not same:

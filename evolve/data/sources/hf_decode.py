@@ -61,8 +61,9 @@ def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=Non
     of every drafted position (None unless ``record``; not with a rule) and the
     accepted draft count of every block, int64 (n, blocks). With ``track`` (and a
     rule), a third value: the exact TV and KL of the emitted token at every drafted
-    position the rule reached (``evolve.data.emission``; with its ``sequence`` and
-    ``block_position``), and ``history``, each sequence's decoded token ids."""
+    position the rule reached (``evolve.data.emission``; with its ``sequence``,
+    ``block`` and ``block_position``), and ``history``, each sequence's decoded
+    token ids."""
     cfg = pair.config
     g, k, C, batch = cfg.block_size, cfg.top_k, cfg.context_len, cfg.batch_size
     if rule is not None and record:
@@ -91,7 +92,7 @@ def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=Non
     return cols, acc, out
 
 
-TRACKED = ("sequence", "block_position", "tv", "kl")
+TRACKED = ("sequence", "block", "block_position", "tv", "kl")
 
 
 def check_lengths(pair, prompts: list, blocks: int) -> None:
@@ -196,7 +197,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track):
         Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
         new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
         if track:
-            _track(tr, Pg, Qg, gen_before, n_acc, rule, k, seq0)
+            _track(tr, Pg, Qg, gen_before, n_acc, rule, k, seq0, t)
         if record:
             for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
                                       seq0 + rows, t).items():
@@ -210,7 +211,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track):
     return (sequence_major(rec, blocks, B, g) if record else None), accepted, tracked
 
 
-def _track(tr: dict, Pg, Qg, gen_before, n_acc, rule, k: int, seq0: int) -> None:
+def _track(tr: dict, Pg, Qg, gen_before, n_acc, rule, k: int, seq0: int, t: int) -> None:
     """The exact distortion of the emitted token at the block's reached positions."""
     B = n_acc.size
     g = Pg.shape[0] // B
@@ -218,6 +219,6 @@ def _track(tr: dict, Pg, Qg, gen_before, n_acc, rule, k: int, seq0: int) -> None
     seq = np.repeat(np.arange(B), g)
     idx = np.flatnonzero(j <= n_acc[seq])
     tv, kl = slot_distortion(Pg[idx], Qg[idx], gen_before[seq[idx]] + j[idx], j[idx], rule, k)
-    for f, v in (("sequence", seq0 + seq[idx]), ("block_position", j[idx]), ("tv", tv),
-                 ("kl", kl)):
+    for f, v in (("sequence", seq0 + seq[idx]), ("block", np.full(idx.size, t)),
+                 ("block_position", j[idx]), ("tv", tv), ("kl", kl)):
         tr[f].append(v)
