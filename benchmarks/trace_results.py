@@ -246,7 +246,10 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines)
 
 
-def write_readme(doc: dict, section: str = SECTION) -> None:
+def write_readme(doc: dict, section: str = SECTION, render=None) -> None:
+    """Replace README.md's text between the section's markers by ``render(doc)``
+    (default: this script's tables)."""
+    render = render or markdown
     path = ROOT / "README.md"
     text = path.read_text()
     BEGIN, END = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
@@ -254,7 +257,7 @@ def write_readme(doc: dict, section: str = SECTION) -> None:
         raise SystemExit(f"{path}: the markers {BEGIN} ... {END} are missing")
     head, rest = text.split(BEGIN, 1)
     _, tail = rest.split(END, 1)
-    path.write_text(head + BEGIN + "\n" + markdown(doc) + "\n" + END + tail)
+    path.write_text(head + BEGIN + "\n" + render(doc) + "\n" + END + tail)
 
 
 if __name__ == "__main__":
