@@ -1,12 +1,15 @@
 """Rules on the (tokens per target call, distortion) axes: sweeps, tuning, trade-off.
 
 Every rule family of the rules table (``evolve.rules.table``, ``family=True``)
-is evaluated as a tree (``evolve.lang.numpy_eval``) with the exact objectives
-of ``evolve.objectives.spec``: ``sweep`` over its parameter grid; ``tune``
+is a tree with a parameter, scored with the exact objectives of
+``evolve.objectives.spec``: ``sweep`` over its parameter grid (all grid points
+in one call of the kernel runs use, ``evolve.kernels.speculative``); ``tune``
 picks, on one split, the parameter with the most tokens per call whose mean TV
-per token is within a budget (then report it on another split, ``tuned_report``);
-``pareto_front`` keeps the non-dominated points; ``tradeoff`` is the report
-behind ``evolve tradeoff``.
+per token is within a budget (grid, then bisection, on kernel sums); a tuned
+parameter is reported (``tuned_report``) by the numpy reference
+(``evaluate``: ``evolve.lang.numpy_eval`` and ``spec.objectives``, which also
+gives the 99th percentile of slot TV). ``pareto_front`` keeps the non-dominated
+points; ``tradeoff`` is the report behind ``evolve tradeoff``.
 """
 
 from __future__ import annotations
@@ -60,11 +63,20 @@ def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
     return Point(name, value, spec.objectives(sa, thresholds(name, sa, value)))
 
 
+def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
+    """Points of a family at several parameters, from one kernel call (sums only: no
+    99th percentile of slot TV; ``evaluate`` is the reference)."""
+    from evolve.kernels.speculative import population_results
+    r = RULES[name]
+    values = [None if r.param is None else float(r.default if p is None else p) for p in params]
+    progs = treeio.linearise([treeio.parse(r.tree(v)) for v in values])
+    return [Point(name, v, o) for v, o in zip(values, population_results(progs, sa))]
+
+
 def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
     r = RULES[name]
-    if r.param is None:
-        return [evaluate(name, sa)]
-    return [evaluate(name, sa, v) for v in (r.grid if grid is None else grid)]
+    return scored(name, sa, [None] if r.param is None else list(r.grid if grid is None
+                                                                 else grid))
 
 
 def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
@@ -98,7 +110,7 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
         return best
     lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
     for _ in range(BISECT_STEPS):
-        mid = evaluate(name, sa_tune, 0.5 * (lo + hi))
+        mid = scored(name, sa_tune, [0.5 * (lo + hi)])[0]
         if dist(mid) <= budget:
             lo = mid.param
             if (mid.tokens, -dist(mid)) > (best.tokens, -dist(best)):
@@ -114,9 +126,9 @@ def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
     best = tune(name, sa_valid, budget, grid, measure)
     if best is None:
         return None
-    test = evaluate(name, sa_test, best.param)
+    valid, test = (evaluate(name, sa, best.param) for sa in (sa_valid, sa_test))
     return {"rule": name, "param": best.param, "budget": budget,
-            "valid": best.objectives.to_dict(), "test": test.objectives.to_dict()}
+            "valid": valid.objectives.to_dict(), "test": test.objectives.to_dict()}
 
 
 def pareto_front(points, x=lambda p: p.tv, y=lambda p: p.tokens) -> list:
