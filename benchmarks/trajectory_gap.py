@@ -74,9 +74,11 @@ def _traces(out_dir: Path, prompts: int, quick: bool):
               file=sys.stderr)
         ngram.build_splits(cfg, out_dir)
     ts = traces.load(out_dir / "test.npz", "test")
-    if ngram.config_of(ts) != cfg:
-        raise SystemExit(f"{out_dir}: traces of another configuration; remove the directory")
-    return ts, cfg
+    have = ngram.config_of(ts)      # the train and valid prompt counts do not matter here
+    if replace(have, train_prompts=8, valid_prompts=8) != cfg:
+        raise SystemExit(f"{out_dir}: traces of another configuration (or not {prompts} test "
+                         "prompts); remove the directory or pass --prompts")
+    return ts, have
 
 
 def main(argv=None) -> int:
