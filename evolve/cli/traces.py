@@ -163,7 +163,8 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     token along each trajectory, slot TV by block position and its 99th
     percentile, the text's log-likelihood under target and draft, and each
     rule's paired difference from the first, with 95% intervals (standard
-    errors by sequence)."""
+    errors by sequence). --compare also works on traces recorded with
+    --backend hf: it loads the models and prompt source named in the split."""
     from evolve import simulate
     from evolve.rules.adapters import named_rule
     from evolve.runs import paths
