@@ -319,5 +319,31 @@ def test_tradeoff_table_and_png(tmp_path, tiny_dir):
     assert f"picture: {png}" in out
 
 
+def test_tradeoff_trajectory_column(tmp_path, tiny_dir):
+    """--trajectory adds each rule's own-trajectory estimate on test: the standard rule's
+    is the plain one, the oracle (a bound) has none; without the flag nothing is added."""
+    from evolve.objectives import trajectory
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--trajectory", "--json")
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["budgets"][0]["rows"]
+    by = {r_["rule"]: r_ for r_ in rows}
+    std = by["standard_rejection"]["test"]
+    assert std["trajectory"]["tokens_per_call"] == pytest.approx(std["tokens_per_call"],
+                                                                 rel=1e-12)
+    assert "trajectory" not in by["knapsack_oracle"]["test"]
+    ts = T.load(tiny_dir / "test.npz")
+    sa = spec.SpecArrays.from_split(ts)
+    lenient = by["leniency"]
+    want = trajectory.estimate(sa, trajectory.TraceBlocks.from_split(ts),
+                               pareto.thresholds("leniency", sa, lenient["param"]))
+    assert lenient["test"]["trajectory"] == pytest.approx(want.to_dict(), rel=1e-12)
+    assert by["position_leniency"]["test"]["trajectory"]["effective_sequences"] > 0
+    table = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--trajectory")
+    assert table.exit_code == 0 and "own trajectory" in table.stdout
+    plain = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--json")
+    assert all("trajectory" not in (r_["test"] or {})
+               for r_ in json.loads(plain.stdout)["budgets"][0]["rows"])
+
+
 def test_tradeoff_bad_budget_is_one_line(tiny_dir):
     one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", -0.1), "--budget")

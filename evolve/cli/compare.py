@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from evolve.cli import views
+from evolve.cli import trace_views, views
 
 
 def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: int,
@@ -28,4 +28,4 @@ def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: 
     if json_mode:
         out.print_json(views.jsonable(doc))
         return
-    views.show_comparison(doc, out)
+    trace_views.show_comparison(doc, out)

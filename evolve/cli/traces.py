@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from evolve.cli import views
+from evolve.cli import trace_views, views
 from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need,
                                runs_dir_option, term)
 
@@ -223,7 +223,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     if json_mode:
         out.print_json(views.jsonable(doc))
         return
-    views.show_simulation(doc, out)
+    trace_views.show_simulation(doc, out)
 
 
 # -------------------------------------------------------------- tradeoff
@@ -239,9 +239,12 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
               help="Also draw the trade-off on test to this PNG file (every point).")
 @click.option("--max-tv", type=float, default=None,
               help="Right edge of the terminal picture [default: 4 x the largest budget].")
+@click.option("--trajectory", is_flag=True,
+              help="Also estimate each rule's free-running tokens per call on test from "
+                   "its own trajectory (importance-weighted; noisy on small splits).")
 @json_option
 @friendly_errors
-def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode):
+def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory, json_mode):
     """Literature rules tuned to TV budgets on valid, reported on test.
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -274,7 +277,9 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode)
     sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
     out.note(f"sweeping {len(families())} rule families on valid and test, tuning to "
               f"{len(budgets)} budget(s) ...")
-    res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra)
+    from evolve.objectives.trajectory import TraceBlocks
+    res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra,
+                          TraceBlocks.from_split(splits["test"]) if trajectory else None)
     # standard last among the families: drawn over leniency l=1 and ears beta=0 (same point)
     names = [k for k in res["series"] if k in families() and k != "standard_rejection"]
     names += [k for k in res["series"] if k not in names]
@@ -288,9 +293,9 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, json_mode)
             fail(f"--png: {e}")
         png_path = str(png)
         out.note(f"{png}: written")
-    doc = {"data": str(data_dir), **res, "runs": infos, "png": png_path,
+    doc = {"data": str(data_dir), **res, "runs": infos, "png": png_path, "trajectory": trajectory,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
         out.print_json(views.jsonable(doc))
         return
-    views.show_tradeoff(doc, series, out, max_tv)
+    trace_views.show_tradeoff(doc, series, out, max_tv)

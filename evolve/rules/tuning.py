@@ -152,7 +152,7 @@ def series_of(points) -> dict:
 # ---------------------------------------------------------------- trade-off
 
 def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
-             extra: dict | None = None) -> dict:
+             extra: dict | None = None, blocks_test=None) -> dict:
     """The trade-off report behind ``evolve tradeoff``.
 
     Every family of the rules table is swept on valid and on test; for each TV budget
@@ -165,7 +165,10 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     (computed on test; ``evolve.rules.headroom``); every row carries the share
     of the oracle's gain over standard rejection it captures on test.
     ``series`` holds the test points for the pictures: each family's grid in
-    sweep order, then each extra rule."""
+    sweep order, then each extra rule. With ``blocks_test`` (the test split's
+    ``trajectory.TraceBlocks``) every rule row also carries, under
+    ``test["trajectory"]``, the trajectory-aware estimate of its free-running
+    tokens per call (``evolve.objectives.trajectory``)."""
     budgets = [float(b) for b in budgets]
     sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
     fixed = {}
@@ -193,6 +196,9 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,
                          "over_budget_test": o["test"]["tv_per_token"] > b, **o})
         rows.extend(headroom_rows(sa_valid, sa_test, b))
+        if blocks_test is not None:
+            for r in rows:
+                _add_trajectory(r, sa_test, blocks_test, extra or {})
         oracle = next(r for r in rows if r["kind"] == "oracle")["test"]["tokens_per_call"]
         std = evaluate("standard_rejection", sa_test).tokens
         for r in rows:
@@ -241,3 +247,23 @@ def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: f
                  "fits_valid": None, "over_budget_test": oracle["tv_per_token"] > budget,
                  "valid": None, "test": oracle})
     return rows
+
+
+def _row_tree(r: dict, extra: dict):
+    """The parsed tree of a trade-off row's rule (None for the oracle, a bound)."""
+    from evolve.rules import headroom
+    if r["kind"] == "family":
+        return treeio.parse(RULES[r["rule"]].tree(r["param"]))
+    if r["kind"] == "headroom":
+        return treeio.parse(headroom.position_leniency_tree(r["param"]))
+    if r["kind"] == "extra":
+        return extra[r["rule"]]
+    return None
+
+
+def _add_trajectory(r: dict, sa_test: spec.SpecArrays, blocks_test, extra: dict) -> None:
+    from evolve.objectives import trajectory
+    nodes = None if r["test"] is None else _row_tree(r, extra)
+    if nodes is not None:
+        est = trajectory.estimate(sa_test, blocks_test, tree_thresholds(nodes, sa_test))
+        r["test"] = {**r["test"], "trajectory": est.to_dict()}

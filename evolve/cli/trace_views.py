@@ -1,0 +1,155 @@
+"""Views of the trace commands: `evolve simulate` (and its --compare table) and
+`evolve tradeoff`."""
+
+from __future__ import annotations
+
+import math
+
+from evolve.cli.views import render_text
+
+
+def num(x, fmt: str = ".4f") -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, fmt)
+
+
+def pm(x, se, fmt=".4f") -> str:
+    return f"{num(x, fmt)} ± {num(se, fmt.replace('+', ''))}" if se is not None \
+        else num(x, fmt)
+
+
+def show_simulation(doc: dict, term) -> None:
+    sim, off, agr, st = doc["simulated"], doc["offline"], doc["agreement"], doc["settings"]
+    out = sim["output"]
+    tok, tv = agr["tokens_per_call"], agr["tv_at_contexts"]
+    rows = [["tokens per target call", pm(sim["tokens_per_call"], sim["tokens_se"]),
+             pm(off["tokens_per_call"], off["tokens_se_by_sequence"]),
+             f"{tok['difference']:+.4f}", num(tok["z"], "+.2f")],
+            [f"TV at {st['contexts']} contexts", pm(out["tv_witness"], out["tv_witness_se"]),
+             num(off["tv_at_contexts"]), f"{tv['difference']:+.4f}", num(tv["z"], "+.2f")]]
+    for j, (a_sim, a_off) in enumerate(zip(sim["acceptance"], off["acceptance"])):
+        rows.append([f"acceptance at block position {j}", num(a_sim), num(a_off), "", ""])
+    term.table(f"{doc['rule']['label']} on {doc['data']}, split {doc['split']} "
+               f"(g = {doc['block_size']}, k = {doc['top_k']})",
+               [("", "left"), ("simulated", "right"), ("offline (exact)", "right"),
+                ("difference", "right"), ("z", "right")], rows)
+    term.result(f"offline on the whole split: TV per token {off['tv_per_token']:.4f}, "
+                f"KL per token {off['kl_per_token']:.4f}")
+    term.result(f"sampled output: plug-in TV {out['tv_plugin']:.4f} (noise floor "
+                f"{out['tv_plugin_floor']:.4f} for samples from the target itself)")
+    term.result(f"simulation: {st['prompts']} prompts x {st['blocks']} blocks, "
+                f"{st['contexts']} contexts x {st['reps']} samples, seed {st['seed']} "
+                f"({doc['seconds']:.1f} s)")
+    zs = [z for z in (tok["z"], tv["z"]) if z is not None]
+    worst = max((abs(z) for z in zs), default=float("nan"))
+    if agr["agree"]:
+        term.result(f"simulation and offline estimate agree (largest |z| {worst:.2f} "
+                    f"< {agr['z_agree']:g})")
+    else:
+        term.result(f"simulation and offline estimate DISAGREE (largest |z| {worst:.2f} "
+                    f">= {agr['z_agree']:g})")
+
+
+LOW_ESS = 0.1       # a trajectory estimate on fewer effective sequences is flagged
+
+
+def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
+    from evolve.rules.table import RULES
+    own = doc.get("trajectory", False)        # --trajectory: one more column
+    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"),
+            ("own trajectory", "right"), ("TV/token", "right"), ("slot TV p99", "right"),
+            ("KL/token", "right"), ("valid TV", "right"), ("of oracle", "right"),
+            ("", "left")]
+    keep = [i for i in range(len(cols)) if own or i != 3]
+    for entry in doc["budgets"]:
+        b = entry["budget"]
+        rows, styles = [], []
+        for r in entry["rows"]:
+            if r["kind"] == "family":
+                spec_ = RULES[r["rule"]]
+                param = "" if spec_.param is None or r["param"] is None else \
+                    f"{spec_.param}={r['param']:.4g}"
+            elif r["kind"] == "headroom" and r["param"]:
+                param = "/".join(f"{x:.2f}" for x in r["param"])
+            else:
+                param = ""
+            if r["test"] is None:
+                rows.append([[r["rule"], param, "-", "-", "-", "-", "-", "-", "-",
+                              "no parameter fits on valid"][i] for i in keep])
+                styles.append("dim")
+                continue
+            t, v = r["test"], r["valid"]
+            note = []
+            if r["kind"] == "oracle":
+                note.append("a bound, not a rule")
+            elif not r["fits_valid"]:
+                note.append("over budget on valid")
+            if r["over_budget_test"]:
+                note.append("over budget on test")
+            share = r.get("oracle_share")
+            traj = t.get("trajectory")
+            if traj is not None and traj["effective_sequences"] < LOW_ESS * traj["sequences"]:
+                note.append("few effective sequences on its own trajectory")
+            rows.append([[r["rule"], param, pm(t["tokens_per_call"], t["tokens_se"]),
+                          "-" if traj is None else pm(traj["tokens_per_call"],
+                                                       traj["tokens_se"]),
+                          f"{t['tv_per_token']:.4f}",
+                          num(t.get("tv_p99")), f"{t['kl_per_token']:.4f}",
+                          f"{v['tv_per_token']:.4f}" if v else "-",
+                          "-" if share is None else f"{100 * share:.0f}%",
+                          "; ".join(note)][i] for i in keep])
+            styles.append("yellow" if note else None)
+        term.table(f"TV budget {b:g} per token: tuned on valid ({doc['blocks']['valid']:,} "
+                   f"blocks), reported on test ({doc['blocks']['test']:,} blocks)",
+                   [cols[i] for i in keep], rows, styles)
+        term.result("")
+    if own:
+        term.result("own trajectory: tokens per call re-weighted to each rule's own free-"
+                    "running trajectory (unbiased; standard error by sequence)")
+    # zoom on the budgets (the far end of bild/typical squeezes them into a few columns)
+    edge = max_tv if max_tv is not None else 4 * max(e["budget"] for e in doc["budgets"])
+    edge = max([edge] + [o["test"]["tv_per_token"] for o in doc["extra"].values()])
+    shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in series.items()}
+    hidden = sum(len(v) for v in series.values()) - sum(len(v) for v in shown.values())
+    term.result(f"test split of {doc['data']}: every family's parameter grid "
+                f"(g = {doc['block_size']}, k = {doc['top_k']})"
+                + (f"; {hidden} points with TV per token > {edge:g} not shown (--max-tv)"
+                   if hidden else ""))
+    term.result(render_text(shown))
+    if doc["png"]:
+        term.result(f"picture: {doc['png']}")
+
+
+def show_comparison(doc: dict, term) -> None:
+    """The paired free-running comparison of ``evolve simulate --compare``."""
+    rules, vs = doc["rules"], doc["versus_reference"]
+    ref = doc["reference"]
+    g = doc["block_size"]
+    cols = [("rule", "left"), ("tokens/call", "right"), ("TV/token", "right"),
+            ("KL/token", "right"), ("slot TV by position", "right"), ("slot TV p99", "right"),
+            ("log p / token", "right"), ("log q / token", "right")]
+    rows = []
+    for name, r in rules.items():
+        rows.append([name, pm(r["tokens_per_call"], r["tokens_se"]),
+                     pm(r["tv_per_token"], r["tv_se"], ".5f"),
+                     pm(r["kl_per_token"], r["kl_se"], ".5f"),
+                     " ".join(f"{x:.4f}" for x in r["slot_tv_by_position"]),
+                     f"{r['slot_tv_p99']:.4f}", f"{r['target_loglik_per_token']:.4f}",
+                     f"{r['draft_loglik_per_token']:.4f}"])
+    term.table(f"free-running on {doc['data']}, split {doc['split']}: {doc['prompts']} "
+               f"prompts x {doc['blocks']} blocks (g = {g}), the same prompts and uniforms "
+               f"for every rule, seed {doc['seed']}", cols, rows)
+    if vs:
+        cols = [("rule minus " + ref, "left"), ("tokens/call", "right"), ("95% interval", "right"),
+                ("TV/token", "right"), ("log p / token", "right"), ("log q / token", "right")]
+        rows = []
+        for name, d in vs.items():
+            t = d["tokens_per_call"]
+            rows.append([name, pm(t["difference"], t["se"]),
+                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
+                         pm(d["tv_per_token"]["difference"], d["tv_per_token"]["se"], "+.5f"),
+                         pm(d["target_loglik_per_token"]["difference"],
+                             d["target_loglik_per_token"]["se"], "+.4f"),
+                         pm(d["draft_loglik_per_token"]["difference"],
+                             d["draft_loglik_per_token"]["se"], "+.4f")])
+        term.table("paired differences (standard errors by sequence)", cols, rows)
+    term.result(f"({doc['seconds']:.1f} s)")
