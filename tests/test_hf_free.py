@@ -131,6 +131,8 @@ def test_cli_compare_on_hf_traces_and_refusals(tmp_path):
     assert doc["rules"]["leniency(l=0.6)"]["tv_per_token"] > 0
     one_line_error(clikit.invoke(*args, "--prompts", n_test + 1, env=ENV), "--prompts",
                    str(prompts), f"has {n_test} prompts")
+    one_line_error(clikit.invoke(*args[:-2], "--blocks", 200, env=ENV), "--blocks 200",
+                   "at most 256")
     # a split whose recorded target is gone
     ts = T.load(out / "test.npz")
     ts.meta["config"]["target"] = str(tmp_path / "gone")

@@ -48,6 +48,28 @@ def load(ts, where: str) -> FreePair:
         raise DataError(f"{where}: the recorded pair cannot be rebuilt: {e}") from None
 
 
+def check(fp: FreePair, split: str, prompts: int | None, blocks: int) -> int:
+    """The number of prompts to decode (default: a prompts file's lines of the split, or
+    the configured count), or DataError (one line) when the prompts file has fewer or
+    the sequences would not fit the models' position tables."""
+    cfg = fp.config
+    if fp.texts is not None:
+        have = len(fp.texts[split])
+        if prompts is not None and prompts > have:
+            raise DataError(f"--prompts: {prompts}; the {split} split of {cfg.prompts_file} "
+                            f"has {have} prompts")
+        longest = [np.zeros(max(len(P.encode(fp.pair.tokenizer, t)) for t in fp.texts[split]))]
+        n = have if prompts is None else prompts
+    else:
+        longest = [np.zeros(cfg.prompt_len)]
+        n = cfg.prompts(split) if prompts is None else prompts
+    try:
+        HD.check_lengths(fp.pair, longest, blocks)
+    except ValueError as e:
+        raise DataError(f"--blocks {blocks}: {e}") from None
+    return int(n)
+
+
 def corpus_matches(fp: FreePair, ts) -> bool:
     """Whether the prompt corpus is the one the traces were recorded from."""
     recorded = (ts.meta.get("prompts") or {}).get("crc32")
