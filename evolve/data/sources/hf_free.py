@@ -58,6 +58,9 @@ def check(fp: FreePair, split: str, prompts: int | None, blocks: int) -> int:
         if prompts is not None and prompts > have:
             raise DataError(f"--prompts: {prompts}; the {split} split of {cfg.prompts_file} "
                             f"has {have} prompts")
+        if have < 2:
+            raise DataError(f"{cfg.prompts_file}: the {split} split has {have} prompts; a "
+                            "comparison needs at least 2")
         longest = [np.zeros(max(len(P.encode(fp.pair.tokenizer, t)) for t in fp.texts[split]))]
         n = have if prompts is None else prompts
     else:
