@@ -47,13 +47,44 @@ SMOKE_RUN = ["--objective", "speed", "--budget-tv", "0.03", "--generations", "2"
              "--population", "20", "--seed", "2"]
 
 
-def _trees(n: int):
-    """The speed benchmark's random population (token primitives, heights 2..6)."""
+def progs_nodes(n: int) -> list:
+    """The speed benchmark's random population (token primitives, heights 2..6), as
+    node lists."""
     from evolve.lang import primitives as P
     from evolve.lang import treeio
     from speed import FULL, random_trees
-    return treeio.linearise([treeio.from_deap(t) for t in random_trees(
-        P.make_pset(), n, FULL.pop_min_height, FULL.pop_max_height, FULL.pop_seed)])
+    return [treeio.from_deap(t) for t in random_trees(
+        P.make_pset(), n, FULL.pop_min_height, FULL.pop_max_height, FULL.pop_seed)]
+
+
+def _trees(n: int):
+    from evolve.lang import treeio
+    return treeio.linearise(progs_nodes(n))
+
+
+ROW_LEVEL = {"position", "draft_entropy", "target_entropy", "block_position", "p_max", "q_max"}
+
+
+def row_level_share(trees: list) -> float:
+    """The share of nodes whose subtree reads only per-position inputs (and constants):
+    the same value for every candidate of a drafted position, so a kernel could
+    evaluate them once per position instead of once per candidate."""
+    total = row = 0
+    for nodes in trees:
+        def walk(i):
+            nonlocal total, row
+            n = nodes[i]
+            j, level = i + 1, n.kind == "const" or n.name in ROW_LEVEL
+            if n.kind == "prim":
+                level = True
+                for _ in range(n.arity):
+                    j, child = walk(j)
+                    level = level and child
+            total += 1
+            row += level
+            return j, level
+        walk(0)
+    return row / total
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -71,17 +102,21 @@ def kernel_section(trees: int, repeats: int, token_dir: Path, trace_dir: Path) -
 
     from evolve.data import tokens, traces
     from evolve.kernels import speculative, tokens as tk
+    from evolve.lang import treeio
     from evolve.objectives import spec
     progs = _trees(trees)
     nodes = int(progs.lengths.sum())
     split = tk.SplitArrays(tokens.load_npz(token_dir / "train.npz"))
     sa = spec.SpecArrays.from_split(traces.load(trace_dir / "train.npz"))
     rows = {"token": split.n, "trace": sa.n * sa.k}
+    consts = treeio.linearise([treeio.parse("0.5")] * len(progs))
     runs = {"token": lambda: tk.population_counts(progs, split),
             "trace": lambda: speculative.population_sums(progs, sa, with_kl=False),
-            "trace_kl": lambda: speculative.population_sums(progs, sa, with_kl=True)}
+            "trace_kl": lambda: speculative.population_sums(progs, sa, with_kl=True),
+            "trace_sums_only": lambda: speculative.population_sums(consts, sa, with_kl=False)}
     out = {"trees": len(progs), "nodes": nodes, "token_rows": rows["token"],
-           "trace_candidate_rows": rows["trace"], "threads": numba.get_num_threads()}
+           "trace_candidate_rows": rows["trace"], "threads": numba.get_num_threads(),
+           "row_level_node_share": row_level_share(progs_nodes(trees))}
     all_threads = numba.get_num_threads()
     for threads in sorted({1, all_threads}):
         numba.set_num_threads(threads)
@@ -94,6 +129,8 @@ def kernel_section(trees: int, repeats: int, token_dir: Path, trace_dir: Path) -
     for threads in sorted({1, all_threads}):
         out[f"ratio_trace_vs_token_{threads}t"] = (out[f"trace_{threads}t_node_evals_per_s"]
                                                    / out[f"token_{threads}t_node_evals_per_s"])
+        out[f"sums_share_{threads}t"] = (out[f"trace_sums_only_{threads}t_s"]
+                                         / out[f"trace_{threads}t_s"])
     return out
 
 
@@ -150,7 +187,11 @@ def table(doc: dict) -> str:
         lines.append(f"  {t} thread(s): token {k[f'token_{t}t_node_evals_per_s'] / 1e9:.2f}e9, "
                      f"trace {k[f'trace_{t}t_node_evals_per_s'] / 1e9:.2f}e9 "
                      f"(with KL {k[f'trace_kl_{t}t_node_evals_per_s'] / 1e9:.2f}e9) node evals/s;"
-                     f" trace/token {k[f'ratio_trace_vs_token_{t}t']:.2f}x")
+                     f" trace/token {k[f'ratio_trace_vs_token_{t}t']:.2f}x; the per-candidate"
+                     f" sums alone (constant programs) {100 * k[f'sums_share_{t}t']:.0f}% of "
+                     "the trace kernel's time")
+    lines.append(f"  {100 * k['row_level_node_share']:.0f}% of the nodes read per-position "
+                 "inputs only (the same value for every candidate of a position)")
     r = doc.get("run")
     if r:
         lines.append(f"run: {r['command']} ({r['rounds']} rounds, medians)")

@@ -160,6 +160,16 @@ def test_kernel_fast_paths_equal_the_scalar_reference(small_splits):
         np.testing.assert_array_equal(th[i], naive.eval_rows(nodes, ds), err_msg=FUSED_PATTERNS[i])
 
 
+def test_row_level_share_counts_subtrees_of_per_position_inputs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from trace_speed import row_level_share
+    from evolve.lang import treeio
+    # add(mul(pos, 2), d): pos, 2 and mul are per-position; add and d are not
+    assert row_level_share([treeio.parse("add(mul(position, 2.0), draft_prob)")]) == 3 / 5
+    assert row_level_share([treeio.parse("draft_prob")]) == 0.0
+    assert row_level_share([treeio.parse("psqrt(target_entropy)")]) == 1.0
+
+
 def test_trace_speed_smoke(tmp_path):
     """`python benchmarks/trace_speed.py --smoke --before DIR`: both kernels score the
     same trees, the run section runs both checkouts (here this one twice) and finds
@@ -182,6 +192,7 @@ def test_trace_speed_smoke(tmp_path):
     k = doc["kernel"]
     assert k["trace_candidate_rows"] > 0 and k["token_rows"] == 2000
     assert k["trace_1t_node_evals_per_s"] > 0 and k["ratio_trace_vs_token_1t"] > 0
+    assert 0 < k["sums_share_1t"] and 0 < k["row_level_node_share"] < 1
     r = doc["run"]
     assert r["same_history"] and r["same_champion"] and r["this"]["deterministic"]
     assert "speed-up" in proc.stdout
