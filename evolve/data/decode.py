@@ -185,6 +185,14 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
 
 
 
+def clipped(h) -> np.ndarray:
+    """Thresholds as acceptance probabilities: clip(h, 0, 1), NaN to 0. The one
+    definition: the decoders, ``emission`` and the offline objectives
+    (``evolve.objectives.metrics.clip01``) all use it."""
+    h = np.asarray(h, dtype=np.float64)
+    return np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+
+
 def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndarray:
     """Acceptance probabilities (B, g) of a block's drafted tokens under ``rule`` (a
     ``many(features) -> thresholds`` rule): its clipped threshold for drafts among the
@@ -198,8 +206,7 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
              "top_token_match": x == np.argmax(Pg, axis=1),
              "block_position": np.tile(np.arange(g), B),
              "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
-    h = np.asarray(rule.many(feats), dtype=np.float64)
-    a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+    a = clipped(rule.many(feats))
     in_top = (cs["cand_token"].astype(np.int64) == x[:, None]).any(axis=1)
     return np.where(in_top, a, np.minimum(1.0, px / qx).reshape(-1)).reshape(B, g)
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.data.decode import residual, top_candidates
+from evolve.data.decode import clipped, residual, top_candidates
 from evolve.data.sources.ngram_lm import entropy
 from evolve.lang.features import TRACE_INPUT_NAMES
 
@@ -40,9 +40,7 @@ def acceptance(p: np.ndarray, q: np.ndarray, F: dict, rule, k: int) -> np.ndarra
     """a(x) for every token: the rule (a ``many(features)`` rule of
     ``evolve.rules.adapters``) on the draft's top-k, the standard rule elsewhere."""
     M, V = p.shape
-    h = np.asarray(rule.many({f: F[f].reshape(-1) for f in TRACE_INPUT_NAMES}),
-                   dtype=np.float64).reshape(M, V)
-    a = np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+    a = clipped(rule.many({f: F[f].reshape(-1) for f in TRACE_INPUT_NAMES})).reshape(M, V)
     in_top = np.zeros((M, V), dtype=bool)
     np.put_along_axis(in_top, top_candidates(q, k), True, axis=1)
     return np.where(in_top, a, np.minimum(1.0, p / q))

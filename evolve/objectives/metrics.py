@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evolve.data.decode import clipped
+
 FA_WEIGHT = 10.0
 FR_WEIGHT = 0.1
 QUALITY_GATE = 0.95
@@ -86,10 +88,7 @@ def quantise(p) -> np.ndarray:
     return (np.asarray(p, dtype=np.float64) * EXPECTED_SCALE).astype(np.int64)
 
 
-def clip01(h) -> np.ndarray:
-    """clip(h, 0, 1) with NaN -> 0: a threshold's acceptance probability."""
-    h = np.asarray(h, dtype=np.float64)
-    return np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
+clip01 = clipped      # clip(h, 0, 1) with NaN -> 0: the one definition, shared with decoding
 
 
 def counts_from_thresholds(threshold, rand_value, baseline_accepts, standard) -> Counts:
