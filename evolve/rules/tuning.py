@@ -57,9 +57,14 @@ class Point:
         return {"rule": self.rule, "param": self.param, **self.objectives.to_dict()}
 
 
-def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
+def _value(name: str, param):
+    """A family's parameter as evaluated: None without one, its default for None."""
     r = RULES[name]
-    value = None if r.param is None else float(r.default if param is None else param)
+    return None if r.param is None else float(r.default if param is None else param)
+
+
+def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
+    value = _value(name, param)
     return Point(name, value, spec.objectives(sa, thresholds(name, sa, value)))
 
 
@@ -67,9 +72,8 @@ def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
     """Points of a family at several parameters, from one kernel call (sums only: no
     99th percentile of slot TV; ``evaluate`` is the reference)."""
     from evolve.kernels.speculative import population_results
-    r = RULES[name]
-    values = [None if r.param is None else float(r.default if p is None else p) for p in params]
-    progs = treeio.linearise([treeio.parse(r.tree(v)) for v in values])
+    values = [_value(name, p) for p in params]
+    progs = treeio.linearise([treeio.parse(RULES[name].tree(v)) for v in values])
     return [Point(name, v, o) for v, o in zip(values, population_results(progs, sa))]
 
 
