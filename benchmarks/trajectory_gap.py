@@ -106,8 +106,8 @@ def main(argv=None) -> int:
         for label, nodes in _rules(budget).items():
             h = tuning.tree_thresholds(nodes, sa)
             plain = TR.sequence_tokens(sa, tb, h, trajectory=False)[0]
-            est = TR.estimate(sa, tb, h)
-            traj = TR.sequence_tokens(sa, tb, h)[0]
+            weighted = TR.sequence_tokens(sa, tb, h)
+            traj, est = weighted[0], TR.summary(weighted)
             pr, rngs = ngram.prompt_starts(pair, "test", a.prompts)     # the traces' own
             _, acc = DEC.decode(pair, pr, rngs, blocks, rule=TreeRule(nodes, label),
                                 record=False)

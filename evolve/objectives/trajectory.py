@@ -121,7 +121,12 @@ def sequence_tokens(sa: spec.SpecArrays, tb: TraceBlocks, h, trajectory: bool = 
 
 def estimate(sa: spec.SpecArrays, tb: TraceBlocks, h) -> TrajectoryEstimate:
     """Free-running tokens per call, TV and KL per token of the thresholds ``h``."""
-    infl, b, w, W = sequence_tokens(sa, tb, h)
+    return summary(sequence_tokens(sa, tb, h))
+
+
+def summary(seq_tokens) -> TrajectoryEstimate:
+    """The estimate from what ``sequence_tokens`` returned (no second pass)."""
+    infl, b, w, W = seq_tokens
     S = infl.size
     se = float(infl.std(ddof=1) / np.sqrt(S)) if S > 1 else float("nan")
     tot = (w * b["tokens"]).sum()
