@@ -97,7 +97,13 @@ TRACKED = ("sequence", "block", "block_position", "tv", "kl")
 
 def check_lengths(pair, prompts: list, blocks: int) -> None:
     """ValueError unless the longest sequence fits both models' position tables."""
-    longest = max((len(p) for p in prompts), default=0) + blocks * (pair.config.block_size + 1)
+    check_fits(pair, max((len(p) for p in prompts), default=0), blocks)
+
+
+def check_fits(pair, longest_prompt: int, blocks: int) -> None:
+    """ValueError unless a prompt of ``longest_prompt`` tokens decoded for ``blocks``
+    blocks fits both models' position tables."""
+    longest = longest_prompt + blocks * (pair.config.block_size + 1)
     for name in ("target", "draft"):
         limit = pair.info[name]["max_positions"]
         if limit is not None and longest > limit:

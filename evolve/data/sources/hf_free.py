@@ -61,13 +61,13 @@ def check(fp: FreePair, split: str, prompts: int | None, blocks: int) -> int:
         if have < 2:
             raise DataError(f"{cfg.prompts_file}: the {split} split has {have} prompts; a "
                             "comparison needs at least 2")
-        longest = [np.zeros(max(len(P.encode(fp.pair.tokenizer, t)) for t in fp.texts[split]))]
+        longest = max(len(P.encode(fp.pair.tokenizer, t)) for t in fp.texts[split])
         n = have if prompts is None else prompts
     else:
-        longest = [np.zeros(cfg.prompt_len)]
+        longest = cfg.prompt_len
         n = cfg.prompts(split) if prompts is None else prompts
     try:
-        HD.check_lengths(fp.pair, longest, blocks)
+        HD.check_fits(fp.pair, longest, blocks)
     except ValueError as e:
         raise DataError(f"--blocks {blocks}: {e}") from None
     return int(n)
