@@ -340,6 +340,20 @@ def test_kernel_sums_do_not_depend_on_program_grouping(sa, monkeypatch):
     assert np.array_equal(a[5:6], alone)
 
 
+def test_kernel_sums_do_not_depend_on_the_tile_layout(sa):
+    """The sums' vector lanes are the blocks of a tile (``TILE_BLOCKS`` a tile, the
+    last one partial): a split of any block count gives the exact total of its
+    blocks scored one at a time, whatever tile a block falls in."""
+    from evolve.kernels import fixed
+    progs = treeio.linearise([treeio.parse(t) for t in _random_trees(9, 11)])
+    tb = spec_kernels.TILE_BLOCKS
+    for n in (1, tb - 1, tb + 3, min(sa.n_blocks, 2 * tb + 5)):
+        part = sa.blocks(np.arange(n))
+        alone = fixed.total(spec_kernels.population_sums(progs, part.blocks([b]))
+                            for b in range(n))
+        assert np.array_equal(spec_kernels.population_sums(progs, part), alone), n
+
+
 def test_kernel_clips_nan_inf_and_signed_zero_like_the_reference(sa):
     """Thresholds outside [0, 1]: NaN and -inf and -0.0 accept nothing, +inf and 2.0
     accept surely; the kernel's branch-free clip gives the bits of the clipped array."""

@@ -4,9 +4,14 @@ The programs are the engine's linearised trees (``treeio.linearise``) and are
 run by the same interpreter as the seed objective (``kernels.run_program``)
 over the candidate rows of a v2 split (``spec.SpecArrays.X``: one row per input,
 opcode = row index, so programs may read inputs 0..8). Threads go over groups
-of programs; a group goes over tiles of whole blocks, each tile scored by every
-program of the group while it is in cache. Each program's sums are its own
-(exact integers), so results do not depend on the thread count or the grouping.
+of programs; a group goes over tiles of ``TILE_BLOCKS`` whole blocks, each tile
+scored by every program of the group while it is in cache. A program's
+thresholds on a tile are put in lane-major order (position, candidate, block),
+as are the split's per-candidate constants (``Prepared``), so the per-candidate
+sums run with the tile's blocks as vector lanes while each block's terms keep
+the order of additions of a block scored alone. Each program's sums are its own
+(exact integers), so results do not depend on the thread count, the grouping or
+the tiling.
 
 Per program the kernel returns the sums ``objectives_from_sums`` reads (layout
 ``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
@@ -34,11 +39,11 @@ from numba import njit, prange
 from evolve.objectives import spec
 from evolve.kernels import fixed
 from evolve.kernels.fixed import add_to
-from evolve.kernels.tokens import OP_CONST, run_program
+from evolve.kernels.tokens import OP_CONST, _u, run_program
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
 TAIL_OFF = spec.TAIL_OFF
-TILE_ROWS = 1024         # candidate rows per tile (rounded down to whole blocks, >= 1 block)
+TILE_BLOCKS = 32         # blocks per tile: the vector lanes of the per-candidate sums
 GROUP = 8                # at most this many programs per work item share each tile
 SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g], tail
 
@@ -55,130 +60,184 @@ def _kl_term(o, p):
     return o * math.log(o / p) if o > 0.0 else 0.0
 
 
-@njit(cache=True, nogil=True)
-def _blocks(h, b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, a, acc):
-    """Add the sums of blocks b0..b0+nb (thresholds h[0:nb*g*k]) to acc, (C, 2)
-    fixed point: each block's terms are rounded once and added exactly.
+# Rows of the scratch of ``_tile_sums`` (one column per block of the tile): the
+# block's running reach, tokens, TV, KL, extra mass and tail reach, the slot's
+# accepted mass, residual scale, TV and KL, then the block's values (VALS + c).
+W, TOK, TVB, KLB, EXB, TAIL, QA, SCALE, TV, KL, VALS = range(11)
 
-    cr: residual weight of each candidate (max(0, p - q), or p on fallback rows);
-    rowc: per-row constants (see ``Prepared``); a: scratch of length k.
-    A block's 6 + 3g values are collected first and then added in one loop (one
-    copy of the fixed-point rounding in the compiled code, not eight); the last
-    is the reach of its slots with TV > cap.
+
+@njit(cache=True, nogil=True)
+def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap, sc, acc, a0):
+    """Add the sums of the nb blocks of one tile to acc[a0:a0 + C] ((C, 2) fixed point):
+    each block's terms are rounded once and added exactly.
+
+    The tile is lane-major (``Prepared``): H[(s * k + c) * nb + b] is the clipped
+    threshold of candidate c of block position s of the tile's block b, and lq, lp,
+    lr (per candidate, from ``off``), lrow, ldc, lsx (per drafted position, from
+    ``poff``) are in the same order. Every loop over b is innermost, so the blocks
+    are vector lanes, while each block's terms are the same operations in the same
+    order as for a block alone (the same bits whatever the tile). sc: scratch
+    (VALS + C, nb). A block's 6 + 3g values are added in one loop (one copy of the
+    fixed-point rounding in the compiled code); the last is the reach of its slots
+    with TV > cap.
     """
-    vals = np.empty(acc.shape[0], dtype=np.float64)
-    for bb in range(nb):
-        w = 1.0
-        tok = 1.0
-        tv_b = 0.0
-        kl_b = 0.0
-        ex_b = 0.0
-        tail = 0.0
-        for j in range(g):
-            i = (b0 + bb) * g + j
-            base = i * k
-            hb = (bb * g + j) * k
-            qa = 0.0
+    C = sc.shape[0] - VALS
+    for b in range(nb):
+        sc[W, b] = 1.0
+        sc[TOK, b] = 1.0
+        sc[TVB, b] = 0.0
+        sc[KLB, b] = 0.0
+        sc[EXB, b] = 0.0
+        sc[TAIL, b] = 0.0
+    for s in range(g):
+        hs = s * k * nb
+        for b in range(nb):
+            sc[QA, b] = 0.0
+        for c in range(k):
+            o = hs + c * nb
+            for b in range(nb):
+                sc[QA, b] += lq[_u(off + o + b)] * H[_u(o + b)]
+        ps = poff + s * nb
+        for b in range(nb):
+            r = ps + b
+            sc[SCALE, b] = ((lrow[0, _u(r)] - sc[QA, b]) + (lrow[3, _u(r)] - lrow[2, _u(r)])) / lrow[7, _u(r)]
+            sc[TV, b] = 0.0
+            sc[KL, b] = 0.0
+        for c in range(k):
+            o = hs + c * nb
+            for b in range(nb):
+                sc[TV, b] += abs((lq[_u(off + o + b)] * H[_u(o + b)] + sc[SCALE, b] * lr[_u(off + o + b)])
+                                 - lp[_u(off + o + b)])
+        if with_kl:
             for c in range(k):
-                x = _clip(h[hb + c])
-                a[c] = x
-                qa += cq[base + c] * x
-            sq, sqstd, m_tail, tq, eq, ep, tpm, zr, r_tp, r_tm = (
-                rowc[i, 0], rowc[i, 1], rowc[i, 2], rowc[i, 3], rowc[i, 4], rowc[i, 5],
-                rowc[i, 6], rowc[i, 7], rowc[i, 8], rowc[i, 9])
-            alpha = qa + m_tail
-            rho = (sq - qa) + (tq - m_tail)
-            s = rho / zr
-            tv = 0.0
-            kl = 0.0
-            for c in range(k):
-                p = cp[base + c]
-                o = cq[base + c] * a[c] + s * cr[base + c]
-                tv += abs(o - p)
-                if with_kl:
-                    kl += _kl_term(o, p)
-            o_tp = eq + s * r_tp
-            o_tm = tpm + s * r_tm
-            tv += abs(o_tp - ep) + abs(o_tm - tpm)
-            tv *= 0.5
+                o = hs + c * nb
+                for b in range(nb):
+                    sc[KL, b] += _kl_term(lq[_u(off + o + b)] * H[_u(o + b)]
+                                          + sc[SCALE, b] * lr[_u(off + o + b)], lp[_u(off + o + b)])
+        for b in range(nb):
+            r = ps + b
+            w = sc[W, b]
+            alpha = sc[QA, b] + lrow[2, _u(r)]
+            o_tp = lrow[4, _u(r)] + sc[SCALE, b] * lrow[8, _u(r)]
+            o_tm = lrow[6, _u(r)] + sc[SCALE, b] * lrow[9, _u(r)]
+            tv = (sc[TV, b] + (abs(o_tp - lrow[5, _u(r)]) + abs(o_tm - lrow[6, _u(r)]))) * 0.5
             if with_kl:
-                kl += _kl_term(o_tp, ep) + _kl_term(o_tm, tpm)
-                if kl < 0.0:
-                    kl = 0.0
-            vals[5 + j] = w * alpha
-            vals[5 + g + j] = w
-            vals[5 + 2 * g + j] = w * tv
-            tok += w * alpha
-            tv_b += w * tv
-            kl_b += w * kl
-            ex_b += w * (qa - sqstd)
-            if tv > cap:
-                tail += w
-            dc = dcand[i]
-            w *= a[dc] if dc >= 0 else std_x[i]
-        vals[0] = tok
-        vals[1] = tv_b
-        vals[2] = kl_b
-        vals[3] = ex_b
-        vals[4] = tok * tok
-        vals[5 + 3 * g] = tail
-        for c in range(6 + 3 * g):
-            add_to(acc, c, vals[c])
+                kl = sc[KL, b] + (_kl_term(o_tp, lrow[5, _u(r)]) + _kl_term(o_tm, lrow[6, _u(r)]))
+                sc[KLB, b] += w * (kl if kl > 0.0 else 0.0)
+            sc[VALS + 5 + s, b] = w * alpha
+            sc[VALS + 5 + g + s, b] = w
+            sc[VALS + 5 + 2 * g + s, b] = w * tv
+            sc[TOK, b] += w * alpha
+            sc[TVB, b] += w * tv
+            sc[EXB, b] += w * (sc[QA, b] - lrow[1, _u(r)])
+            sc[TAIL, b] += w if tv > cap else 0.0
+            dc = ldc[_u(r)]
+            sc[W, b] = w * (H[_u(hs + dc * nb + b)] if dc >= 0 else lsx[_u(r)])
+    for b in range(nb):
+        tok = sc[TOK, b]
+        sc[VALS + 0, b] = tok
+        sc[VALS + 1, b] = sc[TVB, b]
+        sc[VALS + 2, b] = sc[KLB, b]
+        sc[VALS + 3, b] = sc[EXB, b]
+        sc[VALS + 4, b] = tok * tok
+        sc[VALS + 5 + 3 * g, b] = sc[TAIL, b]
+    for c in range(C):
+        for b in range(nb):
+            add_to(acc, a0 + c, sc[VALS + c, b])
+
+
+@njit(cache=True, nogil=True)
+def _lanes(h, nb, g, k, H):
+    """H = the clipped thresholds h (row order: block, position, candidate) of a tile
+    of nb blocks, in lane-major order (position, candidate, block)."""
+    for b in range(nb):
+        for s in range(g):
+            for c in range(k):
+                H[_u((s * k + c) * nb + b)] = _clip(h[_u((b * g + s) * k + c)])
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, tile_blocks,
-                           group, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, out):
-    n_blocks = dcand.shape[0] // g
+def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, group,
+                           tile_blocks, lq, lp, lr, lrow, ldc, lsx, with_kl, cap, out):
+    n_blocks = ldc.shape[0] // g
     width = tile_blocks * g * k
     P = starts.shape[0]
+    C = out.shape[1]
     for gi in prange((P + group - 1) // group):
         p0 = gi * group
         p1 = min(P, p0 + group)
         stack = np.empty((max_stack, width), dtype=np.float64)
-        a = np.empty(k, dtype=np.float64)
-        acc = np.zeros((p1 - p0, out.shape[1], 2), dtype=np.int64)
+        H = np.empty(width, dtype=np.float64)
+        sc = np.empty((VALS + C, tile_blocks), dtype=np.float64)
+        acc = np.zeros(((p1 - p0) * C, 2), dtype=np.int64)
         for b0 in range(0, n_blocks, tile_blocks):
             nb = min(tile_blocks, n_blocks - b0)
             for pi in range(p0, p1):        # the tile stays in cache for the group
                 run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k,
                             stack)
-                _blocks(stack[0], b0, nb, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap,
-                        a, acc[pi - p0])
+                _lanes(stack[0], nb, g, k, H)
+                _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g,
+                           with_kl, cap, sc, acc, (pi - p0) * C)
         for pi in range(p0, p1):
-            for c in range(out.shape[1]):
-                out[pi, c, 0] = acc[pi - p0, c, 0]
-                out[pi, c, 1] = acc[pi - p0, c, 1]
+            for c in range(C):
+                out[pi, c, 0] = acc[(pi - p0) * C + c, 0]
+                out[pi, c, 1] = acc[(pi - p0) * C + c, 1]
 
 
 @njit(cache=True, nogil=True)
-def _threshold_objectives(h, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, out):
-    n_blocks = dcand.shape[0] // g
-    a = np.empty(k, dtype=np.float64)
-    _blocks(h, 0, n_blocks, g, k, cq, cp, cr, rowc, dcand, std_x, with_kl, cap, a, out)
+def _threshold_objectives(h, g, k, tile_blocks, lq, lp, lr, lrow, ldc, lsx, with_kl, cap,
+                          out):
+    n_blocks = ldc.shape[0] // g
+    H = np.empty(tile_blocks * g * k, dtype=np.float64)
+    sc = np.empty((VALS + out.shape[0], tile_blocks), dtype=np.float64)
+    for b0 in range(0, n_blocks, tile_blocks):
+        nb = min(tile_blocks, n_blocks - b0)
+        _lanes(h[b0 * g * k:], nb, g, k, H)
+        _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g, with_kl, cap,
+                   sc, out, 0)
+
+
+def lane_major(a: np.ndarray, g: int, tile_blocks: int) -> np.ndarray:
+    """Per-block-major values (n_blocks * g * per values: block, position, then ``per``
+    values) in the kernel's lane-major order: tile by tile, (position, value, block)."""
+    a = np.asarray(a)
+    a = a.reshape(-1, g, a.shape[1] if a.ndim == 2 else 1)
+    n_blocks = a.shape[0]
+    parts = [a[b0:b0 + tile_blocks].transpose(1, 2, 0).reshape(-1)
+             for b0 in range(0, n_blocks, tile_blocks)]
+    return np.ascontiguousarray(np.concatenate(parts) if parts else a.reshape(-1))
 
 
 class Prepared:
-    """Rule-independent per-candidate and per-row constants of a split, made once.
+    """Rule-independent per-candidate and per-row constants of a split, made once,
+    in the kernel's lane-major order (``lane_major``, tiles of TILE_BLOCKS blocks).
 
-    rowc columns: sum_c q, sum_c q min(1, p/q), m_tail = q(T+) + p(T-), q(T), q(T+),
-    p(T+), p(T-), the residual normaliser (Z, or total p on fallback rows) and the
-    residual weights of the tail bins T+ and T-.
+    Row constants (``lrow``, one row per constant): sum_c q, sum_c q min(1, p/q),
+    m_tail = q(T+) + p(T-), q(T), q(T+), p(T+), p(T-), the residual normaliser (Z, or
+    total p on fallback rows) and the residual weights of the tail bins T+ and T-;
+    cr is the residual weight of each candidate (max(0, p - q), or p on fallback rows).
     """
 
     def __init__(self, sa: spec.SpecArrays):
-        n, k = sa.n, sa.k
+        n, k, g = sa.n, sa.k, sa.g
         cq = sa.cq.reshape(n, k)
         cp = sa.cp.reshape(n, k)
         rplus = np.maximum(cp - cq, 0.0)
         z = rplus.sum(axis=1) + (sa.ep - sa.eq)
         fb = z < RESIDUAL_EPS
-        self.cr = np.ascontiguousarray(np.where(fb[:, None], cp, rplus).reshape(-1))
+        cr = np.where(fb[:, None], cp, rplus)
         tpm = sa.tp - sa.ep
-        self.rowc = np.ascontiguousarray(np.stack([
+        rowc = np.stack([
             cq.sum(axis=1), (cq * np.minimum(1.0, cp / cq)).sum(axis=1), sa.eq + tpm, sa.tq,
             sa.eq, sa.ep, tpm, np.where(fb, cp.sum(axis=1) + sa.tp, z),
-            np.where(fb, sa.ep, sa.ep - sa.eq), np.where(fb, tpm, 0.0)], axis=1))
+            np.where(fb, sa.ep, sa.ep - sa.eq), np.where(fb, tpm, 0.0)], axis=1)
+        tb = TILE_BLOCKS
+        self.lq, self.lp, self.lr = (lane_major(a, g, tb) for a in (cq, cp, cr))
+        self.lrow = np.ascontiguousarray(np.stack([lane_major(rowc[:, j], g, tb)
+                                                   for j in range(rowc.shape[1])]))
+        self.ldc = lane_major(sa.dcand.astype(np.int64), g, tb)
+        self.lsx = lane_major(sa.std_x, g, tb)
+        self.tile_blocks = tb
         self.sa = sa
 
 
@@ -193,7 +252,7 @@ def prepared(sa: spec.SpecArrays) -> Prepared:
 
 def _args(sa: spec.SpecArrays):
     pr = prepared(sa)
-    return (sa.cq, sa.cp, pr.cr, pr.rowc, sa.dcand, sa.std_x)
+    return (pr.tile_blocks, pr.lq, pr.lp, pr.lr, pr.lrow, pr.ldc, pr.lsx)
 
 
 def _check_inputs(programs, sa: spec.SpecArrays) -> None:
@@ -214,11 +273,10 @@ def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
     P = len(programs)
     out = np.zeros((P, len(SUMS) + 3 * sa.g + 1, 2), dtype=np.int64)
     if P:
-        tile_blocks = max(1, TILE_ROWS // (sa.g * sa.k))
         # programs share a tile while it is in cache, but every thread gets work
         group = max(1, min(GROUP, P // (2 * numba.get_num_threads())))
         _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
-                               programs.max_stack, sa.X, sa.g, sa.k, tile_blocks, group,
+                               programs.max_stack, sa.X, sa.g, sa.k, group,
                                *_args(sa), bool(with_kl), float(tail_cap), out)
     return out
 
