@@ -147,13 +147,13 @@ def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap,
 
 
 @njit(cache=True, nogil=True)
-def _lanes(h, nb, g, k, H):
-    """H = the clipped thresholds h (row order: block, position, candidate) of a tile
-    of nb blocks, in lane-major order (position, candidate, block)."""
+def _lanes(S, row, off, nb, g, k, H):
+    """H = the clipped thresholds S[row, off:] (row order: block, position, candidate)
+    of a tile of nb blocks, in lane-major order (position, candidate, block)."""
     for b in range(nb):
         for s in range(g):
             for c in range(k):
-                H[_u((s * k + c) * nb + b)] = _clip(h[_u((b * g + s) * k + c)])
+                H[_u((s * k + c) * nb + b)] = _clip(S[row, _u(off + (b * g + s) * k + c)])
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -166,16 +166,17 @@ def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, gro
     for gi in prange((P + group - 1) // group):
         p0 = gi * group
         p1 = min(P, p0 + group)
-        stack = np.empty((max_stack, width), dtype=np.float64)
+        stack = np.empty((max_stack + 1, width), dtype=np.float64)
+        slot = np.empty(max_stack + 1, dtype=np.int64)
         H = np.empty(width, dtype=np.float64)
         sc = np.empty((VALS + C, tile_blocks), dtype=np.float64)
         acc = np.zeros(((p1 - p0) * C, 2), dtype=np.int64)
         for b0 in range(0, n_blocks, tile_blocks):
             nb = min(tile_blocks, n_blocks - b0)
             for pi in range(p0, p1):        # the tile stays in cache for the group
-                run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k,
-                            stack)
-                _lanes(stack[0], nb, g, k, H)
+                row = run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k,
+                                  nb * g * k, stack, slot)
+                _lanes(stack, row, 0, nb, g, k, H)
                 _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g,
                            with_kl, cap, sc, acc, (pi - p0) * C)
         for pi in range(p0, p1):
@@ -192,7 +193,7 @@ def _threshold_objectives(h, g, k, tile_blocks, lq, lp, lr, lrow, ldc, lsx, with
     sc = np.empty((VALS + out.shape[0], tile_blocks), dtype=np.float64)
     for b0 in range(0, n_blocks, tile_blocks):
         nb = min(tile_blocks, n_blocks - b0)
-        _lanes(h[b0 * g * k:], nb, g, k, H)
+        _lanes(h.reshape(1, h.shape[0]), 0, b0 * g * k, nb, g, k, H)
         _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g, with_kl, cap,
                    sc, out, 0)
 

@@ -149,10 +149,10 @@ def _unary(op, A, ar, ao, D, dr, m):
 
 
 @njit(**KERNEL)
-def _ite(C, cr, co, S, ar, br, m):
-    """S[br, :m] = S[ar, :m] where C[cr, co:co+m] is true, else S[br, :m] (ite(c, a, b))."""
+def _ite(C, cr, co, S, ar, br, dr, m):
+    """S[dr, :m] = S[ar, :m] where C[cr, co:co+m] is true, else S[br, :m] (ite(c, a, b))."""
     for i in range(m):
-        S[br, i] = S[ar, i] if C[cr, _u(co + i)] != 0.0 else S[br, i]
+        S[dr, i] = S[ar, i] if C[cr, _u(co + i)] != 0.0 else S[br, i]
 
 
 @njit(**KERNEL)
@@ -182,9 +182,17 @@ def _source(ops, consts, k, end, X, U, use_u, r0, m, stack, row):
     return stack, row, 0, w, True
 
 
+@njit(inline="always", **KERNEL)
+def _swap(slot, j, spare):
+    """Stack slot j now holds the spare row (just written); its old row is the spare."""
+    old = slot[j]
+    slot[j] = spare
+    return old
+
+
 @njit(**KERNEL)
-def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack):
-    """Evaluate one program on rows r0..r0+m; the result is left in stack[0, :m].
+def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
+    """Evaluate one program on rows r0..r0+m; returns the stack row holding the result.
 
     A stack machine over row tiles. A leaf is not copied onto the stack when the
     next instruction consumes it: ``leaf, op`` and ``leaf, leaf, binary op`` run as
@@ -192,7 +200,17 @@ def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack):
     plog/pexp/psqrt of an input from U, see ``SplitArrays.derived``). Constants are
     folded through the unary ops above them. Every formula is the one of
     heuristics/ops.py, element by element, so results do not change.
+
+    Stack slots are renamed rows: slot[j] is the row of stack slot j and one row
+    (``spare``) is free, so stack has one row more than the program's depth. Every
+    instruction writes the spare row, never a row it reads, and the slot it fills
+    takes that row: no element loop writes an array it reads, so LLVM's overlap
+    checks pass and the loops run as vector instructions (an in-place loop fails
+    them and runs one element at a time).
     """
+    spare = stack.shape[0] - 1
+    for j in range(spare + 1):
+        slot[j] = j
     sp = 0
     k = start
     end = start + length
@@ -200,56 +218,73 @@ def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack):
         op = ops[k]
         if op <= OP_CONST:
             A, ar, ao, w, in_stack = _source(ops, consts, k, end, X, U, use_u, r0, m, stack,
-                                             _i(sp))
+                                             _i(slot[sp]))
             k += w
             nxt = ops[k] if k < end else -1
             if _is_binary(nxt):
                 # ops: [..., b, leaf, op]: the leaf is the first argument
-                _binary_inline(_i(nxt), A, ar, ao, stack, _i(sp - 1), _i(0), stack, _i(sp - 1), m)
+                _binary_inline(_i(nxt), A, ar, ao, stack, _i(slot[sp - 1]), _i(0), stack,
+                               _i(spare), m)
+                spare = _swap(slot, sp - 1, spare)
                 k += 1
                 continue
             if _is_unary(nxt):
-                _unary(_i(nxt), A, ar, ao, stack, _i(sp), m)
+                _unary(_i(nxt), A, ar, ao, stack, _i(slot[sp]), m)
                 sp += 1
                 k += 1
                 continue
             if nxt == ITE:
                 # ops: [..., b, a, leaf, ite]: the leaf is the condition
-                _ite(A, ar, ao, stack, _i(sp - 1), _i(sp - 2), m)
+                _ite(A, ar, ao, stack, _i(slot[sp - 1]), _i(slot[sp - 2]), _i(spare), m)
+                spare = _swap(slot, sp - 2, spare)
                 sp -= 1
                 k += 1
                 continue
             if 0 <= nxt <= OP_CONST:
                 # ops: [leaf b, leaf a, op]: the second argument comes first
                 B, br, bo, w2, _ = _source(ops, consts, k, end, X, U, use_u, r0, m, stack,
-                                           _i(sp + 1))
+                                           _i(slot[sp + 1]))
                 if k + w2 < end and _is_binary(ops[k + w2]):
-                    _binary(_i(ops[k + w2]), B, br, bo, A, ar, ao, stack, _i(sp), m)
+                    _binary(_i(ops[k + w2]), B, br, bo, A, ar, ao, stack, _i(spare), m)
+                    spare = _swap(slot, sp, spare)
                     sp += 1
                     k += w2 + 1
                     continue
             if not in_stack:
+                d = slot[sp]
                 for i in range(m):
-                    stack[sp, i] = A[ar, _u(ao + i)]
+                    stack[d, i] = A[ar, _u(ao + i)]
             sp += 1
         elif _is_binary(op):
-            _binary(_i(op), stack, _i(sp - 1), _i(0), stack, _i(sp - 2), _i(0), stack, _i(sp - 2), m)
+            _binary(_i(op), stack, _i(slot[sp - 1]), _i(0), stack, _i(slot[sp - 2]), _i(0),
+                    stack, _i(spare), m)
+            spare = _swap(slot, sp - 2, spare)
             sp -= 1
             k += 1
         elif _is_unary(op):
-            _unary(_i(op), stack, _i(sp - 1), _i(0), stack, _i(sp - 1), m)
+            _unary(_i(op), stack, _i(slot[sp - 1]), _i(0), stack, _i(spare), m)
+            spare = _swap(slot, sp - 1, spare)
             k += 1
         else:  # ITE: ops [..., b, a, c, ite]
-            _ite(stack, _i(sp - 1), _i(0), stack, _i(sp - 2), _i(sp - 3), m)
+            _ite(stack, _i(slot[sp - 1]), _i(0), stack, _i(slot[sp - 2]), _i(slot[sp - 3]),
+                 _i(spare), m)
+            spare = _swap(slot, sp - 3, spare)
             sp -= 2
             k += 1
+    return slot[0]
+
+
+def stack_rows(max_stack: int) -> int:
+    """Rows of the stack ``_interpret`` needs for programs of depth ``max_stack``."""
+    return max_stack + 1
 
 
 @njit(**KERNEL)
-def run_program(ops, consts, start, length, X, r0, m, stack):
-    """Evaluate one program on rows r0..r0+m of X; the result is left in stack[0, :m].
-    (``_interpret`` without precomputed columns, for kernels over other matrices.)"""
-    _interpret(ops, consts, start, length, X, X, False, r0, m, stack)
+def run_program(ops, consts, start, length, X, r0, m, stack, slot):
+    """Evaluate one program on rows r0..r0+m of X; returns the stack row holding the
+    result. (``_interpret`` without precomputed columns, for kernels over other
+    matrices; stack has max_stack + 1 rows, slot as many entries.)"""
+    return _interpret(ops, consts, start, length, X, X, False, r0, m, stack, slot)
 
 
 @njit(**KERNEL)
@@ -262,8 +297,8 @@ def _derived_columns(X, U):
 
 
 @njit(inline="always", **KERNEL)
-def _tally(h, j0, m, rand, base, std_q, acc):
-    """Add the decisions and expected sums of thresholds h[:m] (rows j0..) to acc.
+def _tally(H, hr, j0, m, rand, base, std_q, acc):
+    """Add the decisions and expected sums of thresholds H[hr, :m] (rows j0..) to acc.
 
     acc[0:3]: accepted, false accepts, false rejects; acc[3:6]: expected accepted,
     FA and FR in fixed point (see fitness.EXPECTED_SCALE). Integer sums are exact
@@ -276,7 +311,7 @@ def _tally(h, j0, m, rand, base, std_q, acc):
     e1 = 0
     e2 = 0
     for i in range(m):
-        x = h[i]
+        x = H[hr, i]
         j = _u(j0 + i)
         a = rand[j] < x
         b = base[j]
@@ -301,13 +336,13 @@ def _tally(h, j0, m, rand, base, std_q, acc):
 def _population_counts(ops, consts, starts, lengths, max_stack, X, U, rand, base, std_q, out):
     n = X.shape[1]
     for p in prange(starts.shape[0]):
-        stack = np.empty((max_stack, TILE), dtype=np.float64)
-        h = stack[0]
+        stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
+        slot = np.empty(max_stack + 1, dtype=np.int64)
         acc = np.zeros(6, dtype=np.int64)
         for r0 in range(0, n, TILE):
             m = min(TILE, n - r0)
-            _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack)
-            _tally(h, r0, m, rand, base, std_q, acc)
+            row = _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack, slot)
+            _tally(stack, row, r0, m, rand, base, std_q, acc)
         for c in range(6):
             out[p, c] = acc[c]
 
@@ -316,12 +351,13 @@ def _population_counts(ops, consts, starts, lengths, max_stack, X, U, rand, base
 def _population_thresholds(ops, consts, starts, lengths, max_stack, X, U, out):
     n = X.shape[1]
     for p in prange(starts.shape[0]):
-        stack = np.empty((max_stack, TILE), dtype=np.float64)
+        stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
+        slot = np.empty(max_stack + 1, dtype=np.int64)
         for r0 in range(0, n, TILE):
             m = min(TILE, n - r0)
-            _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack)
+            row = _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack, slot)
             for i in range(m):
-                out[p, _u(r0 + i)] = stack[0, i]
+                out[p, _u(r0 + i)] = stack[row, i]
 
 
 class SplitArrays:
@@ -393,7 +429,7 @@ def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
 @njit(cache=True, nogil=True)
 def _threshold_counts(h, rand, base, std_q, out):
     acc = np.zeros(6, dtype=np.int64)
-    _tally(h, 0, h.shape[0], rand, base, std_q, acc)
+    _tally(h.reshape(1, h.shape[0]), 0, 0, h.shape[0], rand, base, std_q, acc)
     for c in range(6):
         out[c] = acc[c]
 
