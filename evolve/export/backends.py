@@ -15,6 +15,11 @@ values, and follow its conventions exactly, NaN included:
 - pexp(a)    = exp(a) where a < EXP_MAX, else EXP_CAP  (NaN gives EXP_CAP)
 - psqrt(a)   = sqrt|a|;   ite(c, a, b) = a where c, else b
 
+exp and log here are the array library's own; heuristics/ops.py has its own
+(``exp_poly``, ``log_poly``, within 1 ulp of libm), so an exported rule may differ
+from the champion in the last bit of a threshold that goes through exp or log,
+which changes a decision only when a uniform falls within that bit of it.
+
 A tree becomes straight-line code, one assignment per primitive node.
 Constants of a tree are written as ``K(value)``: a scalar of the working
 dtype (numpy) or a 0-dimensional tensor on the inputs' device (torch), so a

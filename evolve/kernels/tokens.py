@@ -35,8 +35,7 @@ ADD, SUB, MUL, PDIV = P.OP["add"], P.OP["sub"], P.OP["mul"], P.OP["pdiv"]
 PMIN, PMAX, NEG, ABS = P.OP["pmin"], P.OP["pmax"], P.OP["neg"], P.OP["absf"]
 PLOG, PEXP, PSQRT, SQUARE = P.OP["plog"], P.OP["pexp"], P.OP["psqrt"], P.OP["square"]
 LT, ITE, AND, OR, NOT = P.OP["lt"], P.OP["ite"], P.OP["and_"], P.OP["or_"], P.OP["not_"]
-DIV_EPS, LOG_EPS, LOG_FLOOR = O.DIV_EPS, O.LOG_EPS, O.LOG_FLOOR
-EXP_MAX, EXP_CAP = O.EXP_MAX, O.EXP_CAP
+DIV_EPS = O.DIV_EPS
 # The interpreter tests opcode ranges: add..pmax are binary, neg..square unary,
 # plog..psqrt have precomputed input columns (SplitArrays.derived).
 if (ADD, SUB, MUL, PDIV, PMIN, PMAX) != tuple(range(ADD, ADD + 6)) or \
@@ -128,14 +127,12 @@ def _unary(op, A, ar, ao, D, dr, m):
     elif op == ABS:
         for i in range(m):
             D[dr, i] = abs(A[ar, _u(ao + i)])
-    elif op == PLOG:
+    elif op == PLOG:                 # heuristics.ops' own log and exp: vector code
         for i in range(m):
-            x = abs(A[ar, _u(ao + i)])
-            D[dr, i] = math.log(x) if x > LOG_EPS else LOG_FLOOR
+            D[dr, i] = O.plog(A[ar, _u(ao + i)])
     elif op == PEXP:
         for i in range(m):
-            x = A[ar, _u(ao + i)]
-            D[dr, i] = math.exp(x) if x < EXP_MAX else EXP_CAP
+            D[dr, i] = O.pexp(A[ar, _u(ao + i)])
     elif op == PSQRT:
         for i in range(m):
             D[dr, i] = math.sqrt(abs(A[ar, _u(ao + i)]))

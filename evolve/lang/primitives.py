@@ -38,15 +38,27 @@ def _np_pdiv(a, b):
         return np.where(np.abs(b) > ops.DIV_EPS, np.divide(a, b), 1.0)
 
 
+_UFUNCS: dict = {}
+
+
+def _ufunc(name: str):
+    """heuristics.ops' scalar ``name`` compiled as a numpy ufunc (made on first use):
+    exp and log are that module's own, so the numpy meaning gives the kernel's bits."""
+    f = _UFUNCS.get(name)
+    if f is None:
+        from numba import vectorize
+        f = _UFUNCS[name] = vectorize(["float64(float64)"], cache=True)(getattr(ops, name))
+    return f
+
+
 def _np_plog(a):
-    x = np.abs(a)
     with np.errstate(all="ignore"):
-        return np.where(x > ops.LOG_EPS, np.log(x), ops.LOG_FLOOR)
+        return _ufunc("plog")(a)
 
 
 def _np_pexp(a):
     with np.errstate(all="ignore"):
-        return np.where(np.asarray(a) < ops.EXP_MAX, np.exp(a), ops.EXP_CAP)
+        return _ufunc("pexp")(a)
 
 
 def _np_min(a, b):
