@@ -112,12 +112,6 @@ def _binary(op, A, ar, ao, B, br, bo, D, dr, m):
             D[dr, i] = 1.0 if (A[ar, _u(ao + i)] != 0.0) | (B[br, _u(bo + i)] != 0.0) else 0.0
 
 
-# _binary inlined where a leaf is the first argument (the commonest place; a call
-# there costs about a third of the kernel's speed); each inlined copy costs seconds
-# of compile time on a fresh machine, so the other places are calls.
-_binary_inline = njit(inline="always", **KERNEL)(_binary.py_func)
-
-
 @njit(**KERNEL)
 def _unary(op, A, ar, ao, D, dr, m):
     """D[dr, :m] = op(A[ar, ao:ao+m]) (D may be A's row)."""
@@ -220,8 +214,8 @@ def _interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
             nxt = ops[k] if k < end else -1
             if _is_binary(nxt):
                 # ops: [..., b, leaf, op]: the leaf is the first argument
-                _binary_inline(_i(nxt), A, ar, ao, stack, _i(slot[sp - 1]), _i(0), stack,
-                               _i(spare), m)
+                _binary(_i(nxt), A, ar, ao, stack, _i(slot[sp - 1]), _i(0), stack,
+                        _i(spare), m)
                 spare = _swap(slot, sp - 1, spare)
                 k += 1
                 continue
