@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
-	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -25,6 +25,16 @@ Sections, every figure a median over repeats on this machine:
                the cache warm.
 6. njit        Why not one ``numba.njit`` per tree: compile time per tree against
                the batched kernel's cost per individual.
+7. operon      The population kernel against Operon's C++ SIMD interpreter
+               (pyoperon, optional: skipped with a note when not installed) per node,
+               on the same 1000 trees built by Operon's tree creator and converted,
+               the same rows, one thread and two, after checking that values agree:
+               an arithmetic mix and one where half the nodes are log/exp/sqrt
+               (``benchmarks/operon.py``).
+8. trace       The trace kernel (every candidate row of the trace train split) against
+               the token kernel per node on the same random population, one thread
+               and all (``benchmarks/trace_speed.py``, whose ``--before`` also times
+               a trace run against an older checkout).
 
 ``--smoke`` runs the same machinery on tiny sizes (CI, tests/test_bench.py); it
 checks that both evaluation paths agree but no speed target. Heavy parts run in
@@ -107,6 +117,16 @@ TARGETS = (
     ("champion eval over train", ("champion", "champion", "eval_ms"), "<=", 0.2, "ms"),
     ("evolve --help", ("startup", "help_s"), "<", 0.5, "s"),
     ("evolve benchmark (warm)", ("startup", "benchmark_s"), "<", 3.0, "s"),
+    ("per node vs Operon, arithmetic mix, 1 thread",
+     ("operon", "mixes", "arith", "threads", "1", "ours_over_operon"), ">=", 1.0, "x"),
+    ("per node vs Operon, arithmetic mix, 2 threads",
+     ("operon", "mixes", "arith", "threads", "2", "ours_over_operon"), ">=", 1.0, "x"),
+    ("per node vs Operon, half log/exp/sqrt, 1 thread",
+     ("operon", "mixes", "transcendental", "threads", "1", "ours_over_operon"), ">=", 1.0, "x"),
+    ("per node vs Operon, half log/exp/sqrt, 2 threads",
+     ("operon", "mixes", "transcendental", "threads", "2", "ours_over_operon"), ">=", 1.0, "x"),
+    ("trace kernel vs token kernel per node, 1 thread",
+     ("trace", "ratio_trace_vs_token_1t"), ">=", 1.0, "x"),
 )
 
 
@@ -753,6 +773,50 @@ def njit_section(sizes: Sizes, per_individual_ms: float, note) -> dict:
 
 # ---------------------------------------------------------------- driver
 
+def _load_script(name: str):
+    """benchmarks/<name>.py as a module (benchmarks/ is no package)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"benchmarks_{name}", BENCH_DIR / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def operon_section(sizes: Sizes, smoke: bool, note) -> dict:
+    """Section 7 (``benchmarks/operon.py``): skipped, with the reason, without pyoperon."""
+    op = _load_script("operon")
+    try:
+        import pyoperon  # noqa: F401
+    except ImportError:
+        note(op.SKIP)
+        return {"skipped": op.SKIP}
+    note("operon: building, converting and checking trees, then timing")
+    try:
+        if smoke:
+            return op.measure(trees=20, repeats=1, rows=2000, judge=False)
+        return op.measure(trees=sizes.pop_size, repeats=sizes.repeats)
+    except op.Disagreement as e:
+        raise BenchError(f"operon: {e}") from None
+
+
+def trace_section(sizes: Sizes, data_dir: Path, smoke: bool, note, workdir: Path) -> dict:
+    """Section 8 (``benchmarks/trace_speed.py``'s kernel section) on the default traces
+    (built into the work directory when datasets/traces has none; tiny with --smoke)."""
+    ts = _load_script("trace_speed")
+    trace_dir = paths.DATA_DIR / "traces"
+    if smoke or not (trace_dir / "train.npz").exists():
+        trace_dir = workdir / "traces"
+        args = ["data", "trace", "--out", str(trace_dir)]
+        if smoke:
+            args += ["--train-prompts", "16", "--valid-prompts", "8", "--test-prompts", "8",
+                     "--max-files", "4", "--max-bytes-per-file", "20000"]
+        note(f"trace: building traces in {trace_dir}")
+        _checked(run_measured(_evolve_cmd() + args, timeout=600), "evolve data trace")
+    note("trace: token and trace kernels on one population")
+    return ts.kernel_section(sizes.pop_size, sizes.repeats, data_dir, trace_dir)
+
+
 def _dig(d: dict, path):
     for k in path:
         if not isinstance(d, dict) or k not in d:
@@ -803,6 +867,8 @@ def run(smoke: bool = False, note=lambda s: None) -> dict:
         result["cold_start"] = cold_start_section(sizes, data_dir, note, work)
         result["njit"] = njit_section(sizes, result["population"]["kernel"]["per_individual_ms"],
                                       note)
+        result["operon"] = operon_section(sizes, smoke, note)
+        result["trace"] = trace_section(sizes, data_dir, smoke, note, work)
     result["targets"] = _targets(result, checked=not smoke)
     result["wall_s"] = time.perf_counter() - t0
     return _finite(result)
@@ -903,6 +969,32 @@ def table_rows(r: dict) -> list[list[str]]:
         ["njit", "batched kernel per individual", f"{nj['kernel_per_individual_ms']:.3f} ms"],
         ["njit", "ratio", f"{nj['ratio']:.0f}x" if nj["ratio"] else "n/a"],
     ]
+    op = r.get("operon") or {}
+    if "skipped" in op:
+        rows.append(["operon", "Operon reference", op["skipped"]])
+    for mix, m in op.get("mixes", {}).items():
+        c = m["check"]
+        rows.append(["operon", f"{mix}: trees / nodes / log+exp+sqrt",
+                     f"{op['trees']} / {m['nodes']:,} / {100 * m['transcendental_share']:.0f}%"])
+        rows.append(["operon", f"{mix}: values agree",
+                     f"{c['trees_agree']}/{c['trees_compared']} trees, "
+                     f"{100 * c['rows_agree_share']:.3f}% of rows"])
+        for t, x in m["threads"].items():
+            rows.append(["operon", f"{mix}, {t} thread(s): ours vs Operon",
+                         f"{_g(x['ours_node_evals_per_s'])} vs {_g(x['operon_node_evals_per_s'])}"
+                         f" = {x['ours_over_operon']:.2f}x"])
+    tr = r.get("trace") or {}
+    if tr:
+        rows.append(["trace", "trees / nodes; rows (token rows)",
+                     f"{tr['trees']} / {tr['nodes']:,}; {tr['trace_candidate_rows']:,} "
+                     f"({tr['token_rows']:,})"])
+        for t in sorted({1, tr["threads"]}):
+            rows.append(["trace", f"{t} thread(s): trace vs token kernel",
+                         f"{_g(tr[f'trace_{t}t_node_evals_per_s'])} vs "
+                         f"{_g(tr[f'token_{t}t_node_evals_per_s'])} = "
+                         f"{tr[f'ratio_trace_vs_token_{t}t']:.2f}x"])
+            rows.append(["trace", f"{t} thread(s): sums alone (constant programs)",
+                         f"{100 * tr[f'sums_share_{t}t']:.0f}% of the trace kernel"])
     return rows
 
 
@@ -949,8 +1041,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python benchmarks/speed.py",
         description="Speed benchmark: kernel vs DEAP+numpy, whole run vs the DEAP reference, "
-                    "champion, start-up, cold start, njit (about 3-5 minutes; --smoke: about "
-                    "30 s).")
+                    "champion, start-up, cold start, njit, Operon per node, trace kernel (about "
+                    "6-8 minutes; --smoke: about a minute).")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes: proves the machinery, judges no target")
     ap.add_argument("--json", action="store_true",

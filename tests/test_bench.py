@@ -54,8 +54,27 @@ def test_smoke_document_structure(smoke):
     assert m["cpu_model"] and m["numba_threads"] >= 1 and m["logical_cpus"] >= 1
     assert {"python", "numpy", "numba", "deap"} <= set(m["versions"])
     for section in ("population", "run", "champion", "startup", "cold_start", "njit",
-                    "targets"):
+                    "operon", "trace", "targets"):
         assert section in smoke, section
+
+
+def test_smoke_operon_and_trace_sections(smoke):
+    """Section 7 either ran (values checked, both mixes timed on 1 and 2 threads) or
+    says why not; section 8 timed both kernels on one population, no target judged."""
+    op = smoke["operon"]
+    if "skipped" not in op:
+        assert set(op["mixes"]) == {"arith", "transcendental"}
+        for m in op["mixes"].values():
+            assert m["check"]["roundtrip"] and m["check"]["trees_compared"] > 0
+            for x in m["threads"].values():
+                assert x["ours_node_evals_per_s"] > 0 and x["operon_node_evals_per_s"] > 0
+    else:
+        assert "pyoperon" in op["skipped"]
+    tr = smoke["trace"]
+    assert tr["trees"] == bench.SMOKE.pop_size and tr["trace_candidate_rows"] > 0
+    assert tr["ratio_trace_vs_token_1t"] > 0
+    judged = [t for t in smoke["targets"] if t["key"].startswith(("operon", "trace"))]
+    assert len(judged) == 5 and all(t["met"] is None for t in judged)
 
 
 def test_smoke_population_counts_checked_equal(smoke):
