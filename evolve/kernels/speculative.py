@@ -34,10 +34,10 @@ import math
 
 import numpy as np
 import numba
-from numba import njit, prange
+from numba import njit
 
 from evolve.objectives import spec
-from evolve.kernels import fixed
+from evolve.kernels import fixed, threads
 from evolve.kernels.fixed import add_to
 from evolve.kernels.tokens import OP_CONST, _u, run_program
 
@@ -156,33 +156,40 @@ def _lanes(S, row, off, nb, g, k, H):
                 H[_u((s * k + c) * nb + b)] = _clip(S[row, _u(off + (b * g + s) * k + c)])
 
 
-@njit(parallel=True, cache=True, nogil=True)
-def _population_objectives(ops, consts, starts, lengths, max_stack, X, g, k, group,
+@njit(cache=True, nogil=True)
+def _population_objectives(i0, i1, group, ops, consts, starts, lengths, max_stack, X, g, k,
                            tile_blocks, lq, lp, lr, lrow, ldc, lsx, with_kl, cap, out):
+    """The sums of the programs of work items i0..i1 (``group`` programs an item)."""
+    for gi in range(i0, i1):
+        _score_group(gi * group, min(starts.shape[0], gi * group + group), ops, consts, starts,
+                     lengths, max_stack, X, g, k, tile_blocks, lq, lp, lr, lrow, ldc, lsx,
+                     with_kl, cap, out)
+
+
+@njit(cache=True, nogil=True)
+def _score_group(p0, p1, ops, consts, starts, lengths, max_stack, X, g, k, tile_blocks, lq, lp,
+                 lr, lrow, ldc, lsx, with_kl, cap, out):
+    """The sums of programs p0..p1, which share each tile while it is in cache."""
     n_blocks = ldc.shape[0] // g
     width = tile_blocks * g * k
-    P = starts.shape[0]
     C = out.shape[1]
-    for gi in prange((P + group - 1) // group):
-        p0 = gi * group
-        p1 = min(P, p0 + group)
-        stack = np.empty((max_stack + 1, width), dtype=np.float64)
-        slot = np.empty(max_stack + 1, dtype=np.int64)
-        H = np.empty(width, dtype=np.float64)
-        sc = np.empty((VALS + C, tile_blocks), dtype=np.float64)
-        acc = np.zeros(((p1 - p0) * C, 2), dtype=np.int64)
-        for b0 in range(0, n_blocks, tile_blocks):
-            nb = min(tile_blocks, n_blocks - b0)
-            for pi in range(p0, p1):        # the tile stays in cache for the group
-                row = run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k,
-                                  nb * g * k, stack, slot)
-                _lanes(stack, row, 0, nb, g, k, H)
-                _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g,
-                           with_kl, cap, sc, acc, (pi - p0) * C)
-        for pi in range(p0, p1):
-            for c in range(C):
-                out[pi, c, 0] = acc[(pi - p0) * C + c, 0]
-                out[pi, c, 1] = acc[(pi - p0) * C + c, 1]
+    stack = np.empty((max_stack + 1, width), dtype=np.float64)
+    slot = np.empty(max_stack + 1, dtype=np.int64)
+    H = np.empty(width, dtype=np.float64)
+    sc = np.empty((VALS + C, tile_blocks), dtype=np.float64)
+    acc = np.zeros(((p1 - p0) * C, 2), dtype=np.int64)
+    for b0 in range(0, n_blocks, tile_blocks):
+        nb = min(tile_blocks, n_blocks - b0)
+        for pi in range(p0, p1):        # the tile stays in cache for the group
+            row = run_program(ops, consts, starts[pi], lengths[pi], X, b0 * g * k, nb * g * k,
+                              stack, slot)
+            _lanes(stack, row, 0, nb, g, k, H)
+            _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, b0 * g * k, b0 * g, with_kl,
+                       cap, sc, acc, (pi - p0) * C)
+    for pi in range(p0, p1):
+        for c in range(C):
+            out[pi, c, 0] = acc[(pi - p0) * C + c, 0]
+            out[pi, c, 1] = acc[(pi - p0) * C + c, 1]
 
 
 @njit(cache=True, nogil=True)
@@ -276,9 +283,9 @@ def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
     if P:
         # programs share a tile while it is in cache, but every thread gets work
         group = max(1, min(GROUP, P // (2 * numba.get_num_threads())))
-        _population_objectives(programs.ops, programs.consts, programs.starts, programs.lengths,
-                               programs.max_stack, sa.X, sa.g, sa.k, group,
-                               *_args(sa), bool(with_kl), float(tail_cap), out)
+        threads.run(_population_objectives, -(-P // group), group, programs.ops,
+                    programs.consts, programs.starts, programs.lengths, programs.max_stack,
+                    sa.X, sa.g, sa.k, *_args(sa), bool(with_kl), float(tail_cap), out)
     return out
 
 

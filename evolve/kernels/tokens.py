@@ -5,7 +5,7 @@ never raise. Numba is imported here only, so commands that do not evaluate
 anything start fast.
 
 The population kernel interprets linearised programs (see ``treeio.linearise``)
-over a split: threads over programs (``prange``), row tiles inside, one small
+over a split: threads over programs (``kernels.threads``), row tiles inside, one small
 value stack per program in L1; leaves feed the next instruction straight from
 the input columns (see ``_interpret``). Each program's counts are accumulated
 in row order, so results do not depend on the thread count.
@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit, parallel_chunksize, prange
+from numba import njit
 
+from evolve.kernels import threads
 from evolve.lang import primitives as P
 from evolve.objectives.metrics import EXPECTED_SCALE, Counts, quantise
 from heuristics import ops as O
@@ -323,13 +324,16 @@ def _tally(H, hr, j0, m, rand, base, std_q, acc):
     acc[5] += e2
 
 
-@njit(parallel=True, **KERNEL)
-def _population_counts(ops, consts, starts, lengths, max_stack, X, U, rand, base, std_q, out):
+@njit(**KERNEL)
+def _population_counts(i0, i1, ops, consts, starts, lengths, max_stack, X, U, rand, base,
+                       std_q, out):
+    """Counts of the programs of work items i0..i1 (CHUNK programs an item)."""
     n = X.shape[1]
-    for p in prange(starts.shape[0]):
-        stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
-        slot = np.empty(max_stack + 1, dtype=np.int64)
-        acc = np.zeros(6, dtype=np.int64)
+    stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
+    slot = np.empty(max_stack + 1, dtype=np.int64)
+    acc = np.zeros(6, dtype=np.int64)
+    for p in range(i0 * CHUNK, min(starts.shape[0], i1 * CHUNK)):
+        acc[:] = 0
         for r0 in range(0, n, TILE):
             m = min(TILE, n - r0)
             row = _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack, slot)
@@ -338,12 +342,13 @@ def _population_counts(ops, consts, starts, lengths, max_stack, X, U, rand, base
             out[p, c] = acc[c]
 
 
-@njit(parallel=True, **KERNEL)
-def _population_thresholds(ops, consts, starts, lengths, max_stack, X, U, out):
+@njit(**KERNEL)
+def _population_thresholds(i0, i1, ops, consts, starts, lengths, max_stack, X, U, out):
+    """Thresholds of the programs of work items i0..i1 (CHUNK programs an item)."""
     n = X.shape[1]
-    for p in prange(starts.shape[0]):
-        stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
-        slot = np.empty(max_stack + 1, dtype=np.int64)
+    stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
+    slot = np.empty(max_stack + 1, dtype=np.int64)
+    for p in range(i0 * CHUNK, min(starts.shape[0], i1 * CHUNK)):
         for r0 in range(0, n, TILE):
             m = min(TILE, n - r0)
             row = _interpret(ops, consts, starts[p], lengths[p], X, U, True, r0, m, stack, slot)
@@ -399,10 +404,9 @@ def population_counts(programs, split: SplitArrays) -> np.ndarray:
     k = len(programs)
     out = np.zeros((k, 6), dtype=np.int64)
     if k:
-        with parallel_chunksize(CHUNK):
-            _population_counts(programs.ops, programs.consts, programs.starts,
-                               programs.lengths, programs.max_stack, split.X,
-                               _derived_of(split), split.rand, split.base, split.std_q, out)
+        threads.run(_population_counts, -(-k // CHUNK), programs.ops, programs.consts,
+                    programs.starts, programs.lengths, programs.max_stack, split.X,
+                    _derived_of(split), split.rand, split.base, split.std_q, out)
     return out
 
 
@@ -410,10 +414,9 @@ def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
     _check_inputs(programs, split)
     out = np.empty((len(programs), split.n), dtype=np.float64)
     if len(programs):
-        with parallel_chunksize(CHUNK):
-            _population_thresholds(programs.ops, programs.consts, programs.starts,
-                                   programs.lengths, programs.max_stack, split.X,
-                                   _derived_of(split), out)
+        threads.run(_population_thresholds, -(-len(programs) // CHUNK), programs.ops,
+                    programs.consts, programs.starts, programs.lengths, programs.max_stack,
+                    split.X, _derived_of(split), out)
     return out
 
 
