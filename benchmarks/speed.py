@@ -978,7 +978,7 @@ def table_rows(r: dict) -> list[list[str]]:
                      f"{op['trees']} / {m['nodes']:,} / {100 * m['transcendental_share']:.0f}%"])
         rows.append(["operon", f"{mix}: values agree",
                      f"{c['trees_agree']}/{c['trees_compared']} trees, "
-                     f"{100 * c['rows_agree_share']:.3f}% of rows"])
+                     f"{100 * c['rows_agree_share']:.4f}% of rows"])
         for t, x in m["threads"].items():
             rows.append(["operon", f"{mix}, {t} thread(s): ours vs Operon",
                          f"{_g(x['ours_node_evals_per_s'])} vs {_g(x['operon_node_evals_per_s'])}"
