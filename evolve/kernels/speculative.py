@@ -1,7 +1,7 @@
 """Numba kernel: exact speculative-decoding objectives for a whole population.
 
 The programs are the engine's linearised trees (``treeio.linearise``) and are
-run by the same interpreter as the seed objective (``kernels.run_program``)
+run by the same interpreter as the seed objective (``interpreter.run_program``)
 over the candidate rows of a v2 split (``spec.SpecArrays.X``: one row per input,
 opcode = row index, so programs may read inputs 0..8). Threads go over groups
 of programs; a group goes over tiles of ``TILE_BLOCKS`` whole blocks, each tile
@@ -39,7 +39,7 @@ from numba import njit
 from evolve.objectives import spec
 from evolve.kernels import fixed, threads
 from evolve.kernels.fixed import add_to
-from evolve.kernels.tokens import OP_CONST, _u, run_program
+from evolve.kernels.interpreter import OP_CONST, run_program, u
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
 TAIL_OFF = spec.TAIL_OFF
@@ -96,43 +96,43 @@ def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap,
         for c in range(k):
             o = hs + c * nb
             for b in range(nb):
-                sc[QA, b] += lq[_u(off + o + b)] * H[_u(o + b)]
+                sc[QA, b] += lq[u(off + o + b)] * H[u(o + b)]
         ps = poff + s * nb
         for b in range(nb):
             r = ps + b
-            sc[SCALE, b] = ((lrow[0, _u(r)] - sc[QA, b]) + (lrow[3, _u(r)] - lrow[2, _u(r)])) / lrow[7, _u(r)]
+            sc[SCALE, b] = ((lrow[0, u(r)] - sc[QA, b]) + (lrow[3, u(r)] - lrow[2, u(r)])) / lrow[7, u(r)]
             sc[TV, b] = 0.0
             sc[KL, b] = 0.0
         for c in range(k):
             o = hs + c * nb
             for b in range(nb):
-                sc[TV, b] += abs((lq[_u(off + o + b)] * H[_u(o + b)] + sc[SCALE, b] * lr[_u(off + o + b)])
-                                 - lp[_u(off + o + b)])
+                sc[TV, b] += abs((lq[u(off + o + b)] * H[u(o + b)] + sc[SCALE, b] * lr[u(off + o + b)])
+                                 - lp[u(off + o + b)])
         if with_kl:
             for c in range(k):
                 o = hs + c * nb
                 for b in range(nb):
-                    sc[KL, b] += _kl_term(lq[_u(off + o + b)] * H[_u(o + b)]
-                                          + sc[SCALE, b] * lr[_u(off + o + b)], lp[_u(off + o + b)])
+                    sc[KL, b] += _kl_term(lq[u(off + o + b)] * H[u(o + b)]
+                                          + sc[SCALE, b] * lr[u(off + o + b)], lp[u(off + o + b)])
         for b in range(nb):
             r = ps + b
             w = sc[W, b]
-            alpha = sc[QA, b] + lrow[2, _u(r)]
-            o_tp = lrow[4, _u(r)] + sc[SCALE, b] * lrow[8, _u(r)]
-            o_tm = lrow[6, _u(r)] + sc[SCALE, b] * lrow[9, _u(r)]
-            tv = (sc[TV, b] + (abs(o_tp - lrow[5, _u(r)]) + abs(o_tm - lrow[6, _u(r)]))) * 0.5
+            alpha = sc[QA, b] + lrow[2, u(r)]
+            o_tp = lrow[4, u(r)] + sc[SCALE, b] * lrow[8, u(r)]
+            o_tm = lrow[6, u(r)] + sc[SCALE, b] * lrow[9, u(r)]
+            tv = (sc[TV, b] + (abs(o_tp - lrow[5, u(r)]) + abs(o_tm - lrow[6, u(r)]))) * 0.5
             if with_kl:
-                kl = sc[KL, b] + (_kl_term(o_tp, lrow[5, _u(r)]) + _kl_term(o_tm, lrow[6, _u(r)]))
+                kl = sc[KL, b] + (_kl_term(o_tp, lrow[5, u(r)]) + _kl_term(o_tm, lrow[6, u(r)]))
                 sc[KLB, b] += w * (kl if kl > 0.0 else 0.0)
             sc[VALS + 5 + s, b] = w * alpha
             sc[VALS + 5 + g + s, b] = w
             sc[VALS + 5 + 2 * g + s, b] = w * tv
             sc[TOK, b] += w * alpha
             sc[TVB, b] += w * tv
-            sc[EXB, b] += w * (sc[QA, b] - lrow[1, _u(r)])
+            sc[EXB, b] += w * (sc[QA, b] - lrow[1, u(r)])
             sc[TAIL, b] += w if tv > cap else 0.0
-            dc = ldc[_u(r)]
-            sc[W, b] = w * (H[_u(hs + dc * nb + b)] if dc >= 0 else lsx[_u(r)])
+            dc = ldc[u(r)]
+            sc[W, b] = w * (H[u(hs + dc * nb + b)] if dc >= 0 else lsx[u(r)])
     for b in range(nb):
         tok = sc[TOK, b]
         sc[VALS + 0, b] = tok
@@ -153,7 +153,7 @@ def _lanes(S, row, off, nb, g, k, H):
     for b in range(nb):
         for s in range(g):
             for c in range(k):
-                H[_u((s * k + c) * nb + b)] = _clip(S[row, _u(off + (b * g + s) * k + c)])
+                H[u((s * k + c) * nb + b)] = _clip(S[row, u(off + (b * g + s) * k + c)])
 
 
 @njit(cache=True, nogil=True)
