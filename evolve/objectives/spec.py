@@ -48,7 +48,7 @@ standard rule's trajectory):
                       when every alpha is a)
 
 The candidate feature matrix ``X`` has one row per input, in the order of
-``FEATURES`` (opcode = row index, as ``evolve.kernels._run_program`` reads it):
+``FEATURES`` (opcode = row index, as ``evolve.kernels.interpreter.run_program`` reads it):
 rows 0..5 are the v1 inputs, 6..8 ``block_position``, ``p_max``, ``q_max``.
 For candidate x: draft_prob = q(x), target_prob = p(x), top_token_match =
 1.0 iff x is the target's argmax (lowest byte on ties); position, entropies,
