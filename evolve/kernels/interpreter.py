@@ -56,16 +56,14 @@ def _is_binary(op):
 
 
 @njit(inline="always", **KERNEL)
-def _isunary(op):
+def _is_unary(op):
     return (NEG <= op <= SQUARE) or op == NOT
 
 
 @njit(**KERNEL)
 def _binary(op, A, ar, ao, B, br, bo, D, dr, m):
     """D[dr, :m] = op(A[ar, ao:ao+m], B[br, bo:bo+m]); A holds the first argument.
-
-    D's row may be A's or B's row (element-wise, each element read before written).
-    """
+    ``interpret`` never passes a D row that is one of the argument rows."""
     if op == ADD:
         for i in range(m):
             D[dr, i] = A[ar, u(ao + i)] + B[br, u(bo + i)]
@@ -152,7 +150,7 @@ def _source(ops, consts, k, end, X, U, use_u, r0, m, stack, row):
         return X, op, r0, 1, False
     stack[row, 0] = consts[k]
     w = 1
-    while k + w < end and _isunary(ops[k + w]):
+    while k + w < end and _is_unary(ops[k + w]):
         unary(i64(ops[k + w]), stack, i64(row), i64(0), stack, i64(row), i64(1))
         w += 1
     c = stack[row, 0]
@@ -207,7 +205,7 @@ def interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
                 spare = _swap(slot, sp - 1, spare)
                 k += 1
                 continue
-            if _isunary(nxt):
+            if _is_unary(nxt):
                 unary(i64(nxt), A, ar, ao, stack, i64(slot[sp]), m)
                 sp += 1
                 k += 1
@@ -240,7 +238,7 @@ def interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
             spare = _swap(slot, sp - 2, spare)
             sp -= 1
             k += 1
-        elif _isunary(op):
+        elif _is_unary(op):
             unary(i64(op), stack, i64(slot[sp - 1]), i64(0), stack, i64(spare), m)
             spare = _swap(slot, sp - 1, spare)
             k += 1
@@ -254,8 +252,17 @@ def interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
 
 
 @njit(**KERNEL)
+def new_stack(max_stack, width):
+    """The (stack, slot) arrays ``interpret`` needs for programs of depth up to
+    ``max_stack`` over tiles of ``width`` rows: one row more than the depth (the
+    spare row of the renamed slots)."""
+    return (np.empty((max_stack + 1, width), dtype=np.float64),
+            np.empty(max_stack + 1, dtype=np.int64))
+
+
+@njit(**KERNEL)
 def run_program(ops, consts, start, length, X, r0, m, stack, slot):
     """Evaluate one program on rows r0..r0+m of X; returns the stack row holding the
     result. (``interpret`` without precomputed columns, for kernels over other
-    matrices; stack has max_stack + 1 rows, slot as many entries.)"""
+    matrices; stack and slot from ``new_stack``.)"""
     return interpret(ops, consts, start, length, X, X, False, r0, m, stack, slot)

@@ -39,7 +39,7 @@ from numba import njit
 from evolve.objectives import spec
 from evolve.kernels import fixed, threads
 from evolve.kernels.fixed import add_to
-from evolve.kernels.interpreter import OP_CONST, run_program, u
+from evolve.kernels.interpreter import OP_CONST, new_stack, run_program, u
 
 RESIDUAL_EPS = spec.RESIDUAL_EPS
 TAIL_OFF = spec.TAIL_OFF
@@ -173,8 +173,7 @@ def _score_group(p0, p1, ops, consts, starts, lengths, max_stack, X, g, k, tile_
     n_blocks = ldc.shape[0] // g
     width = tile_blocks * g * k
     C = out.shape[1]
-    stack = np.empty((max_stack + 1, width), dtype=np.float64)
-    slot = np.empty(max_stack + 1, dtype=np.int64)
+    stack, slot = new_stack(max_stack, width)
     H = np.empty(width, dtype=np.float64)
     sc = np.empty((VALS + C, tile_blocks), dtype=np.float64)
     acc = np.zeros(((p1 - p0) * C, 2), dtype=np.int64)

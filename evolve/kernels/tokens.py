@@ -18,7 +18,7 @@ from numba import njit
 
 from evolve.kernels import threads
 from evolve.kernels.interpreter import (KERNEL, OP_CONST, PLOG, PSQRT, i64, interpret,
-                                        u, unary)
+                                        new_stack, u, unary)
 from evolve.lang import primitives as P
 from evolve.objectives.metrics import EXPECTED_SCALE, Counts, quantise
 
@@ -80,8 +80,7 @@ def _population_counts(i0, i1, ops, consts, starts, lengths, max_stack, X, U, ra
                        std_q, out):
     """Counts of the programs of work items i0..i1 (CHUNK programs an item)."""
     n = X.shape[1]
-    stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
-    slot = np.empty(max_stack + 1, dtype=np.int64)
+    stack, slot = new_stack(max_stack, TILE)
     acc = np.zeros(6, dtype=np.int64)
     for p in range(i0 * CHUNK, min(starts.shape[0], i1 * CHUNK)):
         acc[:] = 0
@@ -97,8 +96,7 @@ def _population_counts(i0, i1, ops, consts, starts, lengths, max_stack, X, U, ra
 def _population_thresholds(i0, i1, ops, consts, starts, lengths, max_stack, X, U, out):
     """Thresholds of the programs of work items i0..i1 (CHUNK programs an item)."""
     n = X.shape[1]
-    stack = np.empty((max_stack + 1, TILE), dtype=np.float64)
-    slot = np.empty(max_stack + 1, dtype=np.int64)
+    stack, slot = new_stack(max_stack, TILE)
     for p in range(i0 * CHUNK, min(starts.shape[0], i1 * CHUNK)):
         for r0 in range(0, n, TILE):
             m = min(TILE, n - r0)
