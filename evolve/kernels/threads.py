@@ -57,7 +57,8 @@ def run(kernel, n_items: int, *args) -> None:
                 return
             kernel(i, i + 1, *args)
 
-    futures = [_executor(threads - 1).submit(work) for _ in range(threads - 1)]
+    pool = _executor(threads - 1)
+    futures = [pool.submit(work) for _ in range(threads - 1)]
     work()                               # the calling thread works too
     for f in futures:
         f.result()
