@@ -1,5 +1,12 @@
-"""Default locations, all inside the source checkout: the data, the traces, the
-run directories and the heuristics package that write-back updates.
+"""Default locations: the data, the traces, the run directories and the heuristics
+package that write-back updates.
+
+Run from a source checkout (an editable install, as the Makefile makes), the data
+and run directories are the checkout's ``datasets/`` and ``runs/``. Installed from a
+wheel (``pip install .``), the package has no checkout around it: they are then
+``datasets/`` and ``runs/`` of the working directory. The heuristics directory is
+always the folder of the imported ``heuristics`` package, since that is the module
+``evolve benchmark`` imports.
 
 ``EVOLVE_RUNS_DIR`` and ``EVOLVE_HEURISTICS_DIR`` override the last two (tests
 use them to keep the checkout untouched); every command also takes options.
@@ -10,11 +17,19 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def is_checkout(root: Path) -> bool:
+    """Whether ``root`` is this project's source checkout (not site-packages)."""
+    return (root / "pyproject.toml").is_file() and (root / "evolve" / "__init__.py").is_file()
+
+
+ROOT = PACKAGE_ROOT if is_checkout(PACKAGE_ROOT) else Path.cwd()
 DATA_DIR = ROOT / "datasets"
 TRACES_DIR = DATA_DIR / "traces"
 RUNS_DIR = ROOT / "runs"
-HEURISTICS_DIR = ROOT / "heuristics"
+HEURISTICS_DIR = PACKAGE_ROOT / "heuristics"
 RUNS_ENV = "EVOLVE_RUNS_DIR"
 HEURISTICS_ENV = "EVOLVE_HEURISTICS_DIR"
 

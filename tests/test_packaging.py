@@ -1,0 +1,110 @@
+"""A normal, non-editable install works: the wheel holds every package the CLI needs.
+
+The wheel is built from this checkout and installed into a fresh virtualenv outside
+the source tree; the installed ``evolve`` then runs the main commands there, with the
+default locations of an installed package (``runs/`` of the working directory, the
+installed ``heuristics`` package for write-back). Slow: the virtualenv installs the
+core dependencies (from pip's cache when they are there).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _packages_on_disk() -> set[str]:
+    """Dotted names of every package (folder with __init__.py) under evolve/ and heuristics/."""
+    found = set()
+    for top in ("evolve", "heuristics"):
+        for init in (ROOT / top).rglob("__init__.py"):
+            rel = init.parent.relative_to(ROOT)
+            if "__pycache__" not in rel.parts:
+                found.add(".".join(rel.parts))
+    return found
+
+
+def _clean_env() -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("EVOLVE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["NO_COLOR"] = "1"
+    env["COLUMNS"] = "120"
+    return env
+
+
+def _run(cmd, cwd, timeout=600):
+    p = subprocess.run(cmd, cwd=cwd, env=_clean_env(), capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, f"{cmd} exited {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    return p
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    # built from a copy of what the wheel is made of: a build/ folder left in the
+    # checkout by an earlier build would otherwise be packed again, hiding a bad list
+    src = tmp_path_factory.mktemp("src")
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.nbi", "*.nbc", "history",
+                                  ".*.lock")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, src / name)
+    for top in ("evolve", "heuristics"):
+        shutil.copytree(ROOT / top, src / top, ignore=skip)
+    out = tmp_path_factory.mktemp("wheel")
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(src)],
+         cwd=out)
+    (whl,) = out.glob("specevolve-*.whl")
+    return whl
+
+
+@pytest.mark.slow
+def test_wheel_holds_every_package(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    in_wheel = {n.rsplit("/", 1)[0].replace("/", ".") for n in names if n.endswith("/__init__.py")}
+    expected = _packages_on_disk()
+    assert {"evolve.cli", "evolve.kernels", "evolve.data.sources"} <= expected
+    assert expected <= in_wheel, f"missing from the wheel: {sorted(expected - in_wheel)}"
+    # nothing from outside the two packages (tests, benchmarks, data) is shipped
+    tops = {n.split("/", 1)[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"evolve", "heuristics"}
+
+
+@pytest.mark.slow
+def test_non_editable_install_runs_the_main_commands(wheel, tmp_path):
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    py = venv / "bin" / "python"
+    _run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+         cwd=tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    # the installed package, not this checkout, is what runs
+    where = _run([str(py), "-c", "import evolve, heuristics; print(evolve.__file__); "
+                  "print(heuristics.__file__)"], cwd=work).stdout.split()
+    assert all(str(venv) in w and str(ROOT) not in w for w in where), where
+
+    evolve = str(venv / "bin" / "evolve")
+    assert "Usage: evolve" in _run([evolve, "--help"], cwd=work).stdout
+    _run([evolve, "data", "generate", "--out", "d"], cwd=work)
+    assert sorted(p.name for p in (work / "d").iterdir()) == ["test.npz", "train.npz", "valid.npz"]
+    _run([evolve, "run", "--data", "d", "--generations", "3", "--population", "40",
+          "--seed", "1"], cwd=work)
+    (run,) = (work / "runs").iterdir()           # runs/ of the working directory
+    history = (run / "history.jsonl").read_text().splitlines()
+    assert len(history) == 4                     # generations 0..3
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    bench = _run([evolve, "benchmark", "--data", "d"], cwd=work).stdout
+    assert "standard_rejection" in bench and "evolved" in bench
+    # write-back went to the installed heuristics package, never to this checkout
+    installed = Path(where[1]).parent / "evolved.py"
+    assert installed.is_file()
+    assert str(ROOT) not in str(installed)
