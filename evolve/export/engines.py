@@ -7,7 +7,11 @@ decides each drafted token from features computed on the probability tensors,
 and on a rejection the next token is drawn from norm(max(0, p - q)) (from p
 where that residual has no mass). ``install()`` puts it where
 ``GenerationMixin._assisted_decoding`` looks it up,
-``transformers.generation.utils._speculative_sampling``.
+``transformers.generation.utils._speculative_sampling``, a private function whose
+parameters change between releases: ``install()`` reads the installed release's
+signature and installs an adapter with exactly those parameters, or refuses a
+signature it does not know in one line (``tests/test_hf_releases.py`` runs the
+drop-in under transformers 4.56, 5.17 and the newest release).
 
 ``vllm``: the rule over [num_tokens] tensors for the accept line of vLLM's
 rejection sampler (``rejection_random_sample_kernel`` in
@@ -73,11 +77,14 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
 
 
 def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits,
-                         assistant_ensemble_weight=None):
+                         is_done_candidate=False, assistant_ensemble_weight=None):
     """Drop-in for transformers.generation.utils._speculative_sampling: the same
     arguments and return values (valid_tokens [1, n_matches + 1], n_matches); drafted
     tokens are kept while u < threshold, then the next token comes from
-    norm(max(0, p - q)) at the first rejection (from p after the last draft)."""
+    norm(max(0, p - q)) at the first rejection (from p after the last draft). When
+    every draft is kept and the candidate is done (an end-of-sequence token or the
+    maximum length), no token is added, as transformers does. install() calls it
+    with the arguments the installed transformers release passes (SIGNATURES)."""
     if assistant_ensemble_weight is not None:
         raise ValueError("assistant_ensemble_weight: the exported rule replaces the "
                          "acceptance test; leave it unset")
@@ -89,6 +96,12 @@ def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length
     u = torch.rand(candidate_length, dtype=torch.float64, device=p.device)
     is_accepted = accept(u, *(f[name] for name in INPUTS))
     n_matches = ((~is_accepted).cumsum(dim=-1) < 1).sum()
+    STATS["calls"] += 1
+    STATS["candidates"] += int(candidate_length)
+    if is_done_candidate and n_matches == candidate_length:
+        STATS["accepted"] += int(n_matches)
+        n_matches -= 1
+        return new_candidate_input_ids[:, : n_matches + 1], n_matches
     gamma = candidate_logits.shape[1]
     p_n_plus_1 = p[:, n_matches, :]
     if n_matches < gamma:
@@ -102,10 +115,39 @@ def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length
         valid_tokens = torch.cat((new_candidate_input_ids[:, :n_matches], t), dim=-1)
     else:
         valid_tokens = t
-    STATS["calls"] += 1
-    STATS["candidates"] += int(candidate_length)
     STATS["accepted"] += int(n_matches)
     return valid_tokens, n_matches
+
+
+# The parameters of transformers' _speculative_sampling in the releases this module
+# knows: 4.56 to 5.16 pass is_done_candidate; 5.17 adds assistant_ensemble_weight
+# (a keyword); later releases drop is_done_candidate. Each gets an adapter with
+# exactly its parameters, so a call binds as it would to transformers' own function.
+_BASE = ("candidate_input_ids", "candidate_logits", "candidate_length", "new_logits")
+SIGNATURES = {{
+    _BASE + ("is_done_candidate",):
+        lambda ids, logits, n, new, is_done_candidate:
+        speculative_sampling(ids, logits, n, new, is_done_candidate),
+    _BASE + ("is_done_candidate", "assistant_ensemble_weight"):
+        lambda ids, logits, n, new, is_done_candidate, assistant_ensemble_weight=None:
+        speculative_sampling(ids, logits, n, new, is_done_candidate, assistant_ensemble_weight),
+    _BASE + ("assistant_ensemble_weight",):
+        lambda ids, logits, n, new, assistant_ensemble_weight=None:
+        speculative_sampling(ids, logits, n, new, False, assistant_ensemble_weight),
+}}
+
+
+def adapter_for(function):
+    """The drop-in with the parameters of ``function`` (transformers' own
+    _speculative_sampling); ValueError in one line for a signature it does not know."""
+    import inspect
+    import transformers
+    names = tuple(inspect.signature(function).parameters)
+    if names not in SIGNATURES:
+        raise ValueError(f"transformers {{transformers.__version__}}: _speculative_sampling"
+                         f"{{names}} is not a signature this drop-in knows; known: "
+                         + "; ".join(str(k) for k in SIGNATURES))
+    return SIGNATURES[names]
 
 
 def install(prompt_length=0):
@@ -116,10 +158,11 @@ def install(prompt_length=0):
     if not hasattr(generation_utils, "_speculative_sampling"):
         raise RuntimeError("this transformers version has no "
                            "generation.utils._speculative_sampling to replace")
-    if _STATE["previous"] is None:
-        _STATE["previous"] = generation_utils._speculative_sampling
+    original = _STATE["previous"] or generation_utils._speculative_sampling
+    dropin = adapter_for(original)
+    _STATE["previous"] = original
     _STATE["prompt_length"] = int(prompt_length)
-    generation_utils._speculative_sampling = speculative_sampling
+    generation_utils._speculative_sampling = dropin
 
 
 def uninstall():
