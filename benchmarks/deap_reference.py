@@ -8,10 +8,12 @@ What a DEAP user writes from the DEAP tutorials with the same ingredients as
   primitives are numpy functions, constants are Python floats),
 - the same operators and limits: initial trees ``genHalfAndHalf`` heights 1-4,
   ``selDoubleTournament`` (fitness_size 7, parsimony 1.4, fitness first),
-  ``cxOnePoint`` with probability 0.7, mutation with probability 0.25 drawn as in
-  ``Evolution._mutate`` (mutUniform with genFull 0-2 / mutNodeReplacement /
-  mutShrink / mutEphemeral one: 50/20/15/15 %), ``staticLimit`` height 10 and
-  size 60 on both, elitism 2 (the best two by fitness, then size, cloned),
+  ``cxOnePoint`` with probability 0.7 (as ``evolve run``: its node types in the
+  primitive set's order, ``evolve.search.operators.cx_one_point``, since DEAP's
+  set order differs between builds of Python), mutation with probability 0.25
+  drawn as in ``Evolution._mutate`` (mutUniform with genFull 0-2 /
+  mutNodeReplacement / mutShrink / mutEphemeral one: 50/20/15/15 %),
+  ``staticLimit`` height 10 and size 60 on both, elitism 2 (the best two by fitness, then size, cloned),
 - the same fitness: the expected objective (``evolve.objectives.metrics.fitness``
   of the expected counts).
 
@@ -54,6 +56,7 @@ from evolve.data import tokens as data  # noqa: E402
 from evolve.lang import primitives as P  # noqa: E402
 from evolve.objectives import metrics as F  # noqa: E402
 from evolve.runs.paths import DATA_DIR  # noqa: E402
+from evolve.search import operators  # noqa: E402
 
 # The token objectives of `evolve run`: the seed metric on the pre-drawn
 # uniforms, or its expectation (the default).
@@ -120,7 +123,8 @@ def build_toolbox(pset):
     tb.register("compile", gp.compile, pset=pset)
     tb.register("select", tools.selDoubleTournament, fitness_size=TOURNAMENT,
                 parsimony_size=PARSIMONY, fitness_first=True)
-    tb.register("mate", gp.cxOnePoint)
+    tb.register("mate", operators.cx_one_point,
+                types=tuple(dict.fromkeys([*pset.primitives, *pset.terminals])))
     tb.register("expr_mut", gp.genFull, min_=0, max_=2)
 
     def mutate(ind):

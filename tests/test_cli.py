@@ -164,15 +164,28 @@ def tiny_trace_dir(tmp_path_factory):
 
 @pytest.mark.parametrize("objective", ["speed", "speed_kl", "pareto"])
 def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
-    r = invoke("run", "--objective", objective, "--budget-tv", 0.02, "--generations", 3,
-               "--population", 24, "--seed-baselines", "--data", tiny_trace_dir,
-               "--runs-dir", tmp_path, "--name", "t", "--no-writeback", "--json")
+    r = invoke("run", "--objective", objective, "--budget-tv", 0.02, "--budget-kl", 0.01,
+               "--generations", 3, "--population", 24, "--seed", 3, "--seed-baselines",
+               "--data", tiny_trace_dir, "--runs-dir", tmp_path, "--name", "t",
+               "--no-writeback", "--json")
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)
     assert res["writeback"] is None
     champ = json.loads((tmp_path / "t" / "champion.json").read_text())
     assert champ["tv_budget"] == 0.02 and set(champ["metrics"]) == {"train", "valid", "test"}
-    assert champ["metrics"]["valid"]["tv_per_token"] <= 0.02   # seeded standard rule is feasible
+    # What each objective guarantees: the champion is the best tree on valid by the
+    # objective's score, under which a tree within the budget beats every tree over
+    # it, and the seeded standard rule (TV and KL 0) is within it. speed and pareto
+    # (the champion by the speed score) budget TV per token; speed_kl budgets KL per
+    # token (--budget-kl) and leaves TV free: with this seed its champion's valid TV
+    # is above 0.02 on the tiny traces of Python 3.11.7's standard library (the
+    # corpus, so the traces differ between versions of Python).
+    valid = champ["metrics"]["valid"]
+    if objective == "speed_kl":
+        assert champ["kl_budget"] == 0.01 and valid["kl_per_token"] <= 0.01
+    else:
+        assert "kl_budget" not in champ and valid["tv_per_token"] <= 0.02
+    assert valid["tokens_per_call"] > 1.0
     assert set(champ["baselines_tuned_on_valid"]) >= {"standard_rejection", "leniency", "ears"}
     assert not (tmp_path / "t" / "pareto.png").exists()     # drawn by `evolve inspect`
     assert invoke("inspect", "t", "--runs-dir", tmp_path).exit_code == 0

@@ -87,7 +87,10 @@ class Evolution:
                     min_=c.init_min_height, max_=c.init_max_height)
         tb.register("select", tools.selDoubleTournament, fitness_size=c.tournament,
                     parsimony_size=c.parsimony, fitness_first=True)
-        tb.register("mate", gp.cxOnePoint)
+        # DEAP's cxOnePoint with the node types in the primitive set's order, not a
+        # set's (which differs between builds of Python; see operators.cx_one_point)
+        tb.register("mate", operators.cx_one_point,
+                    types=tuple(dict.fromkeys([*self.pset.primitives, *self.pset.terminals])))
         tb.register("expr_mut", gp.genFull, min_=0, max_=2)
         tb.register("mutate", self._mutate)
         for name in ("mate", "mutate"):

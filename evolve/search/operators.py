@@ -6,7 +6,9 @@ The operators are DEAP's own (``genHalfAndHalf``, ``selDoubleTournament``,
 without changing a single draw: a clone that copies the node list instead of
 deep-copying nodes, the size and height limits snapshotting parents instead of
 deep-copying them, remembered tree text, and one more mutation
-(``mut_scale_constant``) for trace objectives.
+(``mut_scale_constant``) for trace objectives. ``cx_one_point`` is
+``cxOnePoint`` with its node types in a fixed order, so that a seed gives the
+same run on every build of Python.
 """
 
 from __future__ import annotations
@@ -81,6 +83,38 @@ def static_limit(max_height: int, max_size: int):
             return new
         return wrapper
     return decorator
+
+
+def cx_one_point(ind1, ind2, types: tuple = (float, bool)):
+    """DEAP's ``gp.cxOnePoint``, draw for draw, except for the order of the node
+    types both trees have: the types are taken in ``types`` order (the primitive
+    set's), then any others by name.
+
+    DEAP draws the crossover's type with ``random.choice(list(set(...)))``. The
+    order of a set of types follows their hashes, that is the addresses of the
+    type objects in the interpreter's binary, so it differs between builds of
+    Python: CPython 3.11.7 lists ``float`` before ``bool``, 3.12.1 ``bool``
+    before ``float``. The same seed then walked different trajectories; with a
+    fixed order it walks the same one on every build (the one DEAP's walks where
+    the set lists the types in the primitive set's order)."""
+    if len(ind1) < 2 or len(ind2) < 2:
+        return ind1, ind2              # no crossover on a single node tree
+    types1: dict = {}
+    types2: dict = {}
+    for idx, node in enumerate(ind1[1:], 1):
+        types1.setdefault(node.ret, []).append(idx)
+    for idx, node in enumerate(ind2[1:], 1):
+        types2.setdefault(node.ret, []).append(idx)
+    common = [t for t in types if t in types1 and t in types2]
+    common += sorted((t for t in types1 if t in types2 and t not in types), key=repr)
+    if common:
+        type_ = random.choice(common)
+        index1 = random.choice(types1[type_])
+        index2 = random.choice(types2[type_])
+        slice1 = ind1.searchSubtree(index1)
+        slice2 = ind2.searchSubtree(index2)
+        ind1[slice1], ind2[slice2] = ind2[slice2], ind1[slice1]
+    return ind1, ind2
 
 
 def _choice_index(n: int) -> int:
