@@ -16,7 +16,9 @@ from evolve.cli.common import friendly_errors, need, term
               help="Rows per shard (rounded down to whole blocks); required unless --verify.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Where the sharded splits go (default: DIRECTORY/shards).")
-@click.option("--force", is_flag=True, help="Replace sharded splits already at --out.")
+@click.option("--force", is_flag=True,
+              help="Replace sharded splits already at --out (the previous ones are kept in "
+                   "--out/previous/; anything else there is never replaced).")
 @click.option("--verify", is_flag=True,
               help="Only validate an existing sharded set at DIRECTORY (manifests, "
                    "checksums, every row).")
@@ -35,13 +37,12 @@ def data_shard(directory, rows_per_shard, out, force, verify):
     need(rows_per_shard is not None and rows_per_shard >= 1, "--rows-per-shard", rows_per_shard,
          "a whole number >= 1")
     out = Path(out) if out else Path(directory) / "shards"
-    if shards.is_sharded(out) and not force:
-        from evolve.data.tokens import DataError
-        raise DataError(f"{out}: holds sharded splits; pass --force to replace them")
+    replaced = shards.check_out(out, force)      # refused before anything is written
     t0 = time.perf_counter()
-    done = shards.shard_dir(directory, out, rows_per_shard)
+    done = shards.shard_dir(directory, out, rows_per_shard, force=force)
     for name, n in done.items():
-        tm.note(f"{out / name}: {n} shards")
+        tm.note(f"{shards.shown(out / name)}: {n} shards")
+    kept_note(out, replaced)
     tm.note(f"done in {time.perf_counter() - t0:.1f} s")
 
 
@@ -49,12 +50,19 @@ def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
     """``evolve data trace --rows-per-shard N``: build the traces straight into shards."""
     from evolve.data import shards
     from evolve.data.sources import ngram
-    from evolve.data.tokens import DataError
     need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
-    if shards.is_sharded(out) and not force:
-        raise DataError(f"{out}: holds sharded splits; pass --force to overwrite")
+    replaced = shards.check_out(out, force)      # refused before anything is written
     tm = term()
     t0 = time.perf_counter()
     done = ngram.build_splits_sharded(cfg, out, rows_per_shard, progress=tm.note)
-    tm.note(f"{out}: {sum(done.values()):,} rows in shards of {rows_per_shard:,}; "
-            f"done in {time.perf_counter() - t0:.1f} s")
+    tm.note(f"{shards.shown(out)}: {sum(done.values()):,} rows in shards of "
+            f"{rows_per_shard:,}; done in {time.perf_counter() - t0:.1f} s")
+    kept_note(out, replaced)
+
+
+def kept_note(out: Path, replaced: list) -> None:
+    """Where --force kept the shard sets it replaced."""
+    from evolve.data import shards
+    if replaced:
+        term().note(f"{', '.join(replaced)}: the previous shards are kept in "
+                    f"{shards.shown(Path(out) / shards.PREVIOUS)}")

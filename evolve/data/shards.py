@@ -21,18 +21,41 @@ blocks, in order: the shards of a split, concatenated, are the split.
 shard, the checksum, read in 16 MiB pieces) and every schema-v2 invariant of
 each shard in turn (``traces.validate`` on the mapped columns); it never holds
 more than one shard's temporaries and never reads a whole split into memory.
-Errors are DataError naming the file, the field and the row or value.
-Shards are written into a temporary directory renamed into place, so a split
-directory is complete or absent.
+Errors are DataError naming the file, the field and the row or value; names
+that are not printable (a newline in a directory name) are shown escaped, so
+an error stays one line.
+
+Nothing under a shard set is trusted: ``manifest.json`` is read by the
+project's one JSON reader (``evolve.runs.jsonio``: a size cap, a depth limit,
+finite numbers only) and every field is type-checked; a column is a regular
+file (never a symbolic link) whose ``.npy`` header is parsed and checked (a
+plain numeric dtype, C order, a shape whose bytes are exactly what the file
+holds) before it is mapped, so a damaged column is one DataError, never a
+NumPy exception.
+
+Writing never deletes what this module did not write. Shards are written into
+a temporary directory (``.<split>.evolve-shards-tmp.XXXXXXXX``, holding a lock
+file its writer keeps locked) renamed into place, so a split directory is
+complete or absent. What is at the split's path is replaced only when it is
+absent, an empty directory, or a shard set (a manifest and shard directories
+of ``.npy`` columns, nothing else); a shard set replaced is kept in
+``previous/<split>-<sha256 of its manifest>/`` beside it. Anything else is
+refused (``check_out`` refuses it before anything is written). Temporary
+directories left by a killed writer (their lock no longer held) are removed
+by the next writer of the same split.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,11 +63,27 @@ import numpy as np
 
 from evolve.data import traces as T
 from evolve.data.tokens import DataError
+from evolve.runs import jsonio
 
 FORMAT = "evolve-trace-shards"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 CHUNK = 16 << 20
+PREVIOUS = "previous"              # replaced shard sets are kept here (see module doc)
+TMP_TAG = "evolve-shards-tmp"      # temporary split directories: .<split>.<TMP_TAG>.XXXXXXXX
+LOCK = ".writer.lock"              # in a temporary directory, locked by its live writer
+STALE_EMPTY_S = 60                 # an unlocked empty temporary directory older than this
+SHARD_NAME = re.compile(r"shard-[0-9]{5,9}")
+SHA256 = re.compile(r"[0-9a-f]{64}")
+MAX_META = 1 << 20                 # bound of block_size, top_k, context_len (as traces)
+NPY_KINDS = "biuf"                 # column dtypes: bool, integers, floats (no objects)
+MAX_NPY_HEADER = 10_000
+
+
+def shown(path) -> str:
+    """A path or name for a one-line message: as is when printable, else escaped."""
+    text = os.fspath(path) if isinstance(path, os.PathLike) else str(path)
+    return text if text.isprintable() else ascii(text)
 
 
 def is_sharded(directory: str | os.PathLike) -> bool:
@@ -80,8 +119,180 @@ def write_shard(directory: Path, columns: dict) -> dict:
     return {"dir": directory.name, "rows": int(columns["draft_prob"].shape[0]), "columns": cols}
 
 
+def _lstat(path: Path):
+    try:
+        return os.lstat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _is_dir(st) -> bool:
+    return st is not None and stat.S_ISDIR(st.st_mode)
+
+
+def _is_file(st) -> bool:
+    return st is not None and stat.S_ISREG(st.st_mode)
+
+
+def is_shard_set(directory: str | os.PathLike) -> bool:
+    """Whether ``directory`` (not a symbolic link) is what a writer of this module
+    leaves: a readable manifest of this format, shard directories holding only
+    column files, and nothing else (so replacing it loses nothing of anyone else's)."""
+    d = Path(directory)
+    if not _is_dir(_lstat(d)):
+        return False
+    try:
+        names = os.listdir(d)
+        if not _is_file(_lstat(d / MANIFEST)):
+            return False
+        for name in names:
+            if name in (MANIFEST, LOCK):
+                continue
+            if not (SHARD_NAME.fullmatch(name) and _is_dir(_lstat(d / name))):
+                return False
+            fields = {f"{f}.npy" for f in T.ALL_FIELDS}
+            for inner in os.listdir(d / name):
+                if inner not in fields or not _is_file(_lstat(d / name / inner)):
+                    return False
+        m = jsonio.read_json(d / MANIFEST, "shard manifest", DataError)
+    except (OSError, DataError):
+        return False
+    return isinstance(m, dict) and m.get("format") == FORMAT
+
+
+def _state(path: Path) -> str:
+    """What is at a split's path: absent, empty (directory), shards, or other."""
+    st = _lstat(path)
+    if st is None:
+        return "absent"
+    if _is_dir(st):
+        try:
+            if not os.listdir(path):
+                return "empty"
+        except OSError:
+            return "other"
+        if is_shard_set(path):
+            return "shards"
+    return "other"
+
+
+def _foreign(path: Path) -> DataError:
+    st = _lstat(path)
+    what = ("a symbolic link" if st is not None and stat.S_ISLNK(st.st_mode) else
+            "a directory holding other files, or a damaged shard set" if _is_dir(st) else
+            "a file")
+    return DataError(f"{shown(path)}: exists and is not a set of shards written by `evolve "
+                     f"data shard` ({what}); refusing to replace it: move it away or choose "
+                     "another --out")
+
+
+def check_out(out: str | os.PathLike, force: bool, splits=T.SPLITS) -> list:
+    """Before anything is written to ``out``: the splits whose shard sets will be
+    replaced (kept in ``out/previous/``). A split path holding anything else (a
+    file, a link, a directory that is not a shard set) is refused, ``force`` or
+    not; shard sets are refused without ``force``."""
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise DataError(f"{shown(out)}: --out is not a directory")
+    replace = []
+    for s in splits:
+        state = _state(out / s)
+        if state == "other":
+            raise _foreign(out / s)
+        if state == "shards":
+            replace.append(s)
+    if replace and not force:
+        raise DataError(f"{shown(out / replace[0])}: holds sharded splits; pass --force to "
+                        f"replace them (the previous ones are kept in "
+                        f"{shown(out / PREVIOUS)})")
+    prev = _lstat(out / PREVIOUS)
+    if replace and prev is not None and not _is_dir(prev):
+        raise DataError(f"{shown(out / PREVIOUS)}: exists and is not a directory (replaced "
+                        "shards are kept there)")
+    return replace
+
+
+def _tmp_pattern(name: str) -> re.Pattern:
+    return re.compile(re.escape(f".{name}.{TMP_TAG}.") + r"[a-z0-9_]{8}")
+
+
+def clean_leftovers(out: str | os.PathLike) -> list:
+    """Remove the temporary directories that killed writers of split ``out`` left
+    beside it: only names of this module's own pattern, and only when their lock
+    is free (its writer is gone) or, with no lock file, when empty and stale.
+    Returns the paths removed."""
+    out = Path(out)
+    pattern = _tmp_pattern(out.name)
+    removed = []
+    try:
+        entries = list(os.scandir(out.parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not pattern.fullmatch(entry.name) or not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        try:
+            fd = os.open(path / LOCK, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:          # a writer that was killed before its lock
+            try:
+                if (not os.listdir(path)
+                        and time.time() - os.lstat(path).st_mtime > STALE_EMPTY_S):
+                    os.rmdir(path)
+                    removed.append(path)
+            except OSError:
+                pass
+            continue
+        except OSError:
+            continue
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:                # its writer is alive
+                continue
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+        finally:
+            os.close(fd)
+    return removed
+
+
+def keep_previous(out: Path) -> Path:
+    """Move the shard set at ``out`` to ``<parent>/previous/<name>-<sha256 of its
+    manifest, 16 digits>`` (a rename: nothing is copied or deleted)."""
+    raw = jsonio.read_capped(out / MANIFEST, "shard manifest", jsonio.MAX_JSON_BYTES,
+                             DataError, where=shown(out / MANIFEST))
+    prev = out.parent / PREVIOUS
+    prev.mkdir(exist_ok=True)
+    base = f"{out.name}-{hashlib.sha256(raw).hexdigest()[:16]}"
+    kept, i = prev / base, 1
+    while os.path.lexists(kept):
+        kept, i = prev / f"{base}-{i}", i + 1
+    os.rename(out, kept)
+    return kept
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 class SplitWriter:
-    """Writes a sharded split piece by piece (whole blocks), then commits it atomically."""
+    """Writes a sharded split piece by piece (whole blocks), then commits it atomically.
+
+    The shards go to a temporary directory beside ``out`` (see the module doc);
+    ``commit`` moves it into place, keeping a shard set that was there in
+    ``previous/`` and refusing anything else that was there."""
 
     def __init__(self, out: str | os.PathLike, meta: dict, rows_per_shard: int):
         self.out = Path(out)
@@ -89,10 +300,20 @@ class SplitWriter:
         g = int(self.meta["block_size"])
         self.rows_per_shard = max(g, rows_per_shard // g * g)
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.", dir=self.out.parent))
+        clean_leftovers(self.out)
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.{TMP_TAG}.",
+                                         dir=self.out.parent))
+        self._lock = os.open(self.tmp / LOCK, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         self.entries: list[dict] = []
         self.pending: list[dict] = []
         self.pending_rows = 0
+        self.kept: Path | None = None
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            os.close(self._lock)
+            self._lock = None
 
     def add(self, columns: dict) -> None:
         """Append rows (a dict of schema-v2 columns, whole blocks)."""
@@ -115,18 +336,31 @@ class SplitWriter:
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
                     "schema_version": T.FORMAT_VERSION, "meta": self.meta,
                     "rows": sum(e["rows"] for e in self.entries), "shards": self.entries}
-        (self.tmp / MANIFEST).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-        old = None
-        if self.out.exists():      # moved aside first: the split is the old or the new one
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old.", dir=self.out.parent))
-            os.replace(self.out, old / "split")
-        os.replace(self.tmp, self.out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        with open(self.tmp / MANIFEST, "w", encoding="utf-8") as fh:
+            fh.write(json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        state = _state(self.out)
+        if state == "other":               # never replace what this module did not write
+            raise _foreign(self.out)
+        if state == "shards":              # kept aside: the split is the old or the new one
+            self.kept = keep_previous(self.out)
+        elif state == "empty":
+            os.rmdir(self.out)             # fails, deleting nothing, should it fill meanwhile
+        os.rename(self.tmp, self.out)      # fails should anything appear at out meanwhile
+        self.tmp = self.out
+        try:
+            os.unlink(self.out / LOCK)
+        except OSError:
+            pass
+        self._release()
+        _fsync_dir(self.out.parent)
         return self.out
 
     def abort(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp != self.out:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        self._release()
 
 
 def write_split(ts: T.TraceSplit, out: str | os.PathLike, rows_per_shard: int) -> Path:
@@ -189,46 +423,164 @@ class ShardedSplit:
         return T.TraceSplit(cols, dict(self.meta, source=str(self.directory)), self.name)
 
 
-def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSplit:
-    """A shard's columns memory-mapped read-only (no validation: see ``open_split``)."""
+def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
+    """Column ``f`` of a shard, memory-mapped read-only, after checking that the file
+    is a regular file (not a link) holding exactly one plain numeric C-order array:
+    the .npy header is parsed here and the bytes it declares must be the bytes the
+    file holds. Any other file is a DataError naming it and the field."""
     path = Path(path)
-    cols = {}
-    for f in T.ALL_FIELDS:
+    where = f"{shown(path)}: field '{f}'"
+    st = _lstat(path)
+    if st is None:
+        raise DataError(f"{where} is missing")
+    if stat.S_ISLNK(st.st_mode):
+        raise DataError(f"{where} is a symbolic link (shards hold regular files only)")
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError(f"{where} is not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise DataError(f"{where} cannot be read ({e.strerror or e})") from None
+    with os.fdopen(fd, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise DataError(f"{where} is not a regular file")
+        if size == 0:
+            raise DataError(f"{where} is an empty file (expected a .npy array)")
         try:
-            cols[f] = np.load(path / f"{f}.npy", mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise DataError(f"{path / (f + '.npy')}: field '{f}' cannot be read "
-                            f"({type(e).__name__}: {e})") from None
+            version = np.lib.format.read_magic(fh)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(
+                    fh, max_header_size=MAX_NPY_HEADER)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(
+                    fh, max_header_size=MAX_NPY_HEADER)
+            else:
+                raise ValueError(f"unsupported .npy version {version}")
+        except Exception as e:             # noqa: BLE001 (any header NumPy refuses)
+            raise DataError(f"{where} is not a .npy array ({jsonio.first_line(e)[:120]})") \
+                from None
+        offset = fh.tell()
+    if dtype.hasobject or dtype.kind not in NPY_KINDS or dtype.fields or dtype.subdtype:
+        raise DataError(f"{where} has dtype {str(dtype)[:40]!r}; a column is a plain "
+                        "bool, integer or float array")
+    if fortran:
+        raise DataError(f"{where} is stored in Fortran order; expected C order")
+    if not (1 <= len(shape) <= 2 and all(type(x) is int and x >= 0 for x in shape)):
+        raise DataError(f"{where} has shape {str(shape)[:60]}; expected 1 or 2 "
+                        "non-negative dimensions")
+    count = 1
+    for x in shape:
+        count *= x
+    if offset + count * dtype.itemsize != size:
+        raise DataError(f"{where}: the header declares {dtype.str} {list(shape)} "
+                        f"({count * dtype.itemsize} bytes), the file holds {size - offset}")
+    if count == 0:
+        return np.zeros(shape, dtype)
+    try:
+        return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="C")
+    except (OSError, ValueError, OverflowError, MemoryError) as e:
+        raise DataError(f"{where} cannot be mapped ({type(e).__name__}: "
+                        f"{jsonio.first_line(e)[:120]})") from None
+
+
+def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSplit:
+    """A shard's columns memory-mapped read-only (each column file checked by
+    ``read_column``; the rows are validated by ``open_split``)."""
+    path = Path(path)
+    st = _lstat(path)
+    if st is not None and stat.S_ISLNK(st.st_mode):
+        raise DataError(f"{shown(path)}: the shard directory is a symbolic link (shards "
+                        "hold regular files only)")
+    if not _is_dir(st):
+        raise DataError(f"{shown(path)}: the shard directory is missing")
+    cols = {f: read_column(path / f"{f}.npy", f) for f in T.ALL_FIELDS}
     return T.TraceSplit(cols, dict(meta, source=str(path)), name)
 
 
+def _whole(v, lo: int = 0, hi: int | None = None) -> bool:
+    return type(v) is int and v >= lo and (hi is None or v <= hi)
+
+
 def _manifest(directory: Path) -> dict:
+    """The manifest of a split directory, read by ``jsonio`` and every field checked."""
     src = directory / MANIFEST
-    if not src.is_file():
-        raise DataError(f"{src}: file not found (not a sharded split)")
-    try:
-        m = json.loads(src.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise DataError(f"{src}: not readable JSON ({type(e).__name__})") from None
+    where = shown(src)
+    st = _lstat(src)
+    if st is None:
+        raise DataError(f"{where}: file not found (not a sharded split)")
+    if stat.S_ISLNK(st.st_mode):
+        raise DataError(f"{where}: the manifest is a symbolic link (shards hold regular "
+                        "files only)")
+    m = jsonio.read_json(src, "shard manifest", DataError, where=where)
     if not isinstance(m, dict) or m.get("format") != FORMAT:
-        raise DataError(f"{src}: field 'format' is not {FORMAT!r}")
+        raise DataError(f"{where}: field 'format' is not {FORMAT!r}")
     for key, want in (("format_version", FORMAT_VERSION), ("schema_version", T.FORMAT_VERSION)):
-        if m.get(key) != want:
-            raise DataError(f"{src}: field '{key}' is {m.get(key)!r}, expected {want}")
+        if type(m.get(key)) is not int or m.get(key) != want:
+            raise DataError(f"{where}: field '{key}' is {m.get(key)!r:.40}, expected {want}")
+    unknown = sorted(set(m) - {"format", "format_version", "schema_version", "meta", "rows",
+                               "shards"})
+    if unknown:
+        raise DataError(f"{where}: unknown field {unknown[0]!r:.60}")
     meta, shards, rows = m.get("meta"), m.get("shards"), m.get("rows")
     if not isinstance(meta, dict) or not isinstance(shards, list) or not shards:
-        raise DataError(f"{src}: fields 'meta' (an object) and 'shards' (a non-empty list) "
+        raise DataError(f"{where}: fields 'meta' (an object) and 'shards' (a non-empty list) "
                         "are required")
-    if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
-        raise DataError(f"{src}: field 'rows' must be a whole number, got {rows!r}")
+    if not _whole(rows):
+        raise DataError(f"{where}: field 'rows' must be a whole number, got {rows!r:.40}")
+    g = meta.get("block_size")
+    if not _whole(g, 1, MAX_META):
+        raise DataError(f"{where}: field 'meta.block_size' must be a whole number "
+                        f"1..{MAX_META}, got {g!r:.40}")
+    for key in ("top_k", "context_len"):
+        if not _whole(meta.get(key), 0, MAX_META):
+            raise DataError(f"{where}: field 'meta.{key}' must be a whole number "
+                            f"0..{MAX_META}, got {meta.get(key)!r:.40}")
+    if "vocab_size" in meta and not _whole(meta["vocab_size"], 2):
+        raise DataError(f"{where}: field 'meta.vocab_size' must be a whole number >= 2, "
+                        f"got {meta['vocab_size']!r:.40}")
+    fields = set(T.ALL_FIELDS)
+    seen = set()
     for i, e in enumerate(shards):
-        if not (isinstance(e, dict) and isinstance(e.get("dir"), str)
-                and isinstance(e.get("rows"), int) and isinstance(e.get("columns"), dict)
-                and "/" not in e["dir"] and e["dir"] not in ("", ".", "..")):
-            raise DataError(f"{src}: shard {i}: expected an object with dir, rows, columns")
+        at = f"{where}: shard {i}"
+        if not (isinstance(e, dict) and set(e) == {"dir", "rows", "columns"}):
+            raise DataError(f"{at}: expected an object with exactly dir, rows, columns")
+        d, n, cols = e["dir"], e["rows"], e["columns"]
+        if not (isinstance(d, str) and SHARD_NAME.fullmatch(d)):
+            raise DataError(f"{at}: field 'dir' is {d!r:.60}, expected a name shard-NNNNN")
+        if d in seen:
+            raise DataError(f"{at}: field 'dir' {d!r} is listed twice")
+        seen.add(d)
+        if not _whole(n):
+            raise DataError(f"{at} ({d}): field 'rows' must be a whole number, got {n!r:.40}")
+        if n == 0:
+            raise DataError(f"{at} ({d}): has 0 rows; a shard holds at least one block "
+                            f"({g} rows) and the writer never writes an empty one")
+        if n % g:
+            raise DataError(f"{at} ({d}): {n} rows is not a whole number of blocks of {g}")
+        if not isinstance(cols, dict):
+            raise DataError(f"{at} ({d}): field 'columns' must be an object")
+        extra = sorted(set(cols) - fields, key=str)
+        if extra:
+            raise DataError(f"{at} ({d}): unknown column {extra[0]!r:.60}")
+        for f, c in cols.items():
+            cat = f"{at} ({d}): column '{f}'"
+            if not (isinstance(c, dict) and set(c) == {"dtype", "shape", "sha256"}):
+                raise DataError(f"{cat}: expected an object with exactly dtype, shape, sha256")
+            if not (isinstance(c["dtype"], str) and len(c["dtype"]) <= 8):
+                raise DataError(f"{cat}: field 'dtype' is {c['dtype']!r:.40}, expected a "
+                                "NumPy dtype string such as '<f8'")
+            shape = c["shape"]
+            if not (isinstance(shape, list) and 1 <= len(shape) <= 2
+                    and all(_whole(x) for x in shape)):
+                raise DataError(f"{cat}: field 'shape' is {shape!r:.60}, expected 1 or 2 "
+                                "whole numbers")
+            if not (isinstance(c["sha256"], str) and SHA256.fullmatch(c["sha256"])):
+                raise DataError(f"{cat}: field 'sha256' is {c['sha256']!r:.80}, expected 64 "
+                                "hex digits")
     total = sum(e["rows"] for e in shards)
     if total != rows:
-        raise DataError(f"{src}: field 'rows' is {rows}, but the shards hold {total} rows")
+        raise DataError(f"{where}: field 'rows' is {rows}, but the shards hold {total} rows")
     return m
 
 
@@ -236,40 +588,51 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
     """Open and validate (once) a sharded split directory; see the module docstring."""
     directory = Path(directory)
     m = _manifest(directory)
-    src = str(directory / MANIFEST)
+    src = shown(directory / MANIFEST)
     meta = dict(m["meta"])
     schema = None
     for i, e in enumerate(m["shards"]):
         sdir = directory / e["dir"]
+        st = _lstat(sdir)
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise DataError(f"{shown(sdir)}: the shard directory is a symbolic link (shards "
+                            "hold regular files only)")
+        if not _is_dir(st):
+            raise DataError(f"{shown(sdir)}: the shard directory is missing")
         n = e["rows"]
         for f in T.ALL_FIELDS:
             path = sdir / f"{f}.npy"
+            where = shown(path)
             want = e["columns"].get(f)
             if not isinstance(want, dict):
                 raise DataError(f"{src}: shard {e['dir']}: field '{f}' is not in the manifest")
-            if not path.is_file():
-                raise DataError(f"{path}: field '{f}' is missing")
-            a = np.load(path, mmap_mode="r", allow_pickle=False)
-            if a.dtype.str != want.get("dtype") or list(a.shape) != want.get("shape"):
-                raise DataError(f"{path}: field '{f}' is {a.dtype.str} {list(a.shape)}, the "
-                                f"manifest says {want.get('dtype')} {want.get('shape')}")
+            a = read_column(path, f)
+            if a.dtype.str != want["dtype"] or list(a.shape) != want["shape"]:
+                raise DataError(f"{where}: field '{f}' is {a.dtype.str} {list(a.shape)}, the "
+                                f"manifest says {want['dtype']} {want['shape']}")
             if a.shape[0] != n:
-                raise DataError(f"{path}: field '{f}' has {a.shape[0]} rows, the manifest "
+                raise DataError(f"{where}: field '{f}' has {a.shape[0]} rows, the manifest "
                                 f"says {n}")
             kind = (a.dtype.str, list(a.shape[1:]))
             if schema is not None and schema[f] != kind:
-                raise DataError(f"{path}: field '{f}' is {kind[0]} {kind[1]} per row, shard "
+                raise DataError(f"{where}: field '{f}' is {kind[0]} {kind[1]} per row, shard "
                                 f"{m['shards'][0]['dir']} has {schema[f][0]} {schema[f][1]} "
                                 "(mismatched shard schemas)")
-            if check and digest(path) != want.get("sha256"):
-                raise DataError(f"{path}: field '{f}': checksum differs from the manifest "
-                                "(the file changed or is corrupt)")
+            if check:
+                try:
+                    same = digest(path) == want["sha256"]
+                except OSError as err:
+                    raise DataError(f"{where}: field '{f}' cannot be read "
+                                    f"({err.strerror or err})") from None
+                if not same:
+                    raise DataError(f"{where}: field '{f}': checksum differs from the manifest "
+                                    "(the file changed or is corrupt)")
         if schema is None:
             schema = {f: (e["columns"][f]["dtype"], e["columns"][f]["shape"][1:])
                       for f in T.ALL_FIELDS}
         if check:
             ts = map_shard(sdir, meta, name)
-            T.validate(ts, str(sdir))
+            T.validate(ts, shown(sdir))
     return ShardedSplit(directory, meta, m["rows"], list(m["shards"]), name or directory.name)
 
 
@@ -291,14 +654,17 @@ def load_splits(directory: str | os.PathLike, splits=T.SPLITS) -> dict:
 
 
 def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: int,
-              splits=T.SPLITS) -> dict:
-    """Shard the .npz trace splits of ``src`` into ``out``; split -> number of shards."""
+              splits=T.SPLITS, force: bool = False) -> dict:
+    """Shard the .npz trace splits of ``src`` into ``out``; split -> number of shards.
+    Shard sets already at ``out`` are replaced only with ``force`` (and kept in
+    ``out/previous/``); anything else there is refused (``check_out``)."""
     src, out = Path(src), Path(out)
     if rows_per_shard < 1:
         raise DataError(f"--rows-per-shard: {rows_per_shard!r} is invalid; expected >= 1")
     for s in splits:                       # every split readable before anything is written
         if not T.is_trace_file(src / f"{s}.npz"):
             T.load(src / f"{s}.npz", name=s)     # raises the precise DataError
+    check_out(out, force, splits)
     done = {}
     for s in splits:                       # one split in memory at a time
         write_split(T.load(src / f"{s}.npz", name=s), out / s, rows_per_shard)

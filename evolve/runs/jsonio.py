@@ -35,33 +35,39 @@ class JsonError(ValueError):
     """Unreadable or unacceptable JSON; one line naming the file."""
 
 
-def check_regular(path: str | os.PathLike, what: str, error=JsonError) -> int:
-    """Size of ``path`` if it is a regular file (symlinks followed); else ``error``."""
+def check_regular(path: str | os.PathLike, what: str, error=JsonError, *,
+                  where: str | None = None) -> int:
+    """Size of ``path`` if it is a regular file (symlinks followed); else ``error``.
+    ``where`` names the file in messages (default: the path as given)."""
+    name = path if where is None else where
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        raise error(f"{path}: {what} not found") from None
+        raise error(f"{name}: {what} not found") from None
     except OSError as e:
-        raise error(f"{path}: cannot read {what} ({e.strerror or e})") from None
+        raise error(f"{name}: cannot read {what} ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):
-        raise error(f"{path}: {what} is not a regular file")
+        raise error(f"{name}: {what} is not a regular file")
     return st.st_size
 
 
-def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, read with that cap."""
-    size = check_regular(path, what, error)
+def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError, *,
+                where: str | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read with that cap.
+    ``where`` names the file in messages (default: the path as given)."""
+    size = check_regular(path, what, error, where=where)
+    name = path if where is None else where
     if size > limit:
-        raise error(f"{path}: {what} is {size} bytes, larger than {limit}")
+        raise error(f"{name}: {what} is {size} bytes, larger than {limit}")
     try:
         # O_NONBLOCK: should the file be swapped for a FIFO after the check, open
         # returns at once instead of waiting for a writer
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as e:
-        raise error(f"{path}: cannot read {what} ({e.strerror or e})") from None
+        raise error(f"{name}: cannot read {what} ({e.strerror or e})") from None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise error(f"{path}: {what} is not a regular file")
+            raise error(f"{name}: {what} is not a regular file")
         chunks, total = [], 0
         while True:
             chunk = os.read(fd, min(1 << 20, limit + 1 - total))
@@ -70,9 +76,9 @@ def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError)
             chunks.append(chunk)
             total += len(chunk)
             if total > limit:
-                raise error(f"{path}: {what} is larger than {limit} bytes")
+                raise error(f"{name}: {what} is larger than {limit} bytes")
     except OSError as e:
-        raise error(f"{path}: cannot read {what} ({e.strerror or e})") from None
+        raise error(f"{name}: cannot read {what} ({e.strerror or e})") from None
     finally:
         os.close(fd)
     return b"".join(chunks)
@@ -137,10 +143,11 @@ def loads(text: str | bytes, where: str, what: str = "JSON", error=JsonError,
 
 
 def read_json(path: str | os.PathLike, what: str, error=JsonError,
-              limit: int = MAX_JSON_BYTES):
-    """A JSON file: regular, at most ``limit`` bytes, parsed by ``loads``."""
-    data = read_capped(Path(path), what, limit, error)
-    return loads(data, str(path), what, error)
+              limit: int = MAX_JSON_BYTES, *, where: str | None = None):
+    """A JSON file: regular, at most ``limit`` bytes, parsed by ``loads``.
+    ``where`` names the file in messages (default: the path as given)."""
+    data = read_capped(Path(path), what, limit, error, where=where)
+    return loads(data, str(path) if where is None else where, what, error)
 
 
 def first_line(e: BaseException) -> str:
