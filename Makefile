@@ -13,13 +13,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-fast test-slow bench bench-smoke data traces results results-neural neural-pair neural-traces install clean
+.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
-	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster,docs]'
 	$(BIN)/python -m pip install --quiet --no-deps '$(PYOPERON)'
 	touch $(STAMP)
 
@@ -44,6 +44,10 @@ bench: $(STAMP)
 bench-smoke: $(STAMP)
 	$(BIN)/python benchmarks/speed.py --smoke
 
+# The documentation site, built strictly (a broken link or API reference fails), into site/
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 data: $(STAMP)
 	$(BIN)/evolve data generate --force
 
@@ -51,14 +55,14 @@ traces: $(STAMP)
 	$(BIN)/evolve data trace
 
 results: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --readme
+	$(BIN)/python benchmarks/trace_results.py --page
 
 # The same on the neural pair's traces (after `make neural-pair neural-traces`; about an
 # hour on 2 cores, most of it free-running decoding with the Hugging Face models)
 results-neural: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
 		--variants plain p99 --prompts 4096 --out benchmarks/neural_trace_results.json \
-		--runs-dir runs/neural-trace-results --section neural-results --readme
+		--runs-dir runs/neural-trace-results --section neural-results --page
 
 # A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about
 # 9.5 minutes of CPU, 28 minutes wall on 2 shared cores), and traces recorded from them

@@ -18,7 +18,7 @@ estimate from free-running (per rule and per margin, paired by sequence, with
 standard errors by sequence). Writes the figures to --out. Usage:
 
     python benchmarks/trajectory_gap.py [--prompts 8192] [--quick]
-        [--results benchmarks/trace_results.json] [--out benchmarks/trajectory_gap.json] [--readme]
+        [--results benchmarks/trace_results.json] [--out benchmarks/trajectory_gap.json] [--page]
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from evolve.objectives import trajectory as TR  # noqa: E402
 from evolve.rules import headroom, tuning  # noqa: E402
 from evolve.rules.adapters import TreeRule  # noqa: E402
 from evolve.runs import paths  # noqa: E402
-from trace_results import write_readme  # noqa: E402  (benchmarks/, the script's directory)
+from trace_results import write_page  # noqa: E402  (benchmarks/, the script's directory)
 
 REFERENCE = "leniency (tuned)"
 
@@ -88,8 +88,8 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=Path, default=paths.RUNS_DIR / "trajectory-gap" / "traces")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "trajectory_gap.json")
     ap.add_argument("--quick", action="store_true", help="tiny traces (a smoke test)")
-    ap.add_argument("--readme", action="store_true",
-                    help="write the tables between README.md's trajectory-gap markers")
+    ap.add_argument("--page", "--readme", dest="page", action="store_true",
+                    help="write the tables between docs/results.md's trajectory-gap markers")
     a = ap.parse_args(argv)
     if a.quick:
         a.prompts = min(a.prompts, 64)
@@ -134,8 +134,8 @@ def main(argv=None) -> int:
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(markdown(doc))
     print(f"{a.out}: written ({doc['seconds']} s)", file=sys.stderr)
-    if a.readme:
-        write_readme(doc, "trajectory-gap", markdown)
+    if a.page:
+        write_page(doc, "trajectory-gap", markdown)
     return 0
 
 
