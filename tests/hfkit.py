@@ -14,8 +14,9 @@ DRAFT = {"n_layer": 1, "n_embd": 32, "n_head": 2}
 
 
 def save_model(path: Path, seed: int, dims: dict, vocab: int = VOCAB, ids: dict | None = None,
-               n_positions: int = 256, init: float = 0.15) -> Path:
-    """A random-init GPT-2 LM and a byte tokenizer, saved with save_pretrained."""
+               n_positions: int = 256, init: float = 0.15, extra_tokens: int = 0) -> Path:
+    """A random-init GPT-2 LM and a byte tokenizer, saved with save_pretrained; the
+    tokenizer holds ``vocab`` tokens, plus ``extra_tokens`` the model has no logits for."""
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
@@ -26,8 +27,8 @@ def save_model(path: Path, seed: int, dims: dict, vocab: int = VOCAB, ids: dict 
     model = GPT2LMHeadModel(cfg)
     model.save_pretrained(path)
     tok = byte_tokenizer(ids)
-    if vocab > VOCAB:
-        tok.add_tokens([f"<extra_{i}>" for i in range(vocab - VOCAB)])
+    if vocab + extra_tokens > VOCAB:
+        tok.add_tokens([f"<extra_{i}>" for i in range(vocab + extra_tokens - VOCAB)])
     tok.save_pretrained(path)
     return path
 

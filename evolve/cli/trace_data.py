@@ -3,12 +3,15 @@ here, or a Hugging Face draft/target pair with ``--backend hf``)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
 import click
 
 from evolve.cli.common import default_traces, fail, friendly_errors, need, term
+from evolve.runs.lock import Busy, DirLock
 
 # evolve.data.sources.ngram.TraceConfig's defaults, spelled out so that `--help` need not
 # import numpy (tests/test_cli_trace.py checks that they are the same).
@@ -47,7 +50,8 @@ def _option_of(field: str) -> str:
               help="Use only the first N corpus files (quick builds; default: all).")
 @click.option("--max-bytes-per-file", type=int, default=None,
               help="Use only the first N bytes of each corpus file (quick builds).")
-@click.option("--force", is_flag=True, help="Overwrite existing splits that differ.")
+@click.option("--force", is_flag=True, help="Overwrite existing splits that differ (each "
+                                            "replaced file is kept in OUT/previous/).")
 @click.option("--rows-per-shard", type=int, default=None,
               help="Write memory-mapped shards of N rows instead of .npz (large traces).")
 @click.option("--backend", type=click.Choice(["ngram", "hf"]), default="ngram",
@@ -75,11 +79,7 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                rows_per_shard, backend, target, draft, device, dtype, batch_size, prompts_file,
                corpus_dir, prompt_len, context_len):
     """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
-    import numpy as np
-
-    from evolve.data import traces
     from evolve.data.sources import hf, ngram
-    from evolve.data.tokens import DataError
     out = Path(out) if out else default_traces()
     tm = term()
     need(max_files is None or max_files >= 4, "--max-files", max_files,
@@ -119,11 +119,38 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                  "`evolve data shard`)")
         from evolve.cli.shards import trace_to_shards
         return trace_to_shards(cfg, out, rows_per_shard, force)
-    # A file of another configuration is refused before the build (the build would differ).
+    if os.path.lexists(out) and not out.is_dir():
+        fail(f"--out {out}: exists and is not a directory")
+    # The recording owns --out (an OS lock, dropped however the process ends): a second
+    # recording into the same directory is refused instead of interleaving its writes.
+    created = [p for p in (out, *out.parents) if not os.path.lexists(p)]
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with DirLock(out):
+            _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature)
+    except BaseException as e:
+        for p in created:             # a refused build leaves no directory it made
+            with contextlib.suppress(OSError):
+                p.rmdir()             # (only while empty)
+        if isinstance(e, Busy):
+            fail(f"--out {out}: another process is recording traces into this directory; "
+                 "wait for it to finish")
+        raise
+
+
+def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
+    """Build and write the splits, with ``out`` locked: a file of another configuration is
+    refused before the build (the build would differ), every built file is checked
+    before any is written, and with --force each replaced file is kept in previous/."""
+    import numpy as np
+
+    from evolve.data import traces
+    from evolve.data.sources import hf, ngram
+    from evolve.data.tokens import DataError
     if not force:
         for name in SPLIT_NAMES:
             path = out / f"{name}.npz"
-            if path.exists() and _recorded_config(path) != cfg.to_dict():
+            if os.path.lexists(path) and _recorded_config(path) != cfg.to_dict():
                 raise DataError(f"{path}: exists and differs; pass --force to overwrite")
     t0 = time.perf_counter()
     if backend == "ngram":   # the hf build says so once its models have loaded
@@ -136,13 +163,15 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
         fail(f"{_option_of(e.field)}: {e.detail}")
     except hf.HFTraceError as e:     # a pair that cannot be used: the line says why
         fail(str(e))
+    except DataError:
+        raise
     except ValueError as e:      # the pair or corpus cannot support this configuration
         fail(f"trace build: {e}")
     # Check every file before writing any, so a refusal leaves the directory as it was.
     todo = []
     for name, ts in built.items():
         path = out / f"{name}.npz"
-        if path.exists():
+        if os.path.lexists(path):
             try:
                 old = traces.load(path, name=name)
                 same = (old.meta.get("config") == cfg.to_dict()
@@ -157,9 +186,39 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                 raise DataError(f"{path}: exists and differs; pass --force to overwrite")
         todo.append((path, ts))
     for path, ts in todo:
+        if os.path.lexists(path):
+            tm.note(f"{path}: the previous file is kept as {keep_previous(path)}")
         traces.save(ts, path)
         tm.note(f"{path}: {len(ts):,} rows, {path.stat().st_size / 1e6:.1f} MB")
     tm.note(f"done in {time.perf_counter() - t0:.1f} s")
+
+
+def keep_previous(path: Path) -> Path:
+    """Before --force replaces a trace file: keep it as <dir>/previous/<name>-<sha256
+    prefix>.npz (a hard link where the file system allows, else a copy), so runs that
+    read it can still be resumed. A path that is not a regular file is refused."""
+    import hashlib
+    import shutil
+
+    from evolve.data.tokens import DataError
+    from evolve.runs import jsonio
+    jsonio.check_regular(path, "trace file", DataError)
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    kept = path.parent / "previous" / f"{path.stem}-{h.hexdigest()[:16]}.npz"
+    if not kept.exists():
+        kept.parent.mkdir(exist_ok=True)
+        tmp = kept.with_name(f".{kept.name}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, kept)
+    return kept
 
 
 def _recorded_config(path: Path):

@@ -37,14 +37,15 @@ class FreePair:
 
 def load(ts, where: str) -> FreePair:
     """The pair and prompts of a split's recorded configuration; DataError (one line,
-    naming ``where``) when they cannot be rebuilt."""
+    naming ``where``) when they cannot be rebuilt. The configuration and the prompts
+    are checked before the models load."""
     try:
         cfg = hf.config_of(ts)
-        pair = hf.load_pair(cfg)
-        if cfg.prompts_file is not None:
-            return FreePair(pair, P.read_prompts_file(cfg.prompts_file, cfg.seed), None)
-        return FreePair(pair, None, P.load_corpus(cfg))
-    except (hf.HFTraceError, KeyError, TypeError) as e:
+        texts, corpus, _ = hf.read_prompts(cfg)
+        return FreePair(hf.load_pair(cfg), texts, corpus)
+    except (hf.HFTraceError, KeyError, TypeError, ValueError) as e:
+        if isinstance(e, DataError):
+            raise
         raise DataError(f"{where}: the recorded pair cannot be rebuilt: {e}") from None
 
 

@@ -12,8 +12,8 @@ tokens drawn uniformly from its split's pool. Every prompt owns a generator
 
 from __future__ import annotations
 
-import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -22,8 +22,12 @@ from evolve.data import traces as T
 from evolve.data.sources import ngram
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.tokens import DataError
+from evolve.runs import jsonio
 
 SPLITS = T.SPLITS
+MAX_PROMPTS_BYTES = jsonio.MAX_JSON_BYTES      # a prompts file, read with this cap
+MAX_LINE_CHARS = 1024 * 1024                   # characters of one line (one prompt)
+MAX_CORPUS_FILE_BYTES = 64 * 1024 * 1024       # a --corpus file without --max-bytes-per-file
 
 
 def _split_streams(seed: int, draw: int | None = None) -> dict:
@@ -35,30 +39,44 @@ def _split_streams(seed: int, draw: int | None = None) -> dict:
 
 
 def read_prompts_file(path: str | os.PathLike, seed: int) -> dict:
-    """split -> list of texts from a JSON-lines file (``text``, optional ``split``)."""
+    """split -> list of texts from a JSON-lines file (``text``, optional ``split``).
+
+    Read as every untrusted file is (``evolve.runs.jsonio``): a regular file only (a
+    FIFO or a device is refused before it is opened), at most ``MAX_PROMPTS_BYTES``
+    read with that cap, each line at most ``MAX_LINE_CHARS`` and parsed within the
+    one JSON reader's limits; texts must be Unicode (a lone surrogate such as
+    ``"\\ud800"`` is refused). Every refusal is a DataError naming the file and line."""
     src = str(path)
+    raw = jsonio.read_capped(path, "prompts file", MAX_PROMPTS_BYTES, DataError)
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{src}: not UTF-8 text ({e.reason})") from None
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DataError(f"{src}: line {line}: not UTF-8 text ({e.reason})") from None
     out = {s: [] for s in SPLITS}
     free = []
-    for i, line in enumerate(lines, 1):
+    for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except ValueError as e:
-            raise DataError(f"{src}: line {i}: not JSON ({e})") from None
+        if len(line) > MAX_LINE_CHARS:
+            raise DataError(f"{src}: line {i}: {len(line):,} characters, more than "
+                            f"{MAX_LINE_CHARS:,} (one prompt per line)")
+        obj = jsonio.loads(line, f"{src}: line {i}", "a JSON object", DataError)
         if not isinstance(obj, dict) or not isinstance(obj.get("text"), str) or not obj["text"]:
             raise DataError(f"{src}: line {i}: field 'text' must be a non-empty string")
+        try:
+            obj["text"].encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DataError(f"{src}: line {i}: field 'text' holds a lone surrogate "
+                            f"({obj['text'][e.start]!a} at character {e.start}); expected "
+                            "Unicode text") from None
         s = obj.get("split")
         if s is None:
             free.append(obj["text"])
-        elif s in SPLITS:
+        elif isinstance(s, str) and s in SPLITS:
             out[s].append(obj["text"])
         else:
-            raise DataError(f"{src}: line {i}: field 'split' is {s!r}; expected one of "
+            raise DataError(f"{src}: line {i}: field 'split' is {s!a:.60}; expected one of "
                             + ", ".join(SPLITS))
     assign, _ = _split_streams(seed)
     perm = np.random.default_rng(assign).permutation(len(free))
@@ -77,7 +95,9 @@ def _quarter(j: int) -> str:
 
 
 def load_corpus(cfg) -> LM.Corpus:
-    """--corpus DIR (every file below it not hidden, sorted by path) or the n-gram corpus."""
+    """--corpus DIR (every file below it not hidden, sorted by path) or the n-gram corpus.
+    Only regular files are read, each with a cap: ``max_bytes_per_file`` bytes of it,
+    and a file larger than ``MAX_CORPUS_FILE_BYTES`` without that option is refused."""
     if cfg.corpus_dir is None:
         return LM.Corpus.load(max_files=cfg.max_files, max_bytes_per_file=cfg.max_bytes_per_file)
     d = Path(cfg.corpus_dir)
@@ -86,10 +106,37 @@ def load_corpus(cfg) -> LM.Corpus:
     files = sorted(p for p in d.rglob("*") if p.is_file()
                    and not any(part.startswith(".") for part in p.relative_to(d).parts))
     files = files[:cfg.max_files] if cfg.max_files is not None else files
-    docs = [p.read_bytes()[:cfg.max_bytes_per_file] for p in files]
+    docs = [_read_head(p, cfg.max_bytes_per_file) for p in files]
     if len(docs) < 4:
         raise DataError(f"{d}: the corpus has {len(docs)} files; at least 4 are needed")
     return LM.Corpus(tuple(str(p.relative_to(d)) for p in files), tuple(docs))
+
+
+def _read_head(path: Path, head: int | None) -> bytes:
+    """The first ``head`` bytes of a regular file, read with that cap (all of it when
+    ``head`` is None, if it holds at most MAX_CORPUS_FILE_BYTES)."""
+    if head is None:
+        return jsonio.read_capped(path, "corpus file", MAX_CORPUS_FILE_BYTES, DataError)
+    jsonio.check_regular(path, "corpus file", DataError)
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise DataError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise DataError(f"{path}: corpus file is not a regular file")
+        chunks, total = [], 0
+        while total < head:
+            chunk = os.read(fd, min(1 << 20, head - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks)
+    except OSError as e:
+        raise DataError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
+    finally:
+        os.close(fd)
 
 
 def corpus_pools(cfg, corpus: LM.Corpus) -> dict:
