@@ -54,7 +54,7 @@ def peak_rss_mb() -> float:
 
 def build(work: Path, tokens: int, smoke: bool, shard_counts) -> dict:
     """The sharded trace set (built once) and the train split in every shard count."""
-    from evolve.data import shards
+    from evolve.data import shard_writer, shards
     prompts = max(2, math.ceil(tokens / ROWS_PER_PROMPT))
     rows = prompts * ROWS_PER_PROMPT
     base = work / f"tokens{rows}"
@@ -73,7 +73,7 @@ def build(work: Path, tokens: int, smoke: bool, shard_counts) -> dict:
         d = base / f"shards{n}"
         if n != BUILD_SHARDS and not shards.is_sharded(d):
             for s in ("train", "valid", "test"):
-                shards.reshard(shards.open_split(built / s, check=False), d / s,
+                shard_writer.reshard(shards.open_split(built / s, check=False), d / s,
                                math.ceil(len(shards.open_split(built / s, check=False)) / n))
     info["dirs"] = {n: str(base / f"shards{n}") for n in shard_counts}
     info["bytes_on_disk"] = sum(f.stat().st_size for f in (built / "train").rglob("*.npy"))

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from evolve.data import shard_writer as W
 from evolve.data import shards as S
 from evolve.data import traces as T
 from evolve.objectives.spec import SpecArrays
@@ -27,7 +28,7 @@ def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("batch_traces")
     for s in T.SPLITS:
         T.save(tracekit.split(s), d / f"{s}.npz")
-    S.shard_dir(d, d / "shards", 300)
+    W.shard_dir(d, d / "shards", 300)
     assert len(S.open_split(d / "shards" / "train").shards) == 3
     return d
 

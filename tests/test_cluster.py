@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.data import shards as S
+from evolve.data.shard_writer import shard_dir
 from evolve.data import traces as T
 from tests import tracekit
 from tests.conftest import TINY
@@ -47,7 +48,7 @@ def data(tmp_path_factory):
     rows = len(tracekit.split("train"))
     out = {"npz": d}
     for n in SHARD_COUNTS:
-        S.shard_dir(d, d / f"shards{n}", -(-rows // n))
+        shard_dir(d, d / f"shards{n}", -(-rows // n))
         assert len(S.open_split(d / f"shards{n}" / "train").shards) == n
     out.update({n: d / f"shards{n}" for n in SHARD_COUNTS})
     return out

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evolve.data import shard_writer as W
 from evolve.data import shards as S
 from evolve.data import traces as T
 from evolve.data.tokens import DataError
@@ -138,7 +139,7 @@ def test_writer_itself_refuses_to_replace_a_foreign_directory(tmp_path):
     check (or the writer is used directly)."""
     ts = tracekit.split("test")
     out = tmp_path / "train"
-    w = S.SplitWriter(out, ts.meta, ROWS)
+    w = W.SplitWriter(out, ts.meta, ROWS)
     w.add({f: ts.columns[f][:ROWS // 4 * 4] for f in T.ALL_FIELDS})
     out.mkdir()
     (out / "IMPORTANT.txt").write_text("mine\n")
@@ -153,10 +154,10 @@ def test_writer_itself_refuses_to_replace_a_foreign_directory(tmp_path):
 
 KILLED_WRITER = textwrap.dedent("""
     import os, signal, sys
-    from evolve.data import shards as S
+    from evolve.data import shard_writer as W
     from tests import tracekit
     ts = tracekit.split("test")
-    w = S.SplitWriter(sys.argv[1], ts.meta, 64)
+    w = W.SplitWriter(sys.argv[1], ts.meta, 64)
     w.add({f: a[:128] for f, a in ts.columns.items()})      # two shards on disk
     os.kill(os.getpid(), signal.SIGKILL)
 """)
@@ -177,9 +178,9 @@ def test_leftovers_of_a_killed_writer_are_removed_on_the_next_write(npz_dir, tmp
 
 def test_live_writer_temp_directory_is_left_alone(tmp_path):
     ts = tracekit.split("test")
-    a = S.SplitWriter(tmp_path / "train", ts.meta, 64)
+    a = W.SplitWriter(tmp_path / "train", ts.meta, 64)
     a.add({f: x[:128] for f, x in ts.columns.items()})
-    b = S.SplitWriter(tmp_path / "train", ts.meta, 64)          # cleans leftovers
+    b = W.SplitWriter(tmp_path / "train", ts.meta, 64)          # cleans leftovers
     assert a.tmp.is_dir()
     b.add({f: x[:64] for f, x in ts.columns.items()})
     b.commit()
@@ -191,14 +192,14 @@ def test_live_writer_temp_directory_is_left_alone(tmp_path):
 
 def test_stale_locked_name_is_removed_only_when_unlocked(tmp_path):
     ts = tracekit.split("test")
-    a = S.SplitWriter(tmp_path / "train", ts.meta, 64)
+    a = W.SplitWriter(tmp_path / "train", ts.meta, 64)
     a._release()                                   # as if its process had died
-    held = S.SplitWriter(tmp_path / "train", ts.meta, 64)
-    fd = os.open(held.tmp / S.LOCK, os.O_RDWR)
+    held = W.SplitWriter(tmp_path / "train", ts.meta, 64)
+    fd = os.open(held.tmp / W.LOCK, os.O_RDWR)
     held._release()
     fcntl.flock(fd, fcntl.LOCK_EX)                 # another live process holds it
     try:
-        S.SplitWriter(tmp_path / "train", ts.meta, 64).abort()
+        W.SplitWriter(tmp_path / "train", ts.meta, 64).abort()
         assert not a.tmp.exists() and held.tmp.is_dir()
     finally:
         os.close(fd)

@@ -28,7 +28,7 @@ def data_shard(directory, rows_per_shard, out, force, verify):
 
     `evolve run --data OUT` then reads them memory-mapped, in-process or on a
     cluster (--cluster / --scheduler)."""
-    from evolve.data import shards
+    from evolve.data import shard_writer, shards
     tm = term()
     if verify:
         for name, sp in shards.load_splits(directory).items():
@@ -37,9 +37,9 @@ def data_shard(directory, rows_per_shard, out, force, verify):
     need(rows_per_shard is not None and rows_per_shard >= 1, "--rows-per-shard", rows_per_shard,
          "a whole number >= 1")
     out = Path(out) if out else Path(directory) / "shards"
-    replaced = shards.check_out(out, force)      # refused before anything is written
+    replaced = shard_writer.check_out(out, force)      # refused before anything is written
     t0 = time.perf_counter()
-    done = shards.shard_dir(directory, out, rows_per_shard, force=force)
+    done = shard_writer.shard_dir(directory, out, rows_per_shard, force=force)
     for name, n in done.items():
         tm.note(f"{shards.shown(out / name)}: {n} shards")
     kept_note(out, replaced)
@@ -48,10 +48,10 @@ def data_shard(directory, rows_per_shard, out, force, verify):
 
 def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
     """``evolve data trace --rows-per-shard N``: build the traces straight into shards."""
-    from evolve.data import shards
+    from evolve.data import shard_writer, shards
     from evolve.data.sources import ngram
     need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
-    replaced = shards.check_out(out, force)      # refused before anything is written
+    replaced = shard_writer.check_out(out, force)      # refused before anything is written
     tm = term()
     t0 = time.perf_counter()
     done = ngram.build_splits_sharded(cfg, out, rows_per_shard, progress=tm.note)
@@ -62,7 +62,7 @@ def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
 
 def kept_note(out: Path, replaced: list) -> None:
     """Where --force kept the shard sets it replaced."""
-    from evolve.data import shards
+    from evolve.data import shard_writer, shards
     if replaced:
         term().note(f"{', '.join(replaced)}: the previous shards are kept in "
-                    f"{shards.shown(Path(out) / shards.PREVIOUS)}")
+                    f"{shards.shown(Path(out) / shard_writer.PREVIOUS)}")

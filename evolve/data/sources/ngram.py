@@ -283,7 +283,7 @@ def build_splits_sharded(config: TraceConfig, out_dir: str | os.PathLike, rows_p
     ``chunk_prompts`` prompts in memory at a time; the rows are those
     ``build_splits`` makes (decoding does not depend on how prompts are batched).
     Returns split -> rows."""
-    from evolve.data import shards
+    from evolve.data import shard_writer
     t0 = time.perf_counter()
     pair = build_pair(config)
     done = {}
@@ -291,7 +291,7 @@ def build_splits_sharded(config: TraceConfig, out_dir: str | os.PathLike, rows_p
         prompts, rngs = prompt_starts(pair, s)
         n = prompts.shape[0]
         rows = n * config.blocks_per_prompt * config.block_size
-        w = shards.SplitWriter(Path(out_dir) / s, _meta(config, s, rows, pair), rows_per_shard)
+        w = shard_writer.SplitWriter(Path(out_dir) / s, _meta(config, s, rows, pair), rows_per_shard)
         try:
             for a in range(0, n, chunk_prompts):
                 cols, _ = decode(pair, prompts[a:a + chunk_prompts], rngs[a:a + chunk_prompts],
