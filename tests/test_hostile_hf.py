@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from evolve.data.sources import hf, hf_prompts, ngram  # noqa: E402
+from evolve.data.sources import hf, hf_models, hf_prompts, ngram  # noqa: E402
 from evolve.runs.lock import DirLock  # noqa: E402
 from tests import clikit, hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
@@ -56,8 +56,8 @@ def no_loading(monkeypatch):
     """Loading a model or a tokenizer fails the test: the refusal must come first."""
     def refuse(*args, **kwargs):
         raise AssertionError("a model or tokenizer was loaded before the refusal")
-    monkeypatch.setattr(hf, "load_model", refuse)
-    monkeypatch.setattr(hf, "load_tokenizer", refuse)
+    monkeypatch.setattr(hf_models, "load_model", refuse)
+    monkeypatch.setattr(hf_models, "load_tokenizer", refuse)
 
 
 @pytest.fixture
@@ -245,9 +245,9 @@ def test_unpickling_during_a_load_is_refused_even_unforeseen(models, tmp_path, m
     cfg = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**cfg, "transformers_weights":
                                                "adapter_model.bin"}))
-    monkeypatch.setattr(hf, "check_weights", lambda option, name: None)
+    monkeypatch.setattr(hf_models, "check_weights", lambda option, name: None)
     with pytest.raises(hf.HFTraceError, match="would unpickle .*adapter_model.bin"):
-        hf.load_model("--draft", str(d), "cpu", "float32")
+        hf_models.load_model("--draft", str(d), "cpu", "float32")
     assert torch_load_calls == []
 
 

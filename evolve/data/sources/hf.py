@@ -22,11 +22,9 @@ inverse-CDF on float64 probabilities in numpy, so on one device, dtype and
 batch size the files are byte-identical for the same configuration.
 
 torch and transformers are imported inside functions: the core install does not
-need them (``pip install -e '.[hf]'``). Nothing read from disk is executed:
-weights load from safetensors only (never a pickled checkpoint: every weight file
-a model directory names is checked before loading, and ``torch.load`` refuses
-while a model loads) and no model or tokenizer code is taken from the model
-directory (``trust_remote_code=False``).
+need them (``pip install '.[hf]'``). Nothing read from disk is executed: the
+models load through ``evolve.data.sources.hf_models`` (safetensors only, no code
+from the model directory).
 
 Everything that can be checked before the models load is: the configuration
 (the n-gram source's bounds on prompts and rows, and the size of a split), the
@@ -36,40 +34,21 @@ failure, out of memory on the device included, is ``HFTraceError``, one line.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import re
 import time
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 from evolve.data import traces as T
 from evolve.data.sources import ngram
 from evolve.data.tokens import MAX_SPLIT_BYTES
 
+from evolve.data.sources.hf_models import (INSTALL_HINT, HFPair, HFTraceError,  # noqa: F401
+                                          DEVICES, DTYPES, first_line, load_pair,
+                                          out_of_memory, require_libs)
+
 SPLITS = T.SPLITS
-INSTALL_HINT = "pip install -e '.[hf]'"
-DEVICES = ("cpu", "cuda", "auto")
-DTYPES = ("float32", "float16", "bfloat16", "auto")
-PROBE_TEXT = "Speculative decoding:\n    def f(x):\n        return x ** 2  # caf\u00e9 \u20ac 42"
-HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 MAX_WIDTH = 1 << 20      # top_k and context_len: what a trace file may declare
 ROW_BYTES = 160          # the per-row columns of a split, an upper estimate
-
-
-class HFTraceError(ValueError):
-    """A model pair that cannot be used: one line naming the option, the model and why."""
-
-
-def require_libs():
-    """(torch, transformers), or HFTraceError with the exact install command."""
-    try:
-        import torch
-        import transformers
-    except ImportError as e:
-        raise HFTraceError(f"--backend hf needs torch and transformers ({e}); install them "
-                           f"with: {INSTALL_HINT}") from None
-    return torch, transformers
 
 
 # ------------------------------------------------------------------ config
@@ -171,253 +150,6 @@ def split_bytes(rows: int, top_k: int, context_len: int) -> int:
     return rows * (ROW_BYTES + 24 * top_k + 4 * context_len)
 
 
-# ------------------------------------------------------------------ models
-
-@dataclass
-class HFPair:
-    """A loaded draft/target pair sharing one vocabulary of ``vocab`` ids."""
-    target: object
-    draft: object
-    tokenizer: object
-    vocab: int
-    device: str
-    config: HFTraceConfig
-    info: dict
-
-
-def resolve_device(device: str) -> str:
-    torch, _ = require_libs()
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda" and not torch.cuda.is_available():
-        raise HFTraceError("--device cuda: no CUDA GPU is available to torch "
-                           "(torch.cuda.is_available() is False); use --device cpu or auto")
-    return device
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:300]
-
-
-def _check_source(option: str, name: str) -> None:
-    """A path that does not exist is refused here (transformers would try the hub)."""
-    if Path(name).expanduser().exists():
-        return
-    if not HUB_ID.match(name):
-        raise HFTraceError(f"{option} {name}: cannot load the model (no such directory, "
-                           "and not a hub id of the form owner/name)")
-
-
-PICKLED = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
-SAFE = (".safetensors", ".safetensors.index.json")
-MAX_CONFIG_BYTES = 16 * 1024 * 1024
-
-
-def check_weights(option: str, name: str) -> None:
-    """Refuse, before anything is loaded, a model directory whose weights
-    transformers would read from a pickled file: a weight file named in config.json
-    (``transformers_weights``), a shard named in an index file's ``weight_map``, or a
-    pickled checkpoint where no safetensors weights are (HFTraceError, one line
-    naming the file). A hub id is checked while it loads (``_no_unpickling``)."""
-    from evolve.runs import jsonio
-    d = Path(name).expanduser()
-    if not d.is_dir():
-        return
-
-    def refuse(f, why):
-        raise HFTraceError(f"{option} {name}: cannot load the model: {f} is {why}; weights "
-                           "load from safetensors only (unpickling a file can run code)")
-
-    def read(f: Path):
-        try:
-            return jsonio.read_json(f, "model file", HFTraceError, MAX_CONFIG_BYTES)
-        except HFTraceError as e:
-            raise HFTraceError(f"{option} {name}: cannot load the model ({e})") from None
-
-    config = d / "config.json"
-    if config.exists():
-        doc = read(config)
-        explicit = doc.get("transformers_weights") if isinstance(doc, dict) else None
-        if explicit is not None:
-            if not isinstance(explicit, str) or not explicit.endswith(SAFE):
-                refuse(d / str(explicit), "named by transformers_weights in config.json")
-    for index in sorted(d.glob("*.safetensors.index.json")):
-        doc = read(index)
-        wm = doc.get("weight_map") if isinstance(doc, dict) else None
-        if not isinstance(wm, dict):
-            raise HFTraceError(f"{option} {name}: cannot load the model ({index}: no "
-                               "weight_map object)")
-        for shard in sorted(set(map(str, wm.values()))):
-            if not shard.endswith(".safetensors"):
-                refuse(d / shard, f"named in the weight_map of {index.name}")
-    have_safe = (any(d.glob("*.safetensors")) or any(d.glob("*.safetensors.index.json")))
-    for f in sorted(d.iterdir()):
-        if f.name.endswith(PICKLED) and not have_safe:
-            refuse(f, "a pickled checkpoint, with no safetensors weights beside it")
-
-
-class _Unpickling(Exception):
-    """torch.load was called while a model loaded (see ``_no_unpickling``)."""
-
-
-@contextlib.contextmanager
-def _no_unpickling(torch):
-    """While a model loads, ``torch.load`` (unpickling) raises instead of reading: the
-    last guard for what ``check_weights`` cannot see (hub ids, future file names)."""
-    real = torch.load
-
-    def refuse(f, *args, **kwargs):
-        raise _Unpickling(str(f))
-
-    torch.load = refuse
-    try:
-        yield
-    finally:
-        torch.load = real
-
-
-@contextlib.contextmanager
-def quiet_transformers(transformers):
-    """transformers' and huggingface_hub's logging and progress bars silenced (restored
-    afterwards): a failure is one line, and what a load would report is checked here."""
-    log = transformers.utils.logging
-    verbosity, bars = log.get_verbosity(), log.is_progress_bar_enabled()
-    log.set_verbosity_error()
-    log.disable_progress_bar()
-    try:
-        yield
-    finally:
-        log.set_verbosity(verbosity)
-        if bars:
-            log.enable_progress_bar()
-
-
-def _out_of_memory(torch, e: BaseException) -> bool:
-    kinds = tuple(k for k in (getattr(torch, "OutOfMemoryError", None),
-                              getattr(torch, "AcceleratorError", None)) if k is not None)
-    return isinstance(e, kinds) or (isinstance(e, RuntimeError) and "out of memory" in str(e))
-
-
-def load_model(option: str, name: str, device: str, dtype: str):
-    """A model in eval mode on ``device``; HFTraceError (one line) for every failure,
-    out of memory on the device included."""
-    torch, transformers = require_libs()
-    _check_source(option, name)
-    check_weights(option, name)
-    want = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-            "auto": torch.bfloat16 if device == "cuda" else torch.float32}[dtype]
-    path = Path(name).expanduser()
-    try:
-        with quiet_transformers(transformers), _no_unpickling(torch):
-            model, info = transformers.AutoModelForCausalLM.from_pretrained(
-                str(path) if path.exists() else name, dtype=want, use_safetensors=True,
-                trust_remote_code=False, output_loading_info=True)
-    except _Unpickling as e:
-        raise HFTraceError(f"{option} {name}: cannot load the model: transformers would "
-                           f"unpickle {e}; weights load from safetensors only (unpickling a "
-                           "file can run code)") from None
-    except Exception as e:        # transformers raises many kinds; all mean "cannot load"
-        if _out_of_memory(torch, e):
-            raise HFTraceError(f"{option} {name}: out of memory loading the model "
-                               f"({_first_line(e)})") from None
-        raise HFTraceError(f"{option} {name}: cannot load the model "
-                           f"({type(e).__name__}: {_first_line(e)})") from None
-    missing = sorted((info or {}).get("missing_keys") or ())
-    if missing:
-        raise HFTraceError(f"{option} {name}: cannot load the model ({len(missing)} weights "
-                           f"are missing from its checkpoint, e.g. {missing[0]}; they would be "
-                           "random)")
-    try:
-        return model.to(device).eval()
-    except Exception as e:        # out of memory on the device, or a device error
-        what = "out of memory" if _out_of_memory(torch, e) else "cannot move the model"
-        raise HFTraceError(f"{option} {name}: {what} on {device} "
-                           f"({type(e).__name__}: {_first_line(e)}); free the device, or use "
-                           "a smaller --dtype or --device cpu") from None
-
-
-def load_tokenizer(option: str, name: str):
-    _, transformers = require_libs()
-    try:
-        path = Path(name).expanduser()
-        with quiet_transformers(transformers):
-            return transformers.AutoTokenizer.from_pretrained(
-                str(path) if path.exists() else name, trust_remote_code=False)
-    except Exception as e:        # as above: any failure means the tokenizer is unusable
-        raise HFTraceError(f"{option} {name}: cannot load its tokenizer "
-                           f"({type(e).__name__}: {_first_line(e)})") from None
-
-
-def logits_size(model) -> int:
-    emb = model.get_output_embeddings()
-    if emb is not None and getattr(emb, "weight", None) is not None:
-        return int(emb.weight.shape[0])
-    return int(model.config.vocab_size)
-
-
-def max_positions(model) -> int | None:
-    c = model.config
-    for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
-        v = getattr(c, attr, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
-
-
-def shared_vocab(cfg: HFTraceConfig, tok_t, tok_d, vt: int, vd: int) -> int:
-    """The vocabulary both models use, or HFTraceError naming both models.
-
-    Tokenizers must agree in size and on a probe text's ids; output layers may be
-    padded past the tokenizer (then both are cut to the smaller one), never shorter."""
-    names = f"--target {cfg.target} and --draft {cfg.draft}"
-    nt, nd = len(tok_t), len(tok_d)
-    if nt != nd:
-        raise HFTraceError(f"{names} have different vocabularies: tokenizers of {nt} and "
-                           f"{nd} tokens")
-    it, idr = tok_t(PROBE_TEXT)["input_ids"], tok_d(PROBE_TEXT)["input_ids"]
-    if list(it) != list(idr):
-        raise HFTraceError(f"{names} have different vocabularies: a probe text becomes "
-                           f"token ids {list(it)[:8]}... and {list(idr)[:8]}...")
-    for option, name, size in (("--target", cfg.target, vt), ("--draft", cfg.draft, vd)):
-        if nt > size:
-            raise HFTraceError(f"{option} {name}: its tokenizer has {nt} tokens, more than the "
-                               f"model's output layer ({size} ids); a prompt holding one of "
-                               "the extra tokens cannot be scored")
-    v = min(vt, vd)
-    if vt != vd and v < nt:
-        raise HFTraceError(f"{names} have different vocabularies: output layers of {vt} and "
-                           f"{vd} ids")
-    return v
-
-
-def describe_model(name: str, model) -> dict:
-    return {"name_or_path": name, "class": type(model).__name__,
-            "parameters": int(sum(p.numel() for p in model.parameters())),
-            "logits": logits_size(model), "max_positions": max_positions(model)}
-
-
-def load_pair(cfg: HFTraceConfig) -> HFPair:
-    """Load both models and the tokenizer; refuse pairs of different vocabularies."""
-    torch, transformers = require_libs()
-    cfg.validate()
-    device = resolve_device(cfg.device)
-    for option, name in (("--target", cfg.target), ("--draft", cfg.draft)):
-        _check_source(option, name)
-        check_weights(option, name)
-    tok_t = load_tokenizer("--target", cfg.target)
-    tok_d = load_tokenizer("--draft", cfg.draft)
-    target = load_model("--target", cfg.target, device, cfg.dtype)
-    draft = load_model("--draft", cfg.draft, device, cfg.dtype)
-    vocab = shared_vocab(cfg, tok_t, tok_d, logits_size(target), logits_size(draft))
-    info = {"target": describe_model(cfg.target, target),
-            "draft": describe_model(cfg.draft, draft),
-            "device": device, "dtype": str(next(target.parameters()).dtype).replace("torch.", ""),
-            "tokenizer_size": len(tok_t), "torch": torch.__version__,
-            "transformers": transformers.__version__}
-    return HFPair(target, draft, tok_t, vocab, device, cfg, info)
-
-
 # ------------------------------------------------------------------ builds
 
 def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
@@ -481,10 +213,10 @@ def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
             cols, _ = hf_decode.decode(pair, ids, rngs, cfg.blocks_per_prompt)
         except Exception as e:
             torch, _ = require_libs()
-            if not _out_of_memory(torch, e):
+            if not out_of_memory(torch, e):
                 raise
             raise HFTraceError(f"--batch-size {cfg.batch_size}: out of memory on "
-                               f"{pair.device} recording the {s} split ({_first_line(e)}); "
+                               f"{pair.device} recording the {s} split ({first_line(e)}); "
                                "use a smaller --batch-size") from None
         ts = T.TraceSplit(cols, meta(pair, s, len(cols["draft_prob"]), source), name=s)
         T.validate(ts, f"<{s} traces>")
