@@ -164,12 +164,54 @@ def paired(a: dict, b: dict) -> dict:
     return out
 
 
+MAX_ROWS = NG.MAX_SPLIT_ROWS   # drafted positions of one rule's run (as a trace split)
+BASE_BYTES = 768 << 20          # chunks of full distributions, batches, the models
+
+
+def comparison_bytes(prompts: int, blocks: int, rules: int, block_size: int, top_k: int,
+                     context_len: int, prompt_len: int) -> int:
+    """Memory ``compare`` allocates for these settings (an upper estimate): per rule
+    run, the recorded columns of every drafted position (twice: per batch, then
+    joined), the decoded text, the prompts with their generators and uniforms; the
+    reached positions' slot numbers kept for every rule."""
+    from evolve.simulate import decoding_bytes
+    g = block_size
+    rows = prompts * blocks * g
+    per_row = 2 * (160 + 17 * top_k + context_len) + 16 * rules + 48
+    text = 2 * prompts * (prompt_len + blocks * (g + 1))
+    return (BASE_BYTES + decoding_bytes(prompts, blocks, g, prompt_len) + rows * per_row
+            + text)
+
+
+def check_comparison(prompts: int, blocks: int, rules: int, block_size: int, top_k: int,
+                     context_len: int, prompt_len: int) -> None:
+    """``evolve.simulate.SizeError`` for settings beyond the bounds (prompts and blocks
+    as for a simulation, at most ``MAX_ROWS`` drafted positions per rule) or this
+    machine's memory."""
+    from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
+    check_bound("prompts", prompts, MAX_PROMPTS)
+    check_bound("blocks", blocks, MAX_BLOCKS)
+    if prompts * blocks * block_size > MAX_ROWS:
+        raise SizeError({"prompts": prompts, "blocks": blocks},
+                        f"prompts x blocks x block size {block_size} is "
+                        f"{prompts * blocks * block_size:,} drafted positions; expected at "
+                        f"most {MAX_ROWS:,}")
+    check_memory({"prompts": prompts, "blocks": blocks},
+                 comparison_bytes(prompts, blocks, rules, block_size, top_k, context_len,
+                                  prompt_len))
+
+
 def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
             blocks: int = 16, seed: int = 1, progress=None) -> dict:
     """Every rule of ``rules`` (label -> rule) decoded free-running on the same
-    prompts and uniforms; summaries, and paired differences from the first."""
+    prompts and uniforms; summaries, and paired differences from the first.
+    Settings beyond the bounds or this machine's memory raise
+    ``evolve.simulate.SizeError`` before any decoding (``check_comparison``)."""
     say = progress or (lambda text: None)
     g = pair.config.block_size
+    cfg = pair.config
+    check_comparison(int(prompts), int(blocks), len(rules), g, cfg.top_k,
+                     int(getattr(cfg, "context_len", 0) or 0), cfg.prompt_len)
     raw = {}
     for label, rule in rules.items():
         say(f"{label}: {prompts} prompts x {blocks} blocks, free-running")

@@ -38,6 +38,104 @@ from evolve.data.sources import ngram as NG
 from evolve.objectives.spec import FEATURES
 from evolve.rules.adapters import as_rule
 
+# ------------------------------------------------------------------ bounds
+
+# What one simulation may ask for. Prompts and blocks per prompt are bounded as in a
+# trace build (``evolve.data.sources.ngram``); every allocation that grows with the
+# options is estimated (``simulation_bytes``, ``evolve.paired.comparison_bytes``) and
+# a run that would need more memory than this machine has is refused before any
+# work.
+MAX_PROMPTS = NG.MAX_PROMPTS
+MAX_BLOCKS = NG.MAX_BLOCKS_PER_PROMPT
+MAX_CONTEXTS = 1_000_000
+MAX_REPS = 1_000_000
+VOCAB = 256
+BASE_BYTES = 256 << 20          # batches, the models' working arrays, the interpreter
+PROMPT_BYTES = 4096             # a prompt's generator and seed sequence
+DECODE_BATCH = 256              # prompts decoded at once (evolve.data.decode.decode's batch)
+FALLBACK_MEMORY = 16 << 30      # when the machine's memory cannot be read
+
+
+class SizeError(ValueError):
+    """A simulation beyond its bounds: ``options`` (argument name -> value) are the
+    arguments to blame, ``detail`` says what is allowed."""
+
+    def __init__(self, options: dict, detail: str):
+        self.options = dict(options)
+        self.detail = detail
+        super().__init__(", ".join(f"{k}={v!r}" for k, v in self.options.items())
+                         + f": {detail}")
+
+    def cli_message(self) -> str:
+        """The message with the arguments as the command line's options."""
+        if len(self.options) == 1:
+            (k, v), = self.options.items()
+            return f"--{k}: {v!r} is invalid; {self.detail}"
+        return ", ".join(f"--{k} {v}" for k, v in self.options.items()) + f": {self.detail}"
+
+
+def memory_limit() -> int:
+    """This machine's physical memory in bytes (``FALLBACK_MEMORY`` when unknown): what
+    a simulation can never exceed. (Not what is free at the moment, which would make
+    the same command pass or fail with the load of other processes.)"""
+    import os
+    try:
+        n = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return FALLBACK_MEMORY
+    return int(n) if n > 0 else FALLBACK_MEMORY
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):,.1f} GiB"
+
+
+def check_bound(name: str, value: int, most: int) -> None:
+    if value > most:
+        raise SizeError({name: value}, f"expected at most {most:,}")
+
+
+def check_memory(options: dict, need: int) -> None:
+    """SizeError naming ``options`` when ``need`` bytes exceed this machine's memory."""
+    limit = memory_limit()
+    if need > limit:
+        raise SizeError(options, f"would need about {_gib(need)} of memory, more than this "
+                                 f"machine's {_gib(limit)}; ask for less")
+
+
+def decoding_bytes(prompts: int, blocks: int, block_size: int, prompt_len: int) -> int:
+    """Memory of free-running decoding (``evolve.data.decode.decode`` without records,
+    an upper estimate): the prompts and their generators, the uniforms drawn up front
+    (twice while they are stacked), the accepted counts (twice while joined), and one
+    batch's decoded text and distributions."""
+    g = block_size
+    batch = min(prompts, DECODE_BATCH)
+    return (prompts * (PROMPT_BYTES + prompt_len) + prompts * blocks * ((2 * g + 1) * 16 + 16)
+            + batch * (prompt_len + blocks * (g + 1)) + batch * (g + 1) * VOCAB * 8 * 12)
+
+
+def simulation_bytes(prompts: int, blocks: int, contexts: int, reps: int, block_size: int,
+                     prompt_len: int) -> int:
+    """Memory ``check_rule`` allocates for these settings (an upper estimate): the
+    free-running decoding (``decoding_bytes``); the output sample's uniforms, its
+    per-context draws over the vocabulary and the distributions and features at the
+    contexts."""
+    output = contexts * reps * 24 + reps * VOCAB * 16 + contexts * VOCAB * 8 * 16
+    return BASE_BYTES + decoding_bytes(prompts, blocks, block_size, prompt_len) + output
+
+
+def check_simulation(prompts: int, blocks: int, contexts: int, reps: int, block_size: int,
+                     prompt_len: int) -> None:
+    """SizeError for settings beyond the bounds or this machine's memory (``contexts``:
+    those actually sampled, at most the split's rows)."""
+    check_bound("prompts", prompts, MAX_PROMPTS)
+    check_bound("blocks", blocks, MAX_BLOCKS)
+    check_bound("contexts", contexts, MAX_CONTEXTS)
+    check_bound("reps", reps, MAX_REPS)
+    check_memory({"prompts": prompts, "blocks": blocks, "contexts": contexts, "reps": reps},
+                 simulation_bytes(prompts, blocks, contexts, reps, block_size, prompt_len))
+
+
 # --------------------------------------------------------------- decoding
 
 @dataclass(frozen=True)
@@ -243,13 +341,16 @@ def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int
     (``output_sample``), TV estimated with the exact witness set {out > p} (an
     unbiased estimate of the TV there), against the offline exact TV at those
     same contexts. ``z`` = difference / its standard error. ``progress``, if given,
-    is called with a line of text before each stage."""
+    is called with a line of text before each stage. Settings beyond the bounds or
+    this machine's memory raise SizeError before any work (``check_simulation``)."""
     from evolve.objectives import spec
     say = progress or (lambda text: None)
     split = split or ts.name
     cfg = pair.config
     prompts = cfg.prompts(split) if prompts is None else int(prompts)
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
+    check_simulation(prompts, blocks, min(int(contexts), len(ts)), int(reps), cfg.block_size,
+                     cfg.prompt_len)
     rule = as_rule(rule)
     say(f"offline: exact objectives on {split} ({len(ts):,} drafted positions)")
     sa = spec.SpecArrays.from_split(ts)

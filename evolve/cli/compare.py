@@ -5,20 +5,25 @@ from __future__ import annotations
 import time
 
 from evolve.cli import trace_views, views
+from evolve.cli.common import fail
 
 
 def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: int,
                 same_corpus: bool, out, json_mode: bool) -> None:
     from evolve import paired
     from evolve.data.sources import hf_free
+    from evolve.simulate import SizeError
     cfg = pair.config
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
     if isinstance(pair, hf_free.FreePair):      # before any decoding: one line, no output
         prompts = hf_free.check(pair, split, prompts, blocks)
     prompts = cfg.prompts(split) if prompts is None else int(prompts)
     t0 = time.perf_counter()
-    res = paired.compare(pair, rules, split=split, prompts=prompts, blocks=blocks, seed=seed,
-                         progress=out.note)
+    try:        # the sizes again, now that an hf prompts file has given its count
+        res = paired.compare(pair, rules, split=split, prompts=prompts, blocks=blocks,
+                             seed=seed, progress=out.note)
+    except SizeError as e:
+        fail(e.cli_message())
     doc = {"data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
 from evolve.cli.common import fail, friendly_errors, runs_dir_option, term
@@ -22,22 +20,34 @@ FORMATS = ("numpy", "torch", "hf", "vllm")     # evolve.export.modules.FORMATS (
               help="numpy or torch: threshold/accept over arrays or tensors; hf: a drop-in "
                    "for transformers' assisted generation; vllm: the accept line of vLLM's "
                    "rejection sampler.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Write the module to this file (default: print it).")
+@click.option("--out", type=str, default=None, metavar="FILE",
+              help="Write the module to this new file (default: print it). Its directory "
+                   "must exist; not inside the heuristics directory.")
+@click.option("--force", is_flag=True,
+              help="Replace an existing --out file, keeping it as <name>.previous.")
 @runs_dir_option
 @friendly_errors
-def export_cmd(run, installed, fmt, out, runs_dir):
+def export_cmd(run, installed, fmt, out, force, runs_dir):
     """Write a champion (RUN, or --installed) as a module that needs no part of this project."""
     from evolve.export import champions
     from evolve.export.modules import ExportError, check_format, export_source
+    from evolve.export.outfile import OutputError, check_target, write_new
     from evolve.runs import paths
-    from evolve.runs.atomic import atomic_write_text
     if fmt not in FORMATS:
         fail(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
     if (run is None) == (installed is None):
         fail("give one of RUN or --installed")
     if installed is not None and installed not in champions.INSTALLED:
         fail(f"--installed: {installed!r} is invalid; expected trace or tokens")
+    if force and out is None:
+        fail("--force: only with --out")
+    if out is not None:      # before anything is read: the file is written last
+        try:
+            out = check_target("--out", out, force=force,
+                               refuse_under=(paths.heuristics_dir(),
+                                             paths.PACKAGE_ROOT / "heuristics"))
+        except OutputError as e:
+            fail(str(e))
     if installed is not None:
         nodes, meta, title = champions.from_installed(installed)
     else:
@@ -52,8 +62,10 @@ def export_cmd(run, installed, fmt, out, runs_dir):
     if out is None:
         click.echo(source, nl=False)
         return
-    if out.exists() and out.is_dir():
-        fail(f"--out: {out} is a directory")
-    atomic_write_text(out, source)
+    try:
+        kept = write_new("--out", out, source.encode("utf-8"), force)
+    except OutputError as e:
+        fail(str(e))
     term().note(f"{out}: {fmt} module of {meta.get('run', '?')} "
-                f"({len(source.splitlines())} lines)")
+                f"({len(source.splitlines())} lines)"
+                + (f"; the replaced file is kept as {kept}" if kept else ""))

@@ -65,6 +65,31 @@ def _pair_for(ts, out):
     return pair, same
 
 
+def _config_of(ts):
+    """The recorded trace configuration of a split (n-gram or hf), or DataError (one
+    line): read before anything is built, to check the sizes asked for."""
+    from evolve.data.tokens import DataError
+    src = ts.meta.get("source", ts.name)
+    try:
+        if ts.backend == "hf":
+            from evolve.data.sources import hf
+            return hf.config_of(ts)
+        from evolve.data.sources import ngram
+        return ngram.config_of(ts)
+    except (KeyError, TypeError, ValueError) as e:
+        raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
+
+
+def _check_sizes(check, *args) -> None:
+    """Run a size check of ``evolve.simulate``/``evolve.paired``; a SizeError is one
+    line naming the options."""
+    from evolve.simulate import SizeError
+    try:
+        check(*args)
+    except SizeError as e:
+        fail(e.cli_message())
+
+
 def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
@@ -89,17 +114,22 @@ def _run_rule(runs_parent: Path, run: str):
 
 def _rule_of(text: str, runs_parent: Path):
     """A --compare rule: NAME, NAME:PARAM or run:RUN."""
-    from evolve.rules.adapters import named_rule
+    from evolve.rules.adapters import RuleError, named_rule
     if text.startswith("run:"):
+        if not text[4:].strip():
+            fail(f"--compare: {text!r}: the run name after 'run:' is empty")
         return _run_rule(runs_parent, text[4:])
-    name, _, value = text.partition(":")
+    name, colon, value = text.partition(":")
+    if colon and not value.strip():
+        fail(f"--compare: {text!r}: the parameter after ':' is empty; give NAME or "
+             "NAME:PARAM")
     try:
-        param = float(value) if value else None
+        param = float(value) if colon else None
     except ValueError:
         fail(f"--compare: {text!r}: the parameter {value!r} is not a number")
     try:
         return named_rule(name, param)
-    except ValueError as e:
+    except RuleError as e:
         fail(f"--compare: {text!r}: {e}")
 
 
@@ -165,9 +195,15 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     rule's paired difference from the first, with 95% intervals (standard
     errors by sequence). --compare also works on traces recorded with
     --backend hf: it loads the models and prompt source named in the split."""
-    from evolve import simulate
-    from evolve.rules.adapters import named_rule
+    from evolve import paired, simulate
+    from evolve.rules.adapters import RuleError, named_rule
     from evolve.runs import paths
+    for name, value, most in (("prompts", prompts, simulate.MAX_PROMPTS),
+                              ("blocks", blocks, simulate.MAX_BLOCKS),
+                              ("contexts", contexts, simulate.MAX_CONTEXTS),
+                              ("reps", reps, simulate.MAX_REPS)):
+        if value is not None:
+            _check_sizes(simulate.check_bound, name, value, most)
     if compare:
         from evolve.cli.compare import compare_cmd
         if heuristic is not None or run is not None or param is not None:
@@ -179,6 +215,11 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
         need(seed >= 0, "--seed", seed, "an integer >= 0")
         data_dir = Path(data_dir) if data_dir else default_traces()
         ts = _load_split(data_dir, split)
+        cfg = _config_of(ts)         # sizes checked before the rules' runs or the models
+        _check_sizes(paired.check_comparison,
+                     cfg.prompts(split) if prompts is None else prompts,
+                     cfg.blocks_per_prompt if blocks is None else blocks, len(compare),
+                     cfg.block_size, cfg.top_k, cfg.context_len, cfg.prompt_len)
         out = term(json_mode)
         rules = {}
         for spec_ in compare:
@@ -203,8 +244,8 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     if heuristic is not None:
         try:
             rule, info = named_rule(heuristic, param)
-        except ValueError as e:
-            fail(str(e))
+        except RuleError as e:
+            fail(f"{'--param' if e.field == 'param' else '--heuristic'}: {e}")
     else:
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
@@ -213,11 +254,18 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
         raise DataError(f"{data_dir / split}.npz: recorded by the {ts.backend} backend; "
                         "evolve simulate rebuilds the n-gram pair and supports n-gram "
                         "traces only")
+    cfg = _config_of(ts)             # sizes checked before the pair is rebuilt
+    _check_sizes(simulate.check_simulation, cfg.prompts(split) if prompts is None else prompts,
+                 cfg.blocks_per_prompt if blocks is None else blocks, min(contexts, len(ts)),
+                 reps, cfg.block_size, cfg.prompt_len)
     t0 = time.perf_counter()
     out.note(f"{info['label']}: rebuilding the draft/target pair of {data_dir / split}.npz")
     pair, same_corpus = _pair_for(ts, out)
-    res = simulate.check_rule(pair, ts, rule, split=split, prompts=prompts, blocks=blocks,
-                              contexts=contexts, reps=reps, seed=seed, progress=out.note)
+    try:
+        res = simulate.check_rule(pair, ts, rule, split=split, prompts=prompts, blocks=blocks,
+                                  contexts=contexts, reps=reps, seed=seed, progress=out.note)
+    except simulate.SizeError as e:
+        fail(e.cli_message())
     doc = {"rule": info, "data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
@@ -235,8 +283,9 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
 @click.option("--run", "run_names", multiple=True, metavar="RUN",
               help="Add the champion of this run directory (repeatable).")
 @runs_dir_option
-@click.option("--png", type=click.Path(path_type=Path), default=None,
-              help="Also draw the trade-off on test to this PNG file (every point).")
+@click.option("--png", type=str, default=None, metavar="FILE",
+              help="Also draw the trade-off on test to this PNG file (every point; its "
+                   "directory must exist).")
 @click.option("--max-tv", type=float, default=None,
               help="Right edge of the terminal picture [default: 4 x the largest budget].")
 @click.option("--trajectory", is_flag=True,
@@ -260,6 +309,12 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     for b in budgets:
         need(math.isfinite(b) and b >= 0, "--budget", b, "a TV per token >= 0")
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
+    if png is not None:
+        from evolve.export.outfile import OutputError, check_target
+        try:
+            png = check_target("--png", png)
+        except OutputError as e:
+            fail(str(e))
     data_dir = Path(data_dir) if data_dir else default_traces()
     out = term(json_mode)
     extra, infos = {}, []
@@ -291,6 +346,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
                               f"(g = {res['block_size']}, k = {res['top_k']})")
         except RuntimeError as e:       # matplotlib missing
             fail(f"--png: {e}")
+        except OSError as e:            # the directory went away, a full disk, ...
+            fail(f"--png: {png}: {e.strerror or e}")
         png_path = str(png)
         out.note(f"{png}: written")
     doc = {"data": str(data_dir), **res, "runs": infos, "png": png_path, "trajectory": trajectory,

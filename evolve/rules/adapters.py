@@ -132,25 +132,48 @@ def tree_rule(nodes, name: str = "tree") -> TreeRule:
 
 # ---------------------------------------------------------- named rules
 
+class RuleError(ValueError):
+    """A rule of the rules table that cannot be made: ``field`` is ``"name"`` (an
+    unknown rule) or ``"param"`` (a parameter that does not fit). The message names
+    the rule and the parameter but no option: a command adds the option it read them
+    from (``--heuristic``/``--param``, ``--compare``)."""
+
+    def __init__(self, message: str, field: str):
+        super().__init__(message)
+        self.field = field
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownRule(RuleError, KeyError):
+    """An unknown rule name (also a KeyError, as a lookup in the table)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, "name")
+
+
 def named_rule(name: str, param: float | None = None):
     """``(rule, info)`` of a rule of the rules table (``evolve.rules.table``) at
-    ``param`` (default: the rule's own). Unknown names raise KeyError, a parameter
-    that does not fit raises ValueError; both messages name the option."""
+    ``param`` (default: the rule's own). An unknown name raises ``UnknownRule`` (a
+    KeyError), a parameter that does not fit ``RuleError`` (a ValueError); both
+    are ``RuleError`` with ``field`` "name" or "param", and their messages name the
+    rule and the value, never an option."""
     from evolve.rules.table import RULES
     if name not in RULES:
-        raise KeyError(f"--heuristic: unknown rule {name!r} (rules: {', '.join(RULES)})")
+        raise UnknownRule(f"unknown rule {name!r} (rules: {', '.join(RULES)})")
     r = RULES[name]
     if r.param is None and param is not None:
         takers = ", ".join(n for n, x in RULES.items() if x.param)
-        raise ValueError(f"--param: the rule {name!r} takes no parameter (rules that do: "
-                         f"{takers})")
+        raise RuleError(f"the rule {name!r} takes no parameter (rules that do: {takers})",
+                        "param")
     value = None
     if r.param is not None:
         value = r.default if param is None else float(param)
         if not np.isfinite(value):
-            raise ValueError(f"--param: {param!r} is not a finite number")
+            raise RuleError(f"{name} {r.param}={param!r} is not a finite number", "param")
         if name == "leniency" and value <= 0:
-            raise ValueError(f"--param: leniency l={value!r} is invalid; expected l > 0")
+            raise RuleError(f"leniency l={value!r} is invalid; expected l > 0", "param")
     from evolve.lang.treeio import parse
     rule = TreeRule(parse(r.tree(value)), r.label(value))
     return rule, {"kind": "rule", "name": name, "param": value, "param_name": r.param,

@@ -1,0 +1,339 @@
+"""Hostile options of `evolve simulate` (and `--compare`), `evolve export --out` and
+`evolve tradeoff --png` (docs/reliability.md). Each test fails without the
+behaviour it names.
+
+Sizes that cannot fit are refused before any work: the tests replace the first
+piece of work (rebuilding the n-gram pair, drawing the prompts, sweeping the rule
+families) by a function that fails the test, so a refusal that comes too late,
+or not at all, is a failure here and never a real allocation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from evolve import paired
+from evolve import simulate as S
+from evolve.data.sources import ngram as NG
+from evolve.rules import adapters
+from tests import tracekit
+from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
+
+pytestmark = pytest.mark.usefixtures("isolated")
+
+TREE = "pmin(1.0, pdiv(target_prob, draft_prob))"
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tiny_traces")
+    NG.build_splits(tracekit.TINY, d)
+    return d
+
+
+class WorkStarted(AssertionError):
+    """Raised by the stand-ins below: the command started work it should have refused."""
+
+
+def _no_work(*args, **kwargs):
+    raise WorkStarted("work started before the options were refused")
+
+
+def _forbid_work(monkeypatch):
+    """Rebuilding the pair, drawing prompts and decoding fail the test."""
+    from evolve.data import decode as DEC
+    monkeypatch.setattr(NG, "build_pair", _no_work)
+    monkeypatch.setattr(NG, "prompt_starts", _no_work)
+    monkeypatch.setattr(DEC, "decode", _no_work)
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    _forbid_work(monkeypatch)
+
+
+def _fake_run(parent: Path, name: str, tree: str = TREE) -> Path:
+    path = parent / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(
+        {"format": "evolve-run", "version": 1, "name": name, "config": {"seed": 0},
+         "data": {"dir": ""}}))
+    (path / "champion.json").write_text(json.dumps(
+        {"tree": tree, "objective": "speed", "tv_budget": 0.03,
+         "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
+                     for s in ("valid", "test")}}))
+    return path
+
+
+# ------------------------------------------------------------------------------------
+# simulate and --compare: sizes that cannot fit
+# ------------------------------------------------------------------------------------
+
+COMPARE = ("--compare", "standard_rejection", "--compare", "leniency:0.8")
+SIMULATE = ("--heuristic", "standard_rejection")
+
+
+@pytest.mark.parametrize("rules", [SIMULATE, COMPARE], ids=["simulate", "compare"])
+@pytest.mark.parametrize("option, value", [
+    ("--prompts", 10 ** 9), ("--blocks", 10 ** 9), ("--reps", 10 ** 12),
+    ("--contexts", 10 ** 9), ("--prompts", S.MAX_PROMPTS + 1), ("--blocks", S.MAX_BLOCKS + 1),
+    ("--reps", S.MAX_REPS + 1)])
+def test_absurd_simulation_sizes_are_one_line_before_any_work(tiny_dir, no_work, rules,
+                                                               option, value):
+    r = invoke("simulate", *rules, "--data", tiny_dir, option, value)
+    line = one_line_error(r, option, str(value), "at most")
+    assert "MemoryError" not in r.output, line
+
+
+def test_simulation_beyond_this_machines_memory_is_refused_naming_the_options(
+        tiny_dir, no_work, monkeypatch):
+    # within every per-option bound, but the whole cannot fit: 10^10 blocks' uniforms
+    r = invoke("simulate", *SIMULATE, "--data", tiny_dir, "--prompts", S.MAX_PROMPTS,
+               "--blocks", S.MAX_BLOCKS)
+    one_line_error(r, f"--prompts {S.MAX_PROMPTS}", f"--blocks {S.MAX_BLOCKS}", "GiB of memory")
+    # and against a small machine, sizes that a big one would take
+    monkeypatch.setattr(S, "memory_limit", lambda: 2 * GIB)
+    r = invoke("simulate", *SIMULATE, "--data", tiny_dir, "--reps", S.MAX_REPS)
+    one_line_error(r, f"--reps {S.MAX_REPS}", "--contexts", "2.0 GiB")
+    r = invoke("simulate", *SIMULATE, "--data", tiny_dir, "--prompts", 100_000,
+               "--blocks", 1000)
+    one_line_error(r, "--prompts 100000", "--blocks 1000", "2.0 GiB")
+
+
+def test_comparison_beyond_its_rows_or_memory_is_refused(tiny_dir, no_work, monkeypatch):
+    # 100,000 x 1,000 x g=4 drafted positions: beyond the 20,000,000 of a trace split
+    r = invoke("simulate", *COMPARE, "--data", tiny_dir, "--prompts", 100_000,
+               "--blocks", 1000)
+    one_line_error(r, "--prompts 100000", "--blocks 1000", "drafted positions", "20,000,000")
+    monkeypatch.setattr(S, "memory_limit", lambda: 2 * GIB)
+    r = invoke("simulate", *COMPARE, "--data", tiny_dir, "--prompts", 100_000,
+               "--blocks", 10)
+    one_line_error(r, "--prompts 100000", "--blocks 10", "GiB of memory")
+
+
+def test_library_refuses_sizes_before_any_work(monkeypatch):
+    pair = tracekit.pair()
+    ts = tracekit.split("test")
+    rule = adapters.named_rule("standard_rejection")[0]
+    _forbid_work(monkeypatch)
+    with pytest.raises(S.SizeError, match="prompts"):
+        paired.compare(pair, {"a": rule, "b": rule}, prompts=10 ** 9, blocks=4)
+    with pytest.raises(S.SizeError, match="blocks"):
+        paired.compare(pair, {"a": rule, "b": rule}, prompts=16, blocks=10 ** 9)
+    with pytest.raises(S.SizeError, match="reps"):
+        S.check_rule(pair, ts, rule, prompts=16, blocks=2, reps=10 ** 12)
+    with pytest.raises(S.SizeError, match="memory"):
+        S.check_rule(pair, ts, rule, prompts=S.MAX_PROMPTS, blocks=S.MAX_BLOCKS)
+
+
+def test_memory_estimates_grow_with_every_option():
+    base = S.simulation_bytes(16, 8, 200, 2000, 4, 64)
+    for i in range(4):
+        args = [16, 8, 200, 2000]
+        args[i] *= 10
+        assert S.simulation_bytes(*args, 4, 64) > base
+    base = paired.comparison_bytes(16, 8, 2, 4, 16, 4, 64)
+    for i in range(3):
+        args = [16, 8, 2]
+        args[i] *= 10
+        assert paired.comparison_bytes(*args, 4, 16, 4, 64) > base
+    # the default sizes are far below any machine's memory
+    assert S.simulation_bytes(256, 16, 200, 2000, 4, 64) < GIB
+    assert paired.comparison_bytes(256, 16, 2, 4, 16, 4, 64) < GIB
+    from evolve.data import decode as DEC
+    assert inspect.signature(DEC.decode).parameters["batch"].default == S.DECODE_BATCH
+
+
+def _peak(fn) -> int:
+    tracemalloc.start()
+    try:
+        fn()
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_estimates_are_upper_bounds_of_what_is_allocated():
+    """Measured (numpy reports its buffers to tracemalloc) on sizes where the terms
+    that grow with the options dominate: decoding uniforms and text, and the
+    output sample's per-context draws over the vocabulary."""
+    pair = tracekit.pair()
+    ts = tracekit.split("test")
+    rule = adapters.named_rule("leniency", 0.7)[0]
+    g, L0 = pair.config.block_size, pair.config.prompt_len
+    prompts, blocks = 100, 40
+    got = _peak(lambda: S.decode_free(pair, rule, "test", prompts, blocks))
+    assert got <= S.decoding_bytes(prompts, blocks, g, L0), got
+    rows = S.trace_rows(ts, 4)
+    ctx, pos, bpos = (ts.columns[f][rows] for f in ("context", "position", "block_position"))
+    reps = 10_000
+    got = _peak(lambda: S.output_sample(pair, ctx, pos, bpos, rule, reps=reps))
+    estimate = S.simulation_bytes(0, 0, rows.size, reps, g, L0) - S.BASE_BYTES
+    assert reps * S.VOCAB * 8 < got <= estimate, (got, estimate)
+
+
+# ------------------------------------------------------------------------------------
+# --compare: rules and parameters
+# ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("spec, needles", [
+    ("leniency:", ("'leniency:'", "empty")),
+    ("leniency: ", ("'leniency: '", "empty")),
+    ("ears:", ("'ears:'", "empty")),
+    ("run:", ("'run:'", "empty")),
+    ("nope", ("'nope'", "unknown rule")),
+    ("standard_rejection:0.5", ("'standard_rejection:0.5'", "no parameter")),
+    ("leniency:0", ("'leniency:0'", "l > 0")),
+    ("leniency:nan", ("'leniency:nan'", "finite")),
+])
+def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, needles):
+    r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
+               "--data", tiny_dir, "--runs-dir", tmp_path)
+    line = one_line_error(r, "--compare: ", *needles)
+    assert "--heuristic" not in line and "--param" not in line, line
+
+
+def test_named_rule_errors_name_the_rule_not_an_option():
+    with pytest.raises(adapters.UnknownRule) as e:
+        adapters.named_rule("nope")
+    assert isinstance(e.value, KeyError) and e.value.field == "name"
+    assert str(e.value).startswith("unknown rule 'nope'") and "--" not in str(e.value)
+    for name, param, needle in (("standard_rejection", 0.5, "no parameter"),
+                                ("leniency", 0.0, "l > 0"), ("ears", float("inf"), "finite")):
+        with pytest.raises(adapters.RuleError) as e:
+            adapters.named_rule(name, param)
+        assert isinstance(e.value, ValueError) and e.value.field == "param"
+        assert needle in str(e.value) and "--" not in str(e.value), str(e.value)
+
+
+# ------------------------------------------------------------------------------------
+# export --out
+# ------------------------------------------------------------------------------------
+
+def _export(runs: Path, *args):
+    return invoke("export", "ok", "--format", "numpy", "--runs-dir", runs, *args)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    _fake_run(tmp_path / "runs", "ok")
+    return tmp_path / "runs"
+
+
+def test_export_refuses_an_existing_file_without_force_and_keeps_it_with_force(tmp_path, runs):
+    out = tmp_path / "rule.py"
+    out.write_text("mine\n")
+    one_line_error(_export(runs, "--out", out), "--out", str(out), "--force")
+    assert out.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rule.py", "runs"]
+    r = _export(runs, "--out", out, "--force")
+    assert r.exit_code == 0, r.output
+    assert "def threshold(" in out.read_text()
+    assert (tmp_path / "rule.py.previous").read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rule.py", "rule.py.previous", "runs"]
+    one_line_error(_export(runs, "--force"), "--force", "--out")
+
+
+def test_export_refuses_a_missing_directory_without_creating_it(tmp_path, runs):
+    out = tmp_path / "new" / "deeper" / "rule.py"
+    one_line_error(_export(runs, "--out", out), "--out", str(out), "does not exist")
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "file").write_text("x")
+    one_line_error(_export(runs, "--out", tmp_path / "file" / "rule.py"), "--out",
+                   "not a directory")
+    one_line_error(_export(runs, "--out", ""), "--out", "empty")
+
+
+@pytest.mark.parametrize("force", [(), ("--force",)], ids=["plain", "force"])
+def test_export_never_writes_a_symlink_or_a_special_file(tmp_path, runs, force):
+    target = tmp_path / "target.py"
+    target.write_text("theirs\n")
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    dev = tmp_path / "null.py"
+    dev.symlink_to(os.devnull)
+    fifo = tmp_path / "fifo.py"
+    os.mkfifo(fifo)
+    (tmp_path / "dir.py").mkdir()
+    for path, kind in ((link, "symbolic link"), (dev, "symbolic link"), (fifo, "FIFO"),
+                       (tmp_path / "dir.py", "directory")):
+        one_line_error(_export(runs, "--out", path, *force), "--out", str(path), kind)
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert dev.is_symlink() and fifo.is_fifo() and target.read_text() == "theirs\n"
+    assert not list(tmp_path.glob("*.previous"))
+
+
+def test_export_with_force_refuses_a_previous_that_is_not_a_file(tmp_path, runs):
+    out = tmp_path / "rule.py"
+    out.write_text("mine\n")
+    (tmp_path / "rule.py.previous").mkdir()
+    one_line_error(_export(runs, "--out", out, "--force"), "--out", "rule.py.previous",
+                   "directory")
+    assert out.read_text() == "mine\n"
+
+
+def test_export_refuses_the_heuristics_directory(tmp_path, runs, monkeypatch):
+    heur = tmp_path / "heuristics"
+    heur.mkdir()
+    installed = heur / "evolved.py"
+    installed.write_text("# installed by write-back\n")
+    monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(heur))
+    for path in (installed, heur / "evolved_trace.py", heur / "other.py"):
+        for force in ((), ("--force",)):
+            one_line_error(_export(runs, "--out", path, *force), "--out", str(path),
+                           "heuristics directory")
+    monkeypatch.chdir(heur)              # a relative path resolves into it too
+    one_line_error(_export(runs, "--out", "evolved.py", "--force"), "heuristics directory")
+    assert installed.read_text() == "# installed by write-back\n"
+    assert sorted(p.name for p in heur.iterdir()) == ["evolved.py"]     # no history, no copy
+    import heuristics                      # the package's own, whatever the environment
+    own = Path(heuristics.__file__).parent / "evolved.py"
+    before = own.read_bytes()
+    one_line_error(_export(runs, "--out", own, "--force"), "--out", "heuristics directory")
+    assert own.read_bytes() == before
+
+
+def test_write_new_never_replaces_a_file_that_appeared_after_the_check(tmp_path):
+    from evolve.export.outfile import OutputError, check_target, write_new
+    out = check_target("--out", tmp_path / "rule.py", force=False)
+    out.write_text("appeared meanwhile\n")
+    with pytest.raises(OutputError, match="exists"):
+        write_new("--out", out, b"new\n", force=False)
+    assert out.read_text() == "appeared meanwhile\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["rule.py"]        # no temporary left
+    write_new("--out", tmp_path / "fresh.py", b"new\n", force=False)
+    assert (tmp_path / "fresh.py").read_text() == "new\n"
+
+
+# ------------------------------------------------------------------------------------
+# tradeoff --png
+# ------------------------------------------------------------------------------------
+
+@pytest.fixture
+def no_sweep(monkeypatch):
+    from evolve.rules import tuning
+    monkeypatch.setattr(tuning, "tradeoff", _no_work)
+
+
+def test_tradeoff_png_refuses_a_missing_directory_or_a_directory(tiny_dir, tmp_path, no_sweep):
+    png = tmp_path / "new" / "t.png"
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--png", png), "--png", str(png),
+                   "does not exist")
+    assert not (tmp_path / "new").exists()
+    d = tmp_path / "pictures"
+    d.mkdir()
+    line = one_line_error(invoke("tradeoff", "--data", tiny_dir, "--png", d), "--png", str(d),
+                          "directory")
+    assert ".tmp" not in line
+    assert list(d.iterdir()) == []
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--png", fifo), "--png", "FIFO")
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--png", ""), "--png", "empty")
