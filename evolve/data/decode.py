@@ -29,7 +29,7 @@ def sample_rows(P: np.ndarray, u: np.ndarray) -> np.ndarray:
     return np.minimum(x, last)
 
 
-RESIDUAL_EPS = 1e-12
+RESIDUAL_EPS = 1e-12     # the one definition: objectives, kernels and exports import it
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:

@@ -28,6 +28,8 @@ generated (``evolve.export.arrays``). Neither imports anything of this project.
 
 from __future__ import annotations
 
+from evolve.data.decode import RESIDUAL_EPS     # written into the generated code as a literal
+
 # Inputs each format can compute from what its engine hands over.
 PROVIDES = {
     "numpy": None,     # None: every input is an argument
@@ -37,8 +39,6 @@ PROVIDES = {
     "vllm": ("draft_prob", "target_prob", "draft_entropy", "target_entropy",
              "top_token_match", "block_position", "p_max", "q_max"),
 }
-
-RESIDUAL_EPS = 1e-12       # as evolve.objectives.spec.RESIDUAL_EPS
 
 ENTROPY = '''
 

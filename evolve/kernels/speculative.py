@@ -13,12 +13,13 @@ the order of additions of a block scored alone. Each program's sums are its own
 (exact integers), so results do not depend on the thread count, the grouping or
 the tiling.
 
-Per program the kernel returns the sums ``objectives_from_sums`` reads (layout
-``SUMS``): tokens, tv, kl, extra acceptance mass and tokens^2 summed over
-blocks, then the per-block-position numerators and denominators of acceptance,
-the per-block-position reach-weighted slot TV, and last the reach-weighted
-tail mass: the reach of the slots whose TV exceeds ``tail_cap`` (so "the
-reach-weighted 99th percentile of slot TV is at most C" is "tail mass at C
+Per program the kernel returns the sums ``objectives_from_sums`` reads, laid
+out as ``evolve.kernels.layout`` defines (the one definition every writer and
+reader goes through): tokens, tv, kl, extra acceptance mass and tokens^2 summed
+over blocks, then the per-block-position numerators and denominators of
+acceptance, the per-block-position reach-weighted slot TV, and last the
+reach-weighted tail mass: the reach of the slots whose TV exceeds ``tail_cap``
+(so "the reach-weighted 99th percentile of slot TV is at most C" is "tail mass at C
 <= 1% of the total reach", a sum like the others). Each block's terms are
 rounded once to 128-bit fixed point (``kernels.fixed``) and added as integers,
 so the sums of a split are the same bit for bit in one pass or as the sum of
@@ -36,16 +37,22 @@ import numpy as np
 import numba
 from numba import njit
 
+from evolve.data.decode import RESIDUAL_EPS
 from evolve.objectives import spec
-from evolve.kernels import fixed, threads
+from evolve.kernels import fixed, layout, threads
 from evolve.kernels.fixed import add_to
 from evolve.kernels.interpreter import OP_CONST, new_stack, run_program, u
+from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
+                                   R_TMINUS, R_TPLUS, Z_RES)
 
-RESIDUAL_EPS = spec.RESIDUAL_EPS
 TAIL_OFF = spec.TAIL_OFF
 TILE_BLOCKS = 32         # blocks per tile: the vector lanes of the per-candidate sums
 GROUP = 8                # at most this many programs per work item share each tile
-SUMS = ("tokens", "tv", "kl", "extra", "tokens_sq")   # then acc_num[g], acc_den[g], tv[g], tail
+
+# The layout's offsets, compiled and inlined into the kernel (integer arithmetic on
+# the layout's module-level constants).
+_series_start = njit(cache=True, nogil=True, inline="always")(layout.series_start)
+_trailing_index = njit(cache=True, nogil=True, inline="always")(layout.trailing_index)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -77,11 +84,14 @@ def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap,
     ``poff``) are in the same order. Every loop over b is innermost, so the blocks
     are vector lanes, while each block's terms are the same operations in the same
     order as for a block alone (the same bits whatever the tile). sc: scratch
-    (VALS + C, nb). A block's 6 + 3g values are added in one loop (one copy of the
-    fixed-point rounding in the compiled code); the last is the reach of its slots
-    with TV > cap.
+    (VALS + C, nb). A block's C = layout.width(g) values (VALS + the layout's
+    index) are added in one loop (one copy of the fixed-point rounding in the
+    compiled code); the tail sum is the reach of its slots with TV > cap.
     """
     C = sc.shape[0] - VALS
+    v_num = VALS + _series_start(layout.ACC_NUM, g)
+    v_reach = VALS + _series_start(layout.REACH, g)
+    v_tvp = VALS + _series_start(layout.TV_POS, g)
     for b in range(nb):
         sc[W, b] = 1.0
         sc[TOK, b] = 1.0
@@ -100,7 +110,8 @@ def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap,
         ps = poff + s * nb
         for b in range(nb):
             r = ps + b
-            sc[SCALE, b] = ((lrow[0, u(r)] - sc[QA, b]) + (lrow[3, u(r)] - lrow[2, u(r)])) / lrow[7, u(r)]
+            sc[SCALE, b] = (((lrow[Q_SUM, u(r)] - sc[QA, b])
+                             + (lrow[Q_TAIL, u(r)] - lrow[M_TAIL, u(r)])) / lrow[Z_RES, u(r)])
             sc[TV, b] = 0.0
             sc[KL, b] = 0.0
         for c in range(k):
@@ -117,30 +128,32 @@ def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap,
         for b in range(nb):
             r = ps + b
             w = sc[W, b]
-            alpha = sc[QA, b] + lrow[2, u(r)]
-            o_tp = lrow[4, u(r)] + sc[SCALE, b] * lrow[8, u(r)]
-            o_tm = lrow[6, u(r)] + sc[SCALE, b] * lrow[9, u(r)]
-            tv = (sc[TV, b] + (abs(o_tp - lrow[5, u(r)]) + abs(o_tm - lrow[6, u(r)]))) * 0.5
+            alpha = sc[QA, b] + lrow[M_TAIL, u(r)]
+            o_tp = lrow[Q_TPLUS, u(r)] + sc[SCALE, b] * lrow[R_TPLUS, u(r)]
+            o_tm = lrow[P_TMINUS, u(r)] + sc[SCALE, b] * lrow[R_TMINUS, u(r)]
+            tv = (sc[TV, b] + (abs(o_tp - lrow[P_TPLUS, u(r)])
+                               + abs(o_tm - lrow[P_TMINUS, u(r)]))) * 0.5
             if with_kl:
-                kl = sc[KL, b] + (_kl_term(o_tp, lrow[5, u(r)]) + _kl_term(o_tm, lrow[6, u(r)]))
+                kl = sc[KL, b] + (_kl_term(o_tp, lrow[P_TPLUS, u(r)])
+                                  + _kl_term(o_tm, lrow[P_TMINUS, u(r)]))
                 sc[KLB, b] += w * (kl if kl > 0.0 else 0.0)
-            sc[VALS + 5 + s, b] = w * alpha
-            sc[VALS + 5 + g + s, b] = w
-            sc[VALS + 5 + 2 * g + s, b] = w * tv
+            sc[v_num + s, b] = w * alpha
+            sc[v_reach + s, b] = w
+            sc[v_tvp + s, b] = w * tv
             sc[TOK, b] += w * alpha
             sc[TVB, b] += w * tv
-            sc[EXB, b] += w * (sc[QA, b] - lrow[1, u(r)])
+            sc[EXB, b] += w * (sc[QA, b] - lrow[Q_STD, u(r)])
             sc[TAIL, b] += w if tv > cap else 0.0
             dc = ldc[u(r)]
             sc[W, b] = w * (H[u(hs + dc * nb + b)] if dc >= 0 else lsx[u(r)])
     for b in range(nb):
         tok = sc[TOK, b]
-        sc[VALS + 0, b] = tok
-        sc[VALS + 1, b] = sc[TVB, b]
-        sc[VALS + 2, b] = sc[KLB, b]
-        sc[VALS + 3, b] = sc[EXB, b]
-        sc[VALS + 4, b] = tok * tok
-        sc[VALS + 5 + 3 * g, b] = sc[TAIL, b]
+        sc[VALS + layout.TOKENS, b] = tok
+        sc[VALS + layout.TV, b] = sc[TVB, b]
+        sc[VALS + layout.KL, b] = sc[KLB, b]
+        sc[VALS + layout.EXTRA, b] = sc[EXB, b]
+        sc[VALS + layout.TOKENS_SQ, b] = tok * tok
+        sc[VALS + _trailing_index(layout.TAIL, g), b] = sc[TAIL, b]
     for c in range(C):
         for b in range(nb):
             add_to(acc, a0 + c, sc[VALS + c, b])
@@ -219,10 +232,11 @@ class Prepared:
     """Rule-independent per-candidate and per-row constants of a split, made once,
     in the kernel's lane-major order (``lane_major``, tiles of TILE_BLOCKS blocks).
 
-    Row constants (``lrow``, one row per constant): sum_c q, sum_c q min(1, p/q),
-    m_tail = q(T+) + p(T-), q(T), q(T+), p(T+), p(T-), the residual normaliser (Z, or
-    total p on fallback rows) and the residual weights of the tail bins T+ and T-;
-    cr is the residual weight of each candidate (max(0, p - q), or p on fallback rows).
+    Row constants (``lrow``, one row per constant, in the order and with the indices
+    of ``layout.ROW_CONSTANTS``): sum_c q, sum_c q min(1, p/q), m_tail = q(T+) + p(T-),
+    q(T), q(T+), p(T+), p(T-), the residual normaliser (Z, or total p on fallback
+    rows) and the residual weights of the tail bins T+ and T-; cr is the residual
+    weight of each candidate (max(0, p - q), or p on fallback rows).
     """
 
     def __init__(self, sa: spec.SpecArrays):
@@ -234,10 +248,12 @@ class Prepared:
         fb = z < RESIDUAL_EPS
         cr = np.where(fb[:, None], cp, rplus)
         tpm = sa.tp - sa.ep
-        rowc = np.stack([
-            cq.sum(axis=1), (cq * np.minimum(1.0, cp / cq)).sum(axis=1), sa.eq + tpm, sa.tq,
-            sa.eq, sa.ep, tpm, np.where(fb, cp.sum(axis=1) + sa.tp, z),
-            np.where(fb, sa.ep, sa.ep - sa.eq), np.where(fb, tpm, 0.0)], axis=1)
+        row = {Q_SUM: cq.sum(axis=1), Q_STD: (cq * np.minimum(1.0, cp / cq)).sum(axis=1),
+               M_TAIL: sa.eq + tpm, Q_TAIL: sa.tq, Q_TPLUS: sa.eq, P_TPLUS: sa.ep,
+               P_TMINUS: tpm, Z_RES: np.where(fb, cp.sum(axis=1) + sa.tp, z),
+               R_TPLUS: np.where(fb, sa.ep, sa.ep - sa.eq), R_TMINUS: np.where(fb, tpm, 0.0)}
+        assert sorted(row) == list(range(layout.N_ROW_CONSTANTS))
+        rowc = np.stack([row[j] for j in range(layout.N_ROW_CONSTANTS)], axis=1)
         tb = TILE_BLOCKS
         self.lq, self.lp, self.lr = (lane_major(a, g, tb) for a in (cq, cp, cr))
         self.lrow = np.ascontiguousarray(np.stack([lane_major(rowc[:, j], g, tb)
@@ -269,16 +285,69 @@ def _check_inputs(programs, sa: spec.SpecArrays) -> None:
                          f"matrix has {sa.X.shape[0]} inputs ({', '.join(spec.FEATURES)})")
 
 
+@njit(cache=True)
+def _compiled_indices(g, out):
+    """The sums' and row constants' indices as compiled into this module's kernels."""
+    out[0] = _series_start(layout.ACC_NUM, g)
+    out[1] = _series_start(layout.REACH, g)
+    out[2] = _series_start(layout.TV_POS, g)
+    out[3] = _trailing_index(layout.TAIL, g)
+    out[4] = layout.TOKENS
+    out[5] = layout.TV
+    out[6] = layout.KL
+    out[7] = layout.EXTRA
+    out[8] = layout.TOKENS_SQ
+    for j, c in enumerate((Q_SUM, Q_STD, M_TAIL, Q_TAIL, Q_TPLUS, P_TPLUS, P_TMINUS, Z_RES,
+                           R_TPLUS, R_TMINUS)):
+        out[9 + j] = c
+
+
+def layout_indices(g: int) -> list:
+    """What ``_compiled_indices`` gives when the compiled code matches ``layout``."""
+    L = layout.sums_layout(g)
+    return ([L.acc_num.start, L.reach.start, L.tv_pos.start, L.tail, L.tokens, L.tv, L.kl,
+             L.extra, L.tokens_sq]
+            + [layout.ROW_CONSTANTS.index(n) for n in
+               ("q_sum", "q_std", "m_tail", "q_tail", "q_tplus", "p_tplus", "p_tminus",
+                "z_res", "r_tplus", "r_tminus")])
+
+
+_LAYOUT_CHECKED = []
+
+
+def check_compiled_layout() -> None:
+    """Refuse to run kernels compiled for another layout: Numba's cache is keyed on
+    this file only, so a cached kernel would keep the old offsets after an edit of
+    ``evolve/kernels/layout.py`` (clear the __pycache__ directories then)."""
+    if _LAYOUT_CHECKED:
+        return
+    for g in (1, 2, 5):
+        got = np.zeros(19, dtype=np.int64)
+        _compiled_indices(g, got)
+        if got.tolist() != layout_indices(g):
+            raise RuntimeError("the compiled trace kernel was cached for another sums "
+                               "layout than evolve/kernels/layout.py; delete the Numba "
+                               "cache (__pycache__ of evolve/kernels) and run again")
+    _LAYOUT_CHECKED.append(True)
+
+
+def new_sums(shape, g: int) -> np.ndarray:
+    """Zeroed fixed-point sums (*shape, layout.width(g), 2)."""
+    return np.zeros((*shape, layout.width(g), 2), dtype=np.int64)
+
+
 def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
                     tail_cap: float = TAIL_OFF) -> np.ndarray:
-    """Exact sums for every program, int64 (P, 6 + 3g, 2): 128-bit fixed point
-    (``kernels.fixed``); the sums of shards add up to the sums of their union.
+    """Exact sums for every program, int64 (P, layout.width(g), 2): 128-bit fixed point
+    (``kernels.fixed``), in the order of ``evolve.kernels.layout``; the sums of shards
+    add up to the sums of their union.
 
     ``with_kl=False`` skips the logarithms (about half the objective's cost); the
-    kl sum is then 0. The last sum is the reach of the slots with TV > tail_cap."""
+    kl sum is then 0. The tail sum is the reach of the slots with TV > tail_cap."""
     _check_inputs(programs, sa)
+    check_compiled_layout()
     P = len(programs)
-    out = np.zeros((P, len(SUMS) + 3 * sa.g + 1, 2), dtype=np.int64)
+    out = new_sums((P,), sa.g)
     if P:
         # programs share a tile while it is in cache, but every thread gets work
         group = max(1, min(GROUP, P // (2 * numba.get_num_threads())))
@@ -290,14 +359,16 @@ def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
 
 def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True,
                           tail_cap: float = TAIL_OFF) -> np.ndarray:
-    """Sums for every program, float64 (P, 6 + 3g); see ``spec.objectives_from_sums``."""
+    """Sums for every program, float64 (P, layout.width(g)); see
+    ``spec.objectives_from_sums``."""
     return fixed.to_float(population_sums(programs, sa, with_kl, tail_cap))
 
 
 def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
     """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
-    out = np.zeros((len(SUMS) + 3 * sa.g + 1, 2), dtype=np.int64)
+    check_compiled_layout()
+    out = new_sums((), sa.g)
     _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), TAIL_OFF, out)
     return spec.objectives_from_sums(fixed.to_float(out), sa.n_blocks, sa.g)
 

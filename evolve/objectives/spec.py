@@ -61,12 +61,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from evolve.data.decode import RESIDUAL_EPS
+from evolve.kernels import layout
 from evolve.lang.features import TRACE_INPUT_NAMES
 from evolve.objectives.metrics import clip01
 
 FEATURES = TRACE_INPUT_NAMES
 N_FEATURES = len(FEATURES)
-RESIDUAL_EPS = 1e-12     # same constant as evolve.traces.RESIDUAL_EPS
 TAIL_OFF = 2.0           # a slot-TV tail cap no slot exceeds (slot TV <= 1): no tail sum
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
 
@@ -261,12 +262,14 @@ def objectives_from_terms(sa: SpecArrays, terms: PositionTerms) -> Objectives:
 
 
 def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
-    """Objectives from one kernel row (see kernels.speculative.population_objectives)."""
+    """Objectives from one kernel row (see kernels.speculative.population_objectives),
+    read through ``evolve.kernels.layout``."""
     s = np.asarray(sums, dtype=np.float64)
-    tok, tv, kl, extra = s[0], s[1], s[2], s[3]
-    num, den, tvp = s[5:5 + g], s[5 + g:5 + 2 * g], s[5 + 2 * g:5 + 3 * g]
+    L = layout.sums_layout(g)
+    tok, tv, kl, extra = s[L.tokens], s[L.tv], s[L.kl], s[L.extra]
+    num, den, tvp = s[L.acc_num], s[L.reach], s[L.tv_pos]
     mean = tok / n_blocks
-    var = max(s[4] / n_blocks - mean * mean, 0.0) * n_blocks / max(n_blocks - 1, 1)
+    var = max(s[L.tokens_sq] / n_blocks - mean * mean, 0.0) * n_blocks / max(n_blocks - 1, 1)
     return Objectives(g, n_blocks, float(mean), float(np.sqrt(var / n_blocks)),
                       float(tv / tok), float(kl / tok), float(extra / tok),
                       _ratio(num, den), tuple(float(x) for x in den / n_blocks),

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.kernels import layout
 from evolve.objectives.base import TRACES, Evaluator, Objective
 from evolve.objectives.spec import TAIL_OFF, TAIL_SHARE
 
@@ -70,20 +71,22 @@ class TraceObjective(Objective):
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
         sums = ev.rows(trees, deap_trees)
-        return sums[:, 0] / ev.arrays.n_blocks, sums[:, 1] / sums[:, 0]
+        L = layout.sums_layout(ev.arrays.g)
+        return sums[:, L.tokens] / ev.arrays.n_blocks, sums[:, L.tv] / sums[:, L.tokens]
 
     @staticmethod
     def measures(ev: Evaluator, trees, deap_trees=None) -> dict:
         """tokens, tv, kl per token and slot TV per block position, (n,) / (n, g), and
         the share of the reach on slots over the evaluator's tail cap (0 without one)."""
         sums = ev.rows(trees, deap_trees)
-        g = ev.arrays.g
-        den = sums[:, 5 + g:5 + 2 * g]
+        L = layout.sums_layout(ev.arrays.g)
+        tok = sums[:, L.tokens]
+        den = sums[:, L.reach]
         with np.errstate(invalid="ignore", divide="ignore"):
-            tv_pos = np.where(den > 0, sums[:, 5 + 2 * g:5 + 3 * g] / den, 0.0)
-        return {"tokens": sums[:, 0] / ev.arrays.n_blocks, "tv": sums[:, 1] / sums[:, 0],
-                "kl": sums[:, 2] / sums[:, 0], "tv_pos": tv_pos,
-                "tail_share": sums[:, 5 + 3 * g] / den.sum(axis=1)}
+            tv_pos = np.where(den > 0, sums[:, L.tv_pos] / den, 0.0)
+        return {"tokens": tok / ev.arrays.n_blocks, "tv": sums[:, L.tv] / tok,
+                "kl": sums[:, L.kl] / tok, "tv_pos": tv_pos,
+                "tail_share": sums[:, L.tail] / den.sum(axis=1)}
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
         m = self.measures(ev, trees, deap_trees)
