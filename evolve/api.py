@@ -10,11 +10,17 @@
 ``data_dir``, ``runs_dir``, ``name``, ``resume``, ``writeback``, ``force`` and
 ``progress`` (a callable taking each generation's history record). It raises
 the same one-line errors the command line prints (ConfigError, DataError,
-RunError), and returns a ``RunResult``.
+RunError), and returns a ``RunResult``. Every argument is checked before anything
+is made on disk: whole numbers must be ``int`` (not ``bool``, ``float`` or ``str``),
+numbers finite, ``writeback``, ``force`` and ``seed_baselines`` ``bool``, each within
+the range the command line accepts; an error names the parameter (``tournament: 2.5
+is invalid; expected a whole number``). On ``resume`` only ``generations`` may be
+given.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -55,22 +61,34 @@ class _Quiet:
 
 def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True, force=False,
         progress=None, **options) -> RunResult:
-    """Evolve (or resume) a run; see the module docstring."""
+    """Evolve (or resume) a run; see the module docstring. Every argument is type- and
+    range-checked (``Config.validate``, ``RunOptions``) before anything is made."""
     from evolve.objectives import OBJECTIVES
     from evolve.runs import multistart, paths, runner
-    from evolve.search.config import Config, ConfigError
+    from evolve.search.config import Config, ConfigError, show
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"{unknown[0]}: not an option of evolve.run (options: "
                           f"{', '.join(sorted(known))})")
+    if resume is not None:
+        fixed = sorted(set(options) - {"generations"})
+        if fixed:
+            raise ConfigError.of(fixed[0], "cannot be changed on resume (only generations)")
+    for param, value in (("data_dir", data_dir), ("runs_dir", runs_dir)):
+        if value is not None and not (isinstance(value, (str, os.PathLike))
+                                      and isinstance(os.fspath(value), str)):
+            raise ConfigError.of(param, f"{show(value)} is invalid; expected a path")
+    if progress is not None and not callable(progress):
+        raise ConfigError.of("progress", f"{show(progress)} is invalid; expected a callable "
+                                         "taking each generation's record, or None")
     cfg = Config(**options)
     if resume is not None and "generations" not in options:
         cfg.generations = None
     if data_dir is None:
-        obj = OBJECTIVES.get(cfg.objective)
+        obj = OBJECTIVES.get(cfg.objective) if isinstance(cfg.objective, str) else None
         data_dir = paths.TRACES_DIR if obj is not None and obj.traces else paths.DATA_DIR
-    opts = runner.RunOptions(config=cfg, data_dir=Path(data_dir),
+    opts = runner.RunOptions(config=cfg, data_dir=data_dir,          # checks every value
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=writeback, force=force)
     _, result = multistart.execute_any(opts, _Quiet(progress))

@@ -35,6 +35,7 @@ import numpy as np
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
 from evolve.data.sources import ngram as NG
+from evolve.errors import EvolveError
 from evolve.objectives.spec import FEATURES
 from evolve.rules.adapters import as_rule
 
@@ -56,7 +57,7 @@ DECODE_BATCH = 256              # prompts decoded at once (evolve.data.decode.de
 FALLBACK_MEMORY = 16 << 30      # when the machine's memory cannot be read
 
 
-class SizeError(ValueError):
+class SizeError(EvolveError):
     """A simulation beyond its bounds: ``options`` (argument name -> value) are the
     arguments to blame, ``detail`` says what is allowed."""
 

@@ -76,22 +76,24 @@ def test_champion_is_best_on_valid(small_splits):
     assert ev.valid_scores([champ.tree])[0] == vf.max()
 
 
-@pytest.mark.parametrize("kw,option", [
-    ({"generations": 0}, "--generations"),
-    ({"population": 0}, "--population"),
-    ({"population": 10, "tournament": 11}, "--tournament"),
-    ({"cx_prob": 1.5}, "--cx-prob"),
-    ({"mut_prob": -0.1}, "--mut-prob"),
-    ({"objective": "speedy"}, "--objective"),
-    ({"max_height": 1}, "--max-height"),
-    ({"population": 10, "elitism": 10}, "--elitism"),
-    ({"tv_position_cap": 1.5}, "--cap-tv-position"),
-    ({"tv_p99_cap": -0.1}, "--cap-tv-p99"),
+@pytest.mark.parametrize("kw,param", [
+    ({"generations": 0}, "generations"),
+    ({"population": 0}, "population"),
+    ({"population": 10, "tournament": 11}, "tournament"),
+    ({"cx_prob": 1.5}, "cx_prob"),
+    ({"mut_prob": -0.1}, "mut_prob"),
+    ({"objective": "speedy"}, "objective"),
+    ({"max_height": 1}, "max_height"),
+    ({"population": 10, "elitism": 10}, "elitism"),
+    ({"tv_position_cap": 1.5}, "tv_position_cap"),
+    ({"tv_p99_cap": -0.1}, "tv_p99_cap"),
 ])
-def test_config_errors_name_the_option(kw, option):
+def test_config_errors_name_the_parameter(kw, param):
+    """The configuration names the parameter (the command line names its option:
+    tests/test_hostile_config.py)."""
     with pytest.raises(ConfigError) as e:
         Config(**kw).validate()
-    assert str(e.value).startswith(option)
+    assert str(e.value).startswith(f"{param}: ") and e.value.param == param
     assert repr(list(kw.values())[-1]) in str(e.value)
 
 

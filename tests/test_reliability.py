@@ -874,7 +874,7 @@ def test_crafted_absurd_file_size_rejected(tmp_path, finished_run):
 
 
 @pytest.mark.parametrize("key,value,words", [
-    ("population", 10 ** 12, "--population"),
+    ("population", 10 ** 12, "population: "),
     ("seed", [1], "'seed'"),
     ("objective", {"x": 1}, "'objective'"),
     ("cx_prob", "0.5", "'cx_prob'"),

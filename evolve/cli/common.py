@@ -8,6 +8,8 @@ from pathlib import Path
 
 import click
 
+from evolve.errors import EvolveError
+
 EXIT_BAD_INPUT = 2
 
 
@@ -16,7 +18,7 @@ def term(json_mode: bool = False):
     return Terminal(json_mode=json_mode)
 
 
-class BadOption(ValueError):
+class BadOption(EvolveError):
     """A bad option or input found by a command itself; one line, exit code 2."""
 
 
@@ -31,27 +33,33 @@ def need(ok: bool, option: str, value, expected: str) -> None:
 
 
 def friendly_errors(fn):
-    """Known error types become one line on stderr and exit code 2, no traceback."""
+    """Bad input (``evolve.errors.EvolveError``, any subclass) and a file the system
+    refuses (``OSError``) become one line on stderr and exit code 2, no traceback.
+    Anything else is a bug and shows as one (a KeyError included)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from evolve.cluster import ClusterError
-        from evolve.data.tokens import DataError
-        from evolve.lang.treeio import TreeError
-        from evolve.runs.rundir import RunError
-        from evolve.search.config import ConfigError
         try:
             return fn(*args, **kwargs)
-        except (DataError, ConfigError, RunError, TreeError, BadOption, ClusterError) as e:
-            term().error(str(e))
-            sys.exit(EXIT_BAD_INPUT)
-        except KeyError as e:
-            term().error(str(e.args[0]) if e.args else "unknown name")
+        except EvolveError as e:
+            term().error(option_message(e))
             sys.exit(EXIT_BAD_INPUT)
         except OSError as e:
             where = f"{e.filename}: " if getattr(e, "filename", None) else ""
             term().error(f"{where}{e.strerror or e}")
             sys.exit(EXIT_BAD_INPUT)
     return wrapper
+
+
+def option_message(e) -> str:
+    """An error's line naming the command's option for its parameter (``--budget-kl``
+    for ``kl_budget``, ``--runs-dir`` for ``runs_dir``); the message as it is when it
+    names no parameter or the command has no option for it."""
+    ctx = click.get_current_context(silent=True)
+    if getattr(e, "param", None) is not None and ctx is not None:
+        for p in ctx.command.params:
+            if p.name == e.param and p.opts:
+                return e.named(p.opts[0])
+    return str(e)
 
 
 def default_data() -> Path:

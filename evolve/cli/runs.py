@@ -106,6 +106,9 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         if extra or name:
             opt = "--name" if name else "--" + extra[0].replace("_", "-")
             raise RunError(f"{opt}: cannot be changed on --resume (only --generations)")
+    from evolve.cluster import ClusterInterrupted
+    from evolve.cluster.session import check_options
+    check_options(cluster, scheduler)       # before anything is made (--starts included)
     cfg = Config(**{k: v for k, v in given.items() if v is not None})
     if resume is not None and generations is None:
         cfg.generations = None   # keep the run's own
@@ -117,7 +120,11 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=not no_writeback, force=force, data_given=data_given,
                              cluster=cluster, scheduler=scheduler)
-    code, result = multistart.execute_any(opts, out)
+    try:
+        code, result = multistart.execute_any(opts, out)
+    except ClusterInterrupted as e:        # stopped while reaching the cluster
+        out.error(str(e))
+        sys.exit(runner.EXIT_INTERRUPTED)
     if json_mode:
         out.print_json(result)
     elif code == runner.EXIT_INTERRUPTED:

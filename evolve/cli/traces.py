@@ -18,6 +18,7 @@ import click
 from evolve.cli import trace_views, views
 from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need,
                                runs_dir_option, term)
+from evolve.errors import first_line
 
 SPLIT_NAMES = ("train", "valid", "test")
 DEFAULT_BUDGETS = (0.01, 0.03)
@@ -56,7 +57,7 @@ def _pair_for(ts, out):
         pair = ngram.build_pair(cfg)
     except (KeyError, TypeError, ValueError, IndexError) as e:
         raise DataError(f"{src}: meta.json's trace config cannot be rebuilt "
-                        f"({type(e).__name__}: {_first_line(e)})") from None
+                        f"({type(e).__name__}: {first_line(e, 200)})") from None
     recorded = (ts.meta.get("models") or {}).get("corpus_crc32")
     same = recorded is None or recorded == pair.corpus.fingerprint()
     if not same:
@@ -88,10 +89,6 @@ def _check_sizes(check, *args) -> None:
         check(*args)
     except SizeError as e:
         fail(e.cli_message())
-
-
-def _first_line(e: BaseException) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
 
 
 def _run_rule(runs_parent: Path, run: str):

@@ -13,15 +13,28 @@ workers, and the same as the in-process kernel on the whole split.
   generation sends only the programs and adds the returned sums).
 - ``session.py``: ``--cluster local:N`` (a ``LocalCluster``) or ``--scheduler
   ADDRESS`` (an existing one), the Numba cache warmed here first, and the
-  sharded splits wrapped so the trace objectives evaluate through them.
+  sharded splits wrapped so the trace objectives evaluate through them. Every
+  wait on the scheduler has a limit (``session.LIMITS``) and ends on SIGINT or
+  SIGTERM; a LocalCluster's workers ignore SIGINT (the terminal sends it to the
+  whole process group; this process owns the stop).
 
 Dask is an optional dependency (``pip install -e '.[cluster]'``), imported only
 when a cluster is asked for.
 """
 
 
-class ClusterError(RuntimeError):
-    """The cluster cannot be reached or lost the workers it needed; one line."""
+from evolve.errors import EvolveError
+
+
+class ClusterError(EvolveError, RuntimeError):
+    """The cluster cannot be reached or lost the workers it needed; one line. (An
+    ``EvolveError``, so the command line reports it in one line, and still the
+    ``RuntimeError`` it always was.)"""
+
+
+class ClusterInterrupted(ClusterError):
+    """SIGINT/SIGTERM ended a wait on the cluster (connecting, or a generation that
+    did not finish within the stop grace); the run stops at its last checkpoint."""
 
 
 INSTALL = "pip install -e '.[cluster]'"

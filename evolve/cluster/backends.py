@@ -9,7 +9,7 @@ import uuid
 
 import numpy as np
 
-from evolve.cluster import ClusterError, worker
+from evolve.cluster import ClusterError, ClusterInterrupted, worker
 from evolve.kernels import fixed
 from evolve.objectives.spec import TAIL_OFF
 
@@ -50,45 +50,87 @@ class DaskShards:
     workers left (or on the worker's restart) and runs the lost scores again,
     up to Dask's ``allowed-failures``; past that, or with no worker left for
     ``NO_WORKERS_GRACE_S``, ClusterError (the run stops; its last checkpoint
-    is intact and ``--resume`` continues exactly)."""
+    is intact and ``--resume`` continues exactly).
 
-    def __init__(self, client, split, threads: int = 0):
-        self.client = client
+    Every wait has a limit (``session.LIMITS``): a call (loading the shards, or
+    one generation's scores) that has not ended within ``EVOLVE_CLUSTER_CALL_TIMEOUT``
+    is ClusterError, and once the run is asked to stop it gets at most
+    ``EVOLVE_CLUSTER_STOP_GRACE`` seconds more (then ClusterInterrupted)."""
+
+    def __init__(self, session, split):
+        self.session = session
+        self.client = client = session.client
         self.split = split
-        self.threads = threads
+        self.threads = session.threads
         self.name = split.name
-        workers = sorted(client.scheduler_info()["workers"])
+        workers = sorted(session.call(client.scheduler_info, "asking for its workers")["workers"])
+        if not workers:
+            raise ClusterError(f"{session.where}: no worker left; stopping")
         tag = uuid.uuid4().hex[:8]
         self.futures = [
             client.submit(worker.load_shard, str(p), split.meta, pure=False,
                           key=f"evolve-shard-{split.name}-{i}-{tag}",
                           workers=[workers[i % len(workers)]], allow_other_workers=True)
             for i, p in enumerate(split.shard_paths())]
-        self._wait(self.futures)
+        self._wait(self.futures, "loading the shards")
         for f in self.futures:
             if f.status == "error":
                 self._raise(f)
         self.comm_seconds = 0.0     # wall time of calls beyond the busiest worker's kernels
         self.task_seconds: list = []   # the last call's kernel seconds, per shard
 
-    def _wait(self, futs) -> None:
-        """Wait for tasks; ClusterError when no worker has been left for
-        NO_WORKERS_GRACE_S (tasks that keep failing end as errors by themselves)."""
+    def _wait(self, futs, what: str) -> list:
+        """Wait for tasks and gather them; ClusterError when no worker has been left
+        for NO_WORKERS_GRACE_S or the call limit passes (tasks that keep failing end
+        as errors by themselves), ClusterInterrupted past the stop grace."""
         from distributed import wait
+        s = self.session
+        what = f"shard set {self.name!r}, {what}"
+        start = time.monotonic()
+        deadline = start + s.limits["call"]
+        stop_deadline = None
         alone_since = None
+
+        def left() -> float:
+            """Seconds left to this call (less once a stop is requested)."""
+            nonlocal stop_deadline
+            now = time.monotonic()
+            if stop_deadline is None and s.stop():
+                stop_deadline = now + s.limits["stop"]
+            if stop_deadline is not None and now >= stop_deadline:
+                raise ClusterInterrupted(f"{s.where}: {what}: not done within "
+                                         f"{s.limits['stop']:g} s of the stop request "
+                                         "(EVOLVE_CLUSTER_STOP_GRACE); abandoned")
+            if now >= deadline:
+                raise ClusterError(f"{s.where}: {what}: not done within "
+                                   f"{s.limits['call']:g} s (EVOLVE_CLUSTER_CALL_TIMEOUT)")
+            return min(deadline, stop_deadline or deadline) - now
+
         while True:
+            t = left()
             try:
-                wait(futs, timeout=POLL_S)
-                return
+                s.call(lambda: wait(futs, timeout=min(POLL_S, t)), what,
+                       limit_s=t + POLL_S, grace_s=t + POLL_S)
+                break
             except TimeoutError:
                 pass
-            if self.client.scheduler_info()["workers"]:
+            t = left()
+            workers = s.call(s.client.scheduler_info, "asking for its workers",
+                             limit_s=min(t, s.limits["connect"]), grace_s=t)
+            if workers["workers"]:
                 alone_since = None
             elif alone_since is None:
-                alone_since = time.perf_counter()
-            elif time.perf_counter() - alone_since > NO_WORKERS_GRACE_S:
+                alone_since = time.monotonic()
+            elif time.monotonic() - alone_since > NO_WORKERS_GRACE_S:
                 raise ClusterError(f"shard set {self.name!r}: no worker left for "
                                    f"{NO_WORKERS_GRACE_S:.0f} s; stopping")
+        if futs is self.futures:
+            return []
+        for f in futs:
+            if f.status == "error":
+                self._raise(f)
+        t = left()
+        return s.call(lambda: self.client.gather(futs), what, limit_s=t, grace_s=t)
 
     def _raise(self, fut):
         exc = fut.exception()
@@ -106,15 +148,10 @@ class DaskShards:
                                    tail_cap, pure=False)
                 for f, b in zip(self.futures, per_shard(self.split, blocks))
                 if b is None or b.size]
-        self._wait(futs)
-        for f in futs:
-            if f.status == "error":
-                self._raise(f)
-        results = self.client.gather(futs)
+        results = self._wait(futs, "scoring")
         self.task_seconds = [t for _, t, _ in results]
         busy: dict = {}
         for _, t, proc in results:         # a worker runs its shards' tasks one by one
             busy[proc] = busy.get(proc, 0.0) + t
         self.comm_seconds += max(0.0, time.perf_counter() - t0 - max(busy.values()))
         return fixed.total(r for r, _, _ in results)
-

@@ -92,6 +92,14 @@ def warm(ts) -> None:
         population_sums(progs, sa, with_kl)
 
 
+def dask_setup(worker) -> None:
+    """A LocalCluster worker's preload: ignore SIGINT. A terminal's Ctrl-C reaches the
+    whole process group; the driver finishes or abandons the generation, saves,
+    and closes the workers itself."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (what the cluster benchmark asks workers)."""
     import resource

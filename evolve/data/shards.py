@@ -49,6 +49,7 @@ import numpy as np
 
 from evolve.data import traces as T
 from evolve.data.tokens import DataError
+from evolve.errors import first_line
 from evolve.runs import jsonio
 
 FORMAT = "evolve-trace-shards"
@@ -183,7 +184,7 @@ def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
             else:
                 raise ValueError(f"unsupported .npy version {version}")
         except Exception as e:             # noqa: BLE001 (any header NumPy refuses)
-            raise DataError(f"{where} is not a .npy array ({jsonio.first_line(e)[:120]})") \
+            raise DataError(f"{where} is not a .npy array ({first_line(e, 120)})") \
                 from None
         offset = fh.tell()
     if dtype.hasobject or dtype.kind not in NPY_KINDS or dtype.fields or dtype.subdtype:
@@ -206,7 +207,7 @@ def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
         return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="C")
     except (OSError, ValueError, OverflowError, MemoryError) as e:
         raise DataError(f"{where} cannot be mapped ({type(e).__name__}: "
-                        f"{jsonio.first_line(e)[:120]})") from None
+                        f"{first_line(e, 120)})") from None
 
 
 def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSplit:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.errors import EvolveError, first_line
 from evolve.lang.features import INPUT_NAMES
 from evolve.runs import jsonio
 from evolve.runs.atomic import atomic_write_bytes
@@ -49,7 +50,7 @@ MAX_META_BYTES = 1024 * 1024
 _ZIP_DATE = (1980, 1, 1, 0, 0, 0)
 
 
-class DataError(ValueError):
+class DataError(EvolveError):
     """Bad input data; the message is one line naming file, field and row."""
 
 
@@ -271,12 +272,8 @@ def load_npz(path: str | os.PathLike, name: str = "") -> Dataset:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error,
             NotImplementedError) as e:
-        raise DataError(f"{src}: not a readable split file ({short_error(e)})") from None
+        raise DataError(f"{src}: not a readable split file ({first_line(e)})") from None
     return from_columns(cols, source=src, name=name or path.stem)
-
-
-def short_error(e: BaseException) -> str:
-    return str(e).splitlines()[0] if str(e) else type(e).__name__
 
 
 # ---------------------------------------------------------------- JSON form

@@ -37,6 +37,7 @@ import numpy as np
 
 from evolve.data import tokens as D
 from evolve.data.tokens import DataError
+from evolve.errors import first_line
 from evolve.runs import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
@@ -159,7 +160,7 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error,
             NotImplementedError) as e:
-        raise DataError(f"{src}: not a readable trace file ({D.short_error(e)})") from None
+        raise DataError(f"{src}: not a readable trace file ({first_line(e)})") from None
     meta["source"] = src
     ts = TraceSplit(cols, meta, name=name or path.stem)
     validate(ts, src)
@@ -183,7 +184,7 @@ def read_file_meta(path: str | os.PathLike):
         raise
     except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError, zlib.error,
             NotImplementedError) as e:
-        raise DataError(f"{path}: cannot read meta.json ({D.short_error(e)})") from None
+        raise DataError(f"{path}: cannot read meta.json ({first_line(e)})") from None
 
 
 def is_trace_file(path: str | os.PathLike) -> bool:

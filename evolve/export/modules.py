@@ -9,6 +9,7 @@ before it is returned.
 
 from __future__ import annotations
 
+from evolve.errors import EvolveError
 from evolve.export import arrays, engines
 from evolve.export.backends import BACKENDS
 from evolve.lang import codegen
@@ -19,7 +20,7 @@ NEEDS = {"numpy": "numpy", "torch": "torch", "hf": "torch and transformers",
          "vllm": "torch (inside vLLM)"}
 
 
-class ExportError(ValueError):
+class ExportError(EvolveError):
     """A champion that cannot be exported to a format, or an unknown format (one line)."""
 
 

@@ -23,12 +23,13 @@ import stat
 import tempfile
 from pathlib import Path
 
+from evolve.errors import EvolveError
 from evolve.runs.atomic import atomic_write_bytes, fsync_dir, umask
 
 PREVIOUS_SUFFIX = ".previous"
 
 
-class OutputError(ValueError):
+class OutputError(EvolveError):
     """A path a command must not write (one line, naming the option and the path)."""
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.lang import primitives as P
+from evolve.errors import EvolveError
 
 MAX_TEXT = 200_000
 MAX_NODES = 5_000
@@ -29,7 +30,7 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
                     r"|(?P<name>[A-Za-z_][A-Za-z_0-9]*)|(?P<punct>[(),]))")
 
 
-class TreeError(ValueError):
+class TreeError(EvolveError):
     """A tree string that is not a well-formed, well-typed tree of our primitives."""
 
 

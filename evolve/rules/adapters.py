@@ -17,6 +17,7 @@ import inspect
 
 import numpy as np
 
+from evolve.errors import EvolveError
 from evolve.lang import numpy_eval
 from evolve.objectives.spec import FEATURES
 
@@ -132,7 +133,7 @@ def tree_rule(nodes, name: str = "tree") -> TreeRule:
 
 # ---------------------------------------------------------- named rules
 
-class RuleError(ValueError):
+class RuleError(EvolveError):
     """A rule of the rules table that cannot be made: ``field`` is ``"name"`` (an
     unknown rule) or ``"param"`` (a parameter that does not fit). The message names
     the rule and the parameter but no option: a command adds the option it read them

@@ -26,12 +26,14 @@ import re
 import stat
 from pathlib import Path
 
+from evolve.errors import EvolveError, first_line
+
 MAX_JSON_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 64
 MAX_INT_DIGITS = 40
 
 
-class JsonError(ValueError):
+class JsonError(EvolveError):
     """Unreadable or unacceptable JSON; one line naming the file."""
 
 
@@ -148,8 +150,3 @@ def read_json(path: str | os.PathLike, what: str, error=JsonError,
     ``where`` names the file in messages (default: the path as given)."""
     data = read_capped(Path(path), what, limit, error, where=where)
     return loads(data, str(path) if where is None else where, what, error)
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__

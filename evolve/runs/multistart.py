@@ -51,7 +51,7 @@ def _parent(opts):
         try:
             run = RunDir.open(opts.runs_parent, opts.resume)
         except RunError as e:
-            raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+            raise RunError.of("resume", f"{opts.resume!r}: {e}") from None
         run.lock()                     # refused (one line) while another process runs it
         meta = run.meta()
         try:

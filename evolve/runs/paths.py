@@ -37,7 +37,7 @@ HEURISTICS_ENV = "EVOLVE_HEURISTICS_DIR"
 def runs_dir(override: str | os.PathLike | None = None) -> Path:
     if override is not None and not str(override).strip():
         from evolve.runs.rundir import RunError
-        raise RunError("--runs-dir: an empty value is not allowed")
+        raise RunError.of("runs_dir", "an empty value is not allowed")
     if override:
         return Path(override)
     env = os.environ.get(RUNS_ENV)

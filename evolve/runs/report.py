@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from evolve.data import tokens as data
+from evolve.errors import UnknownName
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import is_trace_champion
@@ -25,8 +26,8 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dic
     names = heuristics or all_names
     unknown = [n for n in names if n not in all_names]
     if unknown:
-        raise KeyError(f"--heuristic: unknown heuristic {unknown[0]!r} "
-                       f"(known: {', '.join(all_names)})")
+        raise UnknownName.of("heuristics", f"unknown heuristic {unknown[0]!r} "
+                             f"(known: {', '.join(all_names)})")
     splits = data.load_splits(data_dir)
     prepared = {k: PreparedSplit(v) for k, v in splits.items()}
     compiled, skipped = {}, {}

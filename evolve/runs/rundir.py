@@ -27,6 +27,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
+from evolve.errors import EvolveError
 from evolve.runs import datasum, jsonio, schema
 from evolve.runs.lock import Busy, DirLock
 from evolve.runs.atomic import append_line, atomic_write_json, atomic_write_text, umask
@@ -36,14 +37,14 @@ RUN_FORMAT = "evolve-run"
 MAX_JSON_BYTES = jsonio.MAX_JSON_BYTES
 
 
-class RunError(ValueError):
+class RunError(EvolveError):
     """A run directory that is missing, foreign or damaged; one-line message."""
 
 
 def check_name(name: str) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
-        raise RunError(f"--name: {name!r} is not a valid run name "
-                       "(letters, digits, '.', '_', '-'; at most 64; no leading '.' or '-')")
+        raise RunError.of("name", f"{name!r} is not a valid run name "
+                          "(letters, digits, '.', '_', '-'; at most 64; no leading '.' or '-')")
     return name
 
 
@@ -118,9 +119,10 @@ class RunDir:
         try:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise RunError(f"--runs-dir: {parent}: cannot create it ({e.strerror or e})") from None
+            raise RunError.of("runs_dir", f"{parent}: cannot create it "
+                              f"({e.strerror or e})") from None
         if not os.access(parent, os.W_OK):
-            raise RunError(f"--runs-dir: {parent}: not writable")
+            raise RunError.of("runs_dir", f"{parent}: not writable")
         path = parent / name
         exists = RunError(f"{path}: a run of that name exists (use --resume {name} or "
                           "another --name)")

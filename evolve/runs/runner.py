@@ -25,7 +25,7 @@ from evolve.objectives import OBJECTIVES
 from evolve.runs import datasum
 from evolve.runs.paths import runs_dir
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
-from evolve.search.config import Config, ConfigError
+from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution
 from evolve.search.operators import fewer_collections
 
@@ -45,6 +45,30 @@ class RunOptions:
     data_given: bool = False      # --data was on the command line (on --resume: checked)
     cluster: str | None = None       # execution only (not results): local:N workers
     scheduler: str | None = None     # or the address of an existing Dask scheduler
+
+    def __post_init__(self):
+        """Every option's type (the Python API passes on what its caller gave) and a
+        new run's configuration are checked here, before anything is made; a
+        resumed run's configuration is checked once read back (``prepare``)."""
+        def need(ok, param, what):
+            if not ok:
+                raise ConfigError.of(param, f"{show(getattr(self, param))} is invalid; "
+                                            f"expected {what}")
+        need(isinstance(self.config, Config), "config", "a Config")
+        for param in ("writeback", "force", "data_given"):
+            need(isinstance(getattr(self, param), bool), param, "True or False")
+        for param in ("name", "resume", "cluster", "scheduler"):
+            need(getattr(self, param) is None or isinstance(getattr(self, param), str), param,
+                 "a string or None")
+        for param in ("data_dir", "runs_parent", "heuristics_dir"):
+            value = getattr(self, param)
+            if value is None and param == "heuristics_dir":
+                continue
+            need(isinstance(value, (str, os.PathLike)) and isinstance(os.fspath(value), str),
+                 param, "a path")
+            setattr(self, param, Path(value))
+        if self.resume is None:
+            self.config.validate()
 
 
 class StopRequested:
@@ -82,14 +106,14 @@ def check_writable(parent: Path) -> None:
     Creates nothing: RunDir.create makes it once everything else has been checked."""
     parent = Path(parent)
     if parent.exists() and not parent.is_dir():
-        raise RunError(f"--runs-dir: {parent}: exists and is not a directory")
+        raise RunError.of("runs_dir", f"{parent}: exists and is not a directory")
     probe = parent
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent          # nearest existing ancestor: mkdir needs to write there
     if not probe.is_dir():
-        raise RunError(f"--runs-dir: {parent}: {probe} is not a directory")
+        raise RunError.of("runs_dir", f"{parent}: {probe} is not a directory")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise RunError(f"--runs-dir: {parent}: not writable")
+        raise RunError.of("runs_dir", f"{parent}: not writable")
 
 
 def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
@@ -110,8 +134,9 @@ def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
                              "about 2 s, or `make traces`)")
     train = Path(data_dir) / "train.npz"
     if train.exists() and not traces.is_trace_file(train):
-        raise ConfigError(f"--objective: {cfg.objective!r} needs speculative-decoding traces "
-                          f"(make them with `evolve data trace`); {data_dir} holds token splits")
+        raise ConfigError.of("objective", f"{cfg.objective!r} needs speculative-decoding "
+                             f"traces (make them with `evolve data trace`); {data_dir} holds "
+                             "token splits")
     return traces.load_splits(data_dir)
 
 
@@ -128,6 +153,7 @@ def prepare(opts: RunOptions, session=None):
     if os.path.lexists(opts.runs_parent / name):
         raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
                        f"(use --resume {name} or another --name)")
+    check_resume_fits(opts, name)
     splits = load_run_splits(opts.config, opts.data_dir, session)
     engine = Evolution(opts.config, splits["train"], splits["valid"])
     run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
@@ -138,13 +164,28 @@ def prepare(opts: RunOptions, session=None):
     return run, splits, engine, opts.data_dir
 
 
+def check_resume_fits(opts: RunOptions, name: str) -> None:
+    """The resume command the run would print is one its own reader accepts
+    (``schema.check_resume_command``, which bounds its length): checked at the start."""
+    from evolve.runs import schema
+    cmd = resume_command(opts, name)
+    try:
+        schema.check_resume_command(cmd, "summary.json", name)
+    except schema.SchemaError:
+        raise RunError.of("runs_dir", f"{show(str(opts.runs_parent))}: the command that "
+                          f"resumes run {name} would be {len(cmd)} characters, more than a "
+                          f"run's summary may hold ({schema.MAX_RESUME_CHARS}); use a shorter "
+                          "--runs-dir, --cluster or --scheduler") from None
+
+
 def _prepare_resume(opts: RunOptions, session=None):
     if not isinstance(opts.resume, str) or not opts.resume.strip():
-        raise RunError(f"--resume: {opts.resume!r} is not a run name")
+        raise RunError.of("resume", f"{opts.resume!r} is not a run name")
     try:
         run = RunDir.open(opts.runs_parent, opts.resume)
     except RunError as e:
-        raise RunError(f"--resume: {opts.resume!r}: {e}") from None
+        raise RunError.of("resume", f"{opts.resume!r}: {e}") from None
+    check_resume_fits(opts, run.name)
     run.lock()          # held until the run ends: a live run owns its directory
     try:
         return _prepare_locked(opts, run, session)
@@ -165,24 +206,27 @@ def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
         cfg.validate()
     at = state["generation"] if state else -1
     if isinstance(at, int) and cfg.generations < at:
-        raise ConfigError(f"--generations: {cfg.generations!r} is invalid; the run is already "
-                          f"at generation {at}")
+        raise ConfigError.of("generations", f"{cfg.generations!r} is invalid; the run is "
+                             f"already at generation {at}")
     data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
     if opts.data_given and Path(opts.data_dir).resolve() != data_dir.resolve():
-        raise RunError(f"--data: {str(opts.data_dir)!r} cannot be changed on --resume "
-                       f"(run {run.name} evolves on {data_dir})")
+        raise RunError.of("data_dir", f"{str(opts.data_dir)!r} cannot be changed on "
+                          f"--resume (run {run.name} evolves on {data_dir})")
     opts.data_dir = data_dir          # what the run and its final report use
     splits = load_run_splits(cfg, data_dir, session)
     changed = datasum.changed_split(meta.get("data", {}).get("sha256") or {}, splits)
     if changed:
-        raise RunError(f"--resume: split '{changed}' in {data_dir} has changed since run "
-                       f"{run.name} started (its sha256 differs from the one in "
-                       f"{run.file('config.json')}); resume on the data the run started on")
+        raise RunError.of("resume", f"split '{changed}' in {data_dir} has changed since run "
+                          f"{run.name} started (its sha256 differs from the one in "
+                          f"{run.file('config.json')}); resume on the data the run started on")
     engine = Evolution(cfg, splits["train"], splits["valid"])
     if state is not None:
         try:
             engine.restore(state)
         except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
+            from evolve.cluster import ClusterError    # as execute and _evolve do
+            if isinstance(e, ClusterError):      # the cluster failed, not the checkpoint
+                raise
             raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
     check_writable(opts.runs_parent)
     run.remove_stale_temporaries()
@@ -192,9 +236,9 @@ def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
     return run, splits, engine, data_dir
 
 
-def resume_command(opts: RunOptions, run: RunDir) -> str:
-    """The exact command that continues this run."""
-    parts = ["evolve", "run", "--resume", run.name]
+def resume_command(opts: RunOptions, run: RunDir | str) -> str:
+    """The exact command that continues this run (``run``: the run or its name)."""
+    parts = ["evolve", "run", "--resume", run if isinstance(run, str) else run.name]
     if Path(opts.runs_parent).resolve() != runs_dir(None).resolve():
         parts += ["--runs-dir", str(opts.runs_parent)]
     if not opts.writeback:
@@ -210,12 +254,15 @@ def resume_command(opts: RunOptions, run: RunDir) -> str:
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
     """Run (or resume) evolution; returns (exit code, result dict). Several starts
     (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
-    from evolve.cluster import ClusterError
+    from evolve.cluster import ClusterError, ClusterInterrupted
     from evolve.cluster.session import Session
     with StopRequested(term) as stop, Session(opts.cluster, opts.scheduler,
-                                              opts.config.threads or 0) as session:
+                                              opts.config.threads or 0,
+                                              stop=lambda: stop.requested) as session:
         try:
             run, splits, engine, data_dir = prepare(opts, session)
+        except ClusterInterrupted:
+            raise           # a stop while reaching the cluster: nothing was made (exit 130)
         except ClusterError as e:
             raise RunError(str(e)) from None
         try:
@@ -225,19 +272,22 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
 
 
 def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[int, dict]:
-    from evolve.cluster import ClusterError
+    from evolve.cluster import ClusterError, ClusterInterrupted
     cfg = engine.config
     resumed = engine.generation >= 0
+    saved = engine.generation          # the last generation on disk
     try:
         with term.progress(cfg.generations, start=max(engine.generation, 0)) as bar, \
                 fewer_collections():
             if not resumed:
                 rec = engine.initialise()
                 _save_generation(run, engine, rec)
+                saved = rec["generation"]
                 bar.update(rec)
             while engine.generation < cfg.generations and not stop.requested:
                 rec = engine.step()
                 _save_generation(run, engine, rec)
+                saved = rec["generation"]
                 bar.update(rec)
         if stop.requested and engine.generation < cfg.generations:
             summary = {"status": "interrupted", "signal": stop.signal_name,
@@ -248,6 +298,14 @@ def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[
         # A signal from here on is noted and ignored (a second one exits at once):
         # finishing takes seconds and every file it writes is atomic.
         return 0, finish(run, engine, splits, opts, term)
+    except ClusterInterrupted:
+        # stopped while a generation on the cluster did not finish within the stop
+        # grace: it is abandoned, the run stops at its last checkpoint
+        summary = {"status": "interrupted", "signal": stop.signal_name,
+                   "generation": saved if saved >= 0 else None,
+                   "resume": resume_command(opts, run), "ended": now_iso()}
+        run.write_json("summary.json", summary)
+        return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
     except ClusterError as e:
         _try_summary(run, {"status": "failed", "generation": engine.generation,
                            "error": str(e), "ended": now_iso()})

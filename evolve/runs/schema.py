@@ -14,8 +14,10 @@ from __future__ import annotations
 import math
 import shlex
 
+from evolve.errors import EvolveError
 
-class SchemaError(ValueError):
+
+class SchemaError(EvolveError):
     """A run file that does not fit its schema; one line naming file and field."""
 
 BOUND = 1e12            # no number a run writes comes near it; plots stay finite
@@ -24,6 +26,8 @@ HISTORY_NUMBERS = ("best_train", "best_valid", "mean_size")
 TOKEN_METRICS = ("accept_rate", "accuracy", "quality", "fitness")
 TRACE_METRICS = ("tokens_per_call", "tv_per_token", "kl_per_token")
 RESUME_FLAGS = ("--no-writeback", "--force")
+RESUME_OPTIONS = ("--cluster", "--scheduler")         # each with a value
+MAX_RESUME_CHARS = 4096
 
 
 def _short(value) -> str:
@@ -82,9 +86,15 @@ def check_summary(doc, where: str, run_name: str) -> dict:
 
 
 def check_resume_command(cmd, where: str, run_name: str) -> str:
-    """A resume command is exactly what ``resume_command`` prints for this run."""
-    expected = "`evolve run --resume NAME [--runs-dir DIR] [--no-writeback] [--force]`"
-    _need(isinstance(cmd, str) and len(cmd) <= 4096, where, "resume", cmd, expected)
+    """A resume command is one ``runner.resume_command`` prints for this run:
+    ``evolve run --resume NAME``, then ``--runs-dir DIR``, then the ``RESUME_FLAGS``
+    and the ``RESUME_OPTIONS`` with their values, each at most once; at most
+    ``MAX_RESUME_CHARS`` characters (a run checks its own at the start)."""
+    expected = ("`evolve run --resume NAME [--runs-dir DIR] [--no-writeback] [--force] "
+                "[--cluster local:N] [--scheduler ADDRESS]` of at most "
+                f"{MAX_RESUME_CHARS} characters")
+    _need(isinstance(cmd, str) and len(cmd) <= MAX_RESUME_CHARS, where, "resume", cmd,
+          expected)
     try:
         parts = shlex.split(cmd)
     except ValueError:
@@ -94,7 +104,13 @@ def check_resume_command(cmd, where: str, run_name: str) -> str:
     if ok and rest[:1] == ["--runs-dir"]:
         ok = len(rest) >= 2 and bool(rest[1])
         rest = rest[2:]
-    ok = ok and len(set(rest)) == len(rest) and all(r in RESUME_FLAGS for r in rest)
+    seen = set()
+    while ok and rest:
+        word = rest.pop(0)
+        ok = word in RESUME_FLAGS + RESUME_OPTIONS and word not in seen
+        seen.add(word)
+        if ok and word in RESUME_OPTIONS:
+            ok = bool(rest) and bool(rest.pop(0))
     ok = ok and shlex.join(parts) == cmd
     _need(ok, where, "resume", cmd, expected)
     return cmd

@@ -1,9 +1,18 @@
 """The configuration of a run: every option, its default and its valid range.
 
-``Config.validate`` checks every value and raises ``ConfigError`` with one line
-naming the option, echoing the value and saying what is expected; a run's
-``config.json`` is read back through ``Config.from_dict``, which type-checks
-every value first.
+``Config.validate`` is the one check of a run's configuration, for the command
+line, the Python API and a run read back alike: every value's type first
+(whole numbers are ``int`` and never ``bool``, numbers are finite, flags are
+``bool``, names are ``str``), then its range. It raises ``ConfigError`` with
+one line naming the parameter (``tournament``), echoing the value and saying
+what is expected; the command line names the option instead (``--tournament``,
+``evolve.cli.common``). A run's ``config.json`` is read back through
+``Config.from_dict``, which type-checks every value and then validates.
+
+The bounds are those of the run's own reader: a whole number has at most
+``jsonio.MAX_INT_DIGITS`` digits (the JSON reader refuses longer ones), so no
+configuration accepted at the start makes a run that ``--resume``, ``inspect``
+or ``export`` would refuse.
 """
 
 from __future__ import annotations
@@ -11,11 +20,46 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
+from evolve.errors import EvolveError
 from evolve.objectives import OBJECTIVES
+from evolve.runs.jsonio import MAX_INT_DIGITS
 
 
-class ConfigError(ValueError):
-    """A configuration value out of range; the message names option and value."""
+class ConfigError(EvolveError):
+    """A configuration value of the wrong type or out of range; one line naming the
+    parameter (``param``), echoing the value and saying what is expected (``detail``);
+    made with ``ConfigError.of(param, detail)`` (``evolve.errors``)."""
+
+
+# The largest whole number a run may hold: the run's JSON reader (evolve.runs.jsonio)
+# refuses integers of more than MAX_INT_DIGITS digits in config.json and checkpoints.
+MAX_INT = 10 ** MAX_INT_DIGITS - 1
+MAX_POPULATION = 1_000_000
+
+
+def whole(least: int) -> str:
+    """What a whole number bounded only by the reader must be."""
+    return f"a whole number >= {least} of at most {MAX_INT_DIGITS} digits"
+
+
+# What each kind of value must be (the dataclass annotations name the kind).
+KINDS = {"int": "a whole number", "float": "a finite number", "bool": "True or False",
+         "str": "a string"}
+
+
+def is_kind(kind: str, value) -> bool:
+    """Whether ``value`` is of ``kind``: ints are real ints (not bool), floats finite
+    real numbers (an int is a float), bools bool and strings str."""
+    if kind == "bool":
+        return isinstance(value, bool)
+    if kind == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == "float":
+        return ((isinstance(value, int) and not isinstance(value, bool))
+                or (isinstance(value, float) and math.isfinite(value)))
+    if kind == "str":
+        return isinstance(value, str)
+    raise AssertionError(kind)
 
 
 @dataclass
@@ -44,56 +88,56 @@ class Config:
     checkpoint_every: int = 1
     batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
 
+    @classmethod
+    def kinds(cls) -> dict:
+        """Each parameter's kind (int, float, bool or str), from the annotations."""
+        return {f.name: getattr(f.type, "__name__", f.type) for f in fields(cls)}
+
     def validate(self) -> None:
-        def need(cond, option, value, what):
+        def need(cond, param, what):
             if not cond:
-                raise ConfigError(f"--{option.replace('_', '-')}: {value!r} is invalid; {what}")
-        need(isinstance(self.generations, int) and self.generations >= 1, "generations",
-             self.generations, "expected a whole number >= 1")
-        need(isinstance(self.population, int) and 2 <= self.population <= MAX_POPULATION,
-             "population", self.population, f"expected a whole number 2..{MAX_POPULATION}")
-        need(self.objective in OBJECTIVES, "objective", self.objective,
-             f"expected one of {', '.join(OBJECTIVES)}")
-        need(isinstance(self.kl_budget, (int, float)) and 0.0 <= self.kl_budget <= 100.0,
-             "budget_kl", self.kl_budget, "expected a KL per token in [0, 100]")
-        need(isinstance(self.tv_position_cap, (int, float))
-             and 0.0 <= self.tv_position_cap <= 1.0, "cap_tv_position", self.tv_position_cap,
-             "expected a TV in [0, 1]")
-        need(isinstance(self.tv_p99_cap, (int, float)) and 0.0 <= self.tv_p99_cap <= 1.0,
-             "cap_tv_p99", self.tv_p99_cap, "expected a TV in [0, 1]")
-        need(0.0 <= self.tv_budget <= 1.0, "budget_tv", self.tv_budget,
-             "expected a TV per token in [0, 1]")
-        need(not (self.objective in OBJECTIVES and OBJECTIVES[self.objective].multi)
-             or self.population % 4 == 0, "population", self.population,
+                value = getattr(self, param)
+                raise ConfigError.of(param, f"{show(value)} is invalid; {what}")
+        for param, kind in self.kinds().items():      # types first: ranges compare them
+            need(is_kind(kind, getattr(self, param)), param, f"expected {KINDS[kind]}")
+        need(1 <= self.generations <= MAX_INT, "generations", f"expected {whole(1)}")
+        need(2 <= self.population <= MAX_POPULATION, "population",
+             f"expected a whole number 2..{MAX_POPULATION}")
+        need(0 <= self.seed <= MAX_INT, "seed", f"expected {whole(0)}")
+        need(self.objective in OBJECTIVES, "objective", f"expected one of {', '.join(OBJECTIVES)}")
+        need(0.0 <= self.kl_budget <= 100.0, "kl_budget", "expected a KL per token in [0, 100]")
+        need(0.0 <= self.tv_position_cap <= 1.0, "tv_position_cap", "expected a TV in [0, 1]")
+        need(0.0 <= self.tv_p99_cap <= 1.0, "tv_p99_cap", "expected a TV in [0, 1]")
+        need(0.0 <= self.tv_budget <= 1.0, "tv_budget", "expected a TV per token in [0, 1]")
+        need(not OBJECTIVES[self.objective].multi or self.population % 4 == 0, "population",
              f"objective {self.objective} (NSGA-II) needs a multiple of 4")
-        need(1 <= self.tournament <= self.population, "tournament", self.tournament,
+        need(1 <= self.tournament <= self.population, "tournament",
              f"expected 1..population ({self.population})")
-        need(1.0 <= self.parsimony <= 2.0, "parsimony", self.parsimony, "expected 1.0..2.0")
+        need(1.0 <= self.parsimony <= 2.0, "parsimony", "expected 1.0..2.0")
         for name in ("cx_prob", "mut_prob"):
-            v = getattr(self, name)
-            need(0.0 <= v <= 1.0, name, v, "expected a probability in [0, 1]")
-        need(self.cx_prob + self.mut_prob <= 1.0, "mut_prob", self.mut_prob,
-             f"cx-prob + mut-prob must be <= 1 (cx-prob is {self.cx_prob})")
-        need(2 <= self.max_height <= 30, "max_height", self.max_height, "expected 2..30")
-        need(3 <= self.max_size <= 1000, "max_size", self.max_size, "expected 3..1000")
-        need(1 <= self.init_min_height <= self.init_max_height, "init_min_height",
-             self.init_min_height, f"expected 1..init-max-height ({self.init_max_height})")
-        need(self.init_max_height <= self.max_height, "init_max_height", self.init_max_height,
-             f"expected <= max-height ({self.max_height})")
-        need(0 <= self.elitism < self.population, "elitism", self.elitism,
+            need(0.0 <= getattr(self, name) <= 1.0, name, "expected a probability in [0, 1]")
+        need(self.cx_prob + self.mut_prob <= 1.0, "mut_prob",
+             f"cx_prob + mut_prob must be <= 1 (cx_prob is {self.cx_prob!r})")
+        need(2 <= self.max_height <= 30, "max_height", "expected 2..30")
+        need(3 <= self.max_size <= 1000, "max_size", "expected 3..1000")
+        need(1 <= self.init_min_height <= 30, "init_min_height", "expected 1..30")
+        need(self.init_min_height <= self.init_max_height <= self.max_height, "init_max_height",
+             f"expected init_min_height..max_height ({self.init_min_height}.."
+             f"{self.max_height})")
+        need(0 <= self.elitism < self.population, "elitism",
              f"expected 0..population-1 ({self.population - 1})")
-        need(1 <= self.hof_size <= 1000, "hof_size", self.hof_size, "expected 1..1000")
-        need(self.threads >= 0, "threads", self.threads, "expected >= 0 (0 = all cores)")
-        need(isinstance(self.starts, int) and 1 <= self.starts <= 1000, "starts", self.starts,
-             "expected a whole number 1..1000")
-        need(self.batch_blocks >= 0, "batch_blocks", self.batch_blocks,
-             "expected a number of draft blocks >= 0 (0 = the whole train split)")
-        need(not self.batch_blocks or (self.objective in OBJECTIVES
-                                       and OBJECTIVES[self.objective].traces
+        need(1 <= self.hof_size <= 1000, "hof_size", "expected 1..1000")
+        need(0 <= self.threads <= MAX_INT, "threads", f"expected {whole(0)} (0 = all cores)")
+        need(1 <= self.starts <= 1000, "starts", "expected a whole number 1..1000")
+        need(self.seed + self.starts - 1 <= MAX_INT, "seed",
+             f"the starts' seeds (seed..seed+starts-1) must have at most "
+             f"{MAX_INT_DIGITS} digits")
+        need(0 <= self.batch_blocks <= MAX_INT, "batch_blocks",
+             f"expected a number of draft blocks, {whole(0)} (0 = the whole train split)")
+        need(not self.batch_blocks or (OBJECTIVES[self.objective].traces
                                        and not OBJECTIVES[self.objective].multi),
-             "batch_blocks", self.batch_blocks, "minibatches are for the objective speed")
-        need(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every,
-             "expected >= 1")
+             "batch_blocks", "minibatches are for the objective speed")
+        need(1 <= self.checkpoint_every <= MAX_INT, "checkpoint_every", f"expected {whole(1)}")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,34 +147,27 @@ class Config:
         """A Config from a run's config.json; every value is type-checked first."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected an object, got {type(d).__name__}")
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known, key=str)
+        kinds = cls.kinds()
+        unknown = sorted(set(d) - set(kinds), key=str)
         if unknown:
             raise ConfigError(f"config: unknown key {shorten(repr(unknown[0]))}")
-        defaults = cls()
         for key, value in d.items():
-            want = type(getattr(defaults, key))
-            if want is bool:
-                ok = isinstance(value, bool)
-            elif want is int:
-                ok = isinstance(value, int) and not isinstance(value, bool)
-            elif want is float:
-                ok = (isinstance(value, (int, float)) and not isinstance(value, bool)
-                      and math.isfinite(value))
-            else:
-                ok = isinstance(value, want)
-            if not ok:
-                raise ConfigError(f"config: {key!r} is {shorten(repr(value))}; expected "
-                                  f"{'a finite number' if want is float else want.__name__}")
+            if not is_kind(kinds[key], value):
+                raise ConfigError(f"config: {key!r} is {show(value)}; expected "
+                                  f"{KINDS[kinds[key]]}")
         cfg = cls(**d)
         cfg.validate()
         return cfg
 
 
-MAX_POPULATION = 1_000_000
+def show(value) -> str:
+    """The value as a message echoes it: its repr, shortened (an int too long for
+    ``repr`` is described)."""
+    try:
+        return shorten(repr(value))
+    except ValueError:              # an int beyond Python's str conversion limit
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
 
 
 def shorten(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
-
-

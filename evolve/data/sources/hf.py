@@ -43,8 +43,9 @@ from evolve.data.sources import ngram
 from evolve.data.tokens import MAX_SPLIT_BYTES
 
 from evolve.data.sources.hf_models import (INSTALL_HINT, HFPair, HFTraceError,  # noqa: F401
-                                          DEVICES, DTYPES, first_line, load_pair,
+                                          DEVICES, DTYPES, load_pair,
                                           out_of_memory, require_libs)
+from evolve.errors import first_line
 
 SPLITS = T.SPLITS
 MAX_WIDTH = 1 << 20      # top_k and context_len: what a trace file may declare
@@ -216,7 +217,7 @@ def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
             if not out_of_memory(torch, e):
                 raise
             raise HFTraceError(f"--batch-size {cfg.batch_size}: out of memory on "
-                               f"{pair.device} recording the {s} split ({first_line(e)}); "
+                               f"{pair.device} recording the {s} split ({first_line(e, 300)}); "
                                "use a smaller --batch-size") from None
         ts = T.TraceSplit(cols, meta(pair, s, len(cols["draft_prob"]), source), name=s)
         T.validate(ts, f"<{s} traces>")

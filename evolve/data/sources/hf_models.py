@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evolve.errors import EvolveError, first_line
+
 if TYPE_CHECKING:          # annotations only: hf imports this module
     from evolve.data.sources.hf import HFTraceConfig
 
@@ -28,7 +30,7 @@ PROBE_TEXT = "Speculative decoding:\n    def f(x):\n        return x ** 2  # caf
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-class HFTraceError(ValueError):
+class HFTraceError(EvolveError):
     """A model pair that cannot be used: one line naming the option, the model and why."""
 
 
@@ -63,11 +65,6 @@ def resolve_device(device: str) -> str:
         raise HFTraceError("--device cuda: no CUDA GPU is available to torch "
                            "(torch.cuda.is_available() is False); use --device cpu or auto")
     return device
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:300]
 
 
 def _check_source(option: str, name: str) -> None:
@@ -190,9 +187,9 @@ def load_model(option: str, name: str, device: str, dtype: str):
     except Exception as e:        # transformers raises many kinds; all mean "cannot load"
         if out_of_memory(torch, e):
             raise HFTraceError(f"{option} {name}: out of memory loading the model "
-                               f"({first_line(e)})") from None
+                               f"({first_line(e, 300)})") from None
         raise HFTraceError(f"{option} {name}: cannot load the model "
-                           f"({type(e).__name__}: {first_line(e)})") from None
+                           f"({type(e).__name__}: {first_line(e, 300)})") from None
     missing = sorted((info or {}).get("missing_keys") or ())
     if missing:
         raise HFTraceError(f"{option} {name}: cannot load the model ({len(missing)} weights "
@@ -203,7 +200,7 @@ def load_model(option: str, name: str, device: str, dtype: str):
     except Exception as e:        # out of memory on the device, or a device error
         what = "out of memory" if out_of_memory(torch, e) else "cannot move the model"
         raise HFTraceError(f"{option} {name}: {what} on {device} "
-                           f"({type(e).__name__}: {first_line(e)}); free the device, or use "
+                           f"({type(e).__name__}: {first_line(e, 300)}); free the device, or use "
                            "a smaller --dtype or --device cpu") from None
 
 
@@ -216,7 +213,7 @@ def load_tokenizer(option: str, name: str):
                 str(path) if path.exists() else name, trust_remote_code=False)
     except Exception as e:        # as above: any failure means the tokenizer is unusable
         raise HFTraceError(f"{option} {name}: cannot load its tokenizer "
-                           f"({type(e).__name__}: {first_line(e)})") from None
+                           f"({type(e).__name__}: {first_line(e, 300)})") from None
 
 
 def logits_size(model) -> int:

@@ -35,13 +35,14 @@ import numpy as np
 
 from evolve.data import traces as T
 from evolve.data.decode import decode
+from evolve.errors import EvolveError
 from evolve.data.sources import ngram_lm as LM
 
 SPLITS = T.SPLITS
 
 # ------------------------------------------------------------------ config
 
-class TraceConfigError(ValueError):
+class TraceConfigError(EvolveError):
     """A trace configuration value out of range: ``field``, and ``detail`` (the value
     and what is expected)."""
 
