@@ -34,3 +34,19 @@ def isolated(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("EVOLVE_RUNS_DIR", str(guard / "runs"))
     monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(guard / "heuristics"))
     monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
+
+
+def fake_trace_run(parent, name: str, tree: str, objective: str = "speed"):
+    """A minimal trace run directory (config and champion) for export and compare tests."""
+    import json
+    from pathlib import Path
+    path = Path(parent) / name
+    path.mkdir(parents=True)
+    (path / "config.json").write_text(json.dumps(
+        {"format": "evolve-run", "version": 1, "name": name, "config": {"seed": 0},
+         "data": {"dir": ""}}))
+    (path / "champion.json").write_text(json.dumps(
+        {"tree": tree, "objective": objective, "tv_budget": 0.03,
+         "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
+                     for s in ("valid", "test")}}))
+    return path

@@ -46,3 +46,23 @@ def write_prompts(path: Path) -> Path:
     import json
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in PROMPTS))
     return path
+
+
+ENV = {"HF_HUB_OFFLINE": "1"}          # on top of clikit.ENV: never reach a hub
+
+
+def invoke(*args):
+    from tests import clikit
+    return clikit.invoke(*args, env=ENV)
+
+
+def _models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hf_pair")
+    target, draft = tiny_pair(root)
+    return target, draft, write_prompts(root / "prompts.jsonl")
+
+
+def models_fixture():
+    """The module-scoped ``models`` fixture (target dir, draft dir, prompts file)."""
+    import pytest
+    return pytest.fixture(scope="module", name="models")(_models)

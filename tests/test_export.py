@@ -18,7 +18,7 @@ from heuristics import registry
 from heuristics.baselines import BASELINES
 from tests.conftest import TINY
 from tests.genload import load_module_from
-from tests.clikit import invoke
+from tests.clikit import fake_trace_run, invoke
 
 torch = pytest.importorskip("torch")
 
@@ -347,16 +347,7 @@ def test_hf_lenient_trace_champion_accepts_more_per_call(tmp_path):
 
 
 def _fake_run(parent: Path, name: str, tree: str, objective="speed"):
-    path = parent / name
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(
-        {"format": "evolve-run", "version": 1, "name": name, "config": {"seed": 0},
-         "data": {"dir": ""}}))
-    (path / "champion.json").write_text(json.dumps(
-        {"tree": tree, "objective": objective, "tv_budget": 0.03,
-         "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
-                     for s in ("valid", "test")}}))
-    return path
+    return fake_trace_run(parent, name, tree, objective)
 
 
 # ------------------------------------------------------------ trace write-back

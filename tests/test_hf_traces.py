@@ -14,25 +14,17 @@ pytest.importorskip("transformers")
 from evolve.data import traces as T  # noqa: E402
 from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
-from tests import clikit, hfkit, rulefns  # noqa: E402
+from tests import hfkit, rulefns  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 
-ENV = {"HF_HUB_OFFLINE": "1"}          # on top of clikit.ENV
 G, K, BLOCKS, CTX = 3, 8, 4, 64
 PROB_TOL = 1e-5        # float32 forward passes (padded batch vs one sequence)
 Z_MAX = 3.0            # offline exact vs free-running decoding, standard errors
 FREE_PROMPTS, FREE_BLOCKS = 128, 8
 
 
-def invoke(*args):
-    return clikit.invoke(*args, env=ENV)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf_pair")
-    target, draft = hfkit.tiny_pair(root)
-    return target, draft, hfkit.write_prompts(root / "prompts.jsonl")
+invoke = hfkit.invoke
+models = hfkit.models_fixture()
 
 
 def trace_args(models, out, *extra):

@@ -11,7 +11,6 @@ or not at all, is a failure here and never a real allocation.
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import tracemalloc
 from pathlib import Path
@@ -22,7 +21,7 @@ from evolve import paired
 from evolve import simulate as S
 from evolve.data.sources import ngram as NG
 from evolve.rules import adapters
-from tests import tracekit
+from tests import clikit, tracekit
 from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
 
 pytestmark = pytest.mark.usefixtures("isolated")
@@ -60,16 +59,7 @@ def no_work(monkeypatch):
 
 
 def _fake_run(parent: Path, name: str, tree: str = TREE) -> Path:
-    path = parent / name
-    path.mkdir(parents=True)
-    (path / "config.json").write_text(json.dumps(
-        {"format": "evolve-run", "version": 1, "name": name, "config": {"seed": 0},
-         "data": {"dir": ""}}))
-    (path / "champion.json").write_text(json.dumps(
-        {"tree": tree, "objective": "speed", "tv_budget": 0.03,
-         "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
-                     for s in ("valid", "test")}}))
-    return path
+    return clikit.fake_trace_run(parent, name, tree)
 
 
 # ------------------------------------------------------------------------------------

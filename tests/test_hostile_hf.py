@@ -25,18 +25,11 @@ from tests import clikit, hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-ENV = {"HF_HUB_OFFLINE": "1"}
+ENV = hfkit.ENV
 
 
-def invoke(*args):
-    return clikit.invoke(*args, env=ENV)
-
-
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hf_pair")
-    target, draft = hfkit.tiny_pair(root)
-    return target, draft, hfkit.write_prompts(root / "prompts.jsonl")
+invoke = hfkit.invoke
+models = hfkit.models_fixture()
 
 
 def trace(target, draft, prompts, out, *extra):

@@ -33,12 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 ROWS = 100                     # rows per shard (rounded down to whole blocks)
 
 
-@pytest.fixture(scope="module")
-def npz_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("traces")
-    for s in T.SPLITS:
-        T.save(tracekit.split(s), d / f"{s}.npz")
-    return d
+npz_dir = tracekit.npz_dir_fixture()
 
 
 @pytest.fixture(scope="module")

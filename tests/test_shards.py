@@ -16,12 +16,7 @@ from tests.clikit import invoke, one_line_error
 ROWS_PER_SHARD = 250          # rounded down to whole blocks (g = 4): 248 rows
 
 
-@pytest.fixture(scope="module")
-def npz_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("traces")
-    for s in T.SPLITS:
-        T.save(tracekit.split(s), d / f"{s}.npz")
-    return d
+npz_dir = tracekit.npz_dir_fixture()
 
 
 @pytest.fixture(scope="module")

@@ -20,3 +20,16 @@ def pair(config: T.TraceConfig = TINY) -> T.LMPair:
 @functools.lru_cache(maxsize=None)
 def split(name: str, config: T.TraceConfig = TINY) -> TraceSplit:
     return T.build_split(pair(config), name)
+
+
+def npz_dir_fixture():
+    """A module-scoped ``npz_dir`` fixture: the tiny train/valid/test traces as .npz."""
+    import pytest
+    from evolve.data import traces
+
+    def npz_dir(tmp_path_factory):
+        d = tmp_path_factory.mktemp("traces")
+        for s in traces.SPLITS:
+            traces.save(split(s), d / f"{s}.npz")
+        return d
+    return pytest.fixture(scope="module", name="npz_dir")(npz_dir)

@@ -210,16 +210,21 @@ def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
                         f"{first_line(e, 120)})") from None
 
 
-def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSplit:
-    """A shard's columns memory-mapped read-only (each column file checked by
-    ``read_column``; the rows are validated by ``open_split``)."""
-    path = Path(path)
+def check_shard_dir(path: Path) -> None:
+    """DataError unless ``path`` is a directory (not a symbolic link)."""
     st = path_stat(path)
     if st is not None and stat.S_ISLNK(st.st_mode):
         raise DataError(f"{shown(path)}: the shard directory is a symbolic link (shards "
                         "hold regular files only)")
     if not st_is_dir(st):
         raise DataError(f"{shown(path)}: the shard directory is missing")
+
+
+def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSplit:
+    """A shard's columns memory-mapped read-only (each column file checked by
+    ``read_column``; the rows are validated by ``open_split``)."""
+    path = Path(path)
+    check_shard_dir(path)
     cols = {f: read_column(path / f"{f}.npy", f) for f in T.ALL_FIELDS}
     return T.TraceSplit(cols, dict(meta, source=str(path)), name)
 
@@ -319,12 +324,7 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
     schema = None
     for i, e in enumerate(m["shards"]):
         sdir = directory / e["dir"]
-        st = path_stat(sdir)
-        if st is not None and stat.S_ISLNK(st.st_mode):
-            raise DataError(f"{shown(sdir)}: the shard directory is a symbolic link (shards "
-                            "hold regular files only)")
-        if not st_is_dir(st):
-            raise DataError(f"{shown(sdir)}: the shard directory is missing")
+        check_shard_dir(sdir)
         n = e["rows"]
         for f in T.ALL_FIELDS:
             path = sdir / f"{f}.npy"

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from evolve.errors import EvolveError
-from evolve.runs.atomic import atomic_write_bytes, fsync_dir, umask
+from evolve.runs.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, umask
 
 PREVIOUS_SUFFIX = ".previous"
 
@@ -146,18 +146,4 @@ def _copy_atomic(src: Path, dst: Path) -> None:
         st = os.fstat(sfd)
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"{src} is {_kind(st.st_mode)}; only a regular file is kept")
-        fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fd, stat.S_IMODE(st.st_mode))
-                shutil.copyfileobj(sfh, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, dst)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-    fsync_dir(dst.parent)
+        atomic_write_with(dst, lambda fh: shutil.copyfileobj(sfh, fh), stat.S_IMODE(st.st_mode))

@@ -13,13 +13,19 @@ from pathlib import Path
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    atomic_write_with(path, lambda fh: fh.write(data))
+
+
+def atomic_write_with(path: str | os.PathLike, write, mode: int | None = None) -> None:
+    """Atomically replace ``path`` by what ``write(fh)`` writes to a binary file
+    object; the file gets ``mode`` (default: 0o666 less the umask)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:      # closes fd on every path
-            os.fchmod(fd, 0o666 & ~umask())
-            fh.write(data)
+            os.fchmod(fd, 0o666 & ~umask() if mode is None else mode)
+            write(fh)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

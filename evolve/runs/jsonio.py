@@ -54,12 +54,13 @@ def check_regular(path: str | os.PathLike, what: str, error=JsonError, *,
 
 
 def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError, *,
-                where: str | None = None) -> bytes:
-    """The bytes of a regular file of at most ``limit`` bytes, read with that cap.
-    ``where`` names the file in messages (default: the path as given)."""
+                where: str | None = None, head: bool = False) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes, read with that cap
+    (with ``head``, the first ``limit`` bytes of a file of any size). ``where`` names
+    the file in messages (default: the path as given)."""
     size = check_regular(path, what, error, where=where)
     name = path if where is None else where
-    if size > limit:
+    if size > limit and not head:
         raise error(f"{name}: {what} is {size} bytes, larger than {limit}")
     try:
         # O_NONBLOCK: should the file be swapped for a FIFO after the check, open
@@ -72,11 +73,13 @@ def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError,
             raise error(f"{name}: {what} is not a regular file")
         chunks, total = [], 0
         while True:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - total))
+            chunk = os.read(fd, min(1 << 20, limit + (0 if head else 1) - total))
             if not chunk:
                 break
             chunks.append(chunk)
             total += len(chunk)
+            if total >= limit and head:
+                break
             if total > limit:
                 raise error(f"{name}: {what} is larger than {limit} bytes")
     except OSError as e:

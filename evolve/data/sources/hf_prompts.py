@@ -13,7 +13,6 @@ tokens drawn uniformly from its split's pool. Every prompt owns a generator
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 
 import numpy as np
@@ -117,26 +116,7 @@ def _read_head(path: Path, head: int | None) -> bytes:
     ``head`` is None, if it holds at most MAX_CORPUS_FILE_BYTES)."""
     if head is None:
         return jsonio.read_capped(path, "corpus file", MAX_CORPUS_FILE_BYTES, DataError)
-    jsonio.check_regular(path, "corpus file", DataError)
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as e:
-        raise DataError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise DataError(f"{path}: corpus file is not a regular file")
-        chunks, total = [], 0
-        while total < head:
-            chunk = os.read(fd, min(1 << 20, head - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks)
-    except OSError as e:
-        raise DataError(f"{path}: cannot read corpus file ({e.strerror or e})") from None
-    finally:
-        os.close(fd)
+    return jsonio.read_capped(path, "corpus file", head, DataError, head=True)
 
 
 def corpus_pools(cfg, corpus: LM.Corpus) -> dict:
