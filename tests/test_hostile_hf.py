@@ -282,6 +282,20 @@ def test_out_of_memory_while_compare_loads_is_one_line(recorded, monkeypatch, ki
     one_line_error(r, "out of memory")
 
 
+@pytest.mark.parametrize("kind", ["oom", "accelerator"])
+def test_out_of_memory_while_compare_decodes_is_one_line(recorded, monkeypatch, kind):
+    from evolve import paired
+
+    def decode(*args, **kwargs):
+        if kind == "oom":
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        raise torch.AcceleratorError("CUDA error: out of memory")
+    monkeypatch.setattr(paired, "compare", decode)
+    r = invoke("simulate", "--compare", "standard_rejection", "--compare", "leniency:0.5",
+               "--data", recorded[0], "--prompts", 2, "--blocks", 1)
+    one_line_error(r, "--prompts 2, --blocks 1", "out of memory")
+
+
 def test_compare_reads_the_recorded_prompts_file_bounded(models, tmp_path):
     prompts = shutil.copy(models[2], tmp_path / "prompts.jsonl")
     out = tmp_path / "traces"

@@ -24,6 +24,17 @@ def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: 
                              seed=seed, progress=out.note)
     except SizeError as e:
         fail(e.cli_message())
+    except Exception as e:       # out of memory on the models' device while decoding
+        if not isinstance(pair, hf_free.FreePair):
+            raise
+        from evolve.data.sources import hf_models
+        from evolve.errors import first_line
+        torch, _ = hf_models.require_libs()
+        if not hf_models.out_of_memory(torch, e):
+            raise
+        fail(f"--prompts {prompts}, --blocks {blocks}: out of memory on "
+             f"{pair.pair.device} decoding ({first_line(e, 200)}); use fewer --prompts or "
+             "--blocks, or a smaller --batch-size when recording")
     doc = {"data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
            "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
