@@ -129,6 +129,21 @@ def test_trace_into_shards_never_deletes_a_user_directory(tmp_path):
     assert tree(u) == {"valid/IMPORTANT.txt": b"mine\n"} and hidden(u) == []
 
 
+def test_trace_into_shards_owns_its_output_directory(tmp_path):
+    """A recording straight into shards holds --out as an .npz recording does: a second
+    one meanwhile is refused in one line and writes nothing."""
+    from evolve.runs.lock import DirLock
+    from tests.test_cli_trace import TINY_OPTIONS
+    u = tmp_path / "U"
+    u.mkdir()
+    with DirLock(u):                            # another recording holds the directory
+        r = invoke("data", "trace", "--out", u, *TINY_OPTIONS, "--rows-per-shard", ROWS)
+        one_line_error(r, "--out", str(u), "another process")
+    assert list(u.iterdir()) == []
+    r = invoke("data", "trace", "--out", u, *TINY_OPTIONS, "--rows-per-shard", ROWS)
+    assert r.exit_code == 0 and S.is_sharded(u), r.output
+
+
 def test_writer_itself_refuses_to_replace_a_foreign_directory(tmp_path):
     """The check at commit holds even when a directory appears after the command's
     check (or the writer is used directly)."""

@@ -113,12 +113,9 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
         cfg.validate()
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")
-    if rows_per_shard is not None:
-        if backend != "ngram":
-            fail("--rows-per-shard: only with --backend ngram (shard hf traces with "
-                 "`evolve data shard`)")
-        from evolve.cli.shards import trace_to_shards
-        return trace_to_shards(cfg, out, rows_per_shard, force)
+    if rows_per_shard is not None and backend != "ngram":
+        fail("--rows-per-shard: only with --backend ngram (shard hf traces with "
+             "`evolve data shard`)")
     if os.path.lexists(out) and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     # The recording owns --out (an OS lock, dropped however the process ends): a second
@@ -127,7 +124,11 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
     out.mkdir(parents=True, exist_ok=True)
     try:
         with DirLock(out):
-            _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature)
+            if rows_per_shard is not None:      # straight into shards
+                from evolve.cli.shards import trace_to_shards
+                trace_to_shards(cfg, out, rows_per_shard, force)
+            else:
+                _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature)
     except BaseException as e:
         for p in created:             # a refused build leaves no directory it made
             with contextlib.suppress(OSError):
