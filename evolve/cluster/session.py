@@ -21,6 +21,7 @@ import time
 import numpy as np
 
 from evolve.cluster import INSTALL, ClusterError, ClusterInterrupted
+from evolve.errors import first_line
 from evolve.objectives.spec import TAIL_OFF
 
 # Every wait on a scheduler has a limit (seconds), each settable in the environment:
@@ -161,10 +162,9 @@ def bounded(fn, limit_s: float, timeout_message: str, stop=None, grace_s: float 
 
 
 def _one_line(e: BaseException) -> str:
-    text = str(e).strip()
-    first = text.splitlines()[0] if text else ""
-    first = first if len(first) <= 200 else first[:197] + "..."
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+    """The error's type and the first line of its text (what connecting raised)."""
+    first = first_line(e, 200)
+    return type(e).__name__ if first == type(e).__name__ else f"{type(e).__name__}: {first}"
 
 
 class ClusterSplit:
