@@ -62,6 +62,11 @@ def leniency(draft_prob, target_prob, position, draft_entropy, target_entropy, t
     return pmin(1.0, pdiv(target_prob, (0.5 * draft_prob)))
 
 
+def hf_ensemble(draft_prob, target_prob, position, draft_entropy, target_entropy, top_token_match):
+    """transformers static ensemble verification: min(1, 1 - w + w t/d), w in [0, 1] (w = 1)"""
+    return pmin(1.0, ((1.0 - 1.0) + (1.0 * pdiv(target_prob, draft_prob))))
+
+
 # Registry names, in the order of the rules table.
 BASELINES = {
     'standard_rejection': standard_rejection,
@@ -74,4 +79,5 @@ BASELINES = {
     'typical_acceptance': typical_acceptance,
     'bild_rollback': bild_rollback,
     'leniency': leniency,
+    'hf_ensemble': hf_ensemble,
 }

@@ -5,7 +5,7 @@ import numpy as np
 from evolve.lang import numpy_eval, treeio
 from evolve.objectives.base import TOKENS, TRACES
 from evolve.rules import source
-from evolve.rules.table import RULES, families, rules, seed_trees
+from evolve.rules.table import RULES, engine_families, families, rules, seed_trees
 from evolve.runs.paths import HEURISTICS_DIR
 
 
@@ -24,7 +24,22 @@ def test_token_rules_read_only_the_six_features_and_seeds_exist():
     assert {r.name for r in rules(TRACES)} == set(RULES)
     assert len(seed_trees(TRACES)) == len(seed_trees(TOKENS)) + 3
     assert set(families()) == {"standard_rejection", "leniency", "ears", "typical_acceptance",
-                               "bild_rollback"}
+                               "bild_rollback", "hf_ensemble", "sglang_acc", "sglang_single"}
+    # the target-only (SGLang) families exist only on traces, the ensemble weight on both
+    assert {"sglang_acc", "sglang_single"}.isdisjoint(r.name for r in rules(TOKENS))
+    assert "hf_ensemble" in {r.name for r in rules(TOKENS)}
+
+
+def test_engine_families_carry_their_engine_settings():
+    assert set(engine_families()) == {"hf_ensemble", "sglang_acc", "sglang_single"}
+    assert RULES["hf_ensemble"].engine_setting(0.85) == "assistant_ensemble_weight=0.85"
+    assert RULES["sglang_acc"].engine_setting(0.6) == (
+        "--speculative-accept-threshold-single 1 --speculative-accept-threshold-acc 0.6")
+    assert RULES["sglang_single"].engine_setting(0.9) == (
+        "--speculative-accept-threshold-single 0.9 --speculative-accept-threshold-acc 1")
+    assert RULES["leniency"].engine_setting(0.5) is None
+    # the engines' defaults are their lossless settings
+    assert all(RULES[n].default == 1.0 for n in engine_families())
 
 
 def test_lenient_rules_accept_at_least_as_often_as_the_standard_rule():

@@ -73,8 +73,10 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
             else:
                 param = ""
             if r["test"] is None:
+                why = ("needs top-k = vocabulary" if r.get("not_exact")
+                       else "no parameter fits on valid")
                 rows.append([[r["rule"], param, "-", "-", "-", "-", "-", "-", "-",
-                              "no parameter fits on valid"][i] for i in keep])
+                              why][i] for i in keep])
                 styles.append("dim")
                 continue
             t, v = r["test"], r["valid"]
@@ -101,6 +103,8 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
         term.table(f"TV budget {b:g} per token: tuned on valid ({doc['blocks']['valid']:,} "
                    f"blocks), reported on test ({doc['blocks']['test']:,} blocks)",
                    [cols[i] for i in keep], rows, styles)
+        for line in engine_settings(entry["rows"]):
+            term.result(line)
         term.result("")
     if own:
         term.result("own trajectory: tokens per call re-weighted to each rule's own free-"
@@ -117,6 +121,30 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
     term.result(render_text(shown))
     if doc["png"]:
         term.result(f"picture: {doc['png']}")
+
+
+def engine_settings(rows) -> list[str]:
+    """Lines of a budget's engine rows: the engine's own flags or keyword arguments for
+    the tuned value (paste as they are), or why there is none. The other rules need a
+    patch (``evolve export``)."""
+    lines = []
+    for r in rows:
+        if r.get("engine") is None:
+            continue
+        if r.get("setting"):
+            t = r["test"]
+            lines.append(f"{r['engine']}: {r['setting']}   ({r['rule']}: "
+                         f"{t['tokens_per_call']:.4f} tokens/call, TV/token "
+                         f"{t['tv_per_token']:.4f} on test; no patch)")
+        elif r.get("not_exact"):
+            lines.append(f"{r['engine']}: {r['rule']}: not scored: its residual (p without "
+                         f"the draft) is exact only on traces recorded with top-k = the "
+                         f"vocabulary")
+        else:
+            lines.append(f"{r['engine']}: {r['rule']}: no setting fits the budget on valid")
+    if lines:
+        lines.insert(0, "engine settings (the other rules need a patch, evolve export):")
+    return lines
 
 
 def show_comparison(doc: dict, term) -> None:

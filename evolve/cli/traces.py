@@ -152,13 +152,14 @@ def _installed_rule():
               help="A rule of the rules table (evolve/rules/table.py), e.g. standard_rejection "
                    "or leniency (with --param).")
 @click.option("--param", type=float, default=None,
-              help="The family's parameter (leniency l, ears beta, typical eps, bild alpha; "
-                   "default: the family's own).")
+              help="The family's parameter (leniency l, ears beta, typical eps, bild alpha, "
+                   "hf_ensemble w; default: the family's own).")
 @click.option("--run", "run", default=None, metavar="RUN",
               help="Use the champion of this run directory instead.")
 @click.option("--compare", "compare", multiple=True, metavar="RULE",
               help="Paired free-running comparison of rules (repeatable; the first is the "
-                   "reference): NAME, NAME:PARAM (e.g. leniency:0.75) or run:RUN.")
+                   "reference): NAME, NAME:PARAM (e.g. leniency:0.75, an engine's knob "
+                   "such as hf_ensemble:0.85 or sglang_acc:0.6) or run:RUN.")
 @traces_option
 @click.option("--split", default="test", show_default=True,
               help="Trace split: the prompt pool and the offline estimate.")
@@ -182,7 +183,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     Rebuilds the draft/target pair from the split's recorded configuration,
     decodes from the split's prompt pool with the rule (tokens per target call)
     and samples the emitted byte at contexts of the split (TV from the target),
-    and shows the offline numbers of `evolve.spec` for the same rule on that split:
+    and shows the offline numbers of `evolve.objectives.spec` for the same rule on that split:
     they should agree within sampling error.
 
     With --compare, every rule decodes the same prompts with the same uniforms
@@ -243,6 +244,10 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
             rule, info = named_rule(heuristic, param)
         except RuleError as e:
             fail(f"{'--param' if e.field == 'param' else '--heuristic'}: {e}")
+        if info.get("residual", "standard") != "standard":
+            fail(f"--heuristic: {heuristic!r} resamples from p without the rejected draft; "
+                 f"its single-rule check is not implemented: compare it free-running with "
+                 f"--compare {heuristic}")
     else:
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
@@ -288,21 +293,30 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
 @click.option("--trajectory", is_flag=True,
               help="Also estimate each rule's free-running tokens per call on test from "
                    "its own trajectory (importance-weighted; noisy on small splits).")
+@click.option("--engine", "engine", default=None, metavar="NAME",
+              help="Show only the rows of this engine's own knobs (transformers, sglang), "
+                   "each with the flags or keyword arguments to paste.")
 @json_option
 @friendly_errors
-def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory, json_mode):
+def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory, engine,
+                 json_mode):
     """Literature rules tuned to TV budgets on valid, reported on test.
 
     Every rule family of the rules table is swept on valid and test; for each
     budget each family is tuned on valid and its test numbers are shown, next
     to the champions of the --run directories and the installed trace rule
-    (heuristics/evolved_trace.py, marked *)."""
+    (heuristics/evolved_trace.py, marked *). The families that are an engine's
+    own knob (transformers' assistant_ensemble_weight, SGLang's accept thresholds)
+    also show the tuned setting as that engine's flags or keyword arguments: no
+    patch needed; --engine NAME shows only that engine's rows."""
     from evolve.data import traces
     from evolve.objectives import spec
     from evolve.rules import tuning
-    from evolve.rules.table import families
+    from evolve.rules.table import ENGINES, families
     from evolve.runs import paths, pictures
     budgets = list(dict.fromkeys(budgets)) or list(DEFAULT_BUDGETS)
+    need(engine is None or engine in ENGINES, "--engine", engine,
+         f"one of {', '.join(ENGINES)}")
     for b in budgets:
         need(math.isfinite(b) and b >= 0, "--budget", b, "a TV per token >= 0")
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
@@ -347,8 +361,11 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
             fail(f"--png: {png}: {e.strerror or e}")
         png_path = str(png)
         out.note(f"{png}: written")
+    if engine is not None:     # one engine's rows (the sweeps and the picture keep all)
+        for entry in res["budgets"]:
+            entry["rows"] = [r for r in entry["rows"] if r.get("engine") == engine]
     doc = {"data": str(data_dir), **res, "runs": infos, "png": png_path, "trajectory": trajectory,
-           "seconds": round(time.perf_counter() - t0, 3)}
+           "engine": engine, "seconds": round(time.perf_counter() - t0, 3)}
     if json_mode:
         out.print_json(views.jsonable(doc))
         return

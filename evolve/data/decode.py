@@ -6,7 +6,10 @@ samples ``x_1 .. x_g`` autoregressively from ``q``; the target scores the
 standard rule ``min(1, p_j(x_j) / q_j(x_j))`` unless a rule is given); the
 longest accepted prefix is kept, then one more token is drawn from
 ``norm(max(0, p - q))`` at the first rejection, or from ``p_{g+1}`` (the bonus
-token) when all ``g`` were accepted. Every drafted position is recorded, also
+token) when all ``g`` were accepted. A rule whose ``residual`` is
+``target_without_draft`` (SGLang's target-only verification) judges every
+draft and draws after a rejection of ``x`` from p with x removed
+(``rejection_residual``). Every drafted position is recorded, also
 those after the first rejection (another rule might have reached them).
 
 A pair is any object with ``target`` and ``draft`` models (``probs(H)``: next-
@@ -38,6 +41,41 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:
     (Those rows have p == q up to rounding; any rejection there resamples from p.)
     """
     r = np.maximum(p - q, 0.0)
+    small = r.sum(axis=1) < RESIDUAL_EPS
+    if small.any():
+        r[small] = p[small]
+    return r
+
+
+STANDARD = "standard"                    # residual kinds of a rule (evolve.rules.table)
+WITHOUT_DRAFT = "target_without_draft"
+
+
+def residual_kind(rule) -> str:
+    """What a rule emits after a rejection: ``rule.residual`` (rules of the rules
+    table carry it, ``evolve.rules.adapters.named_rule``), else the standard residual."""
+    kind = getattr(rule, "residual", STANDARD) if rule is not None else STANDARD
+    if kind not in (STANDARD, WITHOUT_DRAFT):
+        raise ValueError(f"rule {getattr(rule, 'name', rule)!r}: unknown residual {kind!r}")
+    return kind
+
+
+def judges_every_draft(rule) -> bool:
+    """Whether the rule judges every draft (an engine's knob, ``rule.scope`` =
+    "vocabulary", or a target-only rule) rather than only the draft's top-k."""
+    return (residual_kind(rule) != STANDARD
+            or (rule is not None and getattr(rule, "scope", "top_k") == "vocabulary"))
+
+
+def rejection_residual(kind: str, p: np.ndarray, q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The unnormalised distribution of the token emitted after a rejection of the
+    drafts ``x`` (one per row): ``residual(p, q)`` for the standard kind; for
+    ``WITHOUT_DRAFT`` (SGLang's target-only verification) p with x removed,
+    p 1[y != x], or p itself where that has mass < RESIDUAL_EPS (p(x) = 1)."""
+    if kind == STANDARD:
+        return residual(p, q)
+    r = p.copy()
+    r[np.arange(r.shape[0]), np.asarray(x, dtype=np.int64)] = 0.0
     small = r.sum(axis=1) < RESIDUAL_EPS
     if small.any():
         r[small] = p[small]
@@ -90,7 +128,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
     has a ``many(features) -> thresholds`` method (``evolve.rules.adapters``) and
     is applied to drafts among the draft's top-k bytes, the standard rule to the
-    others. ``pos0`` (per prompt) offsets the ``position`` feature.
+    others (an engine's knob, ``judges_every_draft``, to every draft, with its
+    own residual). ``pos0`` (per prompt) offsets the ``position`` feature.
 
     Returns ``(columns, accepted)``: the v1 + v2 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
@@ -165,7 +204,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         # the byte after the accepted prefix: residual at the first rejection, else bonus
         Pn = P[rows, n_acc]
         Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
-        new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
+        Rn = rejection_residual(residual_kind(rule), Pn, Qn, X[rows, np.minimum(n_acc, g - 1)])
+        new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
         out = np.concatenate([X, new[:, None]], axis=1)
         out[rows, n_acc] = new
         for j in range(g + 1):
@@ -207,6 +247,8 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
              "block_position": np.tile(np.arange(g), B),
              "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
     a = clipped(rule.many(feats))
+    if judges_every_draft(rule):             # an engine's knob judges every draft
+        return a.reshape(B, g)
     in_top = (cs["cand_token"].astype(np.int64) == x[:, None]).any(axis=1)
     return np.where(in_top, a, np.minimum(1.0, px / qx).reshape(-1)).reshape(B, g)
 

@@ -2,7 +2,7 @@
 
 A rule gives a threshold ``h`` for every candidate row (a drafted position of a
 trace and one of the draft's top-k bytes ``x`` there); its acceptance
-probability is ``a(x) = clip(h, 0, 1)`` (NaN -> 0, as in ``evolve.fitness``).
+probability is ``a(x) = clip(h, 0, 1)`` (NaN -> 0, as in ``evolve.objectives.metrics``).
 
 Decoder (the algorithm whose numbers these are; ``evolve.simulate`` runs the same):
 draft ``x ~ q``; accept with ``a(x)`` if ``x`` is one of the draft's top-k bytes at
@@ -20,6 +20,13 @@ there, out = p on T- and out = q + s (p - q) on T+ (s = (1 - beta) / Z), so the
 tail's contribution to TV is exact from the four stored tail masses. For KL the
 tail enters as two merged bins (T+, T-): exact when s = 1 or |T+| <= 1, and a
 lower bound otherwise (log-sum inequality); with k = 256 KL is exact.
+
+Two engines' knobs (``evolve.rules.table``, docs/export.md) judge every draft and
+are scored here, not by the kernel: transformers' ensemble weight w keeps a tail
+draft with min(1, 1 - w + w p/q) (``tail_weight``; still exact in TV, the tail's
+sign is fixed on T+ and T-), and SGLang's target-only rules resample from p
+without the rejected draft (``residual="target_without_draft"``), exact on
+traces whose candidates hold all of the draft's mass.
 
 Per drafted position (row) i:
     alpha_i = beta_i            expected acceptance given the position is reached
@@ -62,6 +69,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from evolve.data.decode import RESIDUAL_EPS
+from evolve.errors import EvolveError
 from evolve.kernels import layout
 from evolve.lang.features import TRACE_INPUT_NAMES
 from evolve.objectives.metrics import clip01
@@ -156,18 +164,52 @@ def _xlogy_ratio(o, p):
         return np.where(o > 0.0, o * np.log(o / p), 0.0)
 
 
-def position_terms(sa: SpecArrays, h) -> PositionTerms:
-    """Exact per-position acceptance, output distribution, TV and KL (numpy reference)."""
+class TailError(EvolveError):
+    """A target-only rule on a split whose candidates miss some of the draft's mass."""
+
+
+def check_full_candidates(sa: SpecArrays) -> None:
+    """TailError unless the candidates hold all of the draft's mass at every row (q(T)
+    = 0, as with top-k = vocabulary): what the target-only residual needs."""
+    if sa.n and float(sa.tq.max()) > 0.0:
+        raise TailError(f"a target-only rule (resampling from p without the draft) is exact "
+                        f"only on traces whose candidates hold all of the draft's mass; "
+                        f"these have top-k {sa.k} and a draft tail mass up to "
+                        f"{float(sa.tq.max()):.3g} (record with --top-k = the vocabulary)")
+
+
+def position_terms(sa: SpecArrays, h, residual: str = "standard",
+                   tail_weight: float = 1.0) -> PositionTerms:
+    """Exact per-position acceptance, output distribution, TV and KL (numpy reference).
+
+    ``residual="target_without_draft"``: the rule's draft is kept with a(x) and a
+    rejection resamples from p without x (SGLang's target-only verification;
+    ``evolve.data.emission``); exact where q(T) = 0 (``check_full_candidates``).
+
+    ``tail_weight`` w: the tail's drafts are kept with min(1, 1 - w + w p/q)
+    (transformers' ensemble weight, which judges every draft) instead of the
+    standard min(1, p/q) (w = 1). On T+ that is 1, on T- it is (1 - w) q + w p, so the
+    tail's acceptance mass is q(T+) + (1 - w) q(T-) + w p(T-) and its emitted mass
+    on T- is (1 - w) q + w p + s r: out - p has one sign on each bin, so TV stays
+    exact (KL: the merged-bin bound above)."""
     n, k = sa.n, sa.k
     a = clip01(np.broadcast_to(np.asarray(h, dtype=np.float64), (n * k,))).reshape(n, k)
     cq = sa.cq.reshape(n, k)
     cp = sa.cp.reshape(n, k)
+    if residual == "target_without_draft":
+        return _without_draft_terms(sa, a, cq, cp)
+    if residual != "standard":
+        raise ValueError(f"unknown residual {residual!r}")
     tq, tp, eq, ep = sa.tq, sa.tp, sa.eq, sa.ep
     std = np.minimum(1.0, cp / cq)
     rplus = np.maximum(cp - cq, 0.0)
     Z = rplus.sum(axis=1) + (ep - eq)
     fb = Z < RESIDUAL_EPS
-    m_tail = eq + (tp - ep)                       # sum over T of min(p, q)
+    w = float(tail_weight)
+    if not 0.0 <= w <= 1.0:
+        raise ValueError(f"tail_weight {w!r}: expected 0 <= w <= 1")
+    acc_tm = (1.0 - w) * (tq - eq) + w * (tp - ep)  # tail T-: q min(1, 1 - w + w p/q)
+    m_tail = eq + acc_tm                          # w = 1: sum over T of min(p, q)
     alpha = (cq * a).sum(axis=1) + m_tail
     rho = (cq * (1.0 - a)).sum(axis=1) + (tq - m_tail)
     rc = np.where(fb[:, None], cp, rplus)
@@ -177,15 +219,40 @@ def position_terms(sa: SpecArrays, h) -> PositionTerms:
     s = rho / Zr
     out = cq * a + s[:, None] * rc
     o_tp = eq + s * r_tp
-    o_tm = (tp - ep) + s * r_tm
+    o_tm = acc_tm + s * r_tm
     tv = 0.5 * (np.abs(out - cp).sum(axis=1) + np.abs(o_tp - ep) + np.abs(o_tm - (tp - ep)))
     kl = (_xlogy_ratio(out, cp).sum(axis=1) + _xlogy_ratio(o_tp, ep)
           + _xlogy_ratio(o_tm, tp - ep))
-    extra = (cq * (a - std)).sum(axis=1)
+    extra = (cq * (a - std)).sum(axis=1) + (acc_tm - (tp - ep))
     rows = np.arange(n)
-    a_x = np.where(sa.dcand >= 0, a[rows, np.maximum(sa.dcand, 0)], sa.std_x)
+    a_x = np.where(sa.dcand >= 0, a[rows, np.maximum(sa.dcand, 0)],
+                   1.0 - w + w * sa.std_x)
     return PositionTerms(alpha, a_x, tv, np.maximum(kl, 0.0), extra, out,
                          np.stack([o_tp, o_tm], axis=1))
+
+
+def _without_draft_terms(sa: SpecArrays, a, cq, cp) -> PositionTerms:
+    """Position terms of a target-only rule (q(T) = 0: every draft is a candidate). The
+    tail tokens are never drafted and are emitted with S p(y) (S below), so the tail
+    bins T+ and T- are exact in TV and KL."""
+    check_full_candidates(sa)
+    n = sa.n
+    w = cq * (1.0 - a)
+    rest = 1.0 - cp
+    normal = rest >= RESIDUAL_EPS
+    own = np.where(normal, w / np.where(normal, rest, 1.0), 0.0)
+    S = (own + np.where(normal, 0.0, w)).sum(axis=1)
+    out = cq * a + cp * S[:, None] - own * cp
+    ep, tpm = sa.ep, sa.tp - sa.ep
+    o_tp, o_tm = S * ep, S * tpm
+    tv = 0.5 * (np.abs(out - cp).sum(axis=1) + np.abs(o_tp - ep) + np.abs(o_tm - tpm))
+    kl = (_xlogy_ratio(out, cp).sum(axis=1) + _xlogy_ratio(o_tp, ep)
+          + _xlogy_ratio(o_tm, tpm))
+    std = np.minimum(1.0, cp / cq)
+    rows = np.arange(n)
+    a_x = np.where(sa.dcand >= 0, a[rows, np.maximum(sa.dcand, 0)], 0.0)
+    return PositionTerms((cq * a).sum(axis=1), a_x, tv, np.maximum(kl, 0.0),
+                         (cq * (a - std)).sum(axis=1), out, np.stack([o_tp, o_tm], axis=1))
 
 
 # --------------------------------------------------------------- objectives
@@ -237,9 +304,11 @@ def block_sums(sa: SpecArrays, terms: PositionTerms) -> dict:
             "extra": (W * terms.extra.reshape(nb, g)).sum(axis=1)}
 
 
-def objectives(sa: SpecArrays, h) -> Objectives:
-    """All objectives of the thresholds ``h`` (n*k candidate rows) on a split."""
-    return objectives_from_terms(sa, position_terms(sa, h))
+def objectives(sa: SpecArrays, h, residual: str = "standard",
+               tail_weight: float = 1.0) -> Objectives:
+    """All objectives of the thresholds ``h`` (n*k candidate rows) on a split (with
+    ``residual`` and ``tail_weight``, see ``position_terms``)."""
+    return objectives_from_terms(sa, position_terms(sa, h, residual, tail_weight))
 
 
 def objectives_from_terms(sa: SpecArrays, terms: PositionTerms) -> Objectives:

@@ -8,7 +8,8 @@ A rule maps feature columns to thresholds (``many(F)``):
   ``p_max`` and ``q_max`` (every argument then passed by name); slow, one
   Python call a row, for user functions and tests;
 - ``TreeRule``: a parsed tree, evaluated by ``evolve.lang.numpy_eval``;
-- ``named_rule``: a rule of the rules table at a parameter, as a TreeRule.
+- ``named_rule``: a rule of the rules table at a parameter, as a TreeRule (which
+  carries the rule's ``residual``, read by the decoders and ``evolve.data.emission``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,12 @@ class TreeRule(VectorRule):
     """A parsed tree (``evolve.lang.treeio.parse`` nodes) as a vectorised rule,
     evaluated by ``evolve.lang.numpy_eval`` (no text is compiled or evaluated). The
     object is both a decoder rule (``many``) and a plain numpy rule
-    ``rule(F) -> thresholds``."""
+    ``rule(F) -> thresholds``. ``residual`` is what a rejection emits and ``scope``
+    which drafts the rule judges (``evolve.rules.table``; "standard" and "top_k"
+    unless ``named_rule`` sets others)."""
+
+    residual = "standard"
+    scope = "top_k"
 
     def __init__(self, nodes, name: str = "tree"):
         from evolve.lang import treeio
@@ -175,7 +181,21 @@ def named_rule(name: str, param: float | None = None):
             raise RuleError(f"{name} {r.param}={param!r} is not a finite number", "param")
         if name == "leniency" and value <= 0:
             raise RuleError(f"leniency l={value!r} is invalid; expected l > 0", "param")
+        if name == "hf_ensemble" and not 0.0 <= value <= 1.0:
+            raise RuleError(f"hf_ensemble w={value!r} is invalid; expected 0 <= w <= 1",
+                            "param")
+        if name == "sglang_acc" and value <= 0:
+            raise RuleError(f"sglang_acc t_acc={value!r} is invalid; expected t_acc > 0",
+                            "param")
+        if name == "sglang_single" and value < 0:
+            raise RuleError(f"sglang_single t_single={value!r} is invalid; expected "
+                            "t_single >= 0", "param")
     from evolve.lang.treeio import parse
     rule = TreeRule(parse(r.tree(value)), r.label(value))
-    return rule, {"kind": "rule", "name": name, "param": value, "param_name": r.param,
-                  "label": r.label(value)}
+    rule.residual = r.residual
+    rule.scope = r.scope
+    info = {"kind": "rule", "name": name, "param": value, "param_name": r.param,
+            "label": r.label(value)}
+    if r.engine is not None:      # an engine's own knob: its flags, and its residual
+        info.update(engine=r.engine, setting=r.engine_setting(value), residual=r.residual)
+    return rule, info

@@ -15,7 +15,28 @@ Columns:
                 a(x) >= min(1, p/q), for every value of the grid, so TV and
                 acceptance grow together along the grid (tuning bisects then);
 - ``family``    swept and tuned on traces (``evolve tradeoff``);
-- ``doc``       one line for people.
+- ``doc``       one line for people;
+- ``residual``  what is emitted after a rejection: ``"standard"`` (a draft from
+                the draft's top-k is judged by the rule, any other by the standard
+                rule; then norm(max(0, p - q))) or ``"target_without_draft"``
+                (SGLang's target-only verification: the rule judges every draft
+                and after a rejection of x the next token is drawn from p with x
+                removed, ``evolve.data.decode.rejection_residual``). Rules of the
+                second kind exist only on traces, are scored by the numpy
+                reference (``evolve.objectives.spec``, not the kernel) and are
+                exact only on traces whose candidates hold all of the draft's mass
+                (top-k = vocabulary);
+- ``scope``     which drafts the rule judges: ``"top_k"`` (the draft's top-k
+                candidates; the others by the standard rule, the project's decoder)
+                or ``"vocabulary"`` (every draft, as an engine does). On traces the
+                tail drafts of a vocabulary-scope rule are scored in closed form
+                (``evolve.objectives.spec``: the ensemble weight) or not at all
+                (the target-only rules need top-k = vocabulary);
+- ``tail``      how the offline objectives judge the tail drafts of a
+                vocabulary-scope rule: ``"ensemble"`` (min(1, 1 - w + w p/q), w the
+                parameter; ``spec.position_terms(tail_weight=w)``) or ``"standard"``;
+- ``engine``    for an engine's own knob: the engine, and ``setting`` the flags or
+                keyword arguments that select the rule in it (``{p}``: the value).
 
 A rule that reads a trace feature (``block_position``, ``p_max``, ``q_max``)
 exists only on traces. Adding a baseline is one row here (and regenerating
@@ -29,6 +50,10 @@ from dataclasses import dataclass
 from evolve.objectives.base import TOKENS, TRACES
 
 RATIO = "pmin(1.0, pdiv(target_prob, draft_prob))"
+STANDARD = "standard"
+WITHOUT_DRAFT = "target_without_draft"
+RESIDUALS = (STANDARD, WITHOUT_DRAFT)
+ENGINES = ("transformers", "sglang")
 
 
 @dataclass(frozen=True)
@@ -41,6 +66,11 @@ class Rule:
     grid: tuple = ()
     lenient: bool = False
     family: bool = False
+    residual: str = "standard"
+    scope: str = "top_k"
+    tail: str = "standard"
+    engine: str | None = None
+    setting: str | None = None
 
     def tree(self, value: float | None = None) -> str:
         """The rule's tree text at ``value`` (default: the rule's default)."""
@@ -57,11 +87,20 @@ class Rule:
         v = self.default if value is None else value
         return f"{self.name}({self.param}={v:g})"
 
+    def engine_setting(self, value: float | None = None) -> str | None:
+        """The engine's own flags or keyword arguments for the rule at ``value``."""
+        if self.setting is None:
+            return None
+        v = self.default if value is None else float(value)
+        return self.setting.replace("{p}", f"{v:.4g}")
+
     @property
     def data(self) -> str:
         """``tokens`` (the six features: token splits and traces) or ``traces``."""
         from evolve.lang import primitives as P
         from evolve.lang.treeio import parse
+        if self.residual != STANDARD:
+            return TRACES
         trace_only = any(n.kind == "input" and n.name not in P.INPUT_NAMES
                          for n in parse(self.tree()))
         return TRACES if trace_only else TOKENS
@@ -97,6 +136,33 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "EARS: min(1, t/d + beta (1 - p_max)), beta >= 0",
          param="beta", default=0.3, grid=(0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0),
          lenient=True, family=True),
+    # The engines' own lossy knobs (docs/export.md cites each engine's source).
+    Rule("hf_ensemble", "pmin(1.0, add(sub(1.0, {p}), mul({p}, pdiv(target_prob, "
+         "draft_prob))))",
+         "transformers static ensemble verification: min(1, 1 - w + w t/d), w in [0, 1]",
+         param="w", default=1.0,
+         grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
+         lenient=True, family=True, scope="vocabulary", tail="ensemble",
+         engine="transformers",
+         setting="assistant_ensemble_weight={p}"),
+    Rule("sglang_acc", "pmin(1.0, pdiv(target_prob, {p}))",
+         "SGLang target-only, chain drafts: keep with min(1, t / t_acc) (t_single = 1); "
+         "resample from t without the draft",
+         param="t_acc", default=1.0,
+         grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35,
+               0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+         family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
+         setting="--speculative-accept-threshold-single 1 "
+                 "--speculative-accept-threshold-acc {p}"),
+    Rule("sglang_single", "ite(lt(target_prob, {p}), target_prob, 1.0)",
+         "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
+         "resample from t without the draft",
+         param="t_single", default=1.0,
+         grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35,
+               0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+         family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
+         setting="--speculative-accept-threshold-single {p} "
+                 "--speculative-accept-threshold-acc 1"),
 )}
 
 # The baselines --seed-baselines puts into the first population, in this order:
@@ -115,6 +181,12 @@ def rules(data: str = TOKENS) -> list[Rule]:
 def families() -> list[str]:
     """The rules ``evolve tradeoff`` sweeps and tunes on traces."""
     return [r.name for r in RULES.values() if r.family]
+
+
+def engine_families(engine: str | None = None) -> list[str]:
+    """The families that are an engine's own knob (of ``engine``, or of any)."""
+    return [r.name for r in RULES.values() if r.family and r.engine is not None
+            and (engine is None or r.engine == engine)]
 
 
 def seed_trees(data: str) -> list[str]:

@@ -10,6 +10,12 @@ parameter is reported (``tuned_report``) by the numpy reference
 (``evaluate``: ``evolve.lang.numpy_eval`` and ``spec.objectives``, which also
 gives the 99th percentile of slot TV). ``pareto_front`` keeps the non-dominated
 points; ``tradeoff`` is the report behind ``evolve tradeoff``.
+
+Families that are an engine's own knob (``Rule.engine``) carry, in each tuned
+trade-off row, the engine's flags or keyword arguments for the tuned value
+(``setting``). A family with a target-only residual (SGLang) is scored by the
+numpy reference and only where that is exact (``scorable``); elsewhere its row
+says why (``not_exact``) and carries no numbers.
 """
 
 from __future__ import annotations
@@ -63,15 +69,30 @@ def _value(name: str, param):
     return None if r.param is None else float(r.default if param is None else param)
 
 
+def scoring(name: str, value) -> dict:
+    """The keyword arguments of ``spec.objectives`` for a family at ``value``: its
+    residual, and the ensemble weight of its tail drafts (``Rule.tail``)."""
+    r = RULES[name]
+    return {"residual": r.residual,
+            "tail_weight": float(value) if r.tail == "ensemble" else 1.0}
+
+
 def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
     value = _value(name, param)
-    return Point(name, value, spec.objectives(sa, thresholds(name, sa, value)))
+    return Point(name, value, spec.objectives(sa, thresholds(name, sa, value),
+                                              **scoring(name, value)))
 
 
 def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
     """Points of a family at several parameters, from one kernel call (sums only: no
-    99th percentile of slot TV; ``evaluate`` is the reference)."""
+    99th percentile of slot TV; ``evaluate`` is the reference). An engine's family
+    (``Rule.scope`` "vocabulary": its own tail rule, or a target-only residual) is
+    scored by the numpy reference, the kernel knows only the top-k rule with the
+    standard tail and residual; a target-only family on traces whose candidates
+    miss some of the draft's mass raises ``spec.TailError``."""
     from evolve.kernels.speculative import population_results
+    if RULES[name].residual != "standard" or RULES[name].scope != "top_k":
+        return [evaluate(name, sa, p) for p in params]
     values = [_value(name, p) for p in params]
     progs = treeio.linearise([treeio.parse(RULES[name].tree(v)) for v in values])
     return [Point(name, v, o) for v, o in zip(values, population_results(progs, sa))]
@@ -84,7 +105,26 @@ def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
 
 
 def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
-    return [p for n in (names or families()) for p in sweep(n, sa)]
+    """Every family's sweep; a target-only family the split cannot score exactly
+    (``spec.TailError``) is left out."""
+    out = []
+    for n in (names or families()):
+        try:
+            out.extend(sweep(n, sa))
+        except spec.TailError:
+            continue
+    return out
+
+
+def scorable(name: str, sa: spec.SpecArrays) -> str | None:
+    """None if the family's objectives are exact on ``sa``, else the reason."""
+    if RULES[name].residual == "standard":
+        return None
+    try:
+        spec.check_full_candidates(sa)
+    except spec.TailError as e:
+        return str(e)
+    return None
 
 
 BISECT_STEPS = 20
@@ -126,7 +166,11 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
 
 def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
                  budget: float, grid=None, measure: str = "tv") -> dict | None:
-    """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test."""
+    """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test; None
+    when no parameter fits, or when the family's objectives are not exact on these
+    splits (a target-only family on traces with top-k < vocabulary, ``scorable``)."""
+    if scorable(name, sa_valid) or scorable(name, sa_test):
+        return None
     best = tune(name, sa_valid, budget, grid, measure)
     if best is None:
         return None
@@ -187,14 +231,19 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     for b in budgets:
         rows = []
         for name in families():
-            rep = tuned_report(name, sa_valid, sa_test, b)
+            r = RULES[name]
+            eng = {"engine": r.engine, "setting": None}
+            why = scorable(name, sa_valid) or scorable(name, sa_test)
+            rep = None if why else tuned_report(name, sa_valid, sa_test, b)
             if rep is None:
                 rows.append({"rule": name, "kind": "family", "param": None, "budget": b,
                              "fits_valid": False, "over_budget_test": None,
-                             "valid": None, "test": None})
+                             "valid": None, "test": None, **eng,
+                             **({"not_exact": why} if why else {})})
             else:
                 rows.append({**rep, "kind": "family", "fits_valid": True,
-                             "over_budget_test": rep["test"]["tv_per_token"] > b})
+                             "over_budget_test": rep["test"]["tv_per_token"] > b,
+                             **eng, "setting": r.engine_setting(rep["param"])})
         for name, o in fixed.items():
             rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,
@@ -268,6 +317,9 @@ def _row_tree(r: dict, extra: dict):
 def _add_trajectory(r: dict, sa_test: spec.SpecArrays, blocks_test, extra: dict) -> None:
     from evolve.objectives import trajectory
     nodes = None if r["test"] is None else _row_tree(r, extra)
+    if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
+                                  or RULES[r["rule"]].scope != "top_k"):
+        nodes = None      # the trajectory estimate assumes the top-k rule, standard tail
     if nodes is not None:
         est = trajectory.estimate(sa_test, blocks_test, tree_thresholds(nodes, sa_test))
         r["test"] = {**r["test"], "trajectory": est.to_dict()}

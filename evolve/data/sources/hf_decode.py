@@ -11,7 +11,9 @@ attention masks and explicit position ids):
 Acceptance is the standard rule ``u_j < min(1, p_j(x_j) / q_j(x_j))`` (or, for
 free-running comparisons, a given rule on the draft's top-k tokens); the
 longest accepted prefix is kept, then one more token is drawn from
-``norm(max(0, p - q))`` at the first rejection (or from ``p_{g+1}``). Every
+``norm(max(0, p - q))`` at the first rejection (or from ``p_{g+1}``; an
+engine's knob judges every draft and uses its own residual, as in
+``evolve.data.decode``). Every
 drafted position is recorded (also those after the first rejection), with the
 same columns and conventions as ``evolve.data.decode`` (the n-gram decoder):
 top-k candidates of ``q``, tail masses, entropies, p_max, q_max. Probabilities
@@ -28,8 +30,9 @@ import inspect
 
 import numpy as np
 
-from evolve.data.decode import (block_records, candidate_summary, drafted_acceptance, residual,
-                                sample_rows, sequence_major)
+from evolve.data.decode import (block_records, candidate_summary, drafted_acceptance,
+                                rejection_residual, residual_kind, sample_rows,
+                                sequence_major)
 from evolve.data.emission import slot_distortion
 from evolve.data.traces import CONTEXT_PAD
 
@@ -201,7 +204,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track):
         accepted[:, t] = n_acc
         Pn = P[rows, n_acc]
         Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
-        new = sample_rows(np.where((n_acc < g)[:, None], residual(Pn, Qn), Pn), U[:, t, 2 * g])
+        Rn = rejection_residual(residual_kind(rule), Pn, Qn, X[rows, np.minimum(n_acc, g - 1)])
+        new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
         if track:
             _track(tr, Pg, Qg, gen_before, n_acc, rule, k, seq0, t)
         if record:
