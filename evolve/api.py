@@ -27,6 +27,11 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RunResult:
+    """A run directory as read back: its ``name`` and ``path``; ``status`` (from
+    ``summary.json``: finished, interrupted, ...); ``champion`` (``champion.json``:
+    expression, tree and metrics per split; None before a run has one);
+    ``history`` (``history.jsonl``, one record per generation); the resolved
+    ``config``; and ``writeback``, what write-back did (None when it was skipped)."""
     name: str
     path: Path
     status: str                 # finished / interrupted / ... (summary.json)
@@ -86,8 +91,9 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     if resume is not None and "generations" not in options:
         cfg.generations = None
     if data_dir is None:
-        obj = OBJECTIVES.get(cfg.objective) if isinstance(cfg.objective, str) else None
-        data_dir = paths.TRACES_DIR if obj is not None and obj.traces else paths.DATA_DIR
+        from evolve.tasks import task_of
+        known = isinstance(cfg.objective, str) and cfg.objective in OBJECTIVES
+        data_dir = task_of(cfg.objective).default_data() if known else paths.DATA_DIR
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,          # checks every value
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=writeback, force=force)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from evolve.cli.common import (data_option, default_data, default_traces, friendly_errors,
-                               json_option, runs_dir_option, term)
+from evolve.cli.common import data_option, default_data, friendly_errors, json_option, \
+    runs_dir_option, term
 from evolve.objectives import OBJECTIVES
 
 
@@ -114,8 +113,9 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         cfg.generations = None   # keep the run's own
     data_given = data_dir is not None
     if data_dir is None:
-        obj = OBJECTIVES.get(cfg.objective)
-        data_dir = default_traces() if obj is not None and obj.traces else default_data()
+        from evolve.tasks import task_of
+        data_dir = task_of(cfg.objective).default_data() if cfg.objective in OBJECTIVES \
+            else default_data()
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
                              writeback=not no_writeback, force=force, data_given=data_given,
@@ -133,12 +133,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         out.note(f"resume with: {result['resume']}")
     else:
         from evolve.cli import views
-        from evolve.objectives import is_trace_champion
-        from evolve.runs import report
-        bench = None
-        if not is_trace_champion(result["champion"]):
-            bench = report.run_table(opts.data_dir)
-        views.show_run_result(result, out, bench)
+        views.show_run_result(result, out, opts.data_dir)
     sys.exit(code)
 
 
@@ -152,7 +147,6 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
 def inspect_cmd(run, runs_dir, json_mode):
     """The champion of a run (default: the latest): formula, metrics, history."""
     from evolve.cli import views
-    from evolve.objectives import is_trace_champion
     from evolve.runs import paths, report, rundir
     parent = paths.runs_dir(runs_dir)
     rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
@@ -163,11 +157,7 @@ def inspect_cmd(run, runs_dir, json_mode):
         return
     from evolve.runs.pictures import draw_pictures
     draw_pictures(rd)
-    standard = None
-    if info.get("champion") and not is_trace_champion(info["champion"]):
-        standard = report.standard_metrics(Path((info.get("data") or {}).get("dir")
-                                                or default_data()))
-    views.show_inspect(info, out, standard)
+    views.show_inspect(info, out)
 
 
 @click.command("runs")

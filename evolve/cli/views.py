@@ -11,7 +11,7 @@ import numpy as np
 
 from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS, INPUTS
-from evolve.objectives import is_trace_champion
+from evolve.tasks import champion_task
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
@@ -45,20 +45,74 @@ def _fmt(x, digits: int = 4) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def show_run_result(result: dict, term, bench: dict | None) -> None:
-    """What `evolve run` prints at the end: champion beside the baselines (``bench``:
-    the benchmark table of the token splits, for a token champion)."""
-    ch = result["champion"]
-    term.result(f"run {result['run']} finished: {result['path']}")
-    term.result(f"champion: {ch['expression']}  (size {ch['size']}, generation "
-                f"{ch['generation']})")
-    if is_trace_champion(ch):
-        show_trace_champion(ch, term)
+class ChampionView:
+    """How `evolve run` and `evolve inspect` show the champion of one data world
+    (``evolve.tasks``). This one serves any world: its metrics per split and the
+    write-back's decision as they are; ``VIEWS`` holds the worlds' own."""
+
+    def result(self, result: dict, term, data_dir: Path) -> None:
+        ch = result["champion"]
+        self.metrics_table(ch, term)
+        wb = result.get("writeback")
+        term.result("write-back skipped (--no-writeback)" if wb is None else
+                    "write-back: " + printable(", ".join(f"{k}={v}" for k, v in wb.items())))
+
+    def inspect(self, info: dict, term) -> None:
+        self.metrics_table(info["champion"], term)
+
+    @staticmethod
+    def metrics_table(ch: dict, term) -> None:
+        metrics = ch.get("metrics") or {}
+        keys = sorted({k for m in metrics.values() for k in m})
+        term.table("champion metrics", [("split", "left")] + [(k, "right") for k in keys],
+                   [[split] + [_fmt(m.get(k)) for k in keys] for split, m in metrics.items()])
+
+
+class TokenView(ChampionView):
+    def result(self, result, term, data_dir):
+        from evolve.runs import report
+        show_token_result(result, term, report.run_table(data_dir))
+
+    def inspect(self, info, term):
+        from evolve.runs import report
+        from evolve.tasks import TASKS
+        show_token_inspect(info["champion"], term, report.standard_metrics(
+            Path((info.get("data") or {}).get("dir") or TASKS["tokens"].default_data())))
+
+
+class TraceView(ChampionView):
+    def result(self, result, term, data_dir):
+        show_trace_champion(result["champion"], term)
         png = Path(result["path"]) / "pareto.png"
         if png.exists():
             term.result(f"trade-off picture: {png}")
         show_trace_writeback(result.get("writeback"), term)
-        return
+
+    def inspect(self, info, term):
+        show_trace_inspect(info, term)
+
+
+VIEWS = {"tokens": TokenView(), "traces": TraceView()}
+
+
+def view_of(champion: dict) -> ChampionView:
+    """The view of a champion's data world (the generic one for a world without its own)."""
+    return VIEWS.get(champion_task(champion).name) or ChampionView()
+
+
+def show_run_result(result: dict, term, data_dir: Path) -> None:
+    """What `evolve run` prints at the end: the champion beside the baselines of its
+    world (``data_dir``: the run's splits)."""
+    ch = result["champion"]
+    term.result(f"run {result['run']} finished: {result['path']}")
+    term.result(f"champion: {ch['expression']}  (size {ch['size']}, generation "
+                f"{ch['generation']})")
+    view_of(ch).result(result, term, data_dir)
+
+
+def show_token_result(result: dict, term, bench: dict) -> None:
+    """A token champion beside the benchmark table of the token splits (``bench``)."""
+    ch = result["champion"]
     for split, body in bench["splits"].items():
         body["heuristics"]["champion"] = ch["metrics"][split]
     show_benchmark(bench, term)
@@ -126,7 +180,7 @@ def sparkline(values: list[float], width: int = 60) -> str:
     return "".join(SPARK[int((v - lo) / (hi - lo) * (len(SPARK) - 1))] for v in values)
 
 
-def show_inspect(info: dict, term, standard: dict | None) -> None:
+def show_inspect(info: dict, term) -> None:
     term.result(f"run {info['run']}  ({info['path']})")
     s = info.get("summary") or {}
     if s:
@@ -140,43 +194,11 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
         if ch.get("simplified") and ch["simplified"] != ch["expression"]:
             term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
-        inputs = ALL_INPUTS if is_trace_champion(ch) else INPUTS
+        inputs = ALL_INPUTS if champion_task(ch).trace_inputs else INPUTS
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
                     f"{ch.get('generation')}; inputs: "
                     + " ".join(f"{short}={name}" for name, short, _ in inputs))
-    if ch and is_trace_champion(ch):
-        show_trace_champion(ch, term)
-        series = (info.get("pareto") or {}).get("series")
-        if isinstance(series, dict):
-            try:
-                pts = {str(k): [(float(x), float(y)) for x, y in v] for k, v in series.items()}
-            except (TypeError, ValueError):
-                pts = {}
-            budget = (info.get("pareto") or {}).get("budget")
-            if pts and isinstance(budget, (int, float)) and budget > 0:
-                # zoom on the budget: the far end of bild/typical would squeeze it
-                edge = max([4 * budget] + [x for x, _ in pts.get("champion", [])])
-                shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in pts.items()}
-                hidden = sum(map(len, pts.values())) - sum(map(len, shown.values()))
-                pts = shown
-                if hidden:
-                    term.result(f"({hidden} points with TV per token > {edge:g} not shown)")
-            if pts:
-                term.result("trade-off on valid (baselines swept, hall of fame, champion):")
-                term.result(render_text(pts))
-        png = Path(info["path"]) / "pareto.png"
-        if png.exists():
-            term.result(f"picture: {png}")
-    elif ch:
-        cols = [("split", "left"), ("accept %", "right"), ("accuracy %", "right"),
-                ("quality", "right"), ("fitness", "right"), ("std. rejection fitness", "right")]
-        rows = []
-        for split, m in ch.get("metrics", {}).items():
-            std = standard.get(split) if standard else None
-            rows.append([split, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
-                         f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
-                         f"{std['fitness']:.4f}" if std else "-"])
-        term.table("champion metrics", cols, rows)
+        view_of(ch).inspect(info, term)
     if ch and isinstance(ch.get("starts"), list):
         show_starts(ch, term)
     png = Path(info["path"]) / "history.png"
@@ -193,6 +215,46 @@ def show_inspect(info: dict, term, standard: dict | None) -> None:
     cfg = info.get("config") or {}
     # read from config.json: shown on one line whatever it holds
     term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
+
+
+def show_trace_inspect(info: dict, term) -> None:
+    """A trace champion: baselines tuned to its budget, and the trade-off on valid."""
+    ch = info["champion"]
+    show_trace_champion(ch, term)
+    series = (info.get("pareto") or {}).get("series")
+    if isinstance(series, dict):
+        try:
+            pts = {str(k): [(float(x), float(y)) for x, y in v] for k, v in series.items()}
+        except (TypeError, ValueError):
+            pts = {}
+        budget = (info.get("pareto") or {}).get("budget")
+        if pts and isinstance(budget, (int, float)) and budget > 0:
+            # zoom on the budget: the far end of bild/typical would squeeze it
+            edge = max([4 * budget] + [x for x, _ in pts.get("champion", [])])
+            shown = {k: [(x, y) for x, y in v if x <= edge] for k, v in pts.items()}
+            hidden = sum(map(len, pts.values())) - sum(map(len, shown.values()))
+            pts = shown
+            if hidden:
+                term.result(f"({hidden} points with TV per token > {edge:g} not shown)")
+        if pts:
+            term.result("trade-off on valid (baselines swept, hall of fame, champion):")
+            term.result(render_text(pts))
+    png = Path(info["path"]) / "pareto.png"
+    if png.exists():
+        term.result(f"picture: {png}")
+
+
+def show_token_inspect(ch: dict, term, standard: dict | None) -> None:
+    """A token champion's metrics per split beside standard rejection's fitness."""
+    cols = [("split", "left"), ("accept %", "right"), ("accuracy %", "right"),
+            ("quality", "right"), ("fitness", "right"), ("std. rejection fitness", "right")]
+    rows = []
+    for split, m in ch.get("metrics", {}).items():
+        std = standard.get(split) if standard else None
+        rows.append([split, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
+                     f"{m['quality']:.4f}", f"{m['fitness']:.4f}",
+                     f"{std['fitness']:.4f}" if std else "-"])
+    term.table("champion metrics", cols, rows)
 
 
 def _clip(text: str, width: int = 60) -> str:
@@ -267,8 +329,7 @@ def jsonable(obj):
 
 def show_starts(ch: dict, term) -> None:
     """The starts of a run of several (``--starts``): the chosen one and the spread."""
-    trace = is_trace_champion(ch)
-    key = "tokens_per_call" if trace else "fitness"
+    key = champion_task(ch).figure
     rows = []
     for st in ch["starts"]:
         rows.append([str(st.get("seed")), _fmt(st.get("valid_score")),

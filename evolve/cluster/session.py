@@ -188,6 +188,11 @@ class ClusterSplit:
     def n_blocks(self) -> int:
         return self.split.n_blocks
 
+    @property
+    def shape(self) -> "Shape":
+        """g, k, rows and blocks of the whole split."""
+        return Shape(int(self.meta["block_size"]), int(self.meta["top_k"]), len(self.split))
+
     def sums(self, progs, with_kl: bool = True, blocks=None,
              tail_cap: float = TAIL_OFF) -> np.ndarray:
         """float64 kernel sums (P, 6 + 3g) over every shard (or over the blocks

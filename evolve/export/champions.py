@@ -11,8 +11,9 @@ from pathlib import Path
 
 from evolve.lang import treeio
 from evolve.runs.rundir import RunDir, RunError
+from evolve.tasks import TASKS, champion_task
 
-INSTALLED = {"trace": "evolved_trace.py", "tokens": "evolved.py"}
+INSTALLED = {t.installed: f"{t.module}.py" for t in TASKS.values() if t.module}
 META_KEYS = ("run", "seed", "date", "objective", "tv_budget", "tree", "generation")
 
 
@@ -29,8 +30,9 @@ def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
             "tree": champ["tree"], "generation": champ.get("generation")}
     if champ.get("tv_budget") is not None:
         meta["tv_budget"] = champ["tv_budget"]
-    meta["metrics"] = {k: _header_metrics(m) for k, m in (champ.get("metrics") or {}).items()
-                       if isinstance(m, dict)}
+    task = champion_task(champ)
+    meta["metrics"] = {k: _header_metrics(task, m)
+                       for k, m in (champ.get("metrics") or {}).items() if isinstance(m, dict)}
     return nodes, meta, f"Acceptance rule exported from run {rd.name}"
 
 
@@ -44,15 +46,17 @@ def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict
     try:
         nodes = treeio.parse(meta.get("tree"))
     except treeio.TreeError:
-        how = ("`evolve run --objective speed` writes one back" if kind == "trace"
-               else "`evolve run` writes one back")
+        how = next(t.writes_back for t in TASKS.values() if t.installed == kind)
         raise RunError(f"--installed {kind}: {path} holds no champion ({how})") from None
     keep = {k: meta[k] for k in META_KEYS if k in meta}
     keep["metrics"] = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
     return nodes, keep, f"Acceptance rule exported from heuristics/{INSTALLED[kind]}"
 
 
-def _header_metrics(m: dict) -> dict:
-    keys = ("tokens_per_call", "tv_per_token") if "tokens_per_call" in m else \
-        ("accept_rate", "accuracy", "fitness")
-    return {k: m[k] for k in keys if k in m}
+def _header_metrics(task, m: dict) -> dict:
+    """The task's header metrics of one split (those it has: a hand-edited record
+    may lack some)."""
+    try:
+        return task.header_metrics(m)
+    except KeyError:
+        return {k: m[k] for k in task.metric_keys if k in m}

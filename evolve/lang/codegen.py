@@ -118,13 +118,26 @@ def provenance(nodes: list[Node], metadata: dict, title: str, generator: str) ->
         if key in metadata:
             lines.append(f"{key}: {sanitise(metadata[key])}")
     for split, m in metadata.get("metrics", {}).items():
-        if "tokens_per_call" in m:
-            lines.append(f"{sanitise(split)}: {m['tokens_per_call']:.4f} tokens per "
-                         f"target call, TV per token {m['tv_per_token']:.5f}")
-        else:
-            lines.append(f"{sanitise(split)}: accept {m['accept_rate']:.4f}, accuracy "
-                         f"{m['accuracy']:.4f}, fitness {m['fitness']:.4f}")
+        lines.append(f"{sanitise(split)}: {metric_line(m)}")
     return lines
+
+
+# How a header names each metric a data world's header metrics hold, in this order
+# (``evolve.tasks``: Task.header_metrics); other numbers are shown as ``name value``.
+METRIC_TEXT = (("tokens_per_call", "{:.4f} tokens per target call"),
+               ("tv_per_token", "TV per token {:.5f}"),
+               ("accept_rate", "accept {:.4f}"), ("accuracy", "accuracy {:.4f}"),
+               ("fitness", "fitness {:.4f}"))
+
+
+def metric_line(m: dict) -> str:
+    """One split's header metrics as text: the named ones of ``METRIC_TEXT`` when it
+    holds any, else every number as ``name value``."""
+    named = [text.format(m[key]) for key, text in METRIC_TEXT if key in m]
+    if named:
+        return ", ".join(named)
+    return ", ".join(f"{sanitise(k)} {v:.4g}" for k, v in m.items()
+                     if isinstance(v, (int, float)) and not isinstance(v, bool))
 
 
 def python_literal(obj) -> str:

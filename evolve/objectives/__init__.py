@@ -9,12 +9,4 @@ from evolve.objectives.tokens import EXPECTED, SEED
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, SPEED_KL, PARETO)}
 
-
-
-def is_trace_champion(champion: dict) -> bool:
-    """Whether a champion.json record comes from an objective on traces."""
-    obj = OBJECTIVES.get(champion.get("objective")) if isinstance(champion, dict) else None
-    return obj is not None and obj.traces
-
-
-__all__ = ["OBJECTIVES", "Objective", "Evaluator", "TOKENS", "TRACES", "is_trace_champion"]
+__all__ = ["OBJECTIVES", "Objective", "Evaluator", "TOKENS", "TRACES"]

@@ -78,10 +78,9 @@ class Objective:
     """Base class; see the module docstring. Subclasses set the class attributes."""
 
     name: str = ""
-    data: str = TOKENS              # which splits a run loads
+    data: str = TOKENS              # its data world: a key of evolve.tasks.TASKS
     weights: tuple = (1.0,)         # DEAP fitness weights
     help: str = ""
-    writeback: str | None = None    # the heuristics module a champion is written back to
 
     @property
     def multi(self) -> bool:

@@ -25,6 +25,8 @@ same budget on valid (reported on test) and the trade-off on valid.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 
 from evolve.kernels import layout
@@ -52,7 +54,6 @@ def tail_cap(config) -> float:
 
 class TraceObjective(Objective):
     data = TRACES
-    writeback = "evolved_trace"
 
     def __init__(self, name: str, weights: tuple, help: str, kl: bool = False):
         self.name = name
@@ -62,11 +63,7 @@ class TraceObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
-        if hasattr(split, "evaluator"):      # a sharded split (evolve.cluster) scores itself
-            return split.evaluator(name, with_kl=self.kl, tail_cap=cap)
-        from evolve.objectives.spec import SpecArrays
-        sa = SpecArrays.from_split(split)
-        return array_evaluator(sa, name, self.kl, cap)
+        return as_split(split).evaluator(name, with_kl=self.kl, tail_cap=cap)
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
@@ -110,7 +107,6 @@ class TraceObjective(Objective):
         kernel's thresholds (which needs the split's rows in this process)."""
         from types import SimpleNamespace
 
-        from evolve.kernels.speculative import population_results
         from evolve.kernels.tokens import population_thresholds
         from evolve.lang import treeio
         from evolve.objectives import spec
@@ -119,11 +115,9 @@ class TraceObjective(Objective):
         out = {}
         for k, split in splits.items():
             sa = spec_arrays(k, splits, evaluators)
-            if hasattr(split, "sums"):       # sharded: summed where the shards are
-                m = objectives_from_sums(split.sums(progs, with_kl=True)[0], split.n_blocks,
-                                         int(split.meta["block_size"])).to_dict()
-            else:
-                m = population_results(progs, sa, with_kl=True)[0].to_dict()
+            split = as_split(split, sa)      # sharded: summed where the shards are
+            m = objectives_from_sums(split.sums(progs, with_kl=True)[0],
+                                     split.shape.n_blocks, split.shape.g).to_dict()
             h = population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
             out[k] = m
@@ -140,27 +134,30 @@ class TraceObjective(Objective):
         return float(speed_fitness(m["tokens_per_call"], dist, budget,
                                    np.asarray(m.get("tv_by_position") or [0.0]), cap, tail))
 
-    def report(self, engine, splits: dict, nodes, metrics: dict) -> dict:
-        """What a finished trace run adds: the baselines tuned on valid to the run's
-        budget (reported on test), the trade-off on valid and, for NSGA-II, the
-        final non-dominated front on every split."""
+    def report(self, result) -> dict:
+        """What a finished trace run adds (``result``: an ``evolve.tasks.Finished``):
+        the baselines tuned on valid to the run's budget (reported on test), the
+        trade-off on valid and, for NSGA-II, the final non-dominated front on every
+        split."""
         from evolve.lang import codegen, treeio
         from evolve.rules import tuning
-        evs = {"train": engine.train, "valid": engine.valid}
-        sas = {k: spec_arrays(k, splits, evs) for k in ("train", "valid", "test")}
-        budget = engine.config.tv_budget
-        measure, tuned_budget = ("kl", engine.config.kl_budget) if self.kl else ("tv", budget)
+        cfg, metrics = result.config, result.metrics
+        sas = {k: spec_arrays(k, result.splits, result.evaluators)
+               for k in ("train", "valid", "test")}
+        budget = cfg.tv_budget
+        measure, tuned_budget = ("kl", cfg.kl_budget) if self.kl else ("tv", budget)
         tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], tuned_budget,
                                            measure=measure)
-                 for name in tuning.families()}
-        hof_trees = [e.tree for e in engine.hof.entries]
-        hof_tok, hof_tv = self.tokens_tv(engine.valid, hof_trees)
+                 for name in tuning.families()
+                 if tuning.scorable(name, sas["valid"]) is None}   # exact on these traces
+        hof_trees = list(result.hof_trees)
+        hof_tok, hof_tv = self.tokens_tv(result.evaluators["valid"], hof_trees)
         sweep = tuning.sweep_all(sas["valid"])
         series = tuning.series_of(sweep)
         series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
         files = {}
         if self.multi:
-            front = evolved_front(engine, sas)
+            front = evolved_front(result.population, sas)
             files["pareto_front.json"] = front
             series["evolved front (NSGA-II)"] = sorted(
                 (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
@@ -177,12 +174,76 @@ class TraceObjective(Objective):
         champion = {"tv_budget": budget, "baselines_tuned_on_valid": tuned}
         if self.kl:
             champion["kl_budget"] = tuned_budget
-        if engine.config.tv_position_cap < 1.0:
-            champion["tv_position_cap"] = engine.config.tv_position_cap
-        if engine.config.tv_p99_cap < 1.0:
-            champion["tv_p99_cap"] = engine.config.tv_p99_cap
+        if cfg.tv_position_cap < 1.0:
+            champion["tv_position_cap"] = cfg.tv_position_cap
+        if cfg.tv_p99_cap < 1.0:
+            champion["tv_p99_cap"] = cfg.tv_p99_cap
         return {"champion": champion,
                 "files": files, "series": series}
+
+
+class Split(Protocol):
+    """What the trace objectives read of a split, the same for a split in this
+    process (``ArraySplit``) and a sharded one scored where its shards are
+    (``evolve.cluster.session.ClusterSplit``)."""
+
+    meta: dict
+
+    @property
+    def shape(self):
+        """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of the whole split."""
+
+    def sums(self, progs, with_kl: bool = True, blocks=None,
+             tail_cap: float = TAIL_OFF) -> np.ndarray:
+        """float64 kernel sums (``evolve.kernels.layout``), one row per program, over
+        every block or over ``blocks``."""
+
+    def evaluator(self, name: str, blocks=None, with_kl: bool = False,
+                  tail_cap: float = TAIL_OFF) -> Evaluator:
+        """An evaluator of these sums; its ``batch(blocks)`` one over some blocks."""
+
+    def spec_arrays(self):
+        """The whole split's SpecArrays in this process (finishing reports only)."""
+
+
+class ArraySplit:
+    """A trace split held in this process, behind the ``Split`` protocol."""
+
+    def __init__(self, split, arrays=None):
+        self.split = split
+        self.meta = split.meta
+        self._arrays = arrays        # the split's SpecArrays when already made
+
+    def spec_arrays(self):
+        if self._arrays is None:
+            from evolve.objectives.spec import SpecArrays
+            self._arrays = SpecArrays.from_split(self.split)
+        return self._arrays
+
+    @property
+    def shape(self):
+        return self.spec_arrays()
+
+    def sums(self, progs, with_kl: bool = True, blocks=None,
+             tail_cap: float = TAIL_OFF) -> np.ndarray:
+        from evolve.kernels.speculative import population_objectives
+        sa = self.spec_arrays()
+        return population_objectives(progs, sa if blocks is None else sa.blocks(blocks),
+                                     with_kl, tail_cap)
+
+    def evaluator(self, name: str, blocks=None, with_kl: bool = False,
+                  tail_cap: float = TAIL_OFF) -> Evaluator:
+        sa = self.spec_arrays()
+        return array_evaluator(sa if blocks is None else sa.blocks(blocks), name, with_kl,
+                               tail_cap)
+
+
+def as_split(split, arrays=None):
+    """A trace split behind the split protocol: an in-memory TraceSplit is wrapped
+    (``ArraySplit``, with its SpecArrays ``arrays`` when already made), a sharded
+    one already offers it."""
+    from evolve.data.traces import TraceSplit
+    return ArraySplit(split, arrays) if isinstance(split, TraceSplit) else split
 
 
 def array_evaluator(sa, name: str, with_kl: bool = False,
@@ -203,19 +264,17 @@ def spec_arrays(name: str, splits: dict, evaluators: dict):
     ev = evaluators.get(name)
     if ev is not None and isinstance(ev.arrays, SpecArrays):
         return ev.arrays
-    if hasattr(splits[name], "spec_arrays"):      # sharded: the whole split, loaded now
-        return splits[name].spec_arrays()
-    return SpecArrays.from_split(splits[name])
+    return as_split(splits[name]).spec_arrays()   # sharded: the whole split, loaded now
 
 
-def evolved_front(engine, sas: dict) -> list[dict]:
+def evolved_front(population, sas: dict) -> list[dict]:
     """The final population's non-dominated trees on train (tokens per call up,
     TV down), each scored exactly on train, valid and test."""
     from deap import tools
 
     from evolve.kernels.speculative import population_results
     from evolve.lang import codegen, treeio
-    first = tools.sortNondominated(engine.population, len(engine.population),
+    first = tools.sortNondominated(population, len(population),
                                    first_front_only=True)[0]
     trees = sorted({str(ind) for ind in first})
     progs = treeio.linearise([treeio.parse(t) for t in trees])

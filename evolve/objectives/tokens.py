@@ -19,7 +19,6 @@ from evolve.objectives.base import TOKENS, Evaluator, Objective
 
 class TokenObjective(Objective):
     data = TOKENS
-    writeback = "evolved"
 
     def __init__(self, name: str, expected: bool, help: str):
         self.name = name

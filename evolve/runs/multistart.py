@@ -18,10 +18,11 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from evolve.lang import codegen, treeio
 from evolve.objectives import OBJECTIVES
+from evolve.runs.finalise import finalise
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError
+from evolve.tasks import task_of
 
 STARTS_DIR = "starts"
 
@@ -118,39 +119,22 @@ def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, 
 
 
 def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> dict:
-    objective = OBJECTIVES[cfg.objective]
+    objective, task = OBJECTIVES[cfg.objective], task_of(cfg.objective)
     for r in records:
         r["valid_score"] = objective.split_score(r["valid"], cfg)
         r["test_score"] = objective.split_score(r["test"], cfg)
     best = max(records, key=lambda r: (r["valid_score"], -r["size"], -r["seed"]))
-    figure = "tokens_per_call" if objective.traces else "fitness"
-    values = [r["test"][figure] for r in records]
+    values = [r["test"][task.figure] for r in records]
     champion = {**best["champion"], "starts": [{k: v for k, v in r.items() if k != "champion"}
                                                for r in records],
                 "chosen_seed": best["seed"],
-                "over_starts": {"figure": f"test {figure}", "median": statistics.median(values),
+                "over_starts": {"figure": f"test {task.figure}",
+                                "median": statistics.median(values),
                                 "min": min(values), "max": max(values), "n": len(values)}}
-    run.write_json("champion.json", champion)
-    nodes = treeio.parse(best["tree"])
-    meta = {"run": run.name, "seed": best["seed"], "objective": objective.name,
-            "date": now_iso(), "tree": best["tree"], "starts": cfg.starts,
-            "metrics": {k: best["champion"]["metrics"][k] for k in ("train", "valid", "test")}}
-    source = codegen.module_source(nodes, "evolved", meta,
-                                   f"Evolved acceptance rule (run {run.name})",
-                                   trace=objective.traces)
-    run.write_text("champion.py", source)
-    wb = None
-    if opts.writeback and objective.writeback:
-        from evolve.runs.runner import install, load_run_splits
-        valid = load_run_splits(cfg, data_dir)["valid"]
-        if objective.traces:
-            from evolve.objectives.spec import SpecArrays
-            valid = valid.spec_arrays() if hasattr(valid, "spec_arrays") else \
-                SpecArrays.from_split(valid)
-        wb = install(objective, nodes, source, meta, best["valid"], valid, cfg.tv_budget,
-                     run.name, opts)
-    run.write_json("summary.json", {"status": "finished", "starts": cfg.starts,
-                                    "chosen_seed": best["seed"], "ended": now_iso(),
-                                    "writeback": wb})
+    from evolve.runs.runner import load_run_splits
+    wb = finalise(run, cfg, opts, champion, best["seed"],
+                  lambda: load_run_splits(cfg, data_dir)["valid"],
+                  {"starts": cfg.starts, "chosen_seed": best["seed"]},
+                  meta_extra={"starts": cfg.starts})
     return {"run": run.name, "path": str(run.path), "champion": champion, "writeback": wb,
             "status": "finished"}

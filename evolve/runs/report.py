@@ -11,8 +11,8 @@ from evolve.data import tokens as data
 from evolve.errors import UnknownName
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
-from evolve.objectives import is_trace_champion
 from evolve.runs.rundir import RunDir, RunError, list_runs
+from evolve.tasks import champion_task
 
 
 # ---------------------------------------------------------------- benchmark
@@ -185,20 +185,11 @@ def runs_table(parent: Path) -> list[dict]:
             champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
             if champ:
                 row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
-                if is_trace_champion(champ):
-                    for split in ("valid", "test"):
-                        m = champ["metrics"][split]
-                        row[f"{split}_tokens_per_call"] = m["tokens_per_call"]
-                        row[f"{split}_tv_per_token"] = m["tv_per_token"]
-                else:
-                    row["valid_fitness"] = champ["metrics"]["valid"]["fitness"]
-                    row["test_fitness"] = champ["metrics"]["test"]["fitness"]
+                row.update(champion_task(champ).runs_columns(champ["metrics"]))
         except (RunError, treeio.TreeError, KeyError, TypeError, ValueError) as e:
             # one damaged run is shown as such; the others are still listed
             why = str(e).replace(f"{run.path}{os.sep}", "")     # the file, without the dir
-            row.update(status=f"damaged: {why}", generation=None, expression=None,
-                       valid_fitness=None, test_fitness=None)
-            for key in [k for k in row if k.endswith(("_tokens_per_call", "_tv_per_token"))]:
-                del row[key]
+            row = {"run": run.name, "status": f"damaged: {why}", "generation": None,
+                   "expression": None, "valid_fitness": None, "test_fitness": None}
         rows.append(row)
     return rows

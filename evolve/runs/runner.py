@@ -19,15 +19,15 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.data import tokens as data
 from evolve.lang import codegen, treeio
-from evolve.objectives import OBJECTIVES
 from evolve.runs import datasum
+from evolve.runs.finalise import champion_record, finalise
 from evolve.runs.paths import runs_dir
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution
 from evolve.search.operators import fewer_collections
+from evolve.tasks import Finished, task_of
 
 EXIT_INTERRUPTED = 130
 
@@ -117,27 +117,9 @@ def check_writable(parent: Path) -> None:
 
 
 def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
-    """The splits a run evolves on: token splits, or traces for trace objectives
+    """The splits a run evolves on, loaded and checked by its objective's task
     (sharded traces are evaluated through ``session``, in-process by default)."""
-    if not OBJECTIVES[cfg.objective].traces:
-        if session is not None and session.distributed:
-            session.attach({})          # raises: a cluster needs sharded traces
-        return data.load_splits(data_dir)
-    from evolve.cluster.session import Session
-    from evolve.data import shards, traces
-    session = session or Session()
-    if shards.is_sharded(data_dir):
-        return session.attach(shards.load_splits(data_dir))
-    session.attach({})
-    if not Path(data_dir).is_dir():
-        raise data.DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
-                             "about 2 s, or `make traces`)")
-    train = Path(data_dir) / "train.npz"
-    if train.exists() and not traces.is_trace_file(train):
-        raise ConfigError.of("objective", f"{cfg.objective!r} needs speculative-decoding "
-                             f"traces (make them with `evolve data trace`); {data_dir} holds "
-                             "token splits")
-    return traces.load_splits(data_dir)
+    return task_of(cfg.objective).load_splits(cfg, data_dir, session)
 
 
 def prepare(opts: RunOptions, session=None):
@@ -337,77 +319,28 @@ def _try_summary(run: RunDir, summary: dict) -> None:
 
 
 def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> dict:
-    """Champion on valid, its metrics on every split (test once), run files, write-back
-    (pictures are drawn later, by `evolve inspect`: ``pictures.draw_pictures``).
-
-    The champion is scored from its parsed tree only: nothing under the run
-    directory is imported or run."""
-    objective = engine.objective
+    """Champion on valid, its metrics on every split (test once), the task's report,
+    then ``finalise`` (pictures are drawn later, by `evolve inspect`)."""
+    objective, task = engine.objective, task_of(engine.objective)
     champ = engine.champion()
     nodes = treeio.parse(champ.tree)
-    hof_valid = engine.valid_scores([e.tree for e in engine.hof.entries])
+    hof_trees = [e.tree for e in engine.hof.entries]
+    hof_valid = engine.valid_scores(hof_trees)
     run.write_json("hall_of_fame.json", [
         {"tree": e.tree, "expression": codegen.infix(treeio.parse(e.tree)), "size": e.size,
          "born": e.born, "train_fitness": e.fitness, "valid_fitness": float(v)}
         for e, v in zip(engine.hof.entries, hof_valid)])
+    evaluators = {"train": engine.train, "valid": engine.valid}
     metrics = objective.metrics(nodes, {k: splits[k] for k in ("train", "valid", "test")},
-                                {"train": engine.train, "valid": engine.valid})
-    extra, summary_extra = {}, {}
-    if objective.traces:
-        rep = objective.report(engine, splits, nodes, metrics)
-        extra = rep["champion"]
-        for name, doc in rep["files"].items():
-            run.write_json(name, doc)
-    meta = {"run": run.name, "seed": engine.config.seed, "objective": objective.name,
-            "date": now_iso(), "tree": champ.tree, "generation": champ.born,
-            **({"tv_budget": extra["tv_budget"]} if "tv_budget" in extra else {}),
-            "metrics": {k: _header_metrics(m) for k, m in metrics.items()}}
-    source = codegen.module_source(nodes, "evolved", meta,
-                                   f"Evolved acceptance rule (run {run.name})",
-                                   trace=objective.traces)
-    run.write_text("champion.py", source)
-    champion = champion_record(champ, nodes, objective.name, metrics, **extra)
-    run.write_json("champion.json", champion)
-    wb = None
-    if opts.writeback:
-        valid = engine.valid.arrays if objective.traces else splits["valid"]
-        wb = install(objective, nodes, source, meta, metrics["valid"], valid,
-                     engine.config.tv_budget, run.name, opts)
-    summary = {"status": "finished", "generation": engine.generation, "ended": now_iso(),
-               "writeback": wb, **summary_extra}
-    run.write_json("summary.json", summary)
+                                evaluators)
+    rep = task.report(Finished(engine.config, splits, evaluators, nodes, metrics, hof_trees,
+                               engine.population))
+    for name, doc in rep["files"].items():
+        run.write_json(name, doc)
+    champion = champion_record(champ.tree, nodes, champ.born, objective.name, metrics,
+                               **rep["champion"])
+    wb = finalise(run, engine.config, opts, champion, engine.config.seed,
+                  lambda: splits["valid"], {"generation": engine.generation},
+                  evaluator=engine.valid)
     return {"run": run.name, "path": str(run.path), "champion": champion,
             "writeback": wb, "status": "finished"}
-
-
-def install(objective, nodes, source: str, meta: dict, valid_metrics: dict, valid,
-            tv_budget: float, run_name: str, opts) -> dict | None:
-    """Write a champion back to the heuristics module of its objective (evolved.py for
-    token splits, evolved_trace.py for traces); the write-back's decision, or None
-    for an objective with no such module. ``valid``: the valid split (tokens) or its
-    SpecArrays (traces)."""
-    from evolve.runs.writeback import write_back, write_back_trace
-    if objective.writeback == "evolved":
-        return write_back(source, valid_metrics["fitness"], valid, run_name,
-                          force=opts.force, directory=opts.heuristics_dir)
-    if objective.writeback == "evolved_trace":
-        return write_back_trace(codegen.module_source(
-            nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",
-            trace=True), nodes, valid, tv_budget, run_name,
-            force=opts.force, directory=opts.heuristics_dir)
-    return None
-
-
-def _header_metrics(m: dict) -> dict:
-    """The metrics a generated module's header and METADATA carry."""
-    if "tokens_per_call" in m:
-        return {"tokens_per_call": m["tokens_per_call"], "tv_per_token": m["tv_per_token"]}
-    return m
-
-
-def champion_record(champ, nodes, objective: str, metrics: dict, **extra) -> dict:
-    """champion.json's content."""
-    return {"expression": codegen.infix(nodes), "tree": champ.tree, "size": len(nodes),
-            "depth": treeio.depth(nodes), "generation": champ.born, "objective": objective,
-            **({"tv_budget": extra.pop("tv_budget")} if "tv_budget" in extra else {}),
-            "metrics": metrics, **extra}

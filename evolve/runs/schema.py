@@ -23,7 +23,6 @@ class SchemaError(EvolveError):
 BOUND = 1e12            # no number a run writes comes near it; plots stay finite
 STATUSES = ("finished", "interrupted", "failed")
 HISTORY_NUMBERS = ("best_train", "best_valid", "mean_size")
-TOKEN_METRICS = ("accept_rate", "accuracy", "quality", "fitness")
 TRACE_METRICS = ("tokens_per_call", "tv_per_token", "kl_per_token")
 RESUME_FLAGS = ("--no-writeback", "--force")
 RESUME_OPTIONS = ("--cluster", "--scheduler")         # each with a value
@@ -133,13 +132,13 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
     _need(isinstance(metrics, dict) and {"valid", "test"} <= set(metrics), where, "metrics",
           metrics if not isinstance(metrics, dict) else sorted(metrics),
           "an object of splits with valid and test")
-    trace = is_trace(doc)
+    keys = champion_metric_keys(doc)
     for split, m in metrics.items():
         _need(isinstance(split, str) and len(split) <= 64, where, "metrics", split, "a split")
-        _check_metrics(m, where, f"metrics.{split}", TRACE_METRICS if trace else TOKEN_METRICS)
+        _check_metrics(m, where, f"metrics.{split}", keys)
     g = doc.get("generation")
     _need(g is None or (is_int(g) and g >= 0), where, "generation", g, "a whole number >= 0")
-    if trace:
+    if "tv_budget" in doc or "baselines_tuned_on_valid" in doc:
         budget = doc.get("tv_budget")
         _need(budget is None or is_number(budget), where, "tv_budget", budget,
               "a finite number")
@@ -157,10 +156,10 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
     return doc
 
 
-def is_trace(doc: dict) -> bool:
-    """Whether the champion's objective works on traces (its metrics are trace ones)."""
-    from evolve.objectives import is_trace_champion
-    return is_trace_champion(doc)
+def champion_metric_keys(doc: dict) -> tuple:
+    """The metrics every split of this champion holds (its objective's task's)."""
+    from evolve.tasks import champion_task
+    return champion_task(doc).metric_keys
 
 
 def check_pareto(doc, where: str) -> dict:

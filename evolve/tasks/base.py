@@ -1,0 +1,68 @@
+"""What a data world provides (``Task``) and what a finished run hands it (``Finished``);
+see ``evolve.tasks``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class Finished:
+    """A finished run as a task reports it (built by the runner from its engine, so
+    a task reads a run's result, never the engine): the configuration, the splits
+    and the evaluators of train and valid, the champion's parsed tree and metrics,
+    the hall of fame's trees (best first) and the final population."""
+
+    config: object
+    splits: dict
+    evaluators: dict
+    nodes: list
+    metrics: dict
+    hof_trees: list = field(default_factory=list)
+    population: list = field(default_factory=list)
+
+
+class Task:
+    """Base class of a data world; subclasses set the attributes and override what
+    differs. The defaults are those of a world with nothing to add."""
+
+    name: str = ""
+    trace_inputs: bool = False      # the rules read the trace inputs (evolve.lang.features)
+    module: str | None = None       # heuristics module champions are written back to
+    installed: str | None = None    # `evolve export --installed` name of that module
+    writes_back: str = ""           # how a champion gets there (said when none has)
+    figure: str = "fitness"         # the metric starts are summarised by on test
+    metric_keys: tuple = ()         # every split's metrics in champion.json hold these
+
+    def default_data(self) -> Path:
+        """Where the world's splits are when no --data is given."""
+        raise NotImplementedError
+
+    def load_splits(self, config, data_dir: Path, session=None) -> dict:
+        """train/valid/test, checked (``session``: a cluster session, or None)."""
+        raise NotImplementedError
+
+    def report(self, result: Finished) -> dict:
+        """What a finished run adds: ``{"champion": fields added to champion.json,
+        "files": {run file name: JSON document}}``."""
+        return {"champion": {}, "files": {}}
+
+    def header_metrics(self, m: dict) -> dict:
+        """The metrics of one split a generated module's header and METADATA carry."""
+        return m
+
+    def install(self, nodes, source: str, meta: dict, valid_metrics: dict, valid,
+                evaluator, config, run_name: str, opts) -> dict | None:
+        """Write the champion back to the world's heuristics module; the decision,
+        or None for a world with no such module (``valid``: the valid split;
+        ``evaluator``: its evaluator when the run has one)."""
+        return None
+
+    def runs_columns(self, metrics: dict) -> dict:
+        """``evolve runs``' figures of a champion (valid and test)."""
+        return {f"{split}_{self.figure}": metrics[split][self.figure]
+                for split in ("valid", "test")}
+
+    def __repr__(self) -> str:
+        return f"<task {self.name}>"
