@@ -316,7 +316,7 @@ Z_AGREE = 3.0     # |z| below this: the simulation agrees with the offline estim
 
 def offline_thresholds(rule, sa) -> np.ndarray:
     """Thresholds of any rule (scalar, vectorised or tree) on every candidate row of
-    ``sa`` (an ``evolve.spec.SpecArrays``); scalar rules take one Python call a row."""
+    ``sa`` (an ``evolve.objectives.spec.SpecArrays``); scalar rules take one Python call a row."""
     F = sa.features()
     h = as_rule(rule).many({f: F[f].reshape(-1) for f in FEATURES})
     return np.ascontiguousarray(h, dtype=np.float64)

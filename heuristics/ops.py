@@ -2,7 +2,7 @@
 
 These are the one written definition of the protected operators. They are plain
 Python functions that Numba can also compile inline (``register_jitable``), and
-the population kernel in ``evolve/kernels.py`` implements exactly the same
+the population kernel in ``evolve/kernels/interpreter.py`` implements exactly the same
 formulas (tests compare the two on NaN, inf, 0, 1e-300 and huge values).
 
 Conventions (NaN in, NaN out unless said otherwise):

@@ -217,7 +217,7 @@ def deap_from_string(text: str, pset, cls=None):
 
 @dataclass
 class Programs:
-    """A population as one flat program array (see kernels.population_counts)."""
+    """A population as one flat program array (see kernels.tokens.population_counts)."""
     ops: np.ndarray       # int32, opcodes in reversed prefix order
     consts: np.ndarray    # float64, constant per node (0 where unused)
     starts: np.ndarray    # int64, first node of each program

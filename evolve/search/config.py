@@ -64,6 +64,31 @@ def is_kind(kind: str, value) -> bool:
 
 @dataclass
 class Config:
+    """A run's settings: the keyword arguments of ``evolve.run`` and the options of
+    ``evolve run``. The defaults are the values in the signature.
+
+    - Search: ``generations``, ``population``, ``seed`` (the run's whole history
+      follows from it), ``tournament`` and ``parsimony`` (the fitness and size
+      tournaments of DEAP's double tournament), ``cx_prob`` and ``mut_prob``
+      (crossover and mutation probabilities), ``max_height`` and ``max_size``
+      (tree limits), ``init_min_height`` and ``init_max_height`` (the first
+      population's trees), ``elitism`` (elites kept each generation), ``hof_size``
+      (the hall of fame), ``seed_baselines`` (the baselines, as trees, in the
+      first population).
+    - Objective: ``objective`` (a name of ``evolve.objectives.OBJECTIVES``) and its
+      limits on traces: ``tv_budget`` (``speed``, ``pareto``: mean TV per token
+      allowed), ``kl_budget`` (``speed_kl``: mean KL per token allowed),
+      ``tv_position_cap`` and ``tv_p99_cap`` (``speed``, ``speed_kl``: mean slot TV
+      at any block position, and the reach-weighted 99th percentile of slot TV;
+      1 is no cap).
+    - Execution: ``threads`` (kernel threads; 0: all cores), ``starts``
+      (independent starts with seeds ``seed`` .. ``seed + starts - 1``; the
+      champion is the best on valid), ``checkpoint_every`` (generations between
+      checkpoints), ``batch_blocks`` (train fitness on that many sampled draft
+      blocks a generation; 0: all).
+
+    ``validate`` checks every type and range and raises ``ConfigError`` naming
+    the parameter."""
     generations: int = 100
     population: int = 1000
     seed: int = 0

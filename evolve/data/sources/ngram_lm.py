@@ -1,6 +1,6 @@
 """Byte-level n-gram language models with interpolated Kneser-Ney smoothing.
 
-The draft/target pair of the trace generator (``evolve.traces``) is trained
+The draft/target pair of the trace generator (``evolve.data.sources.ngram``) is trained
 offline, without network, on a code corpus that every Python installation
 carries: the standard library's own top-level ``*.py`` files
 (``sysconfig.get_paths()["stdlib"]``, non-recursive, sorted by name, without
