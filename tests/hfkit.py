@@ -66,3 +66,11 @@ def models_fixture():
     """The module-scoped ``models`` fixture (target dir, draft dir, prompts file)."""
     import pytest
     return pytest.fixture(scope="module", name="models")(_models)
+
+
+def write_corpus(directory: Path, files: int, line: str) -> Path:
+    """``files`` small text files of 30 lines each (``line`` formatted with i, j)."""
+    directory.mkdir()
+    for i in range(files):
+        (directory / f"f{i}.txt").write_text("".join(line.format(i=i, j=j) for j in range(30)))
+    return directory

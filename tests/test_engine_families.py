@@ -213,11 +213,7 @@ def full_dir(tmp_path_factory):
     return d
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_traces")
-    NG.build_splits(tracekit.TINY, d)
-    return d
+tiny_dir = tracekit.tiny_dir_fixture()
 
 
 def test_tuned_sglang_setting_is_within_budget_and_pasteable(full_dir):
@@ -335,11 +331,7 @@ def test_hf_decoder_draws_after_a_rejection_from_p_without_the_draft(tmp_path, m
     from evolve.data.sources import hf, hf_decode, hf_prompts
     from tests import hfkit
     target, draft = hfkit.tiny_pair(tmp_path)
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    for i in range(6):
-        (corpus / f"f{i}.txt").write_text("".join(f"line {j} of {i}: return x + {j}\n"
-                                                  for j in range(30)))
+    corpus = hfkit.write_corpus(tmp_path / "corpus", 6, "line {j} of {i}: return x + {j}\n")
     cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=3, top_k=4,
                            blocks_per_prompt=3, prompt_len=12, train_prompts=8,
                            valid_prompts=8, test_prompts=8, corpus_dir=str(corpus),

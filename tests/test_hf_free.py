@@ -30,11 +30,7 @@ def free(tmp_path_factory):
     """A FreePair over a small corpus directory (prompt pools as the traces have them)."""
     root = tmp_path_factory.mktemp("hf_free")
     target, draft = hfkit.tiny_pair(root)
-    corpus = root / "corpus"
-    corpus.mkdir()
-    for i in range(8):
-        (corpus / f"f{i}.txt").write_text("".join(f"row {j} of file {i}: def g(x): return x\n"
-                                                  for j in range(30)))
+    corpus = hfkit.write_corpus(root / "corpus", 8, "row {j} of file {i}: def g(x): return x\n")
     cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=G, top_k=K,
                            blocks_per_prompt=BLOCKS, prompt_len=20, train_prompts=PROMPTS,
                            valid_prompts=PROMPTS, test_prompts=PROMPTS, corpus_dir=str(corpus),

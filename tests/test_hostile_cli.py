@@ -30,11 +30,7 @@ TREE = "pmin(1.0, pdiv(target_prob, draft_prob))"
 GIB = 1 << 30
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tiny_traces")
-    NG.build_splits(tracekit.TINY, d)
-    return d
+tiny_dir = tracekit.tiny_dir_fixture()
 
 
 class WorkStarted(AssertionError):

@@ -33,3 +33,14 @@ def npz_dir_fixture():
             traces.save(split(s), d / f"{s}.npz")
         return d
     return pytest.fixture(scope="module", name="npz_dir")(npz_dir)
+
+
+def tiny_dir_fixture():
+    """A module-scoped ``tiny_dir`` fixture: the tiny traces built into a directory."""
+    import pytest
+
+    def tiny_dir(tmp_path_factory):
+        d = tmp_path_factory.mktemp("tiny_traces")
+        T.build_splits(TINY, d)
+        return d
+    return pytest.fixture(scope="module", name="tiny_dir")(tiny_dir)

@@ -106,6 +106,9 @@ class Rule:
         return TRACES if trace_only else TOKENS
 
 
+# SGLang thresholds swept from its lossless default (1.0) down
+THRESHOLD_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(20))
+
 RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("standard_rejection", RATIO, "speculative sampling: accept with min(1, t/d)",
          lenient=True, family=True),
@@ -149,8 +152,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "SGLang target-only, chain drafts: keep with min(1, t / t_acc) (t_single = 1); "
          "resample from t without the draft",
          param="t_acc", default=1.0,
-         grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35,
-               0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+         grid=THRESHOLD_GRID,
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single 1 "
                  "--speculative-accept-threshold-acc {p}"),
@@ -158,8 +160,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
          "resample from t without the draft",
          param="t_single", default=1.0,
-         grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6, 0.55, 0.5, 0.45, 0.4, 0.35,
-               0.3, 0.25, 0.2, 0.15, 0.1, 0.05),
+         grid=THRESHOLD_GRID,
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single {p} "
                  "--speculative-accept-threshold-acc 1"),
