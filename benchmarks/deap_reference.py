@@ -55,7 +55,7 @@ from deap import algorithms, base, creator, gp, tools  # noqa: E402
 from evolve.data import tokens as data  # noqa: E402
 from evolve.lang import primitives as P  # noqa: E402
 from evolve.objectives import metrics as F  # noqa: E402
-from evolve.runs.paths import DATA_DIR  # noqa: E402
+from evolve.io.paths import DATA_DIR  # noqa: E402
 from evolve.search import operators  # noqa: E402
 
 # The token objectives of `evolve run`: the seed metric on the pre-drawn

@@ -25,7 +25,7 @@ def main() -> None:
     from evolve.export.modules import export_source
     from evolve.lang import treeio
     from evolve.rules.table import RULES
-    from evolve.runs.paths import DATA_DIR
+    from evolve.io.paths import DATA_DIR
     from heuristics import registry
     from heuristics.baselines import BASELINES
 

@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 from evolve.data import traces  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import tuning  # noqa: E402
-from evolve.runs import paths  # noqa: E402
+from evolve.io import paths  # noqa: E402
 
 # shape_j per block position: 1 where leniency applies fully, 0 where the rule is standard
 SHAPES = ([1, 0, 0, 0], [0, 0, 0, 1], [1, 1, 0, 0], [1, .5, .25, 0], [0, .25, .5, 1],

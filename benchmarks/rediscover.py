@@ -20,7 +20,7 @@ if str(ROOT) not in sys.path:          # run as a script: `import evolve` from t
 from evolve.data import tokens as data  # noqa: E402
 from evolve.lang import codegen, treeio  # noqa: E402
 from evolve.objectives.metrics import fitness  # noqa: E402
-from evolve.runs.paths import DATA_DIR  # noqa: E402
+from evolve.io.paths import DATA_DIR  # noqa: E402
 from evolve.search.config import Config  # noqa: E402
 from evolve.search.engine import Evolution  # noqa: E402
 

@@ -72,7 +72,7 @@ from evolve.data import tokens as data  # noqa: E402
 from evolve.lang import primitives as P  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import metrics as F  # noqa: E402
-from evolve.runs import paths  # noqa: E402
+from evolve.io import paths  # noqa: E402
 
 SCRIPT = Path(__file__).resolve()
 BENCH_DIR = HERE
@@ -890,7 +890,7 @@ def _finite(obj):
 
 
 def save(result: dict, path: Path) -> None:
-    from evolve.runs.atomic import atomic_write_json
+    from evolve.io.atomic import atomic_write_json
     atomic_write_json(path, result)
 
 

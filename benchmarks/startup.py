@@ -98,7 +98,7 @@ def main(argv=None) -> int:
           f"{result['load_average'][0]:.2f} on {result['cpus']} cpus)")
     print("\n".join(rows))
     sys.path.insert(0, str(ROOT))
-    from evolve.runs.atomic import atomic_write_json
+    from evolve.io.atomic import atomic_write_json
     atomic_write_json(a.out, result)
     print(f"written: {a.out}")
     return 0

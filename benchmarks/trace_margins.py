@@ -25,7 +25,7 @@ from evolve.kernels.tokens import population_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import tuning  # noqa: E402
-from evolve.runs import paths  # noqa: E402
+from evolve.io import paths  # noqa: E402
 from evolve.runs.rundir import RunDir  # noqa: E402
 
 FAMILIES = ("leniency", "ears")

@@ -50,7 +50,7 @@ from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import headroom, tuning  # noqa: E402
 from evolve.rules.adapters import TreeRule  # noqa: E402
-from evolve.runs import paths  # noqa: E402
+from evolve.io import paths  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
 OUT = ROOT / "benchmarks" / "trace_results.json"

@@ -44,7 +44,7 @@ from evolve.objectives import spec  # noqa: E402
 from evolve.objectives import trajectory as TR  # noqa: E402
 from evolve.rules import headroom, tuning  # noqa: E402
 from evolve.rules.adapters import TreeRule  # noqa: E402
-from evolve.runs import paths  # noqa: E402
+from evolve.io import paths  # noqa: E402
 from trace_results import write_page  # noqa: E402  (benchmarks/, the script's directory)
 
 REFERENCE = "leniency (tuned)"

@@ -69,7 +69,8 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     """Evolve (or resume) a run; see the module docstring. Every argument is type- and
     range-checked (``Config.validate``, ``RunOptions``) before anything is made."""
     from evolve.objectives import OBJECTIVES
-    from evolve.runs import multistart, paths, runner
+    from evolve.runs import multistart, runner
+    from evolve.io import paths
     from evolve.search.config import Config, ConfigError, show
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(options) - known)

@@ -20,8 +20,8 @@ Each concern has its own subclass, defined next to the code that raises it:
 - ``evolve.data.tokens.DataError``: a data set, split or shard;
 - ``evolve.data.sources.ngram.TraceConfigError``,
   ``evolve.data.sources.hf_models.HFTraceError``: recording traces;
-- ``evolve.runs.rundir.RunError``, ``evolve.runs.schema.SchemaError``,
-  ``evolve.runs.jsonio.JsonError``: run directories and their files;
+- ``evolve.io.paths.RunError``, ``evolve.runs.schema.SchemaError``,
+  ``evolve.io.jsonio.JsonError``: run directories and their files;
 - ``evolve.lang.treeio.TreeError``: a tree's text;
 - ``evolve.rules.adapters.RuleError`` (and ``UnknownRule``): a rule of the table;
 - ``evolve.export.modules.ExportError``, ``evolve.export.outfile.OutputError``:

@@ -5,7 +5,7 @@ import pytest
 from click.testing import CliRunner
 
 from evolve.cli import main
-from evolve.runs import paths
+from evolve.io import paths
 
 ENV = {"COLUMNS": "160", "NO_COLOR": "1"}
 

@@ -3,7 +3,7 @@ import os
 import pytest
 
 from evolve.data import tokens as data
-from evolve.runs.paths import DATA_DIR
+from evolve.io.paths import DATA_DIR
 from evolve.data.sources import synthetic as synth
 
 # Tiny budgets for unit tests, kept in one place.

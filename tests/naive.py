@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.lang import primitives as P
-from evolve.objectives.metrics import EXPECTED_SCALE
+from evolve.kernels.layout import EXPECTED_SCALE
 
 
 def _row_inputs(ds, j):

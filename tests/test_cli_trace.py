@@ -17,7 +17,6 @@ from evolve.objectives import spec
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG
 from evolve.lang import treeio
-from evolve.kernels.speculative import population_results
 from tests import tracekit
 from tests.clikit import invoke, one_line_error
 
@@ -208,7 +207,7 @@ def test_tree_rule_is_the_kernel_and_the_numpy_reference():
     assert np.array_equal(h, spec.rule_thresholds(_hand_np, sa))
     assert np.array_equal(S.offline_thresholds(rule, sa), h)
     ours = spec.objectives(sa, h)
-    kernel = population_results(treeio.linearise([nodes]), sa, with_kl=True)[0]
+    kernel = spec.population_results(treeio.linearise([nodes]), sa, with_kl=True)[0]
     assert ours.tokens_per_call == pytest.approx(kernel.tokens_per_call, rel=1e-12)
     assert ours.tv_per_token == pytest.approx(kernel.tv_per_token, rel=1e-9)
     # constants broadcast; boolean inputs and comparisons work inside ite

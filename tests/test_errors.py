@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("isolated")
 
 # Exception classes of the package that are not errors a user sees, each with why.
 INTERNAL = {
-    "evolve.runs.lock.Busy": "the lock's control flow: every holder turns it into a "
+    "evolve.io.lock.Busy": "the lock's control flow: every holder turns it into a "
                              "RunError or a command's one line naming the directory",
     "evolve.data.sources.hf_models._Unpickling": "the unpickler's refusal inside a model "
                                                  "load, turned into HFTraceError there",
@@ -131,7 +131,8 @@ def _raised(call):
 
 def test_library_errors_name_parameters_not_options(tmp_path, small_data_dir):
     from evolve import api
-    from evolve.runs import paths, report, rundir
+    from evolve.runs import report, rundir
+    from evolve.io import paths
     cases = [
         (lambda: paths.runs_dir(""), "runs_dir", "runs_dir: an empty value is not allowed"),
         (lambda: rundir.check_name("../x"), "name", "name: '../x' is not a valid run name"),

@@ -223,7 +223,7 @@ def test_exports_keep_shape_dtype_and_import_nothing_of_the_project():
 # --------------------------------------------------------------------- vllm
 
 def test_vllm_features_and_accept_line():
-    from evolve.data.sources.ngram_lm import entropy
+    from evolve.data.decode import entropy
     g = torch.Generator().manual_seed(0)
     n, vocab = 7, 11
     p = torch.softmax(torch.randn(n, vocab, generator=g, dtype=torch.float64) * 3, -1)
@@ -364,7 +364,7 @@ def test_trace_writeback_rules_and_tradeoff_shows_installed(trace_run, trace_dir
     assert mod.evolved_trace.__code__.co_varnames[:9] == P.TRACE_INPUT_NAMES
     # a worse champion (always accept, far over budget) is refused, then forced
     from evolve.objectives.spec import SpecArrays
-    from evolve.runs import writeback
+    from evolve.tasks import writeback
     from tests import tracekit
     sa = SpecArrays.from_split(tracekit.split("valid"))
     bad = treeio.parse("pmax(1.0, 1.0)")

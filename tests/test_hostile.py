@@ -104,7 +104,7 @@ def test_files_planted_in_a_run_directory_never_run(tmp_path, finished, monkeypa
 # ------------------------------------------------------------------------------------
 
 def test_resume_of_a_locked_run_is_refused_and_changes_nothing(tmp_path, finished):
-    from evolve.runs.lock import DirLock
+    from evolve.io.lock import DirLock
     run = copy_run(finished, tmp_path / "runs")
     before = listing(run)
     with DirLock(run):                                  # another process's live run
@@ -237,7 +237,7 @@ HOSTILE_JSON = {
 
 @pytest.mark.parametrize("case", sorted(HOSTILE_JSON))
 def test_json_reader_limits(case):
-    from evolve.runs import jsonio
+    from evolve.io import jsonio
     text, words = HOSTILE_JSON[case]
     with pytest.raises(jsonio.JsonError, match=words):
         jsonio.loads(text, "f.json")
@@ -526,7 +526,7 @@ def test_non_regular_files_are_refused_without_reading(tmp_path, finished, data_
 
 
 def test_json_read_is_capped(tmp_path):
-    from evolve.runs import jsonio
+    from evolve.io import jsonio
     f = tmp_path / "big.json"
     f.write_text("[" + "1," * 1000 + "1]")
     with pytest.raises(jsonio.JsonError, match="larger than 100"):

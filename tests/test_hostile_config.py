@@ -21,7 +21,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import evolve
-from evolve.runs import jsonio, runner, schema
+from evolve.runs import runner, schema
+from evolve.io import jsonio
 from evolve.runs.rundir import RunDir, RunError
 from evolve.search.config import MAX_INT, MAX_POPULATION, Config, ConfigError
 from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)

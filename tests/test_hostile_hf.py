@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from evolve.data.sources import hf, hf_models, hf_prompts, ngram  # noqa: E402
-from evolve.runs.lock import DirLock  # noqa: E402
+from evolve.io.lock import DirLock  # noqa: E402
 from tests import clikit, hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 

@@ -132,7 +132,7 @@ def test_trace_into_shards_never_deletes_a_user_directory(tmp_path):
 def test_trace_into_shards_owns_its_output_directory(tmp_path):
     """A recording straight into shards holds --out as an .npz recording does: a second
     one meanwhile is refused in one line and writes nothing."""
-    from evolve.runs.lock import DirLock
+    from evolve.io.lock import DirLock
     from tests.test_cli_trace import TINY_OPTIONS
     u = tmp_path / "U"
     u.mkdir()

@@ -11,7 +11,8 @@ from evolve.data import tokens as data
 from evolve.objectives import metrics as fitness
 from evolve.lang import treeio
 from evolve.lang import primitives as P
-from evolve.kernels.tokens import SplitArrays, population_counts, population_thresholds, threshold_counts
+from evolve.kernels.tokens import SplitArrays, population_counts, population_thresholds
+from evolve.objectives.tokens import threshold_counts
 from tests import naive
 
 

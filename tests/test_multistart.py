@@ -5,7 +5,7 @@ import json
 from click.testing import CliRunner
 
 from evolve.cli import main
-from evolve.runs import paths
+from evolve.io import paths
 from tests.conftest import TINY
 
 STARTS = 3

@@ -42,21 +42,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from numba import vectorize
 
-from evolve.runs import atomic
+from evolve.io import atomic
 from evolve.lang import codegen
 from evolve.data import tokens as data
 from evolve.runs import runner
 from evolve.runs import rundir as runs
 from evolve.lang import treeio
-from evolve.runs import writeback
-from evolve.runs import paths
+from evolve.tasks import writeback
+from evolve.io import paths
 from tests.genload import load_module_from
 from evolve.lang import primitives as P
 from evolve.search.config import Config
 from evolve.search.engine import Evolution
 from evolve.kernels.tokens import SplitArrays, population_thresholds
 from evolve.runs.scoring import PreparedSplit, score
-from evolve.runs.writeback import module_metadata as evolved_metadata
+from evolve.tasks.writeback import module_metadata as evolved_metadata
 from heuristics.registry import SIGNATURE, compile_function
 from tests import naive
 from tests.clikit import ENV, invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
@@ -672,7 +672,7 @@ from pathlib import Path
 from evolve.lang import codegen
 from evolve.data import tokens as data
 from evolve.lang import treeio
-from evolve.runs import writeback
+from evolve.tasks import writeback
 heur, data_dir, tag, force = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4] == "1"
 items = json.loads(sys.argv[5])
 valid = data.load_split(data_dir, "valid")

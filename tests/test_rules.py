@@ -6,7 +6,7 @@ from evolve.lang import numpy_eval, treeio
 from evolve.objectives.base import TOKENS, TRACES
 from evolve.rules import source
 from evolve.rules.table import RULES, engine_families, families, rules, seed_trees
-from evolve.runs.paths import HEURISTICS_DIR
+from evolve.io.paths import HEURISTICS_DIR
 
 
 def test_committed_baselines_module_is_generated_from_the_table():

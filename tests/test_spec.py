@@ -287,14 +287,14 @@ def test_kernel_reads_inputs_6_to_8(sa):
     # pmin(1, add(pdiv(t, d), mul(0.3, sub(1, p_max)))) in reversed prefix order
     ears = _program([(7,), (C, 1.0), (SUB,), (C, 0.3), (MUL,), (0,), (1,), (PDIV,), (ADD,),
                      (C, 1.0), (PMIN,)])
-    got = spec_kernels.population_results(ears, sa)[0]
+    got = spec.population_results(ears, sa)[0]
     ref = spec.objectives(sa, spec.rule_thresholds(rulefns.ears, sa, beta=0.3))
     assert got.tokens_per_call == pytest.approx(ref.tokens_per_call, rel=1e-12)
     assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)
     # ite(lt(block_position, 0.5), 1.0, pmin(1, pdiv(t, d))): accept everything at position 0
     prog = _program([(0,), (1,), (PDIV,), (C, 1.0), (PMIN,), (C, 1.0), (C, 0.5), (6,), (LT,),
                      (ITE,)])
-    got = spec_kernels.population_results(prog, sa)[0]
+    got = spec.population_results(prog, sa)[0]
     F = sa.features()
     h = np.where(F["block_position"] < 0.5, 1.0, np.minimum(1.0, F["target_prob"] / F["draft_prob"]))
     ref = spec.objectives(sa, h.reshape(-1))
@@ -320,7 +320,7 @@ def test_kernel_is_thread_count_independent(sa):
         numba.set_num_threads(old)
     assert np.array_equal(a, b)
     h = spec.rule_thresholds(rulefns.leniency, sa, l=0.4)
-    assert spec_kernels.threshold_objectives(h, sa).tokens_per_call == pytest.approx(
+    assert spec.threshold_objectives(h, sa).tokens_per_call == pytest.approx(
         spec.objectives(sa, h).tokens_per_call, rel=1e-12)
 
 
@@ -362,8 +362,8 @@ def test_kernel_clips_nan_inf_and_signed_zero_like_the_reference(sa):
     specials = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0, 2.0, -5.0, 5e-324, -5e-324])
     h[rng.integers(0, h.size, 4000)] = rng.choice(specials, 4000)
     clipped = np.where(np.isnan(h), 0.0, np.clip(h, 0.0, 1.0)) + 0.0
-    got = spec_kernels.threshold_objectives(h, sa)
-    assert got == spec_kernels.threshold_objectives(clipped, sa)
+    got = spec.threshold_objectives(h, sa)
+    assert got == spec.threshold_objectives(clipped, sa)
     ref = spec.objectives(sa, clipped)
     assert got.tokens_per_call == pytest.approx(ref.tokens_per_call, rel=1e-12)
     assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)

@@ -11,7 +11,7 @@ import evolve
 from evolve import tasks
 from evolve.objectives import OBJECTIVES
 from evolve.objectives.tokens import TokenObjective
-from evolve.runs.writeback import module_metadata
+from evolve.tasks.writeback import module_metadata
 from tests import tracekit
 from tests.clikit import invoke, isolated  # noqa: F401 (isolated: a fixture)
 from tests.conftest import TINY

@@ -63,12 +63,12 @@ def option_message(e) -> str:
 
 
 def default_data() -> Path:
-    from evolve.runs.paths import DATA_DIR
+    from evolve.io.paths import DATA_DIR
     return DATA_DIR
 
 
 def default_traces() -> Path:
-    from evolve.runs.paths import TRACES_DIR
+    from evolve.io.paths import TRACES_DIR
     return TRACES_DIR
 
 

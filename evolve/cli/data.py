@@ -64,8 +64,8 @@ def keep_previous(path: Path) -> Path:
     import hashlib
 
     from evolve.data.tokens import MAX_SPLIT_BYTES, DataError
-    from evolve.runs import jsonio
-    from evolve.runs.atomic import atomic_write_bytes
+    from evolve.io import jsonio
+    from evolve.io.atomic import atomic_write_bytes
     raw = jsonio.read_capped(path, "split file", MAX_SPLIT_BYTES, DataError)
     kept = path.parent / "previous" / f"{path.stem}-{hashlib.sha256(raw).hexdigest()[:16]}.npz"
     if not kept.exists():

@@ -32,7 +32,7 @@ def export_cmd(run, installed, fmt, out, force, runs_dir):
     from evolve.export import champions
     from evolve.export.modules import ExportError, check_format, export_source
     from evolve.export.outfile import OutputError, check_target, write_new
-    from evolve.runs import paths
+    from evolve.io import paths
     if fmt not in FORMATS:
         fail(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
     if (run is None) == (installed is None):

@@ -85,7 +85,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
             seed_baselines, threads, starts, batch_blocks, name, resume, no_writeback, cluster,
             scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
-    from evolve.runs import multistart, paths, runner
+    from evolve.runs import multistart, runner
+    from evolve.io import paths
     from evolve.runs.rundir import RunError
     from evolve.search.config import Config
     given = {"generations": generations, "population": population, "seed": seed,
@@ -147,7 +148,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
 def inspect_cmd(run, runs_dir, json_mode):
     """The champion of a run (default: the latest): formula, metrics, history."""
     from evolve.cli import views
-    from evolve.runs import paths, report, rundir
+    from evolve.runs import report, rundir
+    from evolve.io import paths
     parent = paths.runs_dir(runs_dir)
     rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
     info = report.inspect_run(rd)
@@ -167,7 +169,8 @@ def inspect_cmd(run, runs_dir, json_mode):
 def runs_cmd(runs_dir, json_mode):
     """List runs with their champions."""
     from evolve.cli import views
-    from evolve.runs import paths, report
+    from evolve.runs import report
+    from evolve.io import paths
     rows = report.runs_table(paths.runs_dir(runs_dir))
     out = term(json_mode)
     if json_mode:

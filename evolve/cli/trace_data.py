@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from evolve.cli.common import default_traces, fail, friendly_errors, need, term
-from evolve.runs.lock import Busy, DirLock
+from evolve.io.lock import Busy, DirLock
 
 # evolve.data.sources.ngram.TraceConfig's defaults, spelled out so that `--help` need not
 # import numpy (tests/test_cli_trace.py checks that they are the same).
@@ -202,7 +202,7 @@ def keep_previous(path: Path) -> Path:
     import shutil
 
     from evolve.data.tokens import DataError
-    from evolve.runs import jsonio
+    from evolve.io import jsonio
     jsonio.check_regular(path, "trace file", DataError)
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -134,7 +134,7 @@ def _installed_rule():
     """The installed trace rule (heuristics/evolved_trace.py) as an info dict with its
     parsed nodes, or None when there is none."""
     from evolve.lang import codegen
-    from evolve.runs.writeback import TRACE_MODULE, installed_trace
+    from evolve.tasks.writeback import TRACE_MODULE, installed_trace
     found = installed_trace()
     if found is None:
         return None
@@ -195,7 +195,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     --backend hf: it loads the models and prompt source named in the split."""
     from evolve import paired, simulate
     from evolve.rules.adapters import RuleError, named_rule
-    from evolve.runs import paths
+    from evolve.io import paths
     for name, value, most in (("prompts", prompts, simulate.MAX_PROMPTS),
                               ("blocks", blocks, simulate.MAX_BLOCKS),
                               ("contexts", contexts, simulate.MAX_CONTEXTS),
@@ -313,7 +313,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     from evolve.objectives import spec
     from evolve.rules import tuning
     from evolve.rules.table import ENGINES, families
-    from evolve.runs import paths, pictures
+    from evolve.runs import pictures
+    from evolve.io import paths
     budgets = list(dict.fromkeys(budgets)) or list(DEFAULT_BUDGETS)
     need(engine is None or engine in ENGINES, "--engine", engine,
          f"one of {', '.join(ENGINES)}")

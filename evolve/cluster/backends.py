@@ -11,7 +11,7 @@ import numpy as np
 
 from evolve.cluster import ClusterError, ClusterInterrupted, worker
 from evolve.kernels import fixed
-from evolve.objectives.spec import TAIL_OFF
+from evolve.kernels.layout import TAIL_OFF
 
 NO_WORKERS_GRACE_S = 60.0     # no worker at all for this long: the run stops
 POLL_S = 2.0

@@ -22,7 +22,7 @@ import numpy as np
 
 from evolve.cluster import INSTALL, ClusterError, ClusterInterrupted
 from evolve.errors import first_line
-from evolve.objectives.spec import TAIL_OFF
+from evolve.kernels.layout import TAIL_OFF
 
 # Every wait on a scheduler has a limit (seconds), each settable in the environment:
 LIMITS = {

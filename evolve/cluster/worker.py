@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from evolve.objectives.spec import TAIL_OFF
+from evolve.kernels.layout import TAIL_OFF
 
 
 @dataclass

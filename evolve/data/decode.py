@@ -22,7 +22,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.data.sources.ngram_lm import VOCAB, entropy
+VOCAB = 256        # the byte vocabulary of the n-gram pair (evolve.data.sources.ngram_lm)
+
+
+def entropy(P: np.ndarray) -> np.ndarray:
+    """Entropy in nats of each row of a probability matrix."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(P > 0, P * np.log(P), 0.0)
+    return np.maximum(-t.sum(axis=-1), 0.0)
+
 
 def sample_rows(P: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Inverse-CDF draw of one index per row of a non-negative matrix (need not sum to 1)."""

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data.decode import (RESIDUAL_EPS, STANDARD, WITHOUT_DRAFT, clipped,
-                                judges_every_draft, residual, residual_kind, top_candidates)
-from evolve.data.sources.ngram_lm import entropy
+                                entropy, judges_every_draft, residual, residual_kind,
+                                top_candidates)
 from evolve.lang.features import TRACE_INPUT_NAMES
 
 

@@ -31,8 +31,8 @@ from evolve.data import traces as T
 from evolve.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, SHARD_NAME, ShardedSplit,
                                 digest, open_split, path_stat, shown, st_is_dir, st_is_file)
 from evolve.data.tokens import DataError
-from evolve.runs import jsonio
-from evolve.runs.atomic import fsync_dir
+from evolve.io import jsonio
+from evolve.io.atomic import fsync_dir
 
 PREVIOUS = "previous"              # replaced shard sets are kept here (see module doc)
 TMP_TAG = "evolve-shards-tmp"      # temporary split directories: .<split>.<TMP_TAG>.XXXXXXXX

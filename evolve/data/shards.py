@@ -26,7 +26,7 @@ that are not printable (a newline in a directory name) are shown escaped, so
 an error stays one line.
 
 Nothing under a shard set is trusted: ``manifest.json`` is read by the
-project's one JSON reader (``evolve.runs.jsonio``: a size cap, a depth limit,
+project's one JSON reader (``evolve.io.jsonio``: a size cap, a depth limit,
 finite numbers only) and every field is type-checked; a column is a regular
 file (never a symbolic link) whose ``.npy`` header is parsed and checked (a
 plain numeric dtype, C order, a shape whose bytes are exactly what the file
@@ -50,7 +50,7 @@ import numpy as np
 from evolve.data import traces as T
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
-from evolve.runs import jsonio
+from evolve.io import jsonio
 
 FORMAT = "evolve-trace-shards"
 FORMAT_VERSION = 1

@@ -21,8 +21,8 @@ import numpy as np
 
 from evolve.errors import EvolveError, first_line
 from evolve.lang.features import INPUT_NAMES
-from evolve.runs import jsonio
-from evolve.runs.atomic import atomic_write_bytes
+from evolve.io import jsonio
+from evolve.io.atomic import atomic_write_bytes
 
 SPLITS = ("train", "valid", "test")
 
@@ -43,7 +43,7 @@ FEATURES = INPUT_NAMES
 
 FORMAT_VERSION = 1
 # Reading limits: no split may declare more array bytes than this, and a JSON
-# split or a meta.json member may be at most this long (evolve.runs.jsonio reads them).
+# split or a meta.json member may be at most this long (evolve.io.jsonio reads them).
 MAX_SPLIT_BYTES = 4 * 1024 ** 3
 MAX_JSON_SPLIT_BYTES = 1024 ** 3
 MAX_META_BYTES = 1024 * 1024
@@ -247,7 +247,7 @@ def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
 
 def read_meta(zf: zipfile.ZipFile, src: str):
     """The ``meta.json`` member, read with a byte cap by the one JSON reader."""
-    from evolve.runs import jsonio
+    from evolve.io import jsonio
     with zf.open("meta.json") as fh:
         raw = fh.read(MAX_META_BYTES + 1)
     if len(raw) > MAX_META_BYTES:

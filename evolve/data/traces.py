@@ -38,7 +38,7 @@ import numpy as np
 from evolve.data import tokens as D
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
-from evolve.runs import jsonio
+from evolve.io import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
 

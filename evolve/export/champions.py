@@ -39,8 +39,8 @@ def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
 def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict, str]:
     """(nodes, metadata, title) of the installed rule: heuristics/evolved_trace.py
     (``trace``) or heuristics/evolved.py (``tokens``)."""
-    from evolve.runs.paths import heuristics_dir
-    from evolve.runs.writeback import module_metadata
+    from evolve.io.paths import heuristics_dir
+    from evolve.tasks.writeback import module_metadata
     path = heuristics_dir(directory) / INSTALLED[kind]
     meta = module_metadata(path)
     try:

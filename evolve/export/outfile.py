@@ -9,7 +9,7 @@ the heuristics directory: ``heuristics/evolved.py`` and ``evolved_trace.py`` bel
 to write-back (its lock and its ``history/``), the rest of that directory is the
 package's own code, and an exported module is neither.
 
-``write_new`` writes atomically (``evolve.runs.atomic``): without ``force`` the file
+``write_new`` writes atomically (``evolve.io.atomic``): without ``force`` the file
 appears complete or not at all and never replaces one that appeared meanwhile; with
 ``force`` the file it replaces is first kept, complete, as ``<name>.previous``.
 """
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from evolve.errors import EvolveError
-from evolve.runs.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, umask
+from evolve.io.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, umask
 
 PREVIOUS_SUFFIX = ".previous"
 

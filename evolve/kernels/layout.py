@@ -28,8 +28,11 @@ Per-row constants. ``ROW_CONSTANTS`` names the rule-independent constants the
 kernel reads per drafted position (``Prepared.lrow``, one row per constant);
 each has a module-level index (``Q_SUM`` ... ``R_TMINUS``).
 
-This module imports nothing (no Numba), so objectives and reports can read it
-cheaply. (The decoder's ``RESIDUAL_EPS`` has its one definition in
+Also here: ``TAIL_OFF``, the tail cap that means "no tail sum", and the fixed
+point of the token kernel's expected sums (``EXPECTED_SCALE``, ``quantise``).
+
+This module imports numpy only (no Numba, nothing of the project), so objectives
+and reports can read it cheaply. (The decoder's ``RESIDUAL_EPS`` has its one definition in
 ``evolve.data.decode``, next to the residual it guards.)
 """
 
@@ -37,6 +40,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+
+import numpy as np
+
+TAIL_OFF = 2.0           # a slot-TV tail cap no slot exceeds (slot TV <= 1): no tail sum
+
+# The token kernel's expected sums are integers in this fixed-point unit.
+EXPECTED_SCALE = float(2 ** 32)
+
+
+def quantise(p) -> np.ndarray:
+    """Probabilities in [0, 1] to fixed point (truncation, as the kernels do)."""
+    return (np.asarray(p, dtype=np.float64) * EXPECTED_SCALE).astype(np.int64)
+
 
 # ------------------------------------------------------------------- sums
 

@@ -38,14 +38,13 @@ import numba
 from numba import njit
 
 from evolve.data.decode import RESIDUAL_EPS
-from evolve.objectives import spec
 from evolve.kernels import fixed, layout, threads
 from evolve.kernels.fixed import add_to
 from evolve.kernels.interpreter import OP_CONST, new_stack, run_program, u
 from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
-                                   R_TMINUS, R_TPLUS, Z_RES)
+                                   R_TMINUS, R_TPLUS, TAIL_OFF, Z_RES)
+from evolve.lang.features import TRACE_INPUT_NAMES
 
-TAIL_OFF = spec.TAIL_OFF
 TILE_BLOCKS = 32         # blocks per tile: the vector lanes of the per-candidate sums
 GROUP = 8                # at most this many programs per work item share each tile
 
@@ -239,7 +238,7 @@ class Prepared:
     weight of each candidate (max(0, p - q), or p on fallback rows).
     """
 
-    def __init__(self, sa: spec.SpecArrays):
+    def __init__(self, sa):
         n, k, g = sa.n, sa.k, sa.g
         cq = sa.cq.reshape(n, k)
         cp = sa.cp.reshape(n, k)
@@ -264,7 +263,7 @@ class Prepared:
         self.sa = sa
 
 
-def prepared(sa: spec.SpecArrays) -> Prepared:
+def prepared(sa) -> Prepared:
     """The Prepared constants of ``sa`` (cached on the object)."""
     pr = getattr(sa, "_prepared", None)
     if pr is None:
@@ -273,16 +272,16 @@ def prepared(sa: spec.SpecArrays) -> Prepared:
     return pr
 
 
-def _args(sa: spec.SpecArrays):
+def _args(sa):
     pr = prepared(sa)
     return (pr.tile_blocks, pr.lq, pr.lp, pr.lr, pr.lrow, pr.ldc, pr.lsx)
 
 
-def _check_inputs(programs, sa: spec.SpecArrays) -> None:
+def _check_inputs(programs, sa) -> None:
     loads = programs.ops[programs.ops < OP_CONST]
     if loads.size and int(loads.max()) >= sa.X.shape[0]:
         raise ValueError(f"a program reads input opcode {int(loads.max())}, but the candidate "
-                         f"matrix has {sa.X.shape[0]} inputs ({', '.join(spec.FEATURES)})")
+                         f"matrix has {sa.X.shape[0]} inputs ({', '.join(TRACE_INPUT_NAMES)})")
 
 
 @njit(cache=True)
@@ -336,7 +335,7 @@ def new_sums(shape, g: int) -> np.ndarray:
     return np.zeros((*shape, layout.width(g), 2), dtype=np.int64)
 
 
-def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
+def population_sums(programs, sa, with_kl: bool = True,
                     tail_cap: float = TAIL_OFF) -> np.ndarray:
     """Exact sums for every program, int64 (P, layout.width(g), 2): 128-bit fixed point
     (``kernels.fixed``), in the order of ``evolve.kernels.layout``; the sums of shards
@@ -357,23 +356,18 @@ def population_sums(programs, sa: spec.SpecArrays, with_kl: bool = True,
     return out
 
 
-def population_objectives(programs, sa: spec.SpecArrays, with_kl: bool = True,
+def population_objectives(programs, sa, with_kl: bool = True,
                           tail_cap: float = TAIL_OFF) -> np.ndarray:
     """Sums for every program, float64 (P, layout.width(g)); see
     ``spec.objectives_from_sums``."""
     return fixed.to_float(population_sums(programs, sa, with_kl, tail_cap))
 
 
-def threshold_objectives(h, sa: spec.SpecArrays, with_kl: bool = True) -> spec.Objectives:
-    """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
+def threshold_sums(h, sa, with_kl: bool = True) -> np.ndarray:
+    """Sums of a threshold array over the n*k candidate rows, float64
+    (layout.width(g),); see ``spec.threshold_objectives``."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (sa.n * sa.k,)))
     check_compiled_layout()
     out = new_sums((), sa.g)
     _threshold_objectives(h, sa.g, sa.k, *_args(sa), bool(with_kl), TAIL_OFF, out)
-    return spec.objectives_from_sums(fixed.to_float(out), sa.n_blocks, sa.g)
-
-
-def population_results(programs, sa: spec.SpecArrays, with_kl: bool = True) -> list:
-    """``spec.Objectives`` of every program."""
-    return [spec.objectives_from_sums(row, sa.n_blocks, sa.g)
-            for row in population_objectives(programs, sa, with_kl)]
+    return fixed.to_float(out)

@@ -20,7 +20,7 @@ from evolve.kernels import threads
 from evolve.kernels.interpreter import (KERNEL, OP_CONST, PLOG, PSQRT, i64, interpret,
                                         new_stack, u, unary)
 from evolve.lang import primitives as P
-from evolve.objectives.metrics import EXPECTED_SCALE, Counts, quantise
+from evolve.kernels.layout import EXPECTED_SCALE, quantise
 
 TILE = 1024   # rows per tile: the helpers below are calls, so a tile amortises them
 # Programs per work item of the thread pool: a thread that finishes takes the
@@ -44,7 +44,7 @@ def _tally(H, hr, j0, m, rand, base, std_q, acc):
     """Add the decisions and expected sums of thresholds H[hr, :m] (rows j0..) to acc.
 
     acc[0:3]: accepted, false accepts, false rejects; acc[3:6]: expected accepted,
-    FA and FR in fixed point (see fitness.EXPECTED_SCALE). Integer sums are exact
+    FA and FR in fixed point (see layout.EXPECTED_SCALE). Integer sums are exact
     and order-free, so every caller agrees to the bit.
     """
     a0 = 0
@@ -148,7 +148,7 @@ def _check_inputs(programs, split: SplitArrays) -> None:
 
 def population_counts(programs, split: SplitArrays) -> np.ndarray:
     """Counts for every program, int64 (P, 6): accepted, FA, FR, then the
-    expected accepted, FA, FR in fixed point (fitness.EXPECTED_SCALE)."""
+    expected accepted, FA, FR in fixed point (layout.EXPECTED_SCALE)."""
     _check_inputs(programs, split)
     k = len(programs)
     out = np.zeros((k, 6), dtype=np.int64)
@@ -177,9 +177,10 @@ def _threshold_counts(h, rand, base, std_q, out):
         out[c] = acc[c]
 
 
-def threshold_counts(h: np.ndarray, split: SplitArrays) -> Counts:
-    """Counts of a threshold array (the same tally as the population kernel)."""
+def threshold_tally(h: np.ndarray, split: SplitArrays) -> np.ndarray:
+    """The counts row of a threshold array, int64 (6,) as in ``population_counts``
+    (the same tally as the population kernel)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (split.n,)))
     out = np.zeros(6, dtype=np.int64)
     _threshold_counts(h, split.rand, split.base, split.std_q, out)
-    return Counts.from_raw(split.n, out)
+    return out

@@ -27,11 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.data.decode import clipped
+from evolve.kernels.layout import EXPECTED_SCALE, quantise
 
 FA_WEIGHT = 10.0
 FR_WEIGHT = 0.1
 QUALITY_GATE = 0.95
-EXPECTED_SCALE = float(2 ** 32)   # fixed-point unit of the expected sums
 
 # Keys of one split's metrics, shared by `evolve benchmark --json` and champion.json.
 METRIC_KEYS = ("accept_rate", "accuracy", "quality", "fitness", "false_accepts",
@@ -81,11 +81,6 @@ class Counts:
             "expected_fitness": fitness(n, self.expected_accepted, self.expected_fa,
                                         self.expected_fr),
         }
-
-
-def quantise(p) -> np.ndarray:
-    """Probabilities in [0, 1] to fixed point (truncation, as the kernels do)."""
-    return (np.asarray(p, dtype=np.float64) * EXPECTED_SCALE).astype(np.int64)
 
 
 clip01 = clipped      # clip(h, 0, 1) with NaN -> 0: the one definition, shared with decoding

@@ -76,7 +76,6 @@ from evolve.objectives.metrics import clip01
 
 FEATURES = TRACE_INPUT_NAMES
 N_FEATURES = len(FEATURES)
-TAIL_OFF = 2.0           # a slot-TV tail cap no slot exceeds (slot TV <= 1): no tail sum
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
 
 
@@ -343,6 +342,19 @@ def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
                       float(tv / tok), float(kl / tok), float(extra / tok),
                       _ratio(num, den), tuple(float(x) for x in den / n_blocks),
                       _ratio(tvp, den))
+
+
+def threshold_objectives(h, sa: SpecArrays, with_kl: bool = True) -> Objectives:
+    """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
+    from evolve.kernels.speculative import threshold_sums     # lazy: start-up (Numba)
+    return objectives_from_sums(threshold_sums(h, sa, with_kl), sa.n_blocks, sa.g)
+
+
+def population_results(programs, sa: SpecArrays, with_kl: bool = True) -> list:
+    """``Objectives`` of every program (kernel path)."""
+    from evolve.kernels.speculative import population_objectives  # lazy: start-up (Numba)
+    return [objectives_from_sums(row, sa.n_blocks, sa.g)
+            for row in population_objectives(programs, sa, with_kl)]
 
 
 def weighted_quantile(x, w, q: float) -> float:

@@ -19,8 +19,9 @@ rule cannot buy its tokens by spending all its distortion at one block position.
 slot TV (``tv_p99`` of the reports) must be at most C, that is at most 1% of the
 reach may fall on slots with TV above C (the kernel sums that reach exactly).
 
-A champion's report adds every rule family of ``evolve.rules`` tuned to the
-same budget on valid (reported on test) and the trade-off on valid.
+A champion's report (``evolve.tasks.traces.TraceTask.report``) adds every rule
+family of ``evolve.rules`` tuned to the same budget on valid (reported on test)
+and the trade-off on valid.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from typing import Protocol
 import numpy as np
 
 from evolve.kernels import layout
+from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import TRACES, Evaluator, Objective
-from evolve.objectives.spec import TAIL_OFF, TAIL_SHARE
+from evolve.objectives.spec import TAIL_SHARE, population_results
 
 
 def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0, tail_excess=None):
@@ -134,53 +136,6 @@ class TraceObjective(Objective):
         return float(speed_fitness(m["tokens_per_call"], dist, budget,
                                    np.asarray(m.get("tv_by_position") or [0.0]), cap, tail))
 
-    def report(self, result) -> dict:
-        """What a finished trace run adds (``result``: an ``evolve.tasks.Finished``):
-        the baselines tuned on valid to the run's budget (reported on test), the
-        trade-off on valid and, for NSGA-II, the final non-dominated front on every
-        split."""
-        from evolve.lang import codegen, treeio
-        from evolve.rules import tuning
-        cfg, metrics = result.config, result.metrics
-        sas = {k: spec_arrays(k, result.splits, result.evaluators)
-               for k in ("train", "valid", "test")}
-        budget = cfg.tv_budget
-        measure, tuned_budget = ("kl", cfg.kl_budget) if self.kl else ("tv", budget)
-        tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], tuned_budget,
-                                           measure=measure)
-                 for name in tuning.families()
-                 if tuning.scorable(name, sas["valid"]) is None}   # exact on these traces
-        hof_trees = list(result.hof_trees)
-        hof_tok, hof_tv = self.tokens_tv(result.evaluators["valid"], hof_trees)
-        sweep = tuning.sweep_all(sas["valid"])
-        series = tuning.series_of(sweep)
-        series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
-        files = {}
-        if self.multi:
-            front = evolved_front(result.population, sas)
-            files["pareto_front.json"] = front
-            series["evolved front (NSGA-II)"] = sorted(
-                (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
-        series["champion"] = [(metrics["valid"]["tv_per_token"],
-                               metrics["valid"]["tokens_per_call"])]
-        files["pareto.json"] = {
-            "split": "valid", "budget": budget,
-            "baselines": [p.to_dict() for p in sweep],
-            "hall_of_fame": [{"tree": t, "expression": codegen.infix(treeio.parse(t)),
-                              "tokens_per_call": float(a), "tv_per_token": float(b)}
-                             for t, a, b in zip(hof_trees, hof_tok, hof_tv)],
-            "series": {k: [list(xy) for xy in v] for k, v in series.items()},
-        }
-        champion = {"tv_budget": budget, "baselines_tuned_on_valid": tuned}
-        if self.kl:
-            champion["kl_budget"] = tuned_budget
-        if cfg.tv_position_cap < 1.0:
-            champion["tv_position_cap"] = cfg.tv_position_cap
-        if cfg.tv_p99_cap < 1.0:
-            champion["tv_p99_cap"] = cfg.tv_p99_cap
-        return {"champion": champion,
-                "files": files, "series": series}
-
 
 class Split(Protocol):
     """What the trace objectives read of a split, the same for a split in this
@@ -272,7 +227,6 @@ def evolved_front(population, sas: dict) -> list[dict]:
     TV down), each scored exactly on train, valid and test."""
     from deap import tools
 
-    from evolve.kernels.speculative import population_results
     from evolve.lang import codegen, treeio
     first = tools.sortNondominated(population, len(population),
                                    first_front_only=True)[0]

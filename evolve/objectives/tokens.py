@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.objectives import metrics as M
 from evolve.objectives.base import TOKENS, Evaluator, Objective
 
@@ -26,7 +27,7 @@ class TokenObjective(Objective):
         self.help = help
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
-        from evolve.kernels.tokens import SplitArrays, population_counts
+        from evolve.kernels.tokens import SplitArrays, population_counts  # lazy: start-up
         arrays = SplitArrays(split)
         return Evaluator(name, lambda progs: population_counts(progs, arrays), arrays,
                          arrays.n)
@@ -35,7 +36,7 @@ class TokenObjective(Objective):
         c = ev.rows(trees, deap_trees)
         n = ev.arrays.n
         if self.expected:
-            e = c[:, 3:6] / M.EXPECTED_SCALE
+            e = c[:, 3:6] / EXPECTED_SCALE
             f = M.fitness(n, e[:, 0], e[:, 1], e[:, 2])
         else:
             f = M.fitness(n, c[:, 0], c[:, 1], c[:, 2])
@@ -50,11 +51,18 @@ class TokenObjective(Objective):
 
 def champion_counts(nodes, ds) -> M.Counts:
     """Counts of a parsed tree on a token split, from the kernel's thresholds."""
-    from evolve.kernels.tokens import SplitArrays, population_thresholds, threshold_counts
+    from evolve.kernels.tokens import SplitArrays, population_thresholds  # lazy: start-up
     from evolve.lang import treeio
     arrays = SplitArrays(ds)
     h = population_thresholds(treeio.linearise([nodes]), arrays)[0]
     return threshold_counts(h, arrays)
+
+
+def threshold_counts(h, arrays) -> M.Counts:
+    """Counts of a threshold array on a split prepared for the kernels
+    (``evolve.kernels.tokens.SplitArrays``), tallied as the population kernel does."""
+    from evolve.kernels.tokens import threshold_tally       # lazy: start-up (Numba)
+    return M.Counts.from_raw(arrays.n, threshold_tally(h, arrays))
 
 
 EXPECTED = TokenObjective("expected", True, "the seed metric with expected counts "

@@ -42,9 +42,8 @@ def position_leniency_tree(ls) -> str:
 
 
 def _evaluate(trees: list[str], sa: spec.SpecArrays) -> list:
-    from evolve.kernels.speculative import population_results
     progs = treeio.linearise([treeio.parse(t) for t in trees])
-    return population_results(progs, sa, with_kl=False)
+    return spec.population_results(progs, sa, with_kl=False)
 
 
 def tune_position_leniency(sa: spec.SpecArrays, budget: float):

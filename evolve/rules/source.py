@@ -46,8 +46,8 @@ def module_text() -> str:
 def main(argv: list[str]) -> int:
     text = module_text()
     if "--write" in argv:
-        from evolve.runs.atomic import atomic_write_text
-        from evolve.runs.paths import HEURISTICS_DIR
+        from evolve.io.atomic import atomic_write_text
+        from evolve.io.paths import HEURISTICS_DIR
         atomic_write_text(HEURISTICS_DIR / "baselines.py", text)
     else:
         sys.stdout.write(text)

@@ -90,12 +90,11 @@ def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
     scored by the numpy reference, the kernel knows only the top-k rule with the
     standard tail and residual; a target-only family on traces whose candidates
     miss some of the draft's mass raises ``spec.TailError``."""
-    from evolve.kernels.speculative import population_results
     if RULES[name].residual != "standard" or RULES[name].scope != "top_k":
         return [evaluate(name, sa, p) for p in params]
     values = [_value(name, p) for p in params]
     progs = treeio.linearise([treeio.parse(RULES[name].tree(v)) for v in values])
-    return [Point(name, v, o) for v, o in zip(values, population_results(progs, sa))]
+    return [Point(name, v, o) for v, o in zip(values, spec.population_results(progs, sa))]
 
 
 def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
@@ -221,9 +220,8 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
     fixed = {}
     if extra:   # the kernel a run scores its champion with: a run's numbers, to the bit
-        from evolve.kernels.speculative import population_results
         progs = treeio.linearise(list(extra.values()))
-        res = {s: population_results(progs, sa, with_kl=True)
+        res = {s: spec.population_results(progs, sa, with_kl=True)
                for s, sa in (("valid", sa_valid), ("test", sa_test))}
         for i, name in enumerate(extra):
             fixed[name] = {s: r[i].to_dict() for s, r in res.items()}

@@ -20,7 +20,7 @@ def pyplot():
 
 def save_png(fig, path) -> None:
     """Write a figure as PNG (no timestamp metadata, so same figure, same bytes) and close it."""
-    from evolve.runs.atomic import atomic_write_bytes
+    from evolve.io.atomic import atomic_write_bytes
     plt = pyplot()
     buf = BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

@@ -19,7 +19,7 @@ from evolve.tasks import champion_task
 
 def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dict:
     from evolve.runs.scoring import PreparedSplit, score
-    from evolve.runs.writeback import module_metadata
+    from evolve.tasks.writeback import module_metadata
     from heuristics import registry
 
     all_names = registry.names()
@@ -69,7 +69,7 @@ def run_table(data_dir: Path) -> dict:
     from evolve.objectives.metrics import Counts
     from evolve.rules import table
     from evolve.runs.scoring import PreparedSplit
-    from evolve.runs.writeback import module_metadata
+    from evolve.tasks.writeback import module_metadata
     from heuristics import registry
 
     names = registry.names(include_evolved=False)
@@ -94,7 +94,7 @@ def run_table(data_dir: Path) -> dict:
 
 def score_once(ufunc, ps) -> dict:
     """Metrics of a compiled heuristic on a prepared split (untimed)."""
-    from evolve.kernels.tokens import threshold_counts
+    from evolve.objectives.tokens import threshold_counts
     return threshold_counts(ufunc(*ps.features, out=ps.out), ps.arrays).metrics()
 
 

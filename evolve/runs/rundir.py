@@ -27,18 +27,15 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evolve.errors import EvolveError
-from evolve.runs import datasum, jsonio, schema
-from evolve.runs.lock import Busy, DirLock
-from evolve.runs.atomic import append_line, atomic_write_json, atomic_write_text, umask
+from evolve.runs import datasum, schema
+from evolve.io import jsonio
+from evolve.io.lock import Busy, DirLock
+from evolve.io.paths import RunError
+from evolve.io.atomic import append_line, atomic_write_json, atomic_write_text, umask
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RUN_FORMAT = "evolve-run"
 MAX_JSON_BYTES = jsonio.MAX_JSON_BYTES
-
-
-class RunError(EvolveError):
-    """A run directory that is missing, foreign or damaged; one-line message."""
 
 
 def check_name(name: str) -> str:
@@ -66,7 +63,7 @@ def versions() -> dict:
 
 def read_json(path: Path, what: str):
     """A run file: a regular file of at most MAX_JSON_BYTES, parsed by the one JSON
-    reader (evolve.runs.jsonio); any failure is a one-line RunError naming it."""
+    reader (evolve.io.jsonio); any failure is a one-line RunError naming it."""
     return jsonio.read_json(path, what, error=RunError, limit=MAX_JSON_BYTES)
 
 
@@ -95,7 +92,7 @@ class RunDir:
 
     # --- ownership -----------------------------------------------------
     def lock(self) -> "RunDir":
-        """Own the directory for the life of this process (see evolve.runs.lock)."""
+        """Own the directory for the life of this process (see evolve.io.lock)."""
         if self.owner is None:
             self.owner = _locked(self.path, self.path)
         return self

@@ -22,7 +22,7 @@ from pathlib import Path
 from evolve.lang import codegen, treeio
 from evolve.runs import datasum
 from evolve.runs.finalise import champion_record, finalise
-from evolve.runs.paths import runs_dir
+from evolve.io.paths import runs_dir
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution

@@ -11,7 +11,8 @@ import time
 
 import numpy as np
 
-from evolve.kernels.tokens import SplitArrays, threshold_counts
+from evolve.kernels.tokens import SplitArrays
+from evolve.objectives.tokens import threshold_counts
 
 DEFAULT_REPEATS = 25
 

@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 
 from evolve.errors import EvolveError
 from evolve.objectives import OBJECTIVES
-from evolve.runs.jsonio import MAX_INT_DIGITS
+from evolve.io.jsonio import MAX_INT_DIGITS
 
 
 class ConfigError(EvolveError):
@@ -31,7 +31,7 @@ class ConfigError(EvolveError):
     made with ``ConfigError.of(param, detail)`` (``evolve.errors``)."""
 
 
-# The largest whole number a run may hold: the run's JSON reader (evolve.runs.jsonio)
+# The largest whole number a run may hold: the run's JSON reader (evolve.io.jsonio)
 # refuses integers of more than MAX_INT_DIGITS digits in config.json and checkpoints.
 MAX_INT = 10 ** MAX_INT_DIGITS - 1
 MAX_POPULATION = 1_000_000

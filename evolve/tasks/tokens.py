@@ -22,7 +22,7 @@ class TokenTask(Task):
     metric_keys = ("accept_rate", "accuracy", "quality", "fitness")
 
     def default_data(self) -> Path:
-        from evolve.runs.paths import DATA_DIR
+        from evolve.io.paths import DATA_DIR
         return DATA_DIR
 
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
@@ -33,6 +33,6 @@ class TokenTask(Task):
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
-        from evolve.runs.writeback import write_back
+        from evolve.tasks.writeback import write_back
         return write_back(source, valid_metrics["fitness"], valid, run_name,
                           force=opts.force, directory=opts.heuristics_dir)

@@ -26,7 +26,7 @@ class TraceTask(Task):
     metric_keys = ("tokens_per_call", "tv_per_token", "kl_per_token")
 
     def default_data(self) -> Path:
-        from evolve.runs.paths import TRACES_DIR
+        from evolve.io.paths import TRACES_DIR
         return TRACES_DIR
 
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
@@ -49,8 +49,55 @@ class TraceTask(Task):
         return traces.load_splits(data_dir)
 
     def report(self, result) -> dict:
+        """What a finished trace run adds (``result``: an ``evolve.tasks.Finished``):
+        the baselines tuned on valid to the run's budget (reported on test), the
+        trade-off on valid and, for NSGA-II, the final non-dominated front on every
+        split."""
+        # lazy: start-up (listing tasks loads neither the rules nor Numba)
+        from evolve.lang import codegen, treeio
         from evolve.objectives import OBJECTIVES
-        return OBJECTIVES[result.config.objective].report(result)
+        from evolve.objectives.speculative import evolved_front, spec_arrays
+        from evolve.rules import tuning
+        objective = OBJECTIVES[result.config.objective]
+        cfg, metrics = result.config, result.metrics
+        sas = {k: spec_arrays(k, result.splits, result.evaluators)
+               for k in ("train", "valid", "test")}
+        budget = cfg.tv_budget
+        measure, tuned_budget = ("kl", cfg.kl_budget) if objective.kl else ("tv", budget)
+        tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], tuned_budget,
+                                           measure=measure)
+                 for name in tuning.families()
+                 if tuning.scorable(name, sas["valid"]) is None}   # exact on these traces
+        hof_trees = list(result.hof_trees)
+        hof_tok, hof_tv = objective.tokens_tv(result.evaluators["valid"], hof_trees)
+        sweep = tuning.sweep_all(sas["valid"])
+        series = tuning.series_of(sweep)
+        series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
+        files = {}
+        if objective.multi:
+            front = evolved_front(result.population, sas)
+            files["pareto_front.json"] = front
+            series["evolved front (NSGA-II)"] = sorted(
+                (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
+        series["champion"] = [(metrics["valid"]["tv_per_token"],
+                               metrics["valid"]["tokens_per_call"])]
+        files["pareto.json"] = {
+            "split": "valid", "budget": budget,
+            "baselines": [p.to_dict() for p in sweep],
+            "hall_of_fame": [{"tree": t, "expression": codegen.infix(treeio.parse(t)),
+                              "tokens_per_call": float(a), "tv_per_token": float(b)}
+                             for t, a, b in zip(hof_trees, hof_tok, hof_tv)],
+            "series": {k: [list(xy) for xy in v] for k, v in series.items()},
+        }
+        champion = {"tv_budget": budget, "baselines_tuned_on_valid": tuned}
+        if objective.kl:
+            champion["kl_budget"] = tuned_budget
+        if cfg.tv_position_cap < 1.0:
+            champion["tv_position_cap"] = cfg.tv_position_cap
+        if cfg.tv_p99_cap < 1.0:
+            champion["tv_p99_cap"] = cfg.tv_p99_cap
+        return {"champion": champion,
+                "files": files, "series": series}
 
     def header_metrics(self, m: dict) -> dict:
         return {k: m[k] for k in HEADER_KEYS}
@@ -59,7 +106,7 @@ class TraceTask(Task):
                 run_name, opts):
         from evolve.lang import codegen
         from evolve.objectives.speculative import spec_arrays
-        from evolve.runs.writeback import write_back_trace
+        from evolve.tasks.writeback import write_back_trace
         sa = spec_arrays("valid", {"valid": valid}, {"valid": evaluator})
         return write_back_trace(codegen.module_source(
             nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",

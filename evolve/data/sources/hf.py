@@ -28,7 +28,7 @@ from the model directory).
 
 Everything that can be checked before the models load is: the configuration
 (the n-gram source's bounds on prompts and rows, and the size of a split), the
-prompts (read with ``evolve.runs.jsonio``'s limits) and the weight files. Every
+prompts (read with ``evolve.io.jsonio``'s limits) and the weight files. Every
 failure, out of memory on the device included, is ``HFTraceError``, one line.
 """
 

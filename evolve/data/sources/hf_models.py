@@ -87,7 +87,7 @@ def check_weights(option: str, name: str) -> None:
     (``transformers_weights``), a shard named in an index file's ``weight_map``, or a
     pickled checkpoint where no safetensors weights are (HFTraceError, one line
     naming the file). A hub id is checked while it loads (``_no_unpickling``)."""
-    from evolve.runs import jsonio
+    from evolve.io import jsonio
     d = Path(name).expanduser()
     if not d.is_dir():
         return

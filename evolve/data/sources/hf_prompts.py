@@ -21,7 +21,7 @@ from evolve.data import traces as T
 from evolve.data.sources import ngram
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.tokens import DataError
-from evolve.runs import jsonio
+from evolve.io import jsonio
 
 SPLITS = T.SPLITS
 MAX_PROMPTS_BYTES = jsonio.MAX_JSON_BYTES      # a prompts file, read with this cap
@@ -40,7 +40,7 @@ def _split_streams(seed: int, draw: int | None = None) -> dict:
 def read_prompts_file(path: str | os.PathLike, seed: int) -> dict:
     """split -> list of texts from a JSON-lines file (``text``, optional ``split``).
 
-    Read as every untrusted file is (``evolve.runs.jsonio``): a regular file only (a
+    Read as every untrusted file is (``evolve.io.jsonio``): a regular file only (a
     FIFO or a device is refused before it is opened), at most ``MAX_PROMPTS_BYTES``
     read with that cap, each line at most ``MAX_LINE_CHARS`` and parsed within the
     one JSON reader's limits; texts must be Unicode (a lone surrogate such as

@@ -28,7 +28,7 @@ import numpy as np
 from evolve.data.sources import ngram
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.sources.byte_tokenizer import VOCAB, byte_tokenizer
-from evolve.runs.atomic import atomic_write_text
+from evolve.io.atomic import atomic_write_text
 
 SEPARATOR = 0          # byte between training files (never in Python source)
 

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-VOCAB = 256
+from evolve.data.decode import VOCAB, entropy
+
 MAX_ORDER = 7          # k-gram codes must fit an int64: 8 * k bits <= 63 -> k <= 7
 
 
@@ -281,13 +282,6 @@ def _temper(P: np.ndarray, temperature: float) -> np.ndarray:
     L -= L.max(axis=1, keepdims=True)
     E = np.exp(L)
     return E / E.sum(axis=1, keepdims=True)
-
-
-def entropy(P: np.ndarray) -> np.ndarray:
-    """Entropy in nats of each row of a probability matrix."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(P > 0, P * np.log(P), 0.0)
-    return np.maximum(-t.sum(axis=-1), 0.0)
 
 
 def cross_entropy(lm: NGramLM, doc: bytes, limit: int | None = None, batch: int = 4096) -> float:

@@ -13,7 +13,7 @@ installed).
 
 The target directory is ``heuristics/`` of this checkout, or
 ``$EVOLVE_HEURISTICS_DIR`` when that is set, or the ``directory`` argument,
-which overrides both (``evolve.runs.paths``).
+which overrides both (``evolve.io.paths``).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from evolve.runs.atomic import atomic_write_text, fsync_dir
-from evolve.runs.paths import heuristics_dir
+from evolve.io.atomic import atomic_write_text, fsync_dir
+from evolve.io.paths import heuristics_dir
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
@@ -124,8 +124,8 @@ def installed_trace(directory: Path | None = None):
 def trace_valid_score(nodes, sa_valid, budget: float) -> dict:
     """A tree's speed score on a valid trace split at a TV budget (the score a
     speed run ranks champions by), with its tokens per call and TV per token."""
-    from evolve.kernels.speculative import population_results
-    from evolve.lang import treeio
+    from evolve.lang import treeio                       # lazy: start-up
+    from evolve.objectives.spec import population_results
     from evolve.objectives.speculative import speed_fitness
     res = population_results(treeio.linearise([nodes]), sa_valid, with_kl=False)[0]
     return {"score": float(speed_fitness(res.tokens_per_call, res.tv_per_token, budget)),

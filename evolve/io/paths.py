@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from evolve.errors import EvolveError
+
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -34,9 +36,12 @@ RUNS_ENV = "EVOLVE_RUNS_DIR"
 HEURISTICS_ENV = "EVOLVE_HEURISTICS_DIR"
 
 
+class RunError(EvolveError):
+    """A run directory that is missing, foreign or damaged; one-line message."""
+
+
 def runs_dir(override: str | os.PathLike | None = None) -> Path:
     if override is not None and not str(override).strip():
-        from evolve.runs.rundir import RunError
         raise RunError.of("runs_dir", "an empty value is not allowed")
     if override:
         return Path(override)
