@@ -206,10 +206,9 @@ class ClusterSplit:
         from evolve.objectives.base import Evaluator
         g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
         shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
-        ev = Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks, tail_cap), shape,
-                       shape.n * shape.k)
-        ev.batch = lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap)
-        return ev
+        return Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks, tail_cap), shape,
+                         shape.n * shape.k,
+                         batch=lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap))
 
     def spec_arrays(self):
         """The whole split's SpecArrays in this process (finishing reports only)."""

@@ -28,16 +28,19 @@ class Evaluator:
     """Scores trees on one split with a population kernel, caching rows by tree text.
 
     ``kernel(programs) -> rows`` (one row of sums per program); ``arrays`` is the
-    split as the kernel reads it; ``rows_per_program`` counts node evaluations."""
+    split as the kernel reads it; ``rows_per_program`` counts node evaluations;
+    ``batch(blocks)``, where the split can be scored by blocks, gives an evaluator
+    over some of its blocks (``--batch-blocks``)."""
 
     CACHE_LIMIT = 100_000
 
-    def __init__(self, name: str, kernel: Callable, arrays, rows_per_program: int):
+    def __init__(self, name: str, kernel: Callable, arrays, rows_per_program: int,
+                 batch: Callable | None = None):
         self.name = name
         self.kernel = kernel
         self.arrays = arrays
         self.rows_per_program = rows_per_program
-        self.batch: Callable | None = None    # blocks -> an evaluator over those blocks
+        self.batch = batch                    # blocks -> an evaluator over those blocks
         self.cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self.kernel_seconds = 0.0
         self.kernel_programs = 0

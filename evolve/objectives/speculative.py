@@ -206,11 +206,10 @@ def array_evaluator(sa, name: str, with_kl: bool = False,
     """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
     some of its blocks (``--batch-blocks``)."""
     from evolve.kernels.speculative import population_objectives
-    ev = Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
-                   sa, sa.n * sa.k)
-    ev.batch = lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch", with_kl,
-                                              tail_cap)
-    return ev
+    return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
+                     sa, sa.n * sa.k,
+                     batch=lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch",
+                                                          with_kl, tail_cap))
 
 
 def spec_arrays(name: str, splits: dict, evaluators: dict):
