@@ -81,3 +81,18 @@ def first_line(e: BaseException, limit: int | None = None) -> str:
     text = str(e).strip()
     line = text.splitlines()[0].rstrip() if text else type(e).__name__
     return line if limit is None else line[:limit]
+
+
+def shorten(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters, "..." marking the cut."""
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def show(value, limit: int = 60) -> str:
+    """The value as a message echoes it: its repr, shortened (an int too long for
+    ``repr`` is described)."""
+    try:
+        return shorten(repr(value), limit)
+    except ValueError:              # an int beyond Python's str conversion limit
+        import math
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"

@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 from evolve.cluster import INSTALL, ClusterError, ClusterInterrupted
-from evolve.errors import first_line
+from evolve.errors import first_line, show
 from evolve.kernels.layout import TAIL_OFF
 
 # Every wait on a scheduler has a limit (seconds), each settable in the environment:
@@ -44,11 +44,6 @@ _HOST = re.compile(r"[A-Za-z0-9_.-]{1,253}", re.ASCII)
 _HOST6 = re.compile(r"\[[0-9A-Fa-f:.]{2,45}\]", re.ASCII)
 
 
-def _show(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def limit(which: str) -> float:
     """The limit (seconds) of one kind of wait: its environment variable, or the default."""
     var, default = LIMITS[which]
@@ -60,7 +55,7 @@ def limit(which: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_LIMIT_S):
-        raise ClusterError(f"{var}: {_show(text)} is invalid; expected seconds, a number "
+        raise ClusterError(f"{var}: {show(text, 80)} is invalid; expected seconds, a number "
                            f"> 0 and <= {MAX_LIMIT_S:.0f}")
     return value
 
@@ -74,11 +69,11 @@ def parse_cluster(spec: str) -> int:
     """``local:N`` -> N (workers of a LocalCluster on this machine)."""
     m = _LOCAL.fullmatch(spec) if isinstance(spec, str) else None
     if m is None or int(m[1]) < 1:
-        raise ClusterError(f"--cluster: {_show(spec)} is invalid; expected local:N with N >= 1 "
+        raise ClusterError(f"--cluster: {show(spec, 80)} is invalid; expected local:N with N >= 1 "
                            "(or --scheduler ADDRESS for an existing cluster)")
     n, most = int(m[1]), max_local_workers()
     if n > most:
-        raise ClusterError(f"--cluster: {_show(spec)} is invalid; at most local:{most} on this "
+        raise ClusterError(f"--cluster: {show(spec, 80)} is invalid; at most local:{most} on this "
                            f"machine ({os.cpu_count() or 1} cores)")
     return n
 
@@ -87,7 +82,7 @@ def parse_scheduler(address: str) -> str:
     """``[SCHEME://]HOST:PORT`` -> the address to connect to (bare HOST:PORT is tcp).
     Only tcp and tls: other transports need packages this project does not install."""
     def bad(why: str):
-        return ClusterError(f"--scheduler: {_show(address)} is invalid; {why} (expected "
+        return ClusterError(f"--scheduler: {show(address, 80)} is invalid; {why} (expected "
                             "tcp://HOST:PORT, tls://HOST:PORT or HOST:PORT)")
     if not isinstance(address, str) or not address.strip():
         raise bad("an empty value is not allowed")

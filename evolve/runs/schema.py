@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import shlex
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, show
 
 
 class SchemaError(EvolveError):
@@ -29,11 +29,6 @@ RESUME_OPTIONS = ("--cluster", "--scheduler")         # each with a value
 MAX_RESUME_CHARS = 4096
 
 
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def is_number(x, bound: float = BOUND) -> bool:
     return (isinstance(x, (int, float)) and not isinstance(x, bool)
             and math.isfinite(x) and abs(x) <= bound)
@@ -45,7 +40,7 @@ def is_int(x) -> bool:
 
 def _need(ok: bool, where: str, field: str, value, expected: str) -> None:
     if not ok:
-        raise SchemaError(f"{where}: field '{field}' is {_short(value)}; expected {expected}")
+        raise SchemaError(f"{where}: field '{field}' is {show(value)}; expected {expected}")
 
 
 def _object(doc, where: str, what: str) -> dict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, shorten, show  # noqa: F401 (re-exported)
 from evolve.objectives import OBJECTIVES
 from evolve.io.jsonio import MAX_INT_DIGITS
 
@@ -185,14 +185,3 @@ class Config:
         return cfg
 
 
-def show(value) -> str:
-    """The value as a message echoes it: its repr, shortened (an int too long for
-    ``repr`` is described)."""
-    try:
-        return shorten(repr(value))
-    except ValueError:              # an int beyond Python's str conversion limit
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-
-
-def shorten(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[:limit - 3] + "..."
