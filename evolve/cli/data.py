@@ -34,6 +34,7 @@ def data_generate(out, seed, sequences, force):
 
     from evolve.data import tokens as data
     from evolve.data.sources import synthetic as synth
+    from evolve.io import atomic
     need(seed >= 0, "--seed", seed, "an integer >= 0")
     need(sequences <= MAX_SEQUENCES, "--sequences", sequences, f"at most {MAX_SEQUENCES:,}")
     out = out or default_data()
@@ -53,24 +54,10 @@ def data_generate(out, seed, sequences, force):
                 pass
             if not force:
                 raise data.DataError(f"{path}: exists and differs; pass --force to overwrite")
-            tm.note(f"{path}: the previous file is kept as {keep_previous(path)}")
+            tm.note(f"{path}: the previous file is kept as "
+                    f"{atomic.keep_previous(path, 'split file', data.DataError)}")
         data.save_npz(ds, path)
         tm.note(f"{path}: {len(ds):,} tokens (seed {seeds[name]})")
-
-
-def keep_previous(path: Path) -> Path:
-    """Before --force overwrites a split: keep its bytes in <dir>/previous/, named by
-    content (sha256), so runs that recorded its checksum can still be resumed."""
-    import hashlib
-
-    from evolve.data.tokens import MAX_SPLIT_BYTES, DataError
-    from evolve.io import jsonio
-    from evolve.io.atomic import atomic_write_bytes
-    raw = jsonio.read_capped(path, "split file", MAX_SPLIT_BYTES, DataError)
-    kept = path.parent / "previous" / f"{path.stem}-{hashlib.sha256(raw).hexdigest()[:16]}.npz"
-    if not kept.exists():
-        atomic_write_bytes(kept, raw)
-    return kept
 
 
 @data_group.command("import")

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from evolve.cli.common import default_traces, fail, friendly_errors, need, term
+from evolve.io import atomic
 from evolve.io.lock import Busy, DirLock
 
 # evolve.data.sources.ngram.TraceConfig's defaults, spelled out so that `--help` need not
@@ -188,38 +189,11 @@ def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
         todo.append((path, ts))
     for path, ts in todo:
         if os.path.lexists(path):
-            tm.note(f"{path}: the previous file is kept as {keep_previous(path)}")
+            kept = atomic.keep_previous(path, "trace file", DataError)
+            tm.note(f"{path}: the previous file is kept as {kept}")
         traces.save(ts, path)
         tm.note(f"{path}: {len(ts):,} rows, {path.stat().st_size / 1e6:.1f} MB")
     tm.note(f"done in {time.perf_counter() - t0:.1f} s")
-
-
-def keep_previous(path: Path) -> Path:
-    """Before --force replaces a trace file: keep it as <dir>/previous/<name>-<sha256
-    prefix>.npz (a hard link where the file system allows, else a copy), so runs that
-    read it can still be resumed. A path that is not a regular file is refused."""
-    import hashlib
-    import shutil
-
-    from evolve.data.tokens import DataError
-    from evolve.io import jsonio
-    jsonio.check_regular(path, "trace file", DataError)
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    kept = path.parent / "previous" / f"{path.stem}-{h.hexdigest()[:16]}.npz"
-    if not kept.exists():
-        kept.parent.mkdir(exist_ok=True)
-        tmp = kept.with_name(f".{kept.name}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        try:
-            os.link(path, tmp)
-        except OSError:
-            shutil.copyfile(path, tmp)
-        os.replace(tmp, kept)
-    return kept
 
 
 def _recorded_config(path: Path):

@@ -51,6 +51,7 @@ from evolve.data import traces as T
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
 from evolve.io import jsonio
+from evolve.io.atomic import sha256_file
 
 FORMAT = "evolve-trace-shards"
 FORMAT_VERSION = 1
@@ -79,13 +80,7 @@ def is_sharded(directory: str | os.PathLike) -> bool:
 
 def digest(path: Path) -> str:
     """sha256 of a file, read in CHUNK pieces."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while True:
-            b = fh.read(CHUNK)
-            if not b:
-                return h.hexdigest()
-            h.update(b)
+    return sha256_file(path, CHUNK)
 
 
 def path_stat(path: Path):

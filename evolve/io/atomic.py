@@ -6,8 +6,10 @@ torn one, whatever moment the writer dies at.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -78,3 +80,36 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sha256_file(path: str | os.PathLike, chunk: int = 16 << 20) -> str:
+    """sha256 of a file, read in ``chunk`` pieces."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(chunk), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def keep_previous(path: Path, what: str, error) -> Path:
+    """Before --force replaces a data file: keep it as <dir>/previous/<stem>-<sha256
+    prefix><suffix> (a hard link where the file system allows, else a copy), so runs
+    that recorded its checksum can still be resumed. A path that is not a regular
+    file is ``error`` (jsonio.check_regular)."""
+    from evolve.io import jsonio
+    path = Path(path)
+    jsonio.check_regular(path, what, error)
+    kept = path.parent / "previous" / f"{path.stem}-{sha256_file(path)[:16]}{path.suffix}"
+    if not kept.exists():
+        kept.parent.mkdir(exist_ok=True)
+        tmp = kept.with_name(f".{kept.name}.tmp")
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, kept)
+    return kept
