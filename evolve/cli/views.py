@@ -263,13 +263,11 @@ def _clip(text: str, width: int = 60) -> str:
 
 
 def show_runs(rows: list[dict], term) -> None:
+    from evolve.tasks import TASKS    # lazy: start-up (the tasks load NumPy and the data layer)
+
     def score(r, split):
-        if r.get(f"{split}_fitness") is not None:
-            return f"{r[f'{split}_fitness']:.4f}"
-        if r.get(f"{split}_tokens_per_call") is not None:
-            return (f"{r[f'{split}_tokens_per_call']:.3f} tok/call, "
-                    f"TV {r[f'{split}_tv_per_token']:.4f}")
-        return ""
+        task = TASKS.get(r.get("task"))
+        return "" if task is None else task.runs_text(r, split)
     term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
                         ("valid", "right"), ("test", "right"), ("champion", "left")],
                [[r["run"], _clip(r["status"] or ""),

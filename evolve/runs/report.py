@@ -185,7 +185,9 @@ def runs_table(parent: Path) -> list[dict]:
             champ = run.champion() if os.path.lexists(run.file("champion.json")) else None
             if champ:
                 row["expression"] = codegen.infix(treeio.parse(champ["tree"]))
-                row.update(champion_task(champ).runs_columns(champ["metrics"]))
+                task = champion_task(champ)
+                row["task"] = task.name
+                row.update(task.runs_columns(champ["metrics"]))
         except (RunError, treeio.TreeError, KeyError, TypeError, ValueError) as e:
             # one damaged run is shown as such; the others are still listed
             why = str(e).replace(f"{run.path}{os.sep}", "")     # the file, without the dir

@@ -64,5 +64,10 @@ class Task:
         return {f"{split}_{self.figure}": metrics[split][self.figure]
                 for split in ("valid", "test")}
 
+    def runs_text(self, row: dict, split: str) -> str:
+        """A champion's figure on ``split`` as ``evolve runs`` prints it, from the
+        columns of ``runs_columns``."""
+        return f"{row[f'{split}_{self.figure}']:.4f}"
+
     def __repr__(self) -> str:
         return f"<task {self.name}>"

@@ -116,3 +116,7 @@ class TraceTask(Task):
     def runs_columns(self, metrics: dict) -> dict:
         return {f"{split}_{key}": metrics[split][key]
                 for split in ("valid", "test") for key in HEADER_KEYS}
+
+    def runs_text(self, row: dict, split: str) -> str:
+        return (f"{row[f'{split}_tokens_per_call']:.3f} tok/call, "
+                f"TV {row[f'{split}_tv_per_token']:.4f}")
