@@ -430,4 +430,4 @@ def test_bad_input_one_line_exit_2(tmp_path):
 
 def test_cli_formats_are_the_modules():
     from evolve.cli import export
-    assert export.FORMATS == modules.FORMATS
+    assert export.FORMATS == modules.FORMATS + modules.PATCHES

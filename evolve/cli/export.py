@@ -1,4 +1,5 @@
-"""``evolve export``: a champion as a standalone numpy, torch, transformers or vLLM module."""
+"""``evolve export``: a champion as a standalone numpy, torch, transformers or vLLM module,
+or as a patch against vLLM's rejection sampler."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import click
 
 from evolve.cli.common import fail, friendly_errors, runs_dir_option, term
 
-FORMATS = ("numpy", "torch", "hf", "vllm")     # evolve.export.modules.FORMATS (tested equal)
+# evolve.export.modules.FORMATS + PATCHES (tested equal)
+FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
 
 
 @click.command("export")
@@ -18,20 +20,25 @@ FORMATS = ("numpy", "torch", "hf", "vllm")     # evolve.export.modules.FORMATS (
                    "(tokens).")
 @click.option("--format", "fmt", required=True, metavar="|".join(FORMATS),
               help="numpy or torch: threshold/accept over arrays or tensors; hf: a drop-in "
-                   "for transformers' assisted generation; vllm: the accept line of vLLM's "
-                   "rejection sampler.")
+                   "for transformers' assisted generation; vllm: the rule over the tensors of "
+                   "vLLM's rejection sampler (a module); vllm-patch: a unified diff against "
+                   "vLLM 0.33.0's vllm/v1/sample/rejection_sampler.py that puts the rule in "
+                   "its Triton kernel (patch -p1; rules over draft_prob, target_prob and "
+                   "block_position only).")
 @click.option("--out", type=str, default=None, metavar="FILE",
-              help="Write the module to this new file (default: print it). Its directory "
-                   "must exist; not inside the heuristics directory.")
+              help="Write the module (or patch) to this new file (default: print it). Its "
+                   "directory must exist; not inside the heuristics directory.")
 @click.option("--force", is_flag=True,
               help="Replace an existing --out file, keeping it as <name>.previous.")
 @runs_dir_option
 @friendly_errors
 def export_cmd(run, installed, fmt, out, force, runs_dir):
-    """Write a champion (RUN, or --installed) as a module that needs no part of this project."""
+    """Write a champion (RUN, or --installed) as a module that needs no part of this project,
+    or (vllm-patch) as a patch for vLLM."""
     from evolve.export import champions
     from evolve.export.modules import ExportError, check_format, export_source
     from evolve.export.outfile import OutputError, check_target, write_new
+    from evolve.export.vllm_patch import patch_source
     from evolve.io import paths
     if fmt not in FORMATS:
         fail(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
@@ -54,7 +61,10 @@ def export_cmd(run, installed, fmt, out, force, runs_dir):
         nodes, meta, title = champions.from_run(paths.runs_dir(runs_dir), run)
     try:
         check_format(fmt, nodes)
-        source = export_source(nodes, fmt, meta, title)
+        if fmt == "vllm-patch":
+            source = patch_source(nodes, meta, title)
+        else:
+            source = export_source(nodes, fmt, meta, title)
     except ExportError as e:
         fail(str(e))
     except (TypeError, ValueError) as e:        # metadata that is not plain JSON
@@ -66,6 +76,7 @@ def export_cmd(run, installed, fmt, out, force, runs_dir):
         kept = write_new("--out", out, source.encode("utf-8"), force)
     except OutputError as e:
         fail(str(e))
-    term().note(f"{out}: {fmt} module of {meta.get('run', '?')} "
+    kind = "patch" if fmt == "vllm-patch" else "module"
+    term().note(f"{out}: {fmt} {kind} of {meta.get('run', '?')} "
                 f"({len(source.splitlines())} lines)"
                 + (f"; the replaced file is kept as {kept}" if kept else ""))

@@ -38,6 +38,8 @@ PROVIDES = {
            "top_token_match", "block_position", "p_max", "q_max"),
     "vllm": ("draft_prob", "target_prob", "draft_entropy", "target_entropy",
              "top_token_match", "block_position", "p_max", "q_max"),
+    # what rejection_random_sample_kernel holds at its accept test (evolve.export.vllm_patch)
+    "vllm-patch": ("draft_prob", "target_prob", "block_position"),
 }
 
 ENTROPY = '''

@@ -4,7 +4,9 @@ Formats: ``numpy`` and ``torch`` (``threshold`` and ``accept`` over arrays or
 tensors of any shape), ``hf`` (torch, plus a drop-in for transformers'
 ``_speculative_sampling``) and ``vllm`` (torch, plus the accept line of vLLM's
 rejection sampler over [num_tokens] tensors). The text is compiled, never run,
-before it is returned.
+before it is returned. ``vllm-patch`` (``PATCHES``) is not a module but a diff
+against one vLLM release (``evolve.export.vllm_patch``); its inputs are checked
+here too.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from evolve.export import arrays, engines
 from evolve.export.backends import BACKENDS
 from evolve.lang import codegen
 
-FORMATS = ("numpy", "torch", "hf", "vllm")
+FORMATS = ("numpy", "torch", "hf", "vllm")        # module formats
+PATCHES = ("vllm-patch",)                         # diff formats (evolve.export.vllm_patch)
 BACKEND_OF = {"numpy": "numpy", "torch": "torch", "hf": "torch", "vllm": "torch"}
 NEEDS = {"numpy": "numpy", "torch": "torch", "hf": "torch and transformers",
          "vllm": "torch (inside vLLM)"}
@@ -26,22 +29,27 @@ class ExportError(EvolveError):
 
 def check_format(fmt: str, nodes) -> None:
     """Raise ExportError for an unknown format or inputs the format cannot compute."""
-    if fmt not in FORMATS:
-        raise ExportError(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
+    known = FORMATS + PATCHES
+    if fmt not in known:
+        raise ExportError(f"--format: {fmt!r} is invalid; expected one of {', '.join(known)}")
     provided = engines.PROVIDES[fmt]
     if provided is None:
         return
     missing = sorted({n.name for n in nodes if n.kind == "input"} - set(provided))
     if missing:
-        able = [f for f in FORMATS if engines.PROVIDES[f] is None
+        able = [f for f in FORMATS + PATCHES if engines.PROVIDES[f] is None
                 or not set(missing) - set(engines.PROVIDES[f])]
+        what = (f"vLLM's rejection kernel does not hold (it holds {', '.join(provided)})"
+                if fmt in PATCHES else f"{fmt} cannot provide")
         raise ExportError(f"--format {fmt}: the champion reads {', '.join(map(repr, missing))}, "
-                          f"which {fmt} cannot provide (formats that can: {', '.join(able)})")
+                          f"which {what} (formats that can: {', '.join(able)})")
 
 
 def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
-    """The complete module text of ``nodes`` in format ``fmt``."""
+    """The complete module text of ``nodes`` in format ``fmt`` (a module format)."""
     check_format(fmt, nodes)
+    if fmt not in FORMATS:
+        raise ExportError(f"--format {fmt}: a patch, not a module (evolve.export.vllm_patch)")
     trace = codegen.uses_trace_inputs(nodes)
     inputs = arrays.signature(trace)
     backend = BACKENDS[BACKEND_OF[fmt]]
