@@ -9,12 +9,19 @@ any traces with --data; `make results-neural` runs it on the neural pair's):
    `--cap-tv-position`); and with the 99th percentile of slot TV capped at tuned
    leniency's (on valid, `--cap-tv-p99`), so the champion cannot buy its tokens
    by spending its distortion at one position or on a few slots;
-2. tune leniency and leniency with one parameter per block position on valid;
+2. tune every rule family of the rules table (``evolve.rules.table``: the
+   literature's, the slot-spending baselines Cactus and fuzzy SD, the engines'
+   own knobs hf_ensemble, sglang_acc, sglang_single) and leniency with one
+   parameter per block position on valid; a family whose objectives are not
+   exact on these traces (the SGLang ones unless top-k = vocabulary, the slot
+   baselines on traces without slot features) is listed with the reason. The
+   best tuned baseline is the one with the most tokens per call on valid;
 3. report everything on test offline (exact objectives: tokens per call, TV,
    99th percentile of slot TV, KL; the knapsack oracle's share), and
-4. compare the champions with both tuned leniencies in paired free-running
-   decoding on the test prompt pool (the same prompts and uniforms for every
-   rule, standard errors by sequence, 95% intervals).
+4. compare the champions with the best tuned baseline (the reference) and both
+   tuned leniencies in paired free-running decoding on the test prompt pool (the
+   same prompts and uniforms for every rule, standard errors by sequence, 95%
+   intervals).
 
 Writes benchmarks/trace_results.json (commands, seeds, trees, commit, every
 figure) and, with --page, the tables between the results markers of
@@ -49,7 +56,7 @@ from evolve.data.sources import ngram  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import headroom, tuning  # noqa: E402
-from evolve.rules.adapters import TreeRule  # noqa: E402
+from evolve.rules.adapters import TreeRule, named_rule  # noqa: E402
 from evolve.io import paths  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
@@ -101,10 +108,69 @@ def _pair(ts, data_dir: Path):
     return ngram.build_pair(ngram.config_of(ts))
 
 
+OFFLINE_KEYS = ("tokens_per_call", "tokens_se", "tv_per_token", "tv_p99", "kl_per_token",
+                "tv_by_position")
+POSITION = "per-position leniency"
+
+
 def _offline(nodes, sa) -> dict:
     o = spec.objectives(sa, tuning.tree_thresholds(nodes, sa)).to_dict()
-    return {k: o[k] for k in ("tokens_per_call", "tokens_se", "tv_per_token", "tv_p99",
-                              "kl_per_token", "tv_by_position")}
+    return {k: o[k] for k in OFFLINE_KEYS}
+
+
+def tuned_baselines(sas: dict, budget: float, position=None) -> dict:
+    """Every rule family but standard rejection tuned on valid to ``budget`` and
+    reported on test (exact objectives, with the family's own residual and tail):
+    name -> row. A family not exact on these splits carries ``not_exact`` (why)
+    and no numbers; one no parameter of which fits on valid, ``fits_valid`` False.
+    ``position``: ``(ls, valid objectives)`` of the tuned per-position leniency,
+    added as the row ``POSITION``."""
+    rows = {}
+    for name in tuning.families():
+        if name == "standard_rejection":
+            continue
+        r = tuning.RULES[name]
+        why = tuning.scorable(name, sas["valid"]) or tuning.scorable(name, sas["test"])
+        rep = None if why else tuning.tuned_report(name, sas["valid"], sas["test"], budget)
+        row = {"rule": name, "engine": r.engine, "param": None, "fits_valid": rep is not None}
+        if why:
+            row["not_exact"] = why
+        if rep is not None:
+            row.update(label=r.label(rep["param"]), param=rep["param"],
+                       setting=r.engine_setting(rep["param"]),
+                       valid={k: rep["valid"][k] for k in ("tokens_per_call", "tv_per_token")},
+                       test={k: rep["test"][k] for k in OFFLINE_KEYS})
+        rows[name] = row
+    if position is not None and position[0] is not None:
+        ls, o = position
+        nodes = treeio.parse(headroom.position_leniency_tree(ls))
+        rows[POSITION] = {"rule": POSITION, "engine": None, "param": list(ls),
+                          "fits_valid": True, "label": "per-position leniency (tuned)",
+                          "setting": None,
+                          "valid": {"tokens_per_call": o.tokens_per_call,
+                                    "tv_per_token": o.tv_per_token},
+                          "test": _offline(nodes, sas["test"])}
+    return rows
+
+
+def best_baseline(rows: dict) -> str | None:
+    """The fitted row with the most tokens per call on valid (ties: the first)."""
+    best = None
+    for name, row in rows.items():
+        if row["fits_valid"] and (best is None or row["valid"]["tokens_per_call"]
+                                  > rows[best]["valid"]["tokens_per_call"]):
+            best = name
+    return best
+
+
+def _baseline_rule(name: str, row: dict):
+    """(label, decoder rule) of a tuned-baseline row, with its residual and scope."""
+    if name == POSITION:
+        return "per-position leniency (tuned)", TreeRule(
+            treeio.parse(headroom.position_leniency_tree(row["param"])), POSITION)
+    if name == "leniency":
+        return "leniency (tuned)", named_rule(name, row["param"])[0]
+    return f"{row['label']} (best tuned baseline)", named_rule(name, row["param"])[0]
 
 
 def main(argv=None) -> int:
@@ -153,10 +219,13 @@ def main(argv=None) -> int:
         print(f"budget {budget}: tuning baselines on valid", file=sys.stderr)
         lenient = tuning.tune("leniency", sas["valid"], budget)
         len_nodes = treeio.parse(tuning.RULES["leniency"].tree(lenient.param))
-        ls, _ = headroom.tune_position_leniency(sas["valid"], budget)
+        ls, pos_valid = headroom.tune_position_leniency(sas["valid"], budget)
         pos_nodes = treeio.parse(headroom.position_leniency_tree(ls))
         len_valid = spec.objectives(sas["valid"], tuning.tree_thresholds(len_nodes, sas["valid"]))
         cap, p99 = max(len_valid.tv_by_position), len_valid.tv_p99
+        table = tuned_baselines(sas, budget, (ls, pos_valid))
+        best = best_baseline(table)
+        ref_label, ref_rule = _baseline_rule(best, table[best])
         rules = {"leniency (tuned)": (len_nodes, {"l": lenient.param}),
                  "per-position leniency (tuned)": (pos_nodes, {"l": list(ls)})}
         runs = {}
@@ -185,17 +254,28 @@ def main(argv=None) -> int:
         std = tuning.evaluate("standard_rejection", sas["test"]).tokens
         oracle = headroom.knapsack_oracle(sas["test"], budget).tokens_per_call
         offline = {}
+        if ref_label not in rules:      # its own residual and tail: the tuned row's numbers
+            offline[ref_label] = dict(table[best]["test"], params={
+                table[best]["rule"]: table[best]["param"]})
         for label, (nodes, params) in rules.items():
             o = _offline(nodes, sas["test"])
-            o["oracle_share"] = (o["tokens_per_call"] - std) / (oracle - std)
             o["params"] = params
             offline[label] = o
+        for o in offline.values():
+            o["oracle_share"] = (o["tokens_per_call"] - std) / (oracle - std)
+        for row in table.values():
+            if row["fits_valid"]:
+                row["test"]["oracle_share"] = (row["test"]["tokens_per_call"] - std) / (oracle - std)
         print(f"budget {budget}: paired free-running decoding, {a.prompts} prompts",
               file=sys.stderr)
-        free = paired.compare(pair, {k: TreeRule(v[0], k) for k, v in rules.items()},
-                              split="test", prompts=a.prompts, blocks=a.blocks, seed=a.seed)
+        decoders = {ref_label: ref_rule}          # the reference first
+        decoders.update({k: TreeRule(v[0], k) for k, v in rules.items() if k != ref_label})
+        free = paired.compare(pair, decoders, split="test", prompts=a.prompts,
+                              blocks=a.blocks, seed=a.seed)
         doc["budgets"].append({"budget": budget, "standard_tokens_per_call": std,
                                "oracle_tokens_per_call": oracle, "runs": runs,
+                               "tuned_baselines": table,
+                               "best_tuned_baseline": {"rule": best, "label": ref_label},
                                "offline_test": offline, "free_running_test": free})
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     a.out.write_text(json.dumps(doc, indent=1) + "\n")
@@ -221,8 +301,8 @@ def markdown(doc: dict) -> str:
                   f"{b['standard_tokens_per_call']:.4f} tokens/call, knapsack oracle "
                   f"{b['oracle_tokens_per_call']:.4f}):", "",
                   "| rule | offline tokens/call | TV/token | slot TV p99 | KL/token | of oracle "
-                  "| free-running tokens/call | free-running TV/token | minus tuned leniency "
-                  "(95% interval) | draft log-lik. minus leniency's |",
+                  "| free-running tokens/call | free-running TV/token | minus the reference "
+                  f"({free_ref(b)}; 95% interval) | draft log-lik. minus the reference's |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         free = b["free_running_test"]
         for label, o in b["offline_test"].items():
@@ -239,6 +319,7 @@ def markdown(doc: dict) -> str:
                          f"{100 * o['oracle_share']:.0f}% | {fr['tokens_per_call']:.4f} ± "
                          f"{fr['tokens_se']:.4f} | {fr['tv_per_token']:.4f} | {diff} | {steer} |")
         lines.append("")
+        lines += baselines_markdown(b)
         for variant, r in b["runs"].items():
             o = r["over_starts"]
             lines.append(f"- {variant}: `{r['expression']}` (seed {r['chosen_seed']} of "
@@ -247,6 +328,40 @@ def markdown(doc: dict) -> str:
                          f"`{r['command']}`")
         lines.append("")
     return "\n".join(lines)
+
+
+def free_ref(b: dict) -> str:
+    return b["free_running_test"].get("reference", "leniency (tuned)")
+
+
+def baselines_markdown(b: dict) -> list:
+    """The tuned-baseline table of one budget (results files written before it: none)."""
+    table = b.get("tuned_baselines")
+    if not table:
+        return []
+    best = (b.get("best_tuned_baseline") or {}).get("rule")
+    lines = [f"Tuned baselines (each tuned on valid to TV {b['budget']:g}, reported on test; "
+             "the best on valid is the free-running reference):", "",
+             "| family | engine | tuned parameter | valid tokens/call | test tokens/call "
+             "| TV/token | slot TV p99 | KL/token | of oracle |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, row in table.items():
+        mark = " **(best)**" if name == best else ""
+        eng = row.get("engine") or ""
+        if not row["fits_valid"]:
+            why = row.get("not_exact")
+            text = (f"not exact on these traces ({why.split(';')[0]})" if why
+                    else "no parameter fits the budget on valid")
+            lines.append(f"| {name} | {eng} | {text} | | | | | | |")
+            continue
+        o, v = row["test"], row["valid"]
+        param = row.get("setting") or row.get("label") or name
+        share = o.get("oracle_share")
+        lines.append(f"| {name}{mark} | {eng} | {param} | {v['tokens_per_call']:.4f} | "
+                     f"{o['tokens_per_call']:.4f} | {o['tv_per_token']:.4f} | "
+                     f"{o['tv_p99']:.4f} | {o['kl_per_token']:.4f} | "
+                     + ("" if share is None else f"{100 * share:.0f}%") + " |")
+    return lines + [""]
 
 
 PAGE = ROOT / "docs" / "results.md"

@@ -47,7 +47,7 @@ def test_block_subset_is_those_rows():
     idx = np.array([0, 5, 6, 100])
     g = ts.block_size
     rows = (idx[:, None] * g + np.arange(g)).reshape(-1)
-    sub = T.TraceSplit({f: ts.columns[f][rows] for f in T.ALL_FIELDS}, ts.meta)
+    sub = T.TraceSplit({f: ts.columns[f][rows] for f in ts.fields}, ts.meta)
     want, got = SpecArrays.from_split(sub), SpecArrays.from_split(ts).blocks(idx)
     for f in ("X", "cq", "cp", "tq", "tp", "eq", "ep", "dcand", "std_x"):
         assert np.array_equal(getattr(want, f), getattr(got, f)), f

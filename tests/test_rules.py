@@ -24,7 +24,9 @@ def test_token_rules_read_only_the_six_features_and_seeds_exist():
     assert {r.name for r in rules(TRACES)} == set(RULES)
     assert len(seed_trees(TRACES)) == len(seed_trees(TOKENS)) + 3
     assert set(families()) == {"standard_rejection", "leniency", "ears", "typical_acceptance",
-                               "bild_rollback", "hf_ensemble", "sglang_acc", "sglang_single"}
+                               "bild_rollback", "hf_ensemble", "sglang_acc", "sglang_single",
+                               "cactus", "fuzzy_sd"}
+    assert {"cactus", "fuzzy_sd"}.isdisjoint(r.name for r in rules(TOKENS))   # slot features
     # the target-only (SGLang) families exist only on traces, the ensemble weight on both
     assert {"sglang_acc", "sglang_single"}.isdisjoint(r.name for r in rules(TOKENS))
     assert "hf_ensemble" in {r.name for r in rules(TOKENS)}
@@ -49,7 +51,9 @@ def test_lenient_rules_accept_at_least_as_often_as_the_standard_rule():
          "position": rng.integers(0, 100, n).astype(float),
          "draft_entropy": rng.uniform(0, 6, n), "target_entropy": rng.uniform(0, 6, n),
          "top_token_match": rng.random(n) < 0.5, "block_position": rng.integers(0, 4, n),
-         "p_max": rng.uniform(0.3, 1, n), "q_max": rng.uniform(0.3, 1, n)}
+         "p_max": rng.uniform(0.3, 1, n), "q_max": rng.uniform(0.3, 1, n),
+         "slot_tv": rng.uniform(0, 1, n), "slot_kl_pq": rng.exponential(0.5, n),
+         "slot_kl_qp": rng.exponential(0.5, n)}
     std = np.minimum(1.0, F["target_prob"] / F["draft_prob"])
     for r in RULES.values():
         if not r.lenient:

@@ -1,5 +1,6 @@
 """Exact objectives: brute-force enumeration, identities, kernel vs numpy reference."""
 
+import dataclasses
 import itertools
 import random
 from types import SimpleNamespace
@@ -230,9 +231,10 @@ def test_candidate_matrix_layout():
     ts = tracekit.split("valid")
     sa = spec.SpecArrays.from_split(ts)
     assert spec.FEATURES[:6] == P.INPUT_NAMES
-    assert sa.X.shape == (9, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
+    assert sa.X.shape == (12, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
     F = sa.features()
     i = 37
+    assert (F["slot_kl_qp"][i] == ts.slot_kl_qp[i]).all() and not sa.missing
     c = ts.draft_cand[i]
     if c >= 0:
         assert F["draft_prob"][i, c] == ts.draft_prob[i]
@@ -303,9 +305,10 @@ def test_kernel_reads_inputs_6_to_8(sa):
     std = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
     assert got.acceptance[0] > std.acceptance[0] + 0.1
     assert got.tv_per_token == pytest.approx(ref.tv_per_token, rel=1e-9)
-    bad = _program([(9,), (C, 1.0), (PMIN,)])
+    bad = _program([(9,), (C, 1.0), (PMIN,)])      # slot_tv: not in a nine-row matrix
+    nine = dataclasses.replace(sa, X=np.ascontiguousarray(sa.X[:9]))
     with pytest.raises(ValueError, match="opcode 9"):
-        spec_kernels.population_objectives(bad, sa)
+        spec_kernels.population_objectives(bad, nine)
 
 
 def test_kernel_is_thread_count_independent(sa):

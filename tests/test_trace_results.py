@@ -1,13 +1,83 @@
-"""The README's trace-results script runs end to end at tiny sizes."""
+"""The README's trace-results script runs end to end at tiny sizes; its tuned
+baselines (every family of the rules table) and the choice of the best one."""
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from evolve.objectives import spec
+from evolve.rules import headroom, tuning
+from evolve.rules.table import RULES, engine_families
+from tests import tracekit
+
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script():
+    s = importlib.util.spec_from_file_location("trace_results",
+                                               ROOT / "benchmarks" / "trace_results.py")
+    mod = importlib.util.module_from_spec(s)
+    s.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def tiny_sas():
+    return {s: spec.SpecArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
+
+
+def test_tuned_baselines_cover_every_family_and_pick_the_best_on_valid(tiny_sas):
+    tr = _script()
+    budget = 0.03
+    ls, pos = headroom.tune_position_leniency(tiny_sas["valid"], budget)
+    table = tr.tuned_baselines(tiny_sas, budget, (ls, pos))
+    want = {n for n in tuning.families() if n != "standard_rejection"} | {tr.POSITION}
+    assert set(table) == want
+    assert {"cactus", "fuzzy_sd"} | set(engine_families()) <= set(table)
+    for name in ("cactus", "fuzzy_sd", "hf_ensemble", "leniency", "ears"):
+        row = table[name]
+        assert row["fits_valid"], name
+        assert row["valid"]["tv_per_token"] <= budget
+        ref = tuning.evaluate(name, tiny_sas["test"], row["param"]).objectives  # independent
+        assert row["test"]["tokens_per_call"] == pytest.approx(ref.tokens_per_call, rel=1e-12)
+    assert table["hf_ensemble"]["setting"].startswith("assistant_ensemble_weight=")
+    for name in ("sglang_acc", "sglang_single"):     # top-k < vocabulary: not exact here
+        assert not table[name]["fits_valid"] and "top-k" in table[name]["not_exact"]
+    best = tr.best_baseline(table)
+    fitted = {n: r["valid"]["tokens_per_call"] for n, r in table.items() if r["fits_valid"]}
+    assert best == max(fitted, key=fitted.get)
+    # a planted leader is chosen; no fitted row: none
+    table["ears"]["valid"]["tokens_per_call"] = 1e9
+    assert tr.best_baseline(table) == "ears"
+    assert tr.best_baseline({k: dict(v, fits_valid=False) for k, v in table.items()}) is None
+    label, rule = tr._baseline_rule("cactus", table["cactus"])
+    assert label.endswith("(best tuned baseline)") and "cactus" in label
+    label, rule = tr._baseline_rule("sglang_acc", {"param": 0.5, "label": "x"})
+    assert rule.residual == RULES["sglang_acc"].residual
+
+
+def test_engine_families_are_tuned_on_full_vocabulary_traces():
+    """With top-k = vocabulary the SGLang knobs are exact and tuned like the others."""
+    from tests.test_slot_features import _slots, _trace
+    tr = _script()
+    rng = np.random.default_rng(2)
+    sas = {}
+    for s in ("valid", "test"):
+        P_, Q_ = _slots(seed=int(rng.integers(1000)), n=64, V=6)
+        sas[s] = spec.SpecArrays.from_split(_trace(P_, Q_, g=4))
+    table = tr.tuned_baselines(sas, 0.05)
+    for name in ("sglang_acc", "sglang_single", "hf_ensemble", "cactus", "fuzzy_sd"):
+        assert "not_exact" not in table[name], name
+    assert any(table[n]["fits_valid"] for n in ("sglang_acc", "sglang_single"))
+    b = {"budget": 0.05, "tuned_baselines": table,
+         "best_tuned_baseline": {"rule": tr.best_baseline(table)}}
+    text = "\n".join(tr.baselines_markdown(b))
+    assert "| sglang_acc | sglang |" in text and "**(best)**" in text
 
 
 @pytest.mark.slow
@@ -20,10 +90,14 @@ def test_trace_results_quick(tmp_path):
     doc = json.loads(out.read_text())
     assert [b["budget"] for b in doc["budgets"]] == [0.01, 0.03]
     for b in doc["budgets"]:
-        assert set(b["offline_test"]) == {"leniency (tuned)", "per-position leniency (tuned)",
-                                          "evolved", "evolved, slot TV capped",
-                                          "evolved, slot TV p99 capped"}
-        assert b["free_running_test"]["reference"] == "leniency (tuned)"
+        assert set(b["offline_test"]) == {
+            "leniency (tuned)", "per-position leniency (tuned)", "evolved",
+            "evolved, slot TV capped", "evolved, slot TV p99 capped",
+            b["best_tuned_baseline"]["label"]}
+        best = b["best_tuned_baseline"]
+        assert b["free_running_test"]["reference"] == best["label"]
+        assert best["label"] in b["offline_test"]
+        assert {"cactus", "fuzzy_sd", "hf_ensemble", "sglang_acc"} <= set(b["tuned_baselines"])
         for o in b["offline_test"].values():
             assert o["oracle_share"] <= 1.0 + 1e-9
         for run in b["runs"].values():

@@ -143,7 +143,7 @@ def test_trace_shape_and_meaning():
     g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
     assert len(ts) == cfg.valid_prompts * cfg.blocks_per_prompt * g
     assert ts.cand_token.shape == (len(ts), k) and ts.context.shape == (len(ts), C)
-    assert ts.meta["format_version"] == 2
+    assert ts.meta["format_version"] == 3
     assert ts.meta["models"]["python_version"] == lm.python_version()
     # within a block the context slides over the drafted bytes
     blk = ts.context.reshape(-1, g, C)
@@ -291,7 +291,7 @@ def test_missing_and_extra_members(tmp_path):
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     for drop, add, pattern in [("v2/p_max", None, "field 'p_max' is missing"),
-                               (None, "v2/extra", "member 'v2/extra' is not part of schema v2")]:
+                               (None, "v2/extra", "member 'v2/extra' is not part of schema v3")]:
         out = tmp_path / "m.npz"
         with zipfile.ZipFile(out, "w") as zf:
             for n, b in members.items():

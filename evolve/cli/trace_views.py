@@ -73,7 +73,8 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
             else:
                 param = ""
             if r["test"] is None:
-                why = ("needs top-k = vocabulary" if r.get("not_exact")
+                why = (("needs slot features" if "slot_" in r["not_exact"]
+                        else "needs top-k = vocabulary") if r.get("not_exact")
                        else "no parameter fits on valid")
                 rows.append([[r["rule"], param, "-", "-", "-", "-", "-", "-", "-",
                               why][i] for i in keep])

@@ -201,6 +201,8 @@ class ClusterSplit:
         from evolve.objectives.base import Evaluator
         g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
         shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
+        # as SpecArrays.missing: "" where the shards hold the slot features (schema v3)
+        shape.missing = "" if self.meta.get("format_version") == 3 else "no slot features"
         return Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks, tail_cap), shape,
                          shape.n * shape.k,
                          batch=lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap))

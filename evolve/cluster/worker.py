@@ -81,10 +81,10 @@ def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, b
 def warm(ts) -> None:
     """Compile (or load from the cache) the trace kernel for these array types, on
     one block of ``ts``: run here before workers start, so they only read the cache."""
-    from evolve.data.traces import ALL_FIELDS, TraceSplit
+    from evolve.data.traces import TraceSplit
     from evolve.lang import treeio
     g = int(ts.meta["block_size"])
-    one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ALL_FIELDS}, ts.meta)
+    one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ts.fields}, ts.meta)
     sa = kernel_arrays(one)
     progs = treeio.linearise([treeio.parse("pmin(1.0, pdiv(target_prob, draft_prob))")])
     from evolve.kernels.speculative import population_sums

@@ -90,6 +90,54 @@ def rejection_residual(kind: str, p: np.ndarray, q: np.ndarray, x: np.ndarray) -
     return r
 
 
+KL_FLOOR = 1e-300     # log max(., KL_FLOOR): a KL with q(x) = 0 < p(x) is large, finite
+
+
+def slot_features(p: np.ndarray, q: np.ndarray) -> dict:
+    """The schema-v3 slot features (``evolve.data.traces.V3_FIELDS``) of each row of
+    the full target and draft distributions p, q (B, V), in float64: ``slot_tv`` =
+    sum max(0, q - p) (= TV(p, q), the standard rule's rejection probability),
+    ``slot_kl_pq`` = KL(p || q) and ``slot_kl_qp`` = KL(q || p), each summed over the
+    support of its first argument with the other floored at 1e-300, and
+    ``slot_n_q_gt_p``, the number of tokens with q > p. The one definition: every
+    decoder records these (the Hugging Face one computes the same on its device)."""
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    return {"slot_tv": np.maximum(q - p, 0.0).sum(axis=-1),
+            "slot_kl_pq": _kl(p, q), "slot_kl_qp": _kl(q, p),
+            "slot_n_q_gt_p": (q > p).sum(axis=-1).astype(np.int64)}
+
+
+def slot_columns(columns: dict) -> dict | None:
+    """The slot features of a split's columns: recorded (schema v3), else computed
+    from the candidates where they hold all of both distributions' mass (zero tails:
+    every other token has p = q = 0 and adds nothing), else None."""
+    names = ("slot_tv", "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p")
+    if all(f in columns for f in names):
+        return {f: columns[f] for f in names}
+    if (np.asarray(columns["tail_draft_prob"]) == 0.0).all() and \
+            (np.asarray(columns["tail_target_prob"]) == 0.0).all():
+        return slot_features(columns["cand_target_prob"], columns["cand_draft_prob"])
+    return None
+
+
+def slots_missing(columns: dict, source: str) -> str:
+    """"" if ``slot_columns`` finds the slot features, else why not (one line)."""
+    if slot_columns(columns) is not None:
+        return ""
+    return (f"{source}: field 'slot_tv' is missing (a schema v2 split whose candidates "
+            "miss some of the mass); rules that read the slot features need traces "
+            "recorded with them (`evolve data trace`)")
+
+
+def _kl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    pos = a > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(pos, a * (np.log(np.where(pos, a, 1.0))
+                               - np.log(np.maximum(b, KL_FLOOR))), 0.0)
+    return t.sum(axis=-1)
+
+
 SORT_ALL_MAX_VOCAB = 4096   # above this, candidates come from a partial sort
 
 
@@ -139,7 +187,7 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     others (an engine's knob, ``judges_every_draft``, to every draft, with its
     own residual). ``pos0`` (per prompt) offsets the ``position`` feature.
 
-    Returns ``(columns, accepted)``: the v1 + v2 columns of every drafted
+    Returns ``(columns, accepted)``: the v1 + v2 + v3 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
     and the accepted draft count of every block, int64 (n, blocks); with
     ``history`` also the decoded text, uint8 (n, prompt + blocks (g + 1)), and
@@ -253,7 +301,7 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
              "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
              "top_token_match": x == np.argmax(Pg, axis=1),
              "block_position": np.tile(np.arange(g), B),
-             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1)}
+             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **slot_features(Pg, Qg)}
     a = clipped(rule.many(feats))
     if judges_every_draft(rule):             # an engine's knob judges every draft
         return a.reshape(B, g)
@@ -262,7 +310,7 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
 
 
 def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: int) -> dict:
-    """Schema-v2 columns (all but ``context``) of one block of every sequence of a
+    """Schema-v3 columns (all but ``context``) of one block of every sequence of a
     batch: Pg, Qg the (B g, V) distributions at the g drafted positions; X, qx, px,
     rand, acc (B, g) the drafts, their probabilities, uniforms and standard-rule
     decisions; cs their ``candidate_summary``; gen_before (B,) the tokens generated
@@ -279,11 +327,12 @@ def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: i
             "block_index": np.full(B * g, t, dtype=np.int64),
             "block_position": np.tile(np.arange(g), B), "token": x,
             "draft_cand": np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1),
-            "target_top": top, "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **cs}
+            "target_top": top, "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **cs,
+            **slot_features(Pg, Qg)}
 
 
 INT_COLUMNS = ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
-               "target_top")
+               "target_top", "slot_n_q_gt_p")
 
 
 def sequence_major(rec: dict, blocks: int, B: int, g: int) -> dict:

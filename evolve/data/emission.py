@@ -26,8 +26,8 @@ import numpy as np
 
 from evolve.data.decode import (RESIDUAL_EPS, STANDARD, WITHOUT_DRAFT, clipped,
                                 entropy, judges_every_draft, residual, residual_kind,
-                                top_candidates)
-from evolve.lang.features import TRACE_INPUT_NAMES
+                                slot_features, top_candidates)
+from evolve.lang.features import ALL_INPUT_NAMES
 
 
 def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions) -> dict:
@@ -43,14 +43,15 @@ def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions) -> 
             "draft_entropy": per_row(entropy(q)), "target_entropy": per_row(entropy(p)),
             "top_token_match": np.arange(V)[None, :] == top[:, None],
             "block_position": per_row(np.asarray(block_positions, np.int64)),
-            "p_max": per_row(p.max(axis=1)), "q_max": per_row(q.max(axis=1))}
+            "p_max": per_row(p.max(axis=1)), "q_max": per_row(q.max(axis=1)),
+            **{f: per_row(v) for f, v in slot_features(p, q).items()}}
 
 
 def acceptance(p: np.ndarray, q: np.ndarray, F: dict, rule, k: int) -> np.ndarray:
     """a(x) for every token: the rule (a ``many(features)`` rule of
     ``evolve.rules.adapters``) on the draft's top-k, the standard rule elsewhere."""
     M, V = p.shape
-    a = clipped(rule.many({f: F[f].reshape(-1) for f in TRACE_INPUT_NAMES})).reshape(M, V)
+    a = clipped(rule.many({f: F[f].reshape(-1) for f in ALL_INPUT_NAMES})).reshape(M, V)
     if judges_every_draft(rule):              # an engine's knob: every token by the rule
         return a
     in_top = np.zeros((M, V), dtype=bool)

@@ -44,7 +44,7 @@ def write_shard(directory: Path, columns: dict) -> dict:
     """Write one shard's columns as .npy files; its manifest entry."""
     directory.mkdir(parents=True)
     cols = {}
-    for f in T.ALL_FIELDS:
+    for f in T.fields_of(columns):             # v2, or v3 with the slot features
         a = np.ascontiguousarray(columns[f])
         path = directory / f"{f}.npy"
         with open(path, "wb") as fh:
@@ -71,7 +71,7 @@ def is_shard_set(directory: str | os.PathLike) -> bool:
                 continue
             if not (SHARD_NAME.fullmatch(name) and st_is_dir(path_stat(d / name))):
                 return False
-            fields = {f"{f}.npy" for f in T.ALL_FIELDS}
+            fields = {f"{f}.npy" for f in T.V3_ALL_FIELDS}
             for inner in os.listdir(d / name):
                 if inner not in fields or not st_is_file(path_stat(d / name / inner)):
                     return False
@@ -231,7 +231,8 @@ class SplitWriter:
             self._flush(self.rows_per_shard)
 
     def _flush(self, rows: int) -> None:
-        cols = {f: np.concatenate([p[f] for p in self.pending]) for f in T.ALL_FIELDS}
+        cols = {f: np.concatenate([p[f] for p in self.pending])
+                for f in T.fields_of(self.pending[0])}
         head = {f: a[:rows] for f, a in cols.items()}
         rest = {f: a[rows:] for f, a in cols.items()}
         self.entries.append(write_shard(self.tmp / f"shard-{len(self.entries):05d}", head))
@@ -242,7 +243,9 @@ class SplitWriter:
         if self.pending_rows:
             self._flush(self.pending_rows)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                    "schema_version": T.FORMAT_VERSION, "meta": self.meta,
+                    "schema_version": (T.SLOT_VERSION if self.entries and "slot_tv" in
+                                       self.entries[0]["columns"] else T.FORMAT_VERSION),
+                    "meta": self.meta,
                     "rows": sum(e["rows"] for e in self.entries), "shards": self.entries}
         with open(self.tmp / MANIFEST, "w", encoding="utf-8") as fh:
             fh.write(json.dumps(manifest, indent=1, sort_keys=True, allow_nan=False) + "\n")
@@ -278,7 +281,7 @@ def write_split(ts: T.TraceSplit, out: str | os.PathLike, rows_per_shard: int) -
     try:
         n, step = len(ts), w.rows_per_shard
         for a in range(0, n, step):
-            w.add({f: ts.columns[f][a:a + step] for f in T.ALL_FIELDS})
+            w.add({f: ts.columns[f][a:a + step] for f in ts.fields})
         return w.commit()
     except BaseException:
         w.abort()

@@ -3,8 +3,8 @@
 A sharded trace set is a directory with one sub-directory per split
 (``train/``, ``valid/``, ``test/``). A split directory holds ``manifest.json``
 and its shards ``shard-00000/`` ... , each a directory of uncompressed NumPy
-``.npy`` files, one per schema-v2 field (``evolve.data.traces.ALL_FIELDS``),
-that ``np.load(..., mmap_mode="r")`` maps without reading. Shards hold whole
+``.npy`` files, one per schema-v2 field (``evolve.data.traces.ALL_FIELDS``;
+with ``schema_version`` 3 also the slot features, ``V3_ALL_FIELDS``), that ``np.load(..., mmap_mode="r")`` maps without reading. Shards hold whole
 blocks, in order: the shards of a split, concatenated, are the split.
 
 ``manifest.json``::
@@ -140,7 +140,8 @@ class ShardedSplit:
     def concat(self) -> T.TraceSplit:
         """The whole split in memory (for reports that need every row at once)."""
         parts = [self.shard(i) for i in range(len(self.shards))]
-        cols = {f: np.concatenate([p.columns[f] for p in parts]) for f in T.ALL_FIELDS}
+        cols = {f: np.concatenate([p.columns[f] for p in parts])
+                for f in shard_fields(self.meta)}
         return T.TraceSplit(cols, dict(self.meta, source=str(self.directory)), self.name)
 
 
@@ -220,8 +221,14 @@ def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSpl
     ``read_column``; the rows are validated by ``open_split``)."""
     path = Path(path)
     check_shard_dir(path)
-    cols = {f: read_column(path / f"{f}.npy", f) for f in T.ALL_FIELDS}
+    cols = {f: read_column(path / f"{f}.npy", f) for f in shard_fields(meta)}
     return T.TraceSplit(cols, dict(meta, source=str(path)), name)
+
+
+def shard_fields(meta: dict) -> tuple:
+    """The columns of a split's shards: with the slot features where its manifest's
+    ``schema_version`` (copied into ``meta["format_version"]`` by ``open_split``) is 3."""
+    return T.V3_ALL_FIELDS if meta.get("format_version") == T.SLOT_VERSION else T.ALL_FIELDS
 
 
 def _whole(v, lo: int = 0, hi: int | None = None) -> bool:
@@ -241,9 +248,12 @@ def _manifest(directory: Path) -> dict:
     m = jsonio.read_json(src, "shard manifest", DataError, where=where)
     if not isinstance(m, dict) or m.get("format") != FORMAT:
         raise DataError(f"{where}: field 'format' is not {FORMAT!r}")
-    for key, want in (("format_version", FORMAT_VERSION), ("schema_version", T.FORMAT_VERSION)):
-        if type(m.get(key)) is not int or m.get(key) != want:
-            raise DataError(f"{where}: field '{key}' is {m.get(key)!r:.40}, expected {want}")
+    if type(m.get("format_version")) is not int or m.get("format_version") != FORMAT_VERSION:
+        raise DataError(f"{where}: field 'format_version' is {m.get('format_version')!r:.40}, "
+                        f"expected {FORMAT_VERSION}")
+    if type(m.get("schema_version")) is not int or m["schema_version"] not in T.FORMAT_VERSIONS:
+        raise DataError(f"{where}: field 'schema_version' is {m.get('schema_version')!r:.40}, "
+                        f"expected {T.FORMAT_VERSION} or {T.SLOT_VERSION}")
     unknown = sorted(set(m) - {"format", "format_version", "schema_version", "meta", "rows",
                                "shards"})
     if unknown:
@@ -265,7 +275,7 @@ def _manifest(directory: Path) -> dict:
     if "vocab_size" in meta and not _whole(meta["vocab_size"], 2):
         raise DataError(f"{where}: field 'meta.vocab_size' must be a whole number >= 2, "
                         f"got {meta['vocab_size']!r:.40}")
-    fields = set(T.ALL_FIELDS)
+    fields = set(T.V3_ALL_FIELDS if m["schema_version"] == T.SLOT_VERSION else T.ALL_FIELDS)
     seen = set()
     for i, e in enumerate(shards):
         at = f"{where}: shard {i}"
@@ -315,13 +325,13 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
     directory = Path(directory)
     m = _manifest(directory)
     src = shown(directory / MANIFEST)
-    meta = dict(m["meta"])
+    meta = dict(m["meta"], format_version=m["schema_version"])
     schema = None
     for i, e in enumerate(m["shards"]):
         sdir = directory / e["dir"]
         check_shard_dir(sdir)
         n = e["rows"]
-        for f in T.ALL_FIELDS:
+        for f in shard_fields(meta):
             path = sdir / f"{f}.npy"
             where = shown(path)
             want = e["columns"].get(f)
@@ -350,7 +360,7 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
                                     "(the file changed or is corrupt)")
         if schema is None:
             schema = {f: (e["columns"][f]["dtype"], e["columns"][f]["shape"][1:])
-                      for f in T.ALL_FIELDS}
+                      for f in shard_fields(meta)}
         if check:
             ts = map_shard(sdir, meta, name)
             T.validate(ts, shown(sdir))

@@ -1,4 +1,4 @@
-"""Speculative-decoding traces, schema v2: one row per drafted position.
+"""Speculative-decoding traces, schema v2 and v3: one row per drafted position.
 
 A split holds the eight v1 fields of every drafted position (so a v1 reader
 loads it as a token split) and the v2 fields below: where the position sits
@@ -15,6 +15,11 @@ them; the v2 fields are NumPy ``.npy`` payloads stored under ``v2/<field>`` (no
 ``.npy`` suffix), and ``meta.json`` holds ``format_version: 2`` and the
 generation settings. Loading validates every invariant and raises DataError
 naming the file, the field and the first bad row.
+
+Schema v3 = v2 + the four slot features of ``V3_FIELDS`` (stored under ``v3/``,
+``format_version: 3``) of the full distributions p and q over the vocabulary
+(``evolve.data.decode.slot_features``). Version 2 files still load, without them
+(``TraceSplit.has_slot_features``; ``evolve.objectives.spec.SpecArrays.missing``).
 
 Vocabulary: ``meta.json`` may name ``vocab_size`` (token ids are 0 ..
 vocab_size - 1); files without it are byte-level (256, the n-gram pair).
@@ -42,9 +47,12 @@ from evolve.io import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 2     # the schema every split holds (ALL_FIELDS)
+SLOT_VERSION = 3       # files with the slot features (V3_FIELDS) as well
+FORMAT_VERSIONS = (FORMAT_VERSION, SLOT_VERSION)
 SPLITS = D.SPLITS
 V2_PREFIX = "v2/"
+V3_PREFIX = "v3/"
 MASS_TOL = 1e-9        # tolerance of probability sums in validation
 
 # v2 fields beyond the v1 record. Kind: "row" (N,), "cand" (N, k), "ctx" (N, C).
@@ -69,13 +77,22 @@ V2_FIELDS: dict[str, tuple[str, np.dtype]] = {
 # Integer fields that may also be stored wider (token ids of large vocabularies).
 WIDE_DTYPES = {"cand_token": (np.dtype(np.uint8), np.dtype(np.int32), np.dtype(np.int64)),
                "context": (np.dtype(np.uint8), np.dtype(np.int32))}
+# v3 fields: per-slot features of the full distributions p (target), q (draft).
+V3_FIELDS: dict[str, tuple[str, np.dtype]] = {
+    "slot_tv": ("row", np.dtype(np.float64)),         # sum_x max(0, q - p) = TV(p, q)
+    "slot_kl_pq": ("row", np.dtype(np.float64)),      # KL(p || q)
+    "slot_kl_qp": ("row", np.dtype(np.float64)),      # KL(q || p)
+    "slot_n_q_gt_p": ("row", np.dtype(np.int64)),     # #{x: q(x) > p(x)}
+}
+KL_TOL = 1e-12         # a KL computed in float64 may round to a tiny negative
 CONTEXT_PAD = -1       # left padding of int32 contexts shorter than context_len
-ALL_FIELDS = tuple(D.FIELDS) + tuple(V2_FIELDS)
+ALL_FIELDS = tuple(D.FIELDS) + tuple(V2_FIELDS)    # the fields every split has
+V3_ALL_FIELDS = ALL_FIELDS + tuple(V3_FIELDS)
 
 
 @dataclass(frozen=True)
 class TraceSplit:
-    """One v2 split: per-row columns (v1 + v2), (N, k) candidates, (N, C) contexts."""
+    """One split: per-row columns (v1 + v2 [+ v3]), (N, k) candidates, (N, C) contexts."""
     columns: dict
     meta: dict
     name: str = ""
@@ -106,6 +123,16 @@ class TraceSplit:
         return vocab_size(self.meta)
 
     @property
+    def has_slot_features(self) -> bool:
+        """Whether the split carries the v3 slot features (``V3_FIELDS``)."""
+        return all(f in self.columns for f in V3_FIELDS)
+
+    @property
+    def fields(self) -> tuple:
+        """The fields this split holds: ``V3_ALL_FIELDS`` or ``ALL_FIELDS``."""
+        return fields_of(self.columns)
+
+    @property
     def backend(self) -> str:
         return str(self.meta.get("backend", "ngram"))
 
@@ -113,6 +140,11 @@ class TraceSplit:
         """The v1 view: one record per drafted position, the eight original fields."""
         return D.from_columns({f: self.columns[f] for f in D.FIELDS},
                               source=self.meta.get("source", "<traces>"), name=self.name)
+
+
+def fields_of(columns) -> tuple:
+    """``V3_ALL_FIELDS`` if ``columns`` holds every slot feature, else ``ALL_FIELDS``."""
+    return V3_ALL_FIELDS if all(f in columns for f in V3_FIELDS) else ALL_FIELDS
 
 
 def vocab_size(meta: dict) -> int:
@@ -123,19 +155,30 @@ def vocab_size(meta: dict) -> int:
 # ---------------------------------------------------------------- storage
 
 def save(ts: TraceSplit, path: str | os.PathLike) -> None:
-    """Write a v2 split atomically as a deterministic, uncompressed .npz."""
+    """Write a split atomically as a deterministic, uncompressed .npz: schema v3
+    when its columns hold every slot feature, v2 when they hold none."""
+    some = [f for f in V3_FIELDS if f in ts.columns]
+    if some and not ts.has_slot_features:
+        missing = next(f for f in V3_FIELDS if f not in ts.columns)
+        raise DataError(f"{ts.meta.get('source', '<traces>')}: field '{missing}' is "
+                        f"missing (a v3 split needs all of {', '.join(V3_FIELDS)})")
+    version = SLOT_VERSION if some else FORMAT_VERSION
     meta = {k: v for k, v in ts.meta.items() if k != "source"}
-    D.write_npz(path, meta, {member: ts.columns[f] for f, member in _members().items()})
+    meta["format_version"] = version
+    D.write_npz(path, meta, {member: ts.columns[f]
+                             for f, member in _members(version).items()})
 
 
-def _members() -> dict:
-    """Field -> zip member: v1 fields as <field>.npy (so v1 loaders read the file),
-    the v2 ones under v2/."""
-    return {f: (f + ".npy" if f in D.FIELDS else V2_PREFIX + f) for f in ALL_FIELDS}
+def _members(version: int = FORMAT_VERSION) -> dict:
+    """Field -> zip member: v1 as <field>.npy (v1 loaders read it), v2/..., v3/..."""
+    m = {f: (f + ".npy" if f in D.FIELDS else V2_PREFIX + f) for f in ALL_FIELDS}
+    if version >= SLOT_VERSION:
+        m.update({f: V3_PREFIX + f for f in V3_FIELDS})
+    return m
 
 
 def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
-    """Load and validate a v2 split; a v1 file raises DataError saying so."""
+    """Load and validate a v2 or v3 split; a v1 file raises DataError saying so."""
     path = Path(path)
     src = str(path)
     if not os.path.lexists(path):
@@ -147,15 +190,16 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
             if "meta.json" not in names:
                 raise DataError(f"{src}: meta.json is missing (not a trace file)")
             meta = D.read_meta(zf, src)
-            if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
-                v = meta.get("format_version") if isinstance(meta, dict) else None
+            v = meta.get("format_version") if isinstance(meta, dict) else None
+            if not _is_version(v):
                 raise DataError(f"{src}: format_version is {v!r}, a trace file has "
-                                f"{FORMAT_VERSION} (v1 splits load with evolve.data)")
-            cols = D.read_members(zf, src, _members())
-            known = {f + ".npy" for f in D.FIELDS} | {V2_PREFIX + f for f in V2_FIELDS}
+                                "2 or 3 (v1 splits load with evolve.data)")
+            members = _members(v)
+            cols = D.read_members(zf, src, members)
+            known = set(members.values())
             extra = sorted(n for n in names if n not in known and n != "meta.json")
             if extra:
-                raise DataError(f"{src}: member '{extra[0]}' is not part of schema v2")
+                raise DataError(f"{src}: member '{extra[0]}' is not part of schema v{v}")
     except DataError:
         raise
     except (zipfile.BadZipFile, ValueError, OSError, EOFError, zlib.error,
@@ -192,7 +236,11 @@ def is_trace_file(path: str | os.PathLike) -> bool:
         meta = read_file_meta(path)
     except DataError:
         return False
-    return isinstance(meta, dict) and meta.get("format_version") == FORMAT_VERSION
+    return isinstance(meta, dict) and _is_version(meta.get("format_version"))
+
+
+def _is_version(v) -> bool:
+    return type(v) is int and v in FORMAT_VERSIONS
 
 
 # ------------------------------------------------------------- validation
@@ -206,7 +254,8 @@ def _bad(src, field, mask, arr, what):
 
 
 def validate(ts: TraceSplit, src: str) -> None:
-    """Check every schema-v2 invariant; raise DataError naming file, field and row."""
+    """Check every schema-v2 invariant (and v3 when the split has slot features);
+    raise DataError naming file, field and row."""
     cols = ts.columns
     meta = ts.meta
     for f in ALL_FIELDS:
@@ -321,3 +370,31 @@ def validate(ts: TraceSplit, src: str) -> None:
     if bad.any():
         _bad(src, "top_token_match", bad, ds.top_token_match,
              "must be token == target_top (the drafted byte is the target's argmax)")
+    if ts.has_slot_features:
+        _validate_v3(cols, n, V, src)
+
+
+def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:
+    """The slot features: finite, slot_tv in [0, 1], KLs >= 0, count in [0, V]."""
+    for f, (_, dtype) in V3_FIELDS.items():
+        a = cols[f]
+        if a.shape != (n,):
+            raise DataError(f"{src}: field '{f}' has shape {a.shape}, expected {(n,)}")
+        if a.dtype != dtype:
+            raise DataError(f"{src}: field '{f}' must be {dtype}, got {a.dtype}")
+        if dtype.kind == "f":
+            bad = ~np.isfinite(a)
+            if bad.any():
+                _bad(src, f, bad, a, "not finite")
+    a = cols["slot_tv"]
+    bad = (a < 0.0) | (a > 1.0 + MASS_TOL)
+    if bad.any():
+        _bad(src, "slot_tv", bad, a, "outside [0, 1]")
+    for f in ("slot_kl_pq", "slot_kl_qp"):
+        bad = cols[f] < -KL_TOL
+        if bad.any():
+            _bad(src, f, bad, cols[f], "a KL divergence must be >= 0")
+    a = cols["slot_n_q_gt_p"]
+    bad = (a < 0) | (a > V)
+    if bad.any():
+        _bad(src, "slot_n_q_gt_p", bad, a, f"outside 0..{V} (the vocabulary size)")

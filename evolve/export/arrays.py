@@ -56,9 +56,10 @@ _TORCH_EPILOGUE = '''\
 '''
 
 
-def signature(nodes_trace: bool) -> tuple:
-    """The inputs of an exported rule: the six reference features, or the nine of traces."""
-    return P.input_names(nodes_trace)
+def signature(nodes_trace: bool, slots: bool = False) -> tuple:
+    """The inputs of an exported rule: the six reference features, the nine of traces,
+    or (``slots``: the tree reads a slot feature) all twelve."""
+    return P.input_names(nodes_trace, slots)
 
 
 def constants_source() -> str:

@@ -43,7 +43,7 @@ from evolve.kernels.fixed import add_to
 from evolve.kernels.interpreter import OP_CONST, new_stack, run_program, u
 from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
                                    R_TMINUS, R_TPLUS, TAIL_OFF, Z_RES)
-from evolve.lang.features import TRACE_INPUT_NAMES
+from evolve.lang.features import ALL_INPUT_NAMES
 
 TILE_BLOCKS = 32         # blocks per tile: the vector lanes of the per-candidate sums
 GROUP = 8                # at most this many programs per work item share each tile
@@ -279,9 +279,12 @@ def _args(sa):
 
 def _check_inputs(programs, sa) -> None:
     loads = programs.ops[programs.ops < OP_CONST]
+    if loads.size and int(loads.max()) >= sa.X.shape[0] and getattr(sa, "missing", ""):
+        from evolve.data.tokens import DataError   # lazy: only on this refusal
+        raise DataError(sa.missing)
     if loads.size and int(loads.max()) >= sa.X.shape[0]:
         raise ValueError(f"a program reads input opcode {int(loads.max())}, but the candidate "
-                         f"matrix has {sa.X.shape[0]} inputs ({', '.join(TRACE_INPUT_NAMES)})")
+                         f"matrix has {sa.X.shape[0]} inputs ({', '.join(ALL_INPUT_NAMES)})")
 
 
 @njit(cache=True)

@@ -20,8 +20,9 @@ from typing import Callable
 
 import numpy as np
 
-from evolve.lang.features import (ALL_INPUTS, INPUT_NAMES, INPUTS,  # noqa: F401
-                                  TRACE_INPUT_NAMES, TRACE_INPUTS)
+from evolve.lang.features import (ALL_INPUT_NAMES, ALL_INPUTS, INPUT_NAMES,  # noqa: F401
+                                  INPUTS, N_V2_INPUTS, SLOT_INPUT_NAMES, TRACE_INPUT_NAMES,
+                                  TRACE_INPUTS)
 from heuristics import ops
 
 # ------------------------------------------------------------------ inputs
@@ -144,18 +145,27 @@ def random_constant() -> float:
     return round(random.uniform(-1.0, 1.0), 3)
 
 
-def input_names(trace: bool = False) -> tuple:
-    """The inputs (and the heuristic's signature): six, or nine on trace data."""
-    return TRACE_INPUT_NAMES if trace else INPUT_NAMES
+def input_names(trace: bool = False, slots: bool = False) -> tuple:
+    """The inputs (and the heuristic's signature): six, nine on trace data, twelve
+    with the slot features (``slots``: a tree that reads one)."""
+    if not trace:
+        return INPUT_NAMES
+    return ALL_INPUT_NAMES if slots else TRACE_INPUT_NAMES
 
 
-def make_pset(trace: bool = False):
+def uses_slot_inputs(nodes) -> bool:
+    """Whether parsed tree nodes read a slot feature (slot_tv, slot_kl_pq, slot_kl_qp)."""
+    return any(n.kind == "input" and n.name in SLOT_INPUT_NAMES for n in nodes)
+
+
+def make_pset(trace: bool = False, slots: bool = True):
     """The strongly typed DEAP primitive set, built from the table.
 
-    ``trace=True`` adds the trace features (block_position, p_max, q_max)."""
+    ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
+    with ``slots``, the slot features (the split must have them)."""
     from deap import gp
 
-    inputs = ALL_INPUTS if trace else INPUTS
+    inputs = (ALL_INPUTS if slots else ALL_INPUTS[:N_V2_INPUTS]) if trace else INPUTS
     pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in inputs], float)
     pset.renameArguments(**{f"ARG{k}": i[0] for k, i in enumerate(inputs)})
     for p in PRIMITIVES:

@@ -54,12 +54,11 @@ standard rule's trajectory):
                       draft/target cost ratio c; (1 - a^(g+1)) / ((1 - a)(g c + 1))
                       when every alpha is a)
 
-The candidate feature matrix ``X`` has one row per input, in the order of
-``FEATURES`` (opcode = row index, as ``evolve.kernels.interpreter.run_program`` reads it):
-rows 0..5 are the v1 inputs, 6..8 ``block_position``, ``p_max``, ``q_max``.
-For candidate x: draft_prob = q(x), target_prob = p(x), top_token_match =
-1.0 iff x is the target's argmax (lowest byte on ties); position, entropies,
-block_position, p_max, q_max are those of the drafted position.
+``X`` has one row per input in ``FEATURES`` order (opcode = row index, as
+``evolve.kernels.interpreter.run_program`` reads it): for candidate x, draft_prob =
+q(x), target_prob = p(x), top_token_match = 1.0 iff x is the target's argmax; the
+others (9..11: slot features, where ``evolve.data.decode.slot_columns`` finds them)
+are the drafted position's, equal for every candidate: the sums stay exact.
 """
 
 from __future__ import annotations
@@ -68,13 +67,13 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evolve.data.decode import RESIDUAL_EPS
+from evolve.data.decode import RESIDUAL_EPS, slot_columns, slots_missing
 from evolve.errors import EvolveError
 from evolve.kernels import layout
-from evolve.lang.features import TRACE_INPUT_NAMES
+from evolve.lang.features import ALL_INPUT_NAMES, N_V2_INPUTS, SLOT_INPUT_NAMES
 from evolve.objectives.metrics import clip01
 
-FEATURES = TRACE_INPUT_NAMES
+FEATURES = ALL_INPUT_NAMES
 N_FEATURES = len(FEATURES)
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
 
@@ -94,6 +93,7 @@ class SpecArrays:
     ep: np.ndarray         # (n,) p(T+)
     dcand: np.ndarray      # (n,) int64 column of the drafted byte, -1 in the tail
     std_x: np.ndarray      # (n,) min(1, p(x)/q(x)) of the drafted byte
+    missing: str = ""      # why X has no slot-feature rows ("" when it has them)
 
     @property
     def n_blocks(self) -> int:
@@ -111,7 +111,8 @@ class SpecArrays:
                      ("tail_draft_prob", "tail_target_prob", "tail_excess_draft_prob",
                       "tail_excess_target_prob")),
                    np.ascontiguousarray(c["draft_cand"], dtype=np.int64),
-                   np.minimum(1.0, c["target_prob"] / c["draft_prob"]))
+                   np.minimum(1.0, c["target_prob"] / c["draft_prob"]),
+                   slots_missing(c, ts.meta.get("source", "<traces>")))
 
     def blocks(self, idx) -> "SpecArrays":
         """The rows of the blocks ``idx`` (sorted block numbers), as a new SpecArrays."""
@@ -121,18 +122,20 @@ class SpecArrays:
         return SpecArrays(self.g, self.k, rows.size, np.ascontiguousarray(self.X[:, cand]),
                           *(np.ascontiguousarray(a[cand]) for a in (self.cq, self.cp)),
                           *(np.ascontiguousarray(a[rows]) for a in
-                            (self.tq, self.tp, self.eq, self.ep, self.dcand, self.std_x)))
+                            (self.tq, self.tp, self.eq, self.ep, self.dcand, self.std_x)),
+                          self.missing)
 
     def features(self) -> dict:
         """Feature name -> (n, k) view of X."""
-        return {f: self.X[i].reshape(self.n, self.k) for i, f in enumerate(FEATURES)}
+        return {f: self.X[i].reshape(self.n, self.k) for i, f in enumerate(FEATURES[:len(self.X)])}
 
 
 def candidate_matrix(ts) -> np.ndarray:
-    """The (9, N*k) float64 input matrix of a v2 split, rows in FEATURES order."""
+    """The (12 or 9, N*k) float64 input matrix of a split, rows in FEATURES order."""
     c = ts.columns
     n, k = c["cand_token"].shape
-    X = np.empty((N_FEATURES, n, k), dtype=np.float64)
+    slots = slot_columns(c)
+    X = np.empty((N_FEATURES if slots else N_V2_INPUTS, n, k), dtype=np.float64)
     X[0] = c["cand_draft_prob"]
     X[1] = c["cand_target_prob"]
     X[2] = c["position"][:, None]
@@ -142,7 +145,8 @@ def candidate_matrix(ts) -> np.ndarray:
     X[6] = c["block_position"][:, None]
     X[7] = c["p_max"][:, None]
     X[8] = c["q_max"][:, None]
-    return np.ascontiguousarray(X.reshape(N_FEATURES, n * k))
+    X[N_V2_INPUTS:] = [slots[f][:, None] for f in SLOT_INPUT_NAMES] if slots else X[:0]
+    return np.ascontiguousarray(X.reshape(X.shape[0], n * k))
 
 
 # ------------------------------------------------------- per-position terms

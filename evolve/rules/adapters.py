@@ -23,15 +23,17 @@ from evolve.lang import numpy_eval
 from evolve.objectives.spec import FEATURES
 
 V1_ARGS = FEATURES[:6]
-EXTRA_ARGS = FEATURES[6:]
+EXTRA_ARGS = FEATURES[6:9]
+SLOT_ARGS = FEATURES[9:]      # optional for scalar rules: passed to those that name them
 
 
 class Rule:
     """A scalar rule applied element-wise to feature columns."""
 
-    def __init__(self, fn, extended: bool, name: str = ""):
+    def __init__(self, fn, extended: bool, name: str = "", slots: tuple = ()):
         self.fn = fn
         self.extended = extended
+        self.slots = slots            # the slot features the function takes by name
         self.name = name or getattr(fn, "__name__", "rule")
 
     def __call__(self, **features) -> float:
@@ -41,18 +43,20 @@ class Rule:
 
     def many(self, F: dict) -> np.ndarray:
         """Thresholds for columns of features (1-D arrays of equal length)."""
-        cols = [np.asarray(F[f]).tolist() for f in FEATURES]
+        cols = [np.asarray(F[f]).tolist() for f in FEATURES[:9]]
         n = len(cols[0])
         pos, bpos = cols[2], cols[6]
         match = cols[5]
         out = np.empty(n, dtype=np.float64)
         fn = self.fn
         if self.extended:
+            slots = {f: np.asarray(F[f]).tolist() for f in self.slots if f in F}
             for i in range(n):
                 out[i] = fn(draft_prob=cols[0][i], target_prob=cols[1][i], position=int(pos[i]),
                             draft_entropy=cols[3][i], target_entropy=cols[4][i],
                             top_token_match=bool(match[i]), block_position=int(bpos[i]),
-                            p_max=cols[7][i], q_max=cols[8][i])
+                            p_max=cols[7][i], q_max=cols[8][i],
+                            **{f: v[i] for f, v in slots.items()})
         else:
             for i in range(n):
                 out[i] = fn(cols[0][i], cols[1][i], int(pos[i]), cols[3][i], cols[4][i],
@@ -69,7 +73,7 @@ class VectorRule:
         self.name = name or getattr(fn, "__name__", "rule")
 
     def many(self, F: dict) -> np.ndarray:
-        F = {f: np.asarray(F[f], dtype=np.float64) for f in FEATURES}
+        F = {f: np.asarray(F[f], dtype=np.float64) for f in FEATURES if f in F}
         with np.errstate(all="ignore"):
             h = np.asarray(self.fn(F, **self.params), dtype=np.float64)
         return np.broadcast_to(h, F["draft_prob"].shape).copy()
@@ -85,13 +89,14 @@ def as_rule(fn, name: str = "") -> Rule:
         return Rule(fn, False, name)
     names = set(params)
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    extended = var_kw or any(a in names for a in EXTRA_ARGS)
-    if extended and not (var_kw or set(FEATURES) <= names):
-        missing = [f for f in FEATURES if f not in names]
+    extended = var_kw or any(a in names for a in EXTRA_ARGS + SLOT_ARGS)
+    if extended and not (var_kw or set(FEATURES[:9]) <= names):
+        missing = [f for f in FEATURES[:9] if f not in names]
         raise TypeError(f"rule {getattr(fn, '__name__', fn)!r} takes some of block_position/"
                         f"p_max/q_max but not {missing[0]!r} (extended rules take all nine "
                         f"features by name)")
-    return Rule(fn, extended, name)
+    return Rule(fn, extended, name, SLOT_ARGS if var_kw else
+                tuple(f for f in SLOT_ARGS if f in names))
 
 
 def vector_rule(fn, name: str = "", **params) -> VectorRule:

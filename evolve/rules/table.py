@@ -38,8 +38,10 @@ Columns:
 - ``engine``    for an engine's own knob: the engine, and ``setting`` the flags or
                 keyword arguments that select the rule in it (``{p}``: the value).
 
-A rule that reads a trace feature (``block_position``, ``p_max``, ``q_max``)
-exists only on traces. Adding a baseline is one row here (and regenerating
+A rule that reads a trace feature (``block_position``, ``p_max``, ``q_max``, the
+slot features ``slot_tv``, ``slot_kl_pq``, ``slot_kl_qp``) exists only on traces
+(those that read slot features only on traces that have them:
+``evolve.rules.tuning.scorable``). Adding a baseline is one row here (and regenerating
 heuristics/baselines.py).
 """
 
@@ -138,6 +140,23 @@ RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("ears", "pmin(1.0, add(pdiv(target_prob, draft_prob), mul({p}, sub(1.0, p_max))))",
          "EARS: min(1, t/d + beta (1 - p_max)), beta >= 0",
          param="beta", default=0.3, grid=(0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0),
+         lenient=True, family=True),
+    # Spending policies from the literature, on the slot features of schema v3.
+    # Cactus (arXiv 2604.04987): every slot spends min(delta, slot TV) of extra acceptance
+    # mass, the per-slot constrained optimum: where q > p accept with r + (1 - r) m,
+    # r = t/d, m = min(1, delta / slot_tv) (extra mass m * slot TV, candidates judged).
+    Rule("cactus", f"pmin(1.0, add({RATIO}, mul(sub(1.0, {RATIO}), pmin(1.0, pdiv({{p}}, "
+         "slot_tv)))))",
+         "Cactus constant spend: min(1, r + (1 - r) min(1, delta / TV)), r = t/d",
+         param="delta", default=0.05,
+         grid=(0.0, 0.002, 0.005, 0.01, 0.02, 0.03, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0),
+         lenient=True, family=True),
+    # Fuzzy speculative decoding (arXiv 2502.20704): accept whenever the slot's divergence
+    # between the two models is below T, else the standard rule; here KL(p || q).
+    Rule("fuzzy_sd", f"ite(lt(slot_kl_pq, {{p}}), 1.0, {RATIO})",
+         "Fuzzy SD: accept if KL(p || q) at the slot < T, else min(1, t/d)",
+         param="T", default=0.1,
+         grid=(0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
          lenient=True, family=True),
     # The engines' own lossy knobs (docs/export.md cites each engine's source).
     Rule("hf_ensemble", "pmin(1.0, add(sub(1.0, {p}), mul({p}, pdiv(target_prob, "

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.lang import numpy_eval, treeio
+from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
 
@@ -104,10 +105,12 @@ def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
 
 
 def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
-    """Every family's sweep; a target-only family the split cannot score exactly
-    (``spec.TailError``) is left out."""
+    """Every family's sweep; a family the split cannot score exactly (target-only:
+    ``spec.TailError``; slot features missing: ``scorable``) is left out."""
     out = []
     for n in (names or families()):
+        if sa.missing and scorable(n, sa) == sa.missing:
+            continue
         try:
             out.extend(sweep(n, sa))
         except spec.TailError:
@@ -116,7 +119,10 @@ def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
 
 
 def scorable(name: str, sa: spec.SpecArrays) -> str | None:
-    """None if the family's objectives are exact on ``sa``, else the reason."""
+    """None if the family's objectives are exact on ``sa``, else the reason (a rule
+    that reads slot features on a split without them: ``SpecArrays.missing``)."""
+    if sa.missing and P.uses_slot_inputs(treeio.parse(RULES[name].tree())):
+        return sa.missing
     if RULES[name].residual == "standard":
         return None
     try:

@@ -43,9 +43,12 @@ class Evolution:
         self.config = config
         self.objective = OBJECTIVES[config.objective]
         self.Individual = operators.individual_class(self.objective.weights)
-        self.pset = P.make_pset(trace=self.objective.traces)
         self.train = self.objective.evaluator(train, "train", config)
         self.valid = self.objective.evaluator(valid, "valid", config)
+        # the slot inputs only where both splits have them (evolve.objectives.spec)
+        self.pset = P.make_pset(trace=self.objective.traces, slots=all(
+            not getattr(getattr(e, "arrays", None), "missing", "x") for e in (self.train,
+                                                                            self.valid)))
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
