@@ -102,7 +102,9 @@ def test_trace_results_quick(tmp_path):
             assert o["oracle_share"] <= 1.0 + 1e-9
         for run in b["runs"].values():
             assert "--budget-tv" in run["command"] and len(run["starts"]) == 2
-        assert "--cap-tv-p99" in b["runs"]["evolved, slot TV p99 capped"]["command"]
+        cap = b["runs"]["evolved, slot TV p99 capped"]["command"].split("--cap-tv-p99 ")[1]
+        p99 = b["tuned_baselines"][best["rule"]]["valid"]["tv_p99"]
+        assert float(cap.split()[0]) == round(p99, 6)     # no heavier a tail than the best's
     assert "| leniency (tuned) |" in r.stdout
 
 
