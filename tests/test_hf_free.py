@@ -109,7 +109,7 @@ def test_paired_comparison_on_an_hf_pair(free):
     assert not np.array_equal(two["logp"], three["logp"])
 
 
-def test_cli_compare_on_hf_traces_and_refusals(tmp_path):
+def test_cli_compare_on_hf_traces_and_refusals(tmp_path, monkeypatch):
     target, draft = hfkit.tiny_pair(tmp_path / "models")
     prompts = hfkit.write_prompts(tmp_path / "prompts.jsonl")
     out = tmp_path / "traces"
@@ -120,6 +120,14 @@ def test_cli_compare_on_hf_traces_and_refusals(tmp_path):
     n_test = len(T.load(out / "test.npz").columns["sequence"]) // (2 * G)
     args = ("simulate", "--compare", "standard_rejection", "--compare", "leniency:0.6",
             "--data", out, "--blocks", 2)
+    from evolve.cli import render
+    monkeypatch.setattr(render._Meter, "PLAIN_EVERY", 0.0)    # a progress line every block
+    r = clikit.invoke(*args, env=ENV)
+    assert r.exit_code == 0, r.output
+    for name in ("standard_rejection", "leniency(l=0.6)"):
+        assert f"{name}: {n_test * 2 * G}/{n_test * 2 * G} drafted tokens" in r.stderr, r.stderr
+    assert "eta" in r.stderr and "drafted tokens/s" in r.stderr
+    monkeypatch.undo()
     r = clikit.invoke(*args, "--json", env=ENV)
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from evolve.data import traces as T  # noqa: E402
+from evolve.data.decode import slot_features  # noqa: E402
 from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from tests import hfkit, rulefns  # noqa: E402
@@ -89,6 +90,16 @@ def test_recorded_probabilities_are_the_models_softmax(models, traced):
                                    rtol=0, atol=1e-12)
         np.testing.assert_allclose(c["cand_target_prob"].sum(1) + c["tail_target_prob"], 1.0,
                                    rtol=0, atol=1e-12)
+        # schema v3: the slot features of the full distributions
+        assert ts.meta["format_version"] == T.SLOT_VERSION and ts.has_slot_features
+        ref = slot_features(P, Q)
+        for f in T.V3_FIELDS:
+            assert c[f].dtype == T.V3_FIELDS[f][1], f
+        np.testing.assert_allclose(c["slot_tv"], ref["slot_tv"], **close)
+        for f in ("slot_kl_pq", "slot_kl_qp"):
+            np.testing.assert_allclose(c[f], ref[f], rtol=1e-3, atol=1e-4)
+        near = np.abs(P - Q) < PROB_TOL       # a count may differ where p and q nearly tie
+        assert (np.abs(c["slot_n_q_gt_p"] - ref["slot_n_q_gt_p"]) <= near.sum(1)).all()
         ent = lambda A: -(A * np.log(A)).sum(1)  # noqa: E731
         np.testing.assert_allclose(c["target_entropy"], ent(P), rtol=0, atol=1e-4)
         np.testing.assert_allclose(c["draft_entropy"], ent(Q), rtol=0, atol=1e-4)
@@ -255,3 +266,35 @@ def test_corpus_directory_prompts(models, tmp_path):
     one_line_error(invoke("data", "trace", "--backend", "hf", "--target", target, "--draft",
                           draft, "--corpus", tmp_path / "nowhere", "--out", tmp_path / "o2"),
                    "corpus directory not found")
+
+
+def test_recording_reports_drafted_tokens_per_second_and_eta(models, tmp_path, monkeypatch):
+    """Not a terminal: plain progress lines (here after every block) with the rate and
+    the ETA, on stderr only; one line per split at the end either way."""
+    from evolve.cli import render
+    monkeypatch.setattr(render._Meter, "PLAIN_EVERY", 0.0)
+    r = invoke(*trace_args(models, tmp_path / "out"))
+    assert r.exit_code == 0, r.output
+    lines = [x for x in r.stderr.splitlines() if x.startswith("train: ") and "eta" in x]
+    assert lines and all("drafted tokens/s" in x for x in lines), r.stderr
+    rows = len(T.load(tmp_path / "out" / "train.npz"))
+    assert lines[-1].startswith(f"train: {rows}/{rows} ")
+    assert len(lines) == BLOCKS * -(-rows // (BLOCKS * G * 5))     # every block of every batch
+    assert "drafted tokens" not in r.stdout
+
+
+def test_on_a_terminal_the_progress_is_a_live_bar_with_rate_and_eta():
+    import io
+
+    from rich.console import Console
+
+    from evolve.cli import render
+    term = render.Terminal()
+    buf = io.StringIO()
+    term.err = Console(file=buf, force_terminal=True, width=120)
+    with term.meter("valid", 96, "drafted tokens") as m:
+        for _ in range(8):
+            m.advance(12)
+    shown = buf.getvalue()
+    assert "valid" in shown and "96/96" in shown and "drafted tokens/s" in shown
+    assert "eta" in shown

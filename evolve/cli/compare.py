@@ -17,6 +17,7 @@ def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: 
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
     if isinstance(pair, hf_free.FreePair):      # before any decoding: one line, no output
         prompts = hf_free.check(pair, split, prompts, blocks)
+        pair.meter = out.meter
     prompts = cfg.prompts(split) if prompts is None else int(prompts)
     t0 = time.perf_counter()
     try:        # the sizes again, now that an hf prompts file has given its count

@@ -85,6 +85,56 @@ class Terminal:
     def progress(self, total: int, start: int = 0):
         return _Progress(self, total, start)
 
+    def meter(self, label: str, total: int, unit: str):
+        """A counting bar (``advance(n)``) with the rate in ``unit``/s and the ETA."""
+        return _Meter(self, label, total, unit)
+
+
+class _Meter:
+    """Work counted in units (drafted tokens): a live rich bar with the rate and ETA
+    on a terminal; otherwise a plain line at most every PLAIN_EVERY seconds (none
+    when the work is done sooner: the caller's own line reports it)."""
+    PLAIN_EVERY = 10.0
+
+    def __init__(self, term: Terminal, label: str, total: int, unit: str):
+        self.term, self.label, self.total, self.unit = term, label, max(1, total), unit
+        self.live = term.err.is_terminal and not term.json_mode
+        self.done = 0
+        self.t0 = self.last_plain = time.perf_counter()
+        self._bar = None
+
+    def __enter__(self):
+        if self.live:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                       TimeElapsedColumn, TimeRemainingColumn)
+            self._bar = Progress(TextColumn(printable(self.label)), MofNCompleteColumn(),
+                                 BarColumn(), TextColumn("{task.fields[rate]}"),
+                                 TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                 console=self.term.err, transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task(self.label, total=self.total, rate="")
+        return self
+
+    def __exit__(self, *exc):
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+        return False
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.perf_counter()
+        rate = self.done / max(now - self.t0, 1e-9)
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done,
+                             rate=f"{rate:,.0f} {self.unit}/s")
+            return
+        if self.term.json_mode or now - self.last_plain < self.PLAIN_EVERY:
+            return
+        self.last_plain = now
+        eta = (self.total - self.done) / max(rate, 1e-9)
+        self.term.note(f"{self.label}: {self.done:,}/{self.total:,} {self.unit}, "
+                       f"{rate:,.0f} {self.unit}/s, eta {eta:.0f} s")
+
 
 class _Progress:
     """Generation progress: a live rich bar on a terminal, plain lines otherwise."""

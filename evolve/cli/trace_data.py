@@ -159,7 +159,7 @@ def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
         tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
                 f"temperature {temperature:g}) ...")
     try:
-        built = (hf.build_splits(cfg, progress=tm.note) if backend == "hf"
+        built = (hf.build_splits(cfg, progress=tm.note, meter=tm.meter) if backend == "hf"
                  else ngram.build_splits(cfg, None, progress=tm.note))
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")

@@ -5,9 +5,9 @@ pair that ``transformers.AutoModelForCausalLM.from_pretrained`` loads (a local
 directory, or a hub id the user's machine can fetch or has cached) and that
 shares one vocabulary. The decoder (``evolve.data.sources.hf_decode``) runs
 real speculative decoding with the standard rule and records every drafted
-position in trace schema v2, exactly the fields the n-gram pair writes, so every
-objective, ``evolve tradeoff`` and ``evolve run --objective speed|pareto`` read
-these files unchanged.
+position in trace schema v3 (v2 and the slot features), exactly the fields the
+n-gram pair writes, so every objective, ``evolve tradeoff`` and
+``evolve run --objective speed|pareto`` read these files unchanged.
 
 Prompts come from ``--prompts FILE`` (JSON lines with a ``text`` field and an
 optional ``split``; lines without one are divided 2 : 1 : 1 by a seeded
@@ -18,8 +18,9 @@ pair's corpus and held-out pools (the files ``neural_pair`` models never saw).
 
 Determinism: every prompt owns a child of ``SeedSequence(seed)`` and draws all
 its uniforms up front (draft samples, acceptance, resample), sampling is
-inverse-CDF on float64 probabilities in numpy, so on one device, dtype and
-batch size the files are byte-identical for the same configuration.
+inverse-CDF on float64 probabilities (on the models' device,
+``evolve.data.sources.hf_device``), so on one device, dtype and batch size the
+files are byte-identical for the same configuration.
 
 torch and transformers are imported inside functions: the core install does not
 need them (``pip install '.[hf]'``). Nothing read from disk is executed: the
@@ -34,6 +35,7 @@ failure, out of memory on the device included, is ``HFTraceError``, one line.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, fields
@@ -155,7 +157,7 @@ def split_bytes(rows: int, top_k: int, context_len: int) -> int:
 
 def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
     cfg = pair.config
-    return {"format_version": T.FORMAT_VERSION, "rows": rows, "name": split,
+    return {"format_version": T.SLOT_VERSION, "rows": rows, "name": split,
             "backend": "hf", "block_size": cfg.block_size, "top_k": cfg.top_k,
             "context_len": cfg.context_len, "vocab_size": pair.vocab,
             "config": cfg.to_dict(),
@@ -187,9 +189,12 @@ def read_prompts(cfg: HFTraceConfig):
     return texts, corpus, source
 
 
-def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
+def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
     """Load the pair and record train/valid/test traces (not written; see the CLI).
-    The configuration and the prompts are checked before the models load."""
+    The configuration and the prompts are checked before the models load.
+    ``progress(text)`` gets a line per split; ``meter(label, total, unit)``, if given,
+    a context manager with ``advance(n)`` (``evolve.cli.render``), counts the drafted
+    tokens of each split as they are recorded."""
     from evolve.data.sources import hf_decode
     from evolve.data.sources import hf_prompts as P
     cfg.validate()
@@ -210,8 +215,12 @@ def build_splits(cfg: HFTraceConfig, progress=None) -> dict:
     out, drafted, t1 = {}, 0, time.perf_counter()
     for s in SPLITS:
         ids, rngs = prompts[s]
+        total = len(ids) * cfg.blocks_per_prompt * cfg.block_size
         try:
-            cols, _ = hf_decode.decode(pair, ids, rngs, cfg.blocks_per_prompt)
+            with (meter(f"{s}", total, "drafted tokens") if meter
+                  else contextlib.nullcontext()) as m:
+                cols, _ = hf_decode.decode(pair, ids, rngs, cfg.blocks_per_prompt,
+                                           progress=m.advance if m else None)
         except Exception as e:
             torch, _ = require_libs()
             if not out_of_memory(torch, e):

@@ -1,72 +1,70 @@
-"""Speculative decoding with a Hugging Face pair: two passes per block.
+"""Speculative decoding with a Hugging Face pair, on the models' device, KV caches kept.
 
-Per block of ``g`` drafted tokens, for a batch of sequences (left-padded, with
-attention masks and explicit position ids):
+For a batch of sequences (prompts of any lengths, left-padded), each block:
 
-1. the draft reads the history once (prefill) and samples ``x_1 .. x_g``
-   autoregressively from ``q`` with its KV cache, one token per step;
-2. the target scores history + block teacher-forced in ONE forward pass, giving
-   ``p`` at the ``g`` drafted positions and the bonus position.
+1. the draft reads the pending token (and the previous block's last draft) and
+   samples ``x_1 .. x_g`` autoregressively from ``q``, one token per step, from
+   its KV cache;
+2. the target reads the pending token and the g drafts in ONE forward pass from
+   its KV cache, giving ``p`` at the ``g`` drafted positions and the bonus position;
+3. the drafts after the first rejection become holes in both caches
+   (``evolve.data.sources.hf_cache``): nothing is re-read, ever.
 
 Acceptance is the standard rule ``u_j < min(1, p_j(x_j) / q_j(x_j))`` (or, for
 free-running comparisons, a given rule on the draft's top-k tokens); the
 longest accepted prefix is kept, then one more token is drawn from
 ``norm(max(0, p - q))`` at the first rejection (or from ``p_{g+1}``; an
 engine's knob judges every draft and uses its own residual, as in
-``evolve.data.decode``). Every
-drafted position is recorded (also those after the first rejection), with the
-same columns and conventions as ``evolve.data.decode`` (the n-gram decoder):
-top-k candidates of ``q``, tail masses, entropies, p_max, q_max. Probabilities
-are softmax(logits / temperature) in float64 (logits of any model dtype), with a
-floor of the smallest normal double so that no recorded probability is 0.
+``evolve.data.decode``). Every drafted position is recorded (also those after
+the first rejection), with the columns and conventions of
+``evolve.data.decode`` (the n-gram decoder): top-k candidates of ``q``, tail
+masses, entropies, p_max, q_max and the schema-v3 slot features.
+Probabilities are softmax(logits / temperature) in float64 (logits of any
+model dtype), floored at the smallest normal double.
 
-No KV cache is kept across blocks: each block re-reads the history (simple and
-exact; the cost grows with the history, which is fine for recording traces).
+Everything per position is computed on the device in float64
+(``evolve.data.sources.hf_device``), sampling included, with the uniforms drawn
+up front per prompt exactly as before; the recorded columns leave the device
+once per batch. A rule other than the standard one is numpy code: each block,
+its B g rows of features go to the host and its thresholds come back; tracking
+the distortion (``track``) does the same for the k candidates of each reached
+slot, except for a rule that judges every draft (an engine's knob), whose
+reached slots' full distributions go to the host (``evolve.data.emission``).
 """
 
 from __future__ import annotations
 
-import inspect
-
 import numpy as np
 
-from evolve.data.decode import (block_records, candidate_summary, drafted_acceptance,
-                                rejection_residual, residual_kind, sample_rows,
-                                sequence_major)
+from evolve.data.decode import residual_kind, sequence_major
 from evolve.data.emission import slot_distortion
+from evolve.data.sources import hf_device as DV
+from evolve.data.sources.hf_cache import Cached, Layout
+from evolve.data.sources.hf_device import rejection_residual   # called by this name
 from evolve.data.traces import CONTEXT_PAD
-
-PROB_FLOOR = np.finfo(np.float64).tiny
 
 
 def probs(logits, vocab: int, temperature: float) -> np.ndarray:
     """softmax(logits[..., :vocab] / temperature) as float64 numpy, floored."""
-    import torch
-    x = logits[..., :vocab].to(torch.float64) / temperature
-    return np.maximum(torch.softmax(x, dim=-1).cpu().numpy(), PROB_FLOOR)
-
-
-def _keep_kw(model, n: int) -> dict:
-    """Ask for the last n positions' logits only, where the model supports it."""
-    params = inspect.signature(model.forward).parameters
-    return {"logits_to_keep": n} if "logits_to_keep" in params else {}
+    return DV.probs(logits, vocab, temperature).cpu().numpy()
 
 
 def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=None,
-           track: bool = False):
+           track: bool = False, progress=None):
     """Speculative decoding of every prompt (token id arrays) for ``blocks`` blocks.
 
     All uniforms of a prompt are drawn from its generator up front: draft (blocks, g),
     accept (blocks, g), resample/bonus (blocks,). ``rule=None`` is the standard rule
     (the trace recorder); otherwise ``rule`` (``many(features) -> thresholds``)
     decides drafts among the draft's top-k tokens and the standard rule the others,
-    as in ``evolve.data.decode``. Returns ``(columns, accepted)``: the v1 + v2 columns
-    of every drafted position (None unless ``record``; not with a rule) and the
-    accepted draft count of every block, int64 (n, blocks). With ``track`` (and a
+    as in ``evolve.data.decode``. Returns ``(columns, accepted)``: the v1 + v2 + v3
+    columns of every drafted position (None unless ``record``; not with a rule) and
+    the accepted draft count of every block, int64 (n, blocks). With ``track`` (and a
     rule), a third value: the exact TV and KL of the emitted token at every drafted
     position the rule reached (``evolve.data.emission``; with its ``sequence``,
     ``block`` and ``block_position``), and ``history``, each sequence's decoded
-    token ids."""
+    token ids. ``progress(drafted)``, if given, is called after every block with the
+    number of positions it drafted."""
     cfg = pair.config
     g, k, C, batch = cfg.block_size, cfg.top_k, cfg.context_len, cfg.batch_size
     if rule is not None and record:
@@ -80,7 +78,7 @@ def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=Non
     parts, accepted, tracked = [], [], []
     for s0 in range(0, n, batch):
         cols, n_acc, tr = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
-                                        blocks, g, k, C, s0, record, rule, track)
+                                        blocks, g, k, C, s0, record, rule, track, progress)
         parts.append(cols)
         accepted.append(n_acc)
         tracked.append(tr)
@@ -127,37 +125,6 @@ def block_inputs(hist, g):
     return ids, mask, pos, L
 
 
-def _draft_block(pair, ids, mask, pos, L, g, U_t):
-    """Sample g tokens from the draft with its KV cache; (Q (B, g, V), X (B, g))."""
-    import torch
-    dev, V, temp = pair.device, pair.vocab, pair.config.temperature
-    B = ids.shape[0]
-    m = torch.from_numpy(mask).to(dev)
-    p = torch.from_numpy(pos).to(dev)
-    out = pair.draft(input_ids=torch.from_numpy(ids[:, :L]).to(dev), attention_mask=m[:, :L],
-                     position_ids=p[:, :L], use_cache=True, **_keep_kw(pair.draft, 1))
-    Q = np.empty((B, g, V))
-    for j in range(g):
-        Q[:, j] = probs(out.logits[:, -1], V, temp)
-        ids[:, L + j] = sample_rows(Q[:, j], U_t[:, j])
-        if j + 1 < g:
-            out = pair.draft(input_ids=torch.from_numpy(ids[:, L + j:L + j + 1]).to(dev),
-                             attention_mask=m[:, :L + j + 1], position_ids=p[:, L + j:L + j + 1],
-                             past_key_values=out.past_key_values, use_cache=True)
-    return Q, ids[:, L:].copy()
-
-
-def _target_block(pair, ids, mask, pos, g):
-    """p at the g drafted positions and the bonus position: (B, g + 1, V), one pass."""
-    import torch
-    dev = pair.device
-    out = pair.target(input_ids=torch.from_numpy(ids).to(dev),
-                      attention_mask=torch.from_numpy(mask).to(dev),
-                      position_ids=torch.from_numpy(pos).to(dev), use_cache=False,
-                      **_keep_kw(pair.target, g + 1))
-    return probs(out.logits[:, -(g + 1):], pair.vocab, pair.config.temperature)
-
-
 def _contexts(hist, X, C):
     """(B * g, C) int32: the C tokens before each drafted position, left-padded."""
     B, g = X.shape
@@ -170,65 +137,103 @@ def _contexts(hist, X, C):
     return ctx.reshape(B * g, C)
 
 
-def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track):
-    import torch
-    B = len(prompts)
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, progress):
+    import torch  # lazy: the core install has no torch
+    B, V, temp, dev = len(prompts), pair.vocab, pair.config.temperature, pair.device
     hist = [np.asarray(p, dtype=np.int64) for p in prompts]
-    L0 = np.array([len(h) for h in hist], dtype=np.int64)
-    rows = np.arange(B)
+    lay = Layout(hist, blocks, g, dev)
+    draft, target = Cached(pair.draft), Cached(pair.target)
+    Ut = torch.from_numpy(np.ascontiguousarray(U)).to(dev)
+    npos0 = lay.npos.clone()
+    rows = torch.arange(B, device=dev)
+    kind = residual_kind(rule)
     rec: dict[str, list] = {}
+    drafts, counts, news = [], [], []
     tr: dict[str, list] = {f: [] for f in TRACKED}
-    accepted = np.zeros((B, blocks), dtype=np.int64)
-    tok_dtype = np.int32 if pair.vocab < 2 ** 31 else np.int64
-
-    def put(name, arr):
-        rec.setdefault(name, []).append(arr)
-
+    with torch.no_grad():
+        draft.prefill(lay)
+        target.prefill(lay)
+        for t in range(blocks):
+            gen_before = lay.npos - npos0
+            lay.open_block()
+            Q = torch.empty((B, g, V), dtype=torch.float64, device=dev)
+            for j in range(g):
+                Q[:, j] = DV.probs(draft.read(lay, lay.cols, 1)[:, 0], V, temp)
+                lay.append(DV.sample(Q[:, j], Ut[:, t, j]))
+            P = DV.probs(target.read(lay, lay.cols, g + 1), V, temp)
+            X = lay.ids[:, lay.block_start + 1:lay.cols].clone()
+            Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
+            if record or rule is not None:
+                F = DV.block_features(Pg, Qg, X, gen_before, k)
+            else:
+                x = X.reshape(-1, 1)
+                F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}
+            a = ((F["target_prob"] / F["draft_prob"]).clamp_max(1.0).reshape(B, g)
+                 if rule is None else DV.rule_acceptance(rule, F, B, g))
+            acc = Ut[:, t, g:2 * g] < a
+            n_acc = torch.where(acc.all(dim=1), g, (~acc).to(torch.int8).argmax(dim=1))
+            rej = (n_acc < g).unsqueeze(1)
+            jm = n_acc.clamp_max(g - 1)
+            Pn = P[rows, n_acc]
+            Qn = torch.where(rej, Q[rows, jm], 0.0)
+            Rn = rejection_residual(kind, Pn, Qn, X[rows, jm])
+            new = DV.sample(torch.where(rej, Rn, Pn), Ut[:, t, 2 * g])
+            if track:
+                _track(tr, Pg, Qg, F, gen_before, n_acc, rule, k, seq0, t)
+            if record:
+                for f, v in F.items():
+                    rec.setdefault(f, []).append(v)
+                rec.setdefault("baseline_accepts", []).append(acc.reshape(-1))
+            lay.settle(n_acc, new)
+            drafts.append(X)
+            counts.append(n_acc)
+            news.append(new)
+            if progress is not None:
+                progress(B * g)
+    X_all = torch.stack(drafts).cpu().numpy()            # (blocks, B, g)
+    accepted = torch.stack(counts).cpu().numpy().T.astype(np.int64)
+    new_all = torch.stack(news).cpu().numpy()
+    host: dict[str, list] = {}
+    if record:
+        tok_dtype = np.int32 if V < 2 ** 31 else np.int64
+        for f, parts in rec.items():
+            a = torch.stack(parts).cpu().numpy()
+            host[f] = list(a.astype(tok_dtype) if f == "cand_token" else a)
+        host["rand_value"] = list(U[:, :, g:2 * g].transpose(1, 0, 2).reshape(blocks, B * g))
+        host["sequence"] = [np.repeat(seq0 + np.arange(B), g)] * blocks
+        host["block_index"] = [np.full(B * g, t, dtype=np.int64) for t in range(blocks)]
+        host["context"] = []
     for t in range(blocks):
-        gen_before = np.array([len(h) for h in hist], dtype=np.int64) - L0
-        ids, mask, pos, L = block_inputs(hist, g)
-        with torch.no_grad():
-            Q, X = _draft_block(pair, ids, mask, pos, L, g, U[:, t])
-            P = _target_block(pair, ids, mask, pos, g)
-        V = Q.shape[2]
-        qx = np.take_along_axis(Q, X[:, :, None], axis=2)[:, :, 0]
-        px = np.take_along_axis(P[:, :g], X[:, :, None], axis=2)[:, :, 0]
-        rand = U[:, t, g:2 * g]
-        Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
-        if record or rule is not None:
-            cs = candidate_summary(Pg, Qg, k, token_dtype=tok_dtype)
-        a_x = (np.minimum(1.0, px / qx) if rule is None
-               else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
-        acc = rand < a_x
-        n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
-        accepted[:, t] = n_acc
-        Pn = P[rows, n_acc]
-        Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
-        Rn = rejection_residual(residual_kind(rule), Pn, Qn, X[rows, np.minimum(n_acc, g - 1)])
-        new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
-        if track:
-            _track(tr, Pg, Qg, gen_before, n_acc, rule, k, seq0, t)
         if record:
-            for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
-                                      seq0 + rows, t).items():
-                put(f, v)
-            put("context", _contexts(hist, X, C) if C else np.zeros((B * g, 0), np.uint8))
-        hist = [np.concatenate([h, X[i, :n_acc[i]], new[i:i + 1]]) for i, h in enumerate(hist)]
+            host["context"].append(_contexts(hist, X_all[t], C) if C
+                                   else np.zeros((B * g, 0), np.uint8))
+        hist = [np.concatenate([h, X_all[t, i, :accepted[i, t]], new_all[t, i:i + 1]])
+                for i, h in enumerate(hist)]
     tracked = None
     if track:
         tracked = {f: np.concatenate(v) for f, v in tr.items()}
         tracked["history"] = hist
-    return (sequence_major(rec, blocks, B, g) if record else None), accepted, tracked
+    return (sequence_major(host, blocks, B, g) if record else None), accepted, tracked
 
 
-def _track(tr: dict, Pg, Qg, gen_before, n_acc, rule, k: int, seq0: int, t: int) -> None:
-    """The exact distortion of the emitted token at the block's reached positions."""
-    B = n_acc.size
+def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: int) -> None:
+    """The exact distortion of the emitted token at the block's reached positions: on
+    the device (``hf_device.slot_distortion``), or, for a rule that judges every
+    draft, in numpy with the reached slots' distributions brought to the host."""
+    import torch  # lazy: the core install has no torch
+    B = n_acc.shape[0]
     g = Pg.shape[0] // B
-    j = np.tile(np.arange(g), B)
-    seq = np.repeat(np.arange(B), g)
-    idx = np.flatnonzero(j <= n_acc[seq])
-    tv, kl = slot_distortion(Pg[idx], Qg[idx], gen_before[seq[idx]] + j[idx], j[idx], rule, k)
+    j = torch.arange(g, device=Pg.device).repeat(B)
+    seq = torch.arange(B, device=Pg.device).repeat_interleave(g)
+    idx = torch.nonzero(j <= n_acc[seq]).squeeze(1)
+    dist = DV.slot_distortion(Pg, Qg, F, idx, rule)
+    if dist is None:
+        pos = (gen_before[seq[idx]] + j[idx]).cpu().numpy()
+        tv, kl = slot_distortion(Pg[idx].cpu().numpy(), Qg[idx].cpu().numpy(), pos,
+                                 j[idx].cpu().numpy(), rule, k)
+    else:
+        tv, kl = (d.cpu().numpy() for d in dist)
+    idx, j, seq = idx.cpu().numpy(), j.cpu().numpy(), seq.cpu().numpy()
     for f, v in (("sequence", seq0 + seq[idx]), ("block", np.full(idx.size, t)),
                  ("block_position", j[idx]), ("tv", tv), ("kl", kl)):
         tr[f].append(v)

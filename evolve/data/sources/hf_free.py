@@ -5,7 +5,8 @@ meta.json; ``load`` rebuilds them (the same models, the same prompt pools), and
 ``free_running`` decodes ``n`` prompts of a split from a seeded draw
 (``hf_prompts.split_prompts(draw=seed)``: the same prompts and uniforms for
 every rule of a comparison, other ones than the recorded traces') with a rule,
-from the rule's own trajectory (``hf_decode.decode``). Per rule it returns the
+from the rule's own trajectory (``hf_decode.decode``: KV caches kept across
+blocks, the per-position work on the models' device). Per rule it returns the
 accepted counts, the exact distortion of every reached drafted position, and the
 log-likelihood of each generated text under target and draft (one
 teacher-forced pass of each model over the finished sequences).
@@ -13,6 +14,7 @@ teacher-forced pass of each model over the finished sequences).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +31,7 @@ class FreePair:
     pair: hf.HFPair
     texts: dict | None
     corpus: object | None
+    meter: object = None     # meter(label, total, unit): a counting bar (evolve.cli.render)
 
     @property
     def config(self) -> hf.HFTraceConfig:
@@ -84,8 +87,12 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
     """Decode ``prompts`` prompts of ``split`` (draw ``seed``) for ``blocks`` blocks with
     ``rule``; accepted counts, reached positions' distortion, per-sequence log-likelihoods."""
     ids, rngs = P.split_prompts(fp.pair, split, fp.texts, fp.corpus, n=prompts, draw=seed)
-    _, accepted, tr = HD.decode(fp.pair, ids, rngs, blocks, record=False, rule=rule,
-                                track=True)
+    total = len(ids) * blocks * fp.config.block_size
+    label = str(getattr(rule, "name", "") or "rule")
+    with (fp.meter(label, total, "drafted tokens") if fp.meter
+          else contextlib.nullcontext()) as m:
+        _, accepted, tr = HD.decode(fp.pair, ids, rngs, blocks, record=False, rule=rule,
+                                    track=True, progress=m.advance if m else None)
     lp, lq, emitted = loglik(fp.pair, tr["history"], np.array([len(i) for i in ids]))
     return {"accepted": accepted, "sequence": tr["sequence"],
             "block_position": tr["block_position"], "tv": tr["tv"], "kl": tr["kl"],

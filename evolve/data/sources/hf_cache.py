@@ -1,0 +1,107 @@
+"""KV caches kept across blocks for a batch of sequences (``evolve.data.sources.hf_decode``).
+
+One column layout serves the batch and both models: column c of every row holds
+one token, ``mask[:, c]`` says whether it belongs to the row's history, and
+``pos[:, c]`` is its position id (the number of history tokens before it).
+Prompts are left-padded (pad columns masked). Each block appends g + 1 columns:
+the pending token (the last one emitted, which neither model has read yet) and
+the g drafts. After verification the rejected drafts' columns become holes
+(mask 0): they stay in both caches and no later query attends to them, so a
+rollback is a mask update, the same for every model and every cache class, and
+rows that accepted different counts keep one cache length. The draft reads the
+block's columns up to x_{g-1} while drafting and x_g (a hole or not) with the
+next block's first step; the target reads all g + 1 in one pass.
+
+This uses only what every supported transformers release has: a model called
+with its cache argument (``past_key_values``, named ``cache`` in later
+releases: read from the signature; None at first, then what it returned), a 2-D
+``attention_mask`` over all columns so far and explicit ``position_ids``; no
+cache method is called. Holes cost memory: a batch's cache holds prompt + blocks
+x (g + 1) columns.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+
+class Layout:
+    """The batch's columns: token ids, mask and position ids, preallocated."""
+
+    def __init__(self, prompts: list, blocks: int, g: int, device):
+        import torch  # lazy: the core install has no torch
+        B = len(prompts)
+        L = max(len(p) for p in prompts)
+        cap = L - 1 + blocks * (g + 1)
+        ids = np.zeros((B, cap), dtype=np.int64)
+        mask = np.zeros((B, cap), dtype=np.int64)
+        for i, p in enumerate(prompts):         # every prompt but its last token
+            ids[i, L - len(p):L - 1] = p[:-1]
+            mask[i, L - len(p):L - 1] = 1
+        pos = np.maximum(np.cumsum(mask, axis=1) - 1, 0)
+        self.ids = torch.from_numpy(ids).to(device)
+        self.mask = torch.from_numpy(mask).to(device)
+        self.pos = torch.from_numpy(pos).to(device)
+        self.cols = L - 1
+        self.npos = torch.tensor([len(p) - 1 for p in prompts], dtype=torch.int64,
+                                 device=device)            # position of the pending token
+        self.pending = torch.tensor([int(p[-1]) for p in prompts], dtype=torch.int64,
+                                    device=device)
+
+    def append(self, tokens) -> int:
+        """Add one column of tokens (B,) at the next position of every row (as part of
+        the history until ``settle``); its index."""
+        c = self.cols
+        off = c - self.block_start
+        self.ids[:, c] = tokens
+        self.mask[:, c] = 1
+        self.pos[:, c] = self.npos + off
+        self.cols = c + 1
+        return c
+
+    def open_block(self) -> None:
+        """Start a block: the pending token becomes its first column."""
+        self.block_start = self.cols
+        self.append(self.pending)
+
+    def settle(self, n_acc, new) -> None:
+        """Close the block: drafts after the first ``n_acc`` of each row become holes;
+        ``new`` (B,) is each row's next pending token."""
+        import torch  # lazy: the core install has no torch
+        s = self.block_start
+        g = self.cols - s - 1
+        j = torch.arange(g, device=n_acc.device)
+        self.mask[:, s + 1:s + 1 + g] = (j.unsqueeze(0) < n_acc.unsqueeze(1)).to(self.mask.dtype)
+        self.npos = self.npos + n_acc + 1
+        self.pending = new
+
+
+class Cached:
+    """One model reading the layout's columns in order, its KV cache kept."""
+
+    def __init__(self, model):
+        self.model = model
+        self.past = None
+        self.cols = 0
+        params = inspect.signature(model.forward).parameters
+        self.keep = "logits_to_keep" in params
+        # later releases call the cache argument and output ``cache``
+        self.arg = "cache" if "cache" in params else "past_key_values"
+
+    def read(self, lay: Layout, end: int, keep: int):
+        """Read columns [self.cols, end); the logits of the last ``keep`` of them."""
+        start = self.cols
+        kw = {"logits_to_keep": keep} if self.keep else {}
+        out = self.model(input_ids=lay.ids[:, start:end], attention_mask=lay.mask[:, :end],
+                         position_ids=lay.pos[:, start:end], use_cache=True,
+                         **{self.arg: self.past}, **kw)
+        self.past = getattr(out, self.arg)
+        self.cols = end
+        return out.logits[:, -keep:]
+
+    def prefill(self, lay: Layout) -> None:
+        """Read the prompts (all but their last tokens), if there is anything to read."""
+        if lay.cols > 0:
+            self.read(lay, lay.cols, 1)

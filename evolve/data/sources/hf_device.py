@@ -1,0 +1,193 @@
+"""Per-position computations of the Hugging Face decoder, on the models' device in
+torch float64 (``evolve.data.sources.hf_decode`` calls them every block).
+
+Each function is the torch form of a numpy definition in ``evolve.data.decode``
+with the same semantics (the numpy one is the reference the tests compare
+with): ``probs`` (softmax at the temperature, floored at the smallest normal
+double), ``sample`` (``sample_rows``: inverse CDF with a pre-drawn uniform),
+``entropy``, ``candidates`` (``candidate_summary``: the draft's top-k, lower id
+first on ties, and the tail and tail-excess masses), ``slot_features``
+(``slot_features``: the schema-v3 slot TV, both KLs and the count of q > p),
+``rejection_residual`` (``rejection_residual``, with ``RESIDUAL_EPS``) and
+``slot_distortion`` (``evolve.data.emission.slot_distortion``). Sums may
+differ from numpy's in their last bits (another summation order); on one device
+they are deterministic.
+
+torch is imported inside functions: the core install does not need it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data.decode import (KL_FLOOR, RESIDUAL_EPS, SORT_ALL_MAX_VOCAB, STANDARD,
+                                clipped, judges_every_draft, residual_kind)
+from evolve.lang.features import ALL_INPUT_NAMES
+
+PROB_FLOOR = float(np.finfo(np.float64).tiny)
+
+
+def probs(logits, vocab: int, temperature: float):
+    """softmax(logits[..., :vocab] / temperature) in float64, floored at PROB_FLOOR."""
+    import torch  # lazy: the core install has no torch
+    x = logits[..., :vocab].to(torch.float64) / temperature
+    return torch.softmax(x, dim=-1).clamp_min_(PROB_FLOOR)
+
+
+def sample(P, u):
+    """One index per row of a non-negative (M, V) matrix by inverse CDF with the
+    uniforms u (M,): the number of CDF entries <= u * total, at most the last index
+    with mass (``evolve.data.decode.sample_rows``)."""
+    import torch  # lazy: the core install has no torch
+    cdf = torch.cumsum(P, dim=1)
+    thr = (u * cdf[:, -1]).unsqueeze(1)
+    x = torch.searchsorted(cdf, thr, right=True).squeeze(1)
+    ids = torch.arange(P.shape[1], device=P.device)
+    last = torch.where(P > 0, ids, -1).amax(dim=1)
+    return torch.minimum(x, last)
+
+
+def entropy(P):
+    """Entropy in nats of each row (rows of a floored softmax have no zeros)."""
+    import torch  # lazy: the core install has no torch
+    t = torch.where(P > 0, P * torch.log(torch.where(P > 0, P, 1.0)), 0.0)
+    return (-t.sum(dim=-1)).clamp_min(0.0)
+
+
+def _kl(a, b):
+    import torch  # lazy: the core install has no torch
+    pos = a > 0
+    t = a * (torch.log(torch.where(pos, a, 1.0)) - torch.log(b.clamp_min(KL_FLOOR)))
+    return torch.where(pos, t, 0.0).sum(dim=-1)
+
+
+def slot_features(p, q) -> dict:
+    """The schema-v3 slot features of each row of the full distributions p, q."""
+    import torch  # lazy: the core install has no torch
+    return {"slot_tv": (q - p).clamp_min(0.0).sum(dim=-1),
+            "slot_kl_pq": _kl(p, q), "slot_kl_qp": _kl(q, p),
+            "slot_n_q_gt_p": (q > p).sum(dim=-1).to(torch.int64)}
+
+
+def top_candidates(q, k: int):
+    """Ids of the k largest entries of each row, descending, lower id first on ties;
+    above ``SORT_ALL_MAX_VOCAB`` ids from ``torch.topk``, then ordered the same way
+    (which of several ids tied at the k-th value is kept is then deterministic, not
+    necessarily the lowest, as in ``evolve.data.decode.top_candidates``)."""
+    import torch  # lazy: the core install has no torch
+    V = q.shape[1]
+    if V <= SORT_ALL_MAX_VOCAB or k >= V:
+        return torch.sort(q, dim=1, descending=True, stable=True).indices[:, :k]
+    part = torch.topk(q, k, dim=1, sorted=False).indices
+    part = torch.sort(part, dim=1).values                        # ids ascending, then
+    vals = torch.gather(q, 1, part)                              # values descending (stable)
+    return torch.gather(part, 1, torch.sort(vals, dim=1, descending=True, stable=True).indices)
+
+
+def candidates(p, q, k: int) -> dict:
+    """``candidate_summary`` on the device: top-k of q with both probabilities, and the
+    tail and tail-excess masses (cand_token as int64; the caller narrows it)."""
+    import torch  # lazy: the core install has no torch
+    order = top_candidates(q, k)
+    tail = torch.ones_like(q, dtype=torch.bool).scatter_(1, order, False)
+    plus = tail & (p > q)
+    return {"cand_token": order,
+            "cand_draft_prob": torch.gather(q, 1, order),
+            "cand_target_prob": torch.gather(p, 1, order),
+            "tail_draft_prob": torch.where(tail, q, 0.0).sum(dim=1),
+            "tail_target_prob": torch.where(tail, p, 0.0).sum(dim=1),
+            "tail_excess_draft_prob": torch.where(plus, q, 0.0).sum(dim=1),
+            "tail_excess_target_prob": torch.where(plus, p, 0.0).sum(dim=1)}
+
+
+def rejection_residual(kind: str, p, q, x):
+    """The unnormalised distribution after a rejection of the drafts x (one per row):
+    max(0, p - q) for the standard kind, p with x removed for the target-only one;
+    rows of mass < RESIDUAL_EPS fall back to p (``evolve.data.decode``)."""
+    import torch  # lazy: the core install has no torch
+    if kind == STANDARD:
+        r = (p - q).clamp_min(0.0)
+    else:
+        r = p.clone()
+        r[torch.arange(r.shape[0], device=r.device), x] = 0.0
+    small = r.sum(dim=1) < RESIDUAL_EPS
+    return torch.where(small.unsqueeze(1), p, r)
+
+
+def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
+    """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
+    X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
+    recorder stores and what a rule reads, all on the device."""
+    import torch  # lazy: the core install has no torch
+    B, g = X.shape
+    x = X.reshape(-1)
+    dev = Pg.device
+    top = Pg.argmax(dim=1)
+    cs = candidates(Pg, Qg, k)
+    hit = cs["cand_token"] == x.unsqueeze(1)
+    qx = torch.gather(Qg, 1, x.unsqueeze(1)).squeeze(1)
+    px = torch.gather(Pg, 1, x.unsqueeze(1)).squeeze(1)
+    jj = torch.arange(g, device=dev)
+    return {"draft_prob": qx, "target_prob": px,
+            "position": (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
+            "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
+            "top_token_match": x == top, "block_position": jj.repeat(B), "token": x,
+            "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
+            "target_top": top, "p_max": Pg.amax(dim=1), "q_max": Qg.amax(dim=1), **cs,
+            **slot_features(Pg, Qg)}
+
+
+RULE_INPUTS = ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
+               "top_token_match", "block_position", "p_max", "q_max", "slot_tv",
+               "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p")
+
+
+def rule_acceptance(rule, F: dict, B: int, g: int):
+    """Acceptance probabilities (B, g) of a block's drafts under ``rule`` (a numpy
+    ``many(features)`` rule), as ``evolve.data.decode.drafted_acceptance`` decides:
+    the rule's clipped threshold for drafts among the draft's top-k, the standard rule
+    for the others (an engine's knob: the rule for every draft). Only the B g rows
+    of features go to the host and the B g thresholds come back."""
+    import torch  # lazy: the core install has no torch
+    host = {f: F[f].cpu().numpy() for f in RULE_INPUTS}
+    a = torch.from_numpy(np.ascontiguousarray(clipped(rule.many(host)))).to(F["draft_prob"].device)
+    if not judges_every_draft(rule):
+        std = (F["target_prob"] / F["draft_prob"]).clamp_max(1.0)
+        a = torch.where(F["draft_cand"] >= 0, a, std)
+    return a.reshape(B, g)
+
+
+TOKEN_INPUTS = ("draft_prob", "target_prob", "top_token_match")
+
+
+def slot_distortion(Pg, Qg, F: dict, idx, rule):
+    """(TV, KL) of the emitted token at the rows ``idx`` of a block under ``rule``, on
+    the device, as ``evolve.data.emission.slot_distortion`` computes them: the rule
+    decides the draft's top-k candidates (their M k rows of features go to the host,
+    their thresholds come back), the standard rule every other token, the standard
+    residual after a rejection. None for a rule that judges every draft, or reads an
+    input not computed here (the caller then takes the numpy path)."""
+    import torch  # lazy: the core install has no torch
+    if judges_every_draft(rule) or residual_kind(rule) != STANDARD:
+        return None
+    p, q, cand = Pg[idx], Qg[idx], F["cand_token"][idx]
+    M, k = cand.shape
+    token = {"draft_prob": torch.gather(q, 1, cand), "target_prob": torch.gather(p, 1, cand),
+             "top_token_match": cand == F["target_top"][idx].unsqueeze(1)}
+    host = {}
+    for name in ALL_INPUT_NAMES:
+        if name in token:
+            v = token[name]
+        elif name in F and F[name].dim() == 1:
+            v = F[name][idx].unsqueeze(1).expand(M, k)
+        else:
+            return None
+        host[name] = v.reshape(-1).cpu().numpy()
+    a_c = torch.from_numpy(np.ascontiguousarray(clipped(rule.many(host)))).to(p.device)
+    a = (p / q).clamp_max(1.0).scatter_(1, cand, a_c.reshape(M, k))
+    beta = (q * a).sum(dim=1, keepdim=True)
+    r = rejection_residual(STANDARD, p, q, None)
+    out = q * a + (1.0 - beta) * (r / r.sum(dim=1, keepdim=True))
+    tv = 0.5 * (out - p).abs().sum(dim=1)
+    kl = torch.where(out > 0, out * torch.log(torch.where(out > 0, out, 1.0) / p), 0.0)
+    return tv, kl.sum(dim=1).clamp_min(0.0)

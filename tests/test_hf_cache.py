@@ -1,0 +1,122 @@
+"""The KV caches kept across blocks (evolve.data.sources.hf_cache): every logit the
+cached reads give equals an uncached forward pass of the same model over the row's
+history alone, after rollbacks (rejected drafts left as holes) and with left-padded
+prompts of different lengths, for GPT-2 and a Llama-style model (float64 weights, so
+the two computations agree to rounding)."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from evolve.data.sources.hf_cache import Cached, Layout  # noqa: E402
+
+VOCAB, G, BLOCKS = 64, 3, 5
+TOL = 1e-9             # float64 weights: cached and uncached differ by rounding only
+
+
+def _gpt2():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=128, n_layer=2, n_embd=32,
+                                  n_head=2, initializer_range=0.3)
+    return transformers.GPT2LMHeadModel(cfg).double().eval()
+
+
+def _llama():
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64,
+                                   num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, max_position_embeddings=128,
+                                   initializer_range=0.3)
+    return transformers.LlamaForCausalLM(cfg).double().eval()
+
+
+def _uncached(model, lay, row, col):
+    """Logits at column ``col`` of ``row`` from one pass over its history alone."""
+    keep = lay.mask[row, :col + 1].bool()
+    ids = lay.ids[row, :col + 1][keep][None]
+    with torch.no_grad():
+        return model(input_ids=ids, use_cache=False).logits[0, -1]
+
+
+def _check(model, lay, logits, end, keep):
+    worst = 0.0
+    for row in range(lay.ids.shape[0]):
+        for i, col in enumerate(range(end - keep, end)):
+            if not lay.mask[row, col]:       # a hole's own logits are never used
+                continue
+            want = _uncached(model, lay, row, col)
+            worst = max(worst, float((logits[row, i] - want).abs().max()))
+    return worst
+
+
+@pytest.mark.parametrize("build", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_cached_logits_are_an_uncached_forward_of_the_history(build):
+    model = build()
+    rng = np.random.default_rng(0)
+    # left padding; the 1-token prompt's row has nothing to prefill
+    prompts = [rng.integers(0, VOCAB, n) for n in (6, 1, 9, 3)]
+    lay = Layout(prompts, BLOCKS, G, "cpu")
+    draft, target = Cached(model), Cached(model)        # one model, read both ways
+    worst = 0.0
+    with torch.no_grad():
+        draft.prefill(lay)
+        target.prefill(lay)
+        for t in range(BLOCKS):
+            lay.open_block()
+            for _ in range(G):                          # the draft: one column per step
+                end = lay.cols
+                keep = end - draft.cols                 # 2 columns after the first block
+                out = draft.read(lay, end, keep)
+                worst = max(worst, _check(model, lay, out, end, keep))
+                lay.append(torch.from_numpy(rng.integers(0, VOCAB, 4)))
+            out = target.read(lay, lay.cols, G + 1)     # the target: the block at once
+            worst = max(worst, _check(model, lay, out, lay.cols, G + 1))
+            # rows accept different counts: none, all, and in between
+            n_acc = torch.tensor([0, G, 1, (t % G)])
+            lay.settle(n_acc, torch.from_numpy(rng.integers(0, VOCAB, 4)))
+    assert worst < TOL, worst
+    # the holes are there: 4 rows, 5 blocks, some drafts rejected in each
+    assert int(lay.mask[:, :lay.cols].sum()) < 4 * lay.cols
+
+
+def test_settle_makes_rejected_drafts_holes_and_advances_positions():
+    lay = Layout([np.array([5, 6, 7]), np.array([9])], 2, G, "cpu")
+    assert lay.cols == 2 and lay.mask[:, :2].tolist() == [[1, 1], [0, 0]]
+    lay.open_block()
+    for x in (1, 2, 3):
+        lay.append(torch.tensor([x, x]))
+    assert lay.pos[:, 2:6].tolist() == [[2, 3, 4, 5], [0, 1, 2, 3]]
+    lay.settle(torch.tensor([1, 3]), torch.tensor([40, 41]))
+    assert lay.mask[:, 2:6].tolist() == [[1, 1, 0, 0], [1, 1, 1, 1]]
+    lay.open_block()
+    assert lay.ids[:, 6].tolist() == [40, 41] and lay.pos[:, 6].tolist() == [4, 4]
+
+
+def test_llama_pair_recording_is_a_direct_forward_pass_of_each_context():
+    """The whole recorder on a Llama-style pair (float64 weights): every recorded p(x)
+    and q(x) equals the softmax of an uncached pass over the row's recorded context,
+    prompts of different lengths in one batch, across rejections."""
+    from evolve.data.sources import hf_decode
+    from evolve.data.sources.hf import HFTraceConfig
+    from evolve.data.sources.hf_models import HFPair, describe_model
+    target, draft = _llama(), _gpt2()            # any two causal LMs of one vocabulary
+    blocks, n = 4, 5
+    cfg = HFTraceConfig(target="t", draft="d", block_size=G, top_k=4, context_len=64,
+                        blocks_per_prompt=blocks, batch_size=n)
+    pair = HFPair(target, draft, None, VOCAB, "cpu", cfg,
+                  {"target": describe_model("t", target), "draft": describe_model("d", draft)})
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, VOCAB, m) for m in (2, 7, 4, 11, 1)]
+    rngs = [np.random.default_rng([1, i]) for i in range(n)]
+    cols, acc = hf_decode.decode(pair, prompts, rngs, blocks)
+    assert 0 < acc.mean() < G                        # rejections happened, and acceptances
+    for model, field in ((target, "target_prob"), (draft, "draft_prob")):
+        for r in range(len(cols["token"])):
+            ctx = cols["context"][r]
+            ids = torch.tensor(ctx[ctx >= 0], dtype=torch.long)[None]
+            with torch.no_grad():
+                logits = model(input_ids=ids, use_cache=False).logits[0, -1]
+            want = torch.softmax(logits, -1)[cols["token"][r]].item()
+            assert abs(cols[field][r] - want) < TOL, (field, r)
