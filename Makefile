@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '$(TORCH)'
-	$(BIN)/python -m pip install --quiet -e '.[test,hf,cluster,docs]'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf,gpu,cluster,docs]'
 	$(BIN)/python -m pip install --quiet --no-deps '$(PYOPERON)'
 	touch $(STAMP)
 
@@ -65,8 +65,8 @@ results-neural: $(STAMP)
 		--runs-dir runs/neural-trace-results --section neural-results --page
 
 # A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about
-# 9.5 minutes of CPU, 28 minutes wall on 2 shared cores), and traces recorded from them
-# with --backend hf (about 3 minutes).
+# 35 s on 2 shared cores), and traces recorded from them with --backend hf (about 100 s
+# with the KV-cached decoder, on 2 cores shared with other jobs).
 neural-pair: $(STAMP)
 	$(BIN)/python -m evolve.data.sources.neural_pair --out datasets/neural-pair
 

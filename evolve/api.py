@@ -15,7 +15,9 @@ is made on disk: whole numbers must be ``int`` (not ``bool``, ``float`` or ``str
 numbers finite, ``writeback``, ``force`` and ``seed_baselines`` ``bool``, each within
 the range the command line accepts; an error names the parameter (``tournament: 2.5
 is invalid; expected a whole number``). On ``resume`` only ``generations`` may be
-given.
+given, and ``device`` (``"cpu"``, the default, or ``"cuda"``: the torch kernels of
+``evolve.kernels.gpu``, the same results bit for bit), which is not part of a run's
+identity.
 """
 
 from __future__ import annotations
@@ -23,6 +25,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, fields
 from pathlib import Path
+from evolve.runs import multistart, runner
+from evolve.io import paths
+from evolve.objectives import OBJECTIVES
+from evolve.search.config import Config, ConfigError, show
+from evolve.tasks import task_of
+from evolve.runs.rundir import RunDir, RunError
 
 
 @dataclass(frozen=True)
@@ -68,19 +76,16 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
         progress=None, **options) -> RunResult:
     """Evolve (or resume) a run; see the module docstring. Every argument is type- and
     range-checked (``Config.validate``, ``RunOptions``) before anything is made."""
-    from evolve.objectives import OBJECTIVES
-    from evolve.runs import multistart, runner
-    from evolve.io import paths
-    from evolve.search.config import Config, ConfigError, show
     known = {f.name for f in fields(Config)}
     unknown = sorted(set(options) - known)
     if unknown:
         raise ConfigError(f"{unknown[0]}: not an option of evolve.run (options: "
                           f"{', '.join(sorted(known))})")
     if resume is not None:
-        fixed = sorted(set(options) - {"generations"})
+        fixed = sorted(set(options) - {"generations", "device"})
         if fixed:
-            raise ConfigError.of(fixed[0], "cannot be changed on resume (only generations)")
+            raise ConfigError.of(fixed[0], "cannot be changed on resume (only generations "
+                                           "and device)")
     for param, value in (("data_dir", data_dir), ("runs_dir", runs_dir)):
         if value is not None and not (isinstance(value, (str, os.PathLike))
                                       and isinstance(os.fspath(value), str)):
@@ -92,7 +97,6 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     if resume is not None and "generations" not in options:
         cfg.generations = None
     if data_dir is None:
-        from evolve.tasks import task_of
         known = isinstance(cfg.objective, str) and cfg.objective in OBJECTIVES
         data_dir = task_of(cfg.objective).default_data() if known else paths.DATA_DIR
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,          # checks every value
@@ -106,7 +110,6 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
 
 def load_run(path) -> RunResult:
     """A run directory read back (every file validated; nothing in it is executed)."""
-    from evolve.runs.rundir import RunDir, RunError
     p = Path(path)
     run = RunDir.open(p.parent, str(p))
     try:

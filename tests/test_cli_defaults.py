@@ -28,5 +28,5 @@ def test_run_help_states_the_configurations_defaults():
     for name, text in stated.items():
         text = text.split(",")[0].strip()          # "[1, no cap]": the value, then a gloss
         assert name in defaults, f"--help states a default for {name}, not a Config field"
-        assert text == f"{defaults[name]:g}" or text == str(defaults[name]), \
+        assert text == str(defaults[name]) or text == f"{defaults[name]:g}", \
             (name, text, defaults[name])

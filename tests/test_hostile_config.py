@@ -82,6 +82,9 @@ BOUNDARIES = {
     "checkpoint_every": [{"checkpoint_every": 1}, {"checkpoint_every": MAX_INT}],
     "batch_blocks": [{"batch_blocks": 0},
                      {"batch_blocks": MAX_INT, "objective": "speed", "seed": MAX_INT}],
+    "trajectory": [{"trajectory": False}, {"trajectory": True, "objective": "speed"}],
+    "ess_floor": [{"ess_floor": 0}, {"ess_floor": 1.0}],
+    "device": [{"device": "cpu"}, {"device": "cuda"}],
 }
 
 # Just beyond: refused at the start, and refused by the reader too (one bound).

@@ -21,8 +21,8 @@ from evolve.objectives import OBJECTIVES
 @friendly_errors
 def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
     """Every baseline and the evolved champion on train/valid/test."""
-    from evolve.cli import views
-    from evolve.runs import report
+    from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
+    from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
     result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats)
     out = term(json_mode)
     for name, why in result["skipped"].items():
@@ -62,11 +62,20 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--seed-baselines", is_flag=True, default=None,
               help="Put the baselines (as trees) into the first population.")
 @click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
+@click.option("--device", type=str, default=None,
+              help="Evaluate populations on cpu (the Numba kernels) or cuda (torch, the "
+                   "same results bit for bit; pip install '.[gpu]') [cpu].")
 @click.option("--starts", type=int, default=None,
               help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
                    "valid [1].")
 @click.option("--batch-blocks", type=int, default=None,
               help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
+@click.option("--trajectory", is_flag=True, default=None,
+              help="Objective speed: score every rule on its own trajectory (importance-"
+                   "weighted free-running estimate) on train, valid and test.")
+@click.option("--ess-floor", "ess_floor", type=float, default=None,
+              help="With --trajectory: least effective number of sequences, as a fraction "
+                   "of the split's sequences, below which a rule is infeasible [0.1].")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True,
@@ -82,31 +91,36 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
             tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
-            seed_baselines, threads, starts, batch_blocks, name, resume, no_writeback, cluster,
-            scheduler, force, data_dir, runs_dir, json_mode):
+            seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, name,
+            resume, no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
+    # lazy: start-up (a command loads only what it runs)
     from evolve.runs import multistart, runner
-    from evolve.io import paths
-    from evolve.runs.rundir import RunError
-    from evolve.search.config import Config
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
+    from evolve.runs.rundir import RunError    # lazy: start-up (a command loads only what it runs)
+    from evolve.search.config import Config    # lazy: start-up (a command loads only what it runs)
     given = {"generations": generations, "population": population, "seed": seed,
              "objective": objective, "tournament": tournament, "cx_prob": cx_prob,
              "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
-             "starts": starts, "batch_blocks": batch_blocks,
+             "device": device, "starts": starts, "batch_blocks": batch_blocks,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
-             "tv_p99_cap": tv_p99_cap}
+             "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor}
     out = term(json_mode)
     for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
         if value is not None and not str(value).strip():
             raise RunError(f"{opt}: an empty value is not allowed")
     if resume is not None:
-        extra = [k for k, v in given.items() if v is not None and k != "generations"]
+        extra = [k for k, v in given.items()
+                 if v is not None and k not in ("generations", "device")]
         if extra or name:
             opt = "--name" if name else "--" + extra[0].replace("_", "-")
-            raise RunError(f"{opt}: cannot be changed on --resume (only --generations)")
+            raise RunError(f"{opt}: cannot be changed on --resume (only --generations "
+                           "and --device)")
+    # lazy: start-up (a command loads only what it runs)
     from evolve.cluster import ClusterInterrupted
+    # lazy: start-up (a command loads only what it runs)
     from evolve.cluster.session import check_options
     check_options(cluster, scheduler)       # before anything is made (--starts included)
     cfg = Config(**{k: v for k, v in given.items() if v is not None})
@@ -114,7 +128,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
         cfg.generations = None   # keep the run's own
     data_given = data_dir is not None
     if data_dir is None:
-        from evolve.tasks import task_of
+        from evolve.tasks import task_of    # lazy: start-up (a command loads only what it runs)
         data_dir = task_of(cfg.objective).default_data() if cfg.objective in OBJECTIVES \
             else default_data()
     opts = runner.RunOptions(config=cfg, data_dir=data_dir,
@@ -133,7 +147,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
                   f"{result['path']}")
         out.note(f"resume with: {result['resume']}")
     else:
-        from evolve.cli import views
+        from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
         views.show_run_result(result, out, opts.data_dir)
     sys.exit(code)
 
@@ -147,9 +161,9 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
 @friendly_errors
 def inspect_cmd(run, runs_dir, json_mode):
     """The champion of a run (default: the latest): formula, metrics, history."""
-    from evolve.cli import views
-    from evolve.runs import report, rundir
-    from evolve.io import paths
+    from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
+    from evolve.runs import report, rundir    # lazy: start-up (a command loads only what it runs)
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
     info = report.inspect_run(rd)
@@ -157,6 +171,7 @@ def inspect_cmd(run, runs_dir, json_mode):
     if json_mode:
         out.print_json(info)
         return
+    # lazy: start-up (a command loads only what it runs)
     from evolve.runs.pictures import draw_pictures
     draw_pictures(rd)
     views.show_inspect(info, out)
@@ -168,9 +183,9 @@ def inspect_cmd(run, runs_dir, json_mode):
 @friendly_errors
 def runs_cmd(runs_dir, json_mode):
     """List runs with their champions."""
-    from evolve.cli import views
-    from evolve.runs import report
-    from evolve.io import paths
+    from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
+    from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     rows = report.runs_table(paths.runs_dir(runs_dir))
     out = term(json_mode)
     if json_mode:

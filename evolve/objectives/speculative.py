@@ -19,6 +19,11 @@ rule cannot buy its tokens by spending all its distortion at one block position.
 slot TV (``tv_p99`` of the reports) must be at most C, that is at most 1% of the
 reach may fall on slots with TV above C (the kernel sums that reach exactly).
 
+``--trajectory`` (``Config.trajectory``, ``speed`` only) scores every rule by the
+importance-weighted estimate of its free-running numbers instead
+(``evolve.objectives.trajectory_objective``, kernel ``evolve.kernels.trajectory``),
+with an effective-sample-size guard (``--ess-floor``).
+
 A champion's report (``evolve.tasks.traces.TraceTask.report``) adds every rule
 family of ``evolve.rules`` tuned to the same budget on valid (reported on test)
 and the trade-off on valid.
@@ -34,6 +39,14 @@ from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import TRACES, Evaluator, Objective
 from evolve.objectives.spec import TAIL_SHARE, population_results
+from evolve.data.traces import TraceSplit
+from evolve.kernels.speculative import population_objectives
+from evolve.objectives.spec import SpecArrays
+from evolve.lang import codegen, treeio
+from types import SimpleNamespace
+from evolve.kernels.tokens import population_thresholds
+from evolve.objectives import spec
+from evolve.objectives.spec import objectives_from_sums
 
 
 def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0, tail_excess=None):
@@ -65,6 +78,12 @@ class TraceObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
+        if getattr(config, "trajectory", False):     # the rule's own trajectory
+            from evolve.objectives import trajectory_objective  # lazy: it imports this
+            return trajectory_objective.evaluator(as_split(split), name, self.kl, cap)
+        if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same sums
+            from evolve.objectives import on_device  # lazy: it builds on this module (ArraySplit)
+            return on_device.trace_evaluator(as_split(split), name, config.device, cap)
         return as_split(split).evaluator(name, with_kl=self.kl, tail_cap=cap)
 
     @staticmethod
@@ -88,6 +107,9 @@ class TraceObjective(Objective):
                 "tail_share": sums[:, L.tail] / den.sum(axis=1)}
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
+        if getattr(config, "trajectory", False):
+            from evolve.objectives import trajectory_objective  # lazy: it imports this
+            return trajectory_objective.values(self, ev, trees, config, deap_trees)
         m = self.measures(ev, trees, deap_trees)
         if self.multi:
             return np.column_stack([m["tokens"], m["tv"]])
@@ -107,12 +129,6 @@ class TraceObjective(Objective):
         """Exact objectives per split (kernel; on a sharded split, summed where the
         shards are), with the 99th percentile of slot TV from the reference on the
         kernel's thresholds (which needs the split's rows in this process)."""
-        from types import SimpleNamespace
-
-        from evolve.kernels.tokens import population_thresholds
-        from evolve.lang import treeio
-        from evolve.objectives import spec
-        from evolve.objectives.spec import objectives_from_sums
         progs = treeio.linearise([nodes])
         out = {}
         for k, split in splits.items():
@@ -122,10 +138,16 @@ class TraceObjective(Objective):
                                      split.shape.n_blocks, split.shape.g).to_dict()
             h = population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
+            if getattr(evaluators.get("train"), "trajectory", None) is not None:
+                from evolve.objectives import trajectory_objective  # lazy: it imports this
+                m["trajectory"] = trajectory_objective.split_metrics(sa, split, h)
             out[k] = m
         return out
 
     def split_score(self, m: dict, config) -> float:
+        if getattr(config, "trajectory", False):
+            from evolve.objectives import trajectory_objective  # lazy: it imports this
+            return trajectory_objective.split_score(m, config)
         if self.kl:
             dist, budget = m["kl_per_token"], config.kl_budget
         else:
@@ -171,7 +193,6 @@ class ArraySplit:
 
     def spec_arrays(self):
         if self._arrays is None:
-            from evolve.objectives.spec import SpecArrays
             self._arrays = SpecArrays.from_split(self.split)
         return self._arrays
 
@@ -181,7 +202,6 @@ class ArraySplit:
 
     def sums(self, progs, with_kl: bool = True, blocks=None,
              tail_cap: float = TAIL_OFF) -> np.ndarray:
-        from evolve.kernels.speculative import population_objectives
         sa = self.spec_arrays()
         return population_objectives(progs, sa if blocks is None else sa.blocks(blocks),
                                      with_kl, tail_cap)
@@ -197,7 +217,6 @@ def as_split(split, arrays=None):
     """A trace split behind the split protocol: an in-memory TraceSplit is wrapped
     (``ArraySplit``, with its SpecArrays ``arrays`` when already made), a sharded
     one already offers it."""
-    from evolve.data.traces import TraceSplit
     return ArraySplit(split, arrays) if isinstance(split, TraceSplit) else split
 
 
@@ -205,7 +224,6 @@ def array_evaluator(sa, name: str, with_kl: bool = False,
                     tail_cap: float = TAIL_OFF) -> Evaluator:
     """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
     some of its blocks (``--batch-blocks``)."""
-    from evolve.kernels.speculative import population_objectives
     return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
                      sa, sa.n * sa.k,
                      batch=lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch",
@@ -214,7 +232,6 @@ def array_evaluator(sa, name: str, with_kl: bool = False,
 
 def spec_arrays(name: str, splits: dict, evaluators: dict):
     """A split's SpecArrays: the evaluator's when there is one, else made now."""
-    from evolve.objectives.spec import SpecArrays
     ev = evaluators.get(name)
     if ev is not None and isinstance(ev.arrays, SpecArrays):
         return ev.arrays
@@ -224,9 +241,8 @@ def spec_arrays(name: str, splits: dict, evaluators: dict):
 def evolved_front(population, sas: dict) -> list[dict]:
     """The final population's non-dominated trees on train (tokens per call up,
     TV down), each scored exactly on train, valid and test."""
-    from deap import tools
+    from deap import tools    # lazy: start-up (DEAP loads only where it is used)
 
-    from evolve.lang import codegen, treeio
     first = tools.sortNondominated(population, len(population),
                                    first_front_only=True)[0]
     trees = sorted({str(ind) for ind in first})

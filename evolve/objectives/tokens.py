@@ -16,6 +16,8 @@ import numpy as np
 from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.objectives import metrics as M
 from evolve.objectives.base import TOKENS, Evaluator, Objective
+from evolve.lang import treeio
+from evolve.objectives import on_device
 
 
 class TokenObjective(Objective):
@@ -29,6 +31,8 @@ class TokenObjective(Objective):
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         from evolve.kernels.tokens import SplitArrays, population_counts  # lazy: start-up
         arrays = SplitArrays(split)
+        if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same counts
+            return on_device.token_evaluator(arrays, name, config.device)
         return Evaluator(name, lambda progs: population_counts(progs, arrays), arrays,
                          arrays.n)
 
@@ -52,7 +56,6 @@ class TokenObjective(Objective):
 def champion_counts(nodes, ds) -> M.Counts:
     """Counts of a parsed tree on a token split, from the kernel's thresholds."""
     from evolve.kernels.tokens import SplitArrays, population_thresholds  # lazy: start-up
-    from evolve.lang import treeio
     arrays = SplitArrays(ds)
     h = population_thresholds(treeio.linearise([nodes]), arrays)[0]
     return threshold_counts(h, arrays)

@@ -30,6 +30,10 @@ standard rule every weight is 1 and the estimate is the plain offline one.
 The weights' spread grows with the number of blocks and how far a rule is
 from standard; ``effective_sequences`` (Kish) says how many sequences the
 estimate is worth.
+
+This module is the numpy reference. ``evolve run --objective speed --trajectory``
+optimises the same estimate for whole populations (``evolve.kernels.trajectory``,
+``evolve.objectives.trajectory_objective``); the tests hold the two equal.
 """
 
 from __future__ import annotations
@@ -114,8 +118,9 @@ def sequence_tokens(sa: spec.SpecArrays, tb: TraceBlocks, h, trajectory: bool = 
     W[s_idx, b_idx] = w
     T[s_idx, b_idx] = b["tokens"]
     wsum = W.sum(axis=0)                              # per block index
-    means = (W * T).sum(axis=0) / wsum
-    infl = means.mean() + ((W * (T - means[None, :])) / (wsum[None, :] / S)).mean(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):     # no weight left: NaN
+        means = (W * T).sum(axis=0) / wsum
+        infl = means.mean() + ((W * (T - means[None, :])) / (wsum[None, :] / S)).mean(axis=1)
     return infl, b, w, W
 
 
@@ -131,9 +136,10 @@ def summary(seq_tokens) -> TrajectoryEstimate:
     se = float(infl.std(ddof=1) / np.sqrt(S)) if S > 1 else float("nan")
     tot = (w * b["tokens"]).sum()
     last = W[:, -1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ess = float(last.sum() ** 2 / (last ** 2).sum())
     return TrajectoryEstimate(float(infl.mean()), se, float((w * b["tv"]).sum() / tot),
-                              float((w * b["kl"]).sum() / tot),
-                              float(last.sum() ** 2 / (last ** 2).sum()), S)
+                              float((w * b["kl"]).sum() / tot), ess, S)
 
 
 def paired_difference(sa: spec.SpecArrays, tb: TraceBlocks, h_a, h_b) -> tuple[float, float]:

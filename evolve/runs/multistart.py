@@ -23,6 +23,9 @@ from evolve.runs.finalise import finalise
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError
 from evolve.tasks import task_of
+from evolve.runs import runner
+from evolve.runs.runner import check_writable, load_run_splits
+from evolve.kernels import gpu
 
 STARTS_DIR = "starts"
 
@@ -41,13 +44,11 @@ def is_multistart(opts) -> bool:
 
 def execute_any(opts, term) -> tuple[int, dict]:
     """``runner.execute``, or ``execute`` for a run of several starts."""
-    from evolve.runs import runner
     return execute(opts, term) if is_multistart(opts) else runner.execute(opts, term)
 
 
 def _parent(opts):
     """(parent RunDir, config, data directory), created or opened; checks first."""
-    from evolve.runs.runner import check_writable, load_run_splits
     if opts.resume:
         try:
             run = RunDir.open(opts.runs_parent, opts.resume)
@@ -59,6 +60,8 @@ def _parent(opts):
             cfg = Config.from_dict(meta["config"])
         except (ConfigError, TypeError) as e:
             raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
+        cfg.device = opts.config.device     # not part of a run's identity
+        cfg.validate()
         if opts.config.generations is not None:
             cfg.generations = opts.config.generations
             cfg.validate()
@@ -67,6 +70,8 @@ def _parent(opts):
         return run, cfg, Path(meta.get("data", {}).get("dir") or opts.data_dir)
     cfg = opts.config
     cfg.validate()
+    if cfg.device != "cpu":                 # a device that cannot be used: nothing made
+        gpu.torch_device(cfg.device)
     name = check_name(opts.name) if opts.name else default_name(cfg.seed)
     check_writable(opts.runs_parent)
     splits = load_run_splits(cfg, opts.data_dir)        # fail on bad data before creating
@@ -85,7 +90,6 @@ def execute(opts, term) -> tuple[int, dict]:
 
 
 def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, dict]:
-    from evolve.runs import runner
     children = run.path / STARTS_DIR
     records = []
     for i in range(cfg.starts):
@@ -131,7 +135,6 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
                 "over_starts": {"figure": f"test {task.figure}",
                                 "median": statistics.median(values),
                                 "min": min(values), "max": max(values), "n": len(values)}}
-    from evolve.runs.runner import load_run_splits
     wb = finalise(run, cfg, opts, champion, best["seed"],
                   lambda: load_run_splits(cfg, data_dir)["valid"],
                   {"starts": cfg.starts, "chosen_seed": best["seed"]},

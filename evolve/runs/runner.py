@@ -28,6 +28,10 @@ from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution
 from evolve.search.operators import fewer_collections
 from evolve.tasks import Finished, task_of
+from evolve.runs import schema
+from evolve.cluster import ClusterError, ClusterInterrupted
+from evolve.cluster.session import Session
+from evolve.kernels.gpu import DeviceError
 
 EXIT_INTERRUPTED = 130
 
@@ -149,7 +153,6 @@ def prepare(opts: RunOptions, session=None):
 def check_resume_fits(opts: RunOptions, name: str) -> None:
     """The resume command the run would print is one its own reader accepts
     (``schema.check_resume_command``, which bounds its length): checked at the start."""
-    from evolve.runs import schema
     cmd = resume_command(opts, name)
     try:
         schema.check_resume_command(cmd, "summary.json", name)
@@ -186,6 +189,8 @@ def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
     if opts.config.generations is not None:      # None: keep the run's own
         cfg.generations = opts.config.generations
         cfg.validate()
+    cfg.device = opts.config.device     # not part of a run's identity: resumes on any device
+    cfg.validate()
     at = state["generation"] if state else -1
     if isinstance(at, int) and cfg.generations < at:
         raise ConfigError.of("generations", f"{cfg.generations!r} is invalid; the run is "
@@ -206,7 +211,6 @@ def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
         try:
             engine.restore(state)
         except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
-            from evolve.cluster import ClusterError    # as execute and _evolve do
             if isinstance(e, ClusterError):      # the cluster failed, not the checkpoint
                 raise
             raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
@@ -230,14 +234,14 @@ def resume_command(opts: RunOptions, run: RunDir | str) -> str:
     for opt, value in (("--cluster", opts.cluster), ("--scheduler", opts.scheduler)):
         if value:
             parts += [opt, value]
+    if opts.config.device != "cpu":
+        parts += ["--device", opts.config.device]
     return " ".join(shlex.quote(p) for p in parts)
 
 
 def execute(opts: RunOptions, term) -> tuple[int, dict]:
     """Run (or resume) evolution; returns (exit code, result dict). Several starts
     (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
-    from evolve.cluster import ClusterError, ClusterInterrupted
-    from evolve.cluster.session import Session
     with StopRequested(term) as stop, Session(opts.cluster, opts.scheduler,
                                               opts.config.threads or 0,
                                               stop=lambda: stop.requested) as session:
@@ -254,7 +258,6 @@ def execute(opts: RunOptions, term) -> tuple[int, dict]:
 
 
 def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[int, dict]:
-    from evolve.cluster import ClusterError, ClusterInterrupted
     cfg = engine.config
     resumed = engine.generation >= 0
     saved = engine.generation          # the last generation on disk
@@ -288,7 +291,7 @@ def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[
                    "resume": resume_command(opts, run), "ended": now_iso()}
         run.write_json("summary.json", summary)
         return EXIT_INTERRUPTED, {"run": run.name, "path": str(run.path), **summary}
-    except ClusterError as e:
+    except (ClusterError, DeviceError) as e:     # DeviceError: out of device memory
         _try_summary(run, {"status": "failed", "generation": engine.generation,
                            "error": str(e), "ended": now_iso()})
         raise RunError(f"{e} at generation {engine.generation + 1}; the last good "

@@ -25,7 +25,7 @@ STATUSES = ("finished", "interrupted", "failed")
 HISTORY_NUMBERS = ("best_train", "best_valid", "mean_size")
 TRACE_METRICS = ("tokens_per_call", "tv_per_token", "kl_per_token")
 RESUME_FLAGS = ("--no-writeback", "--force")
-RESUME_OPTIONS = ("--cluster", "--scheduler")         # each with a value
+RESUME_OPTIONS = ("--cluster", "--scheduler", "--device")     # each with a value
 MAX_RESUME_CHARS = 4096
 
 
@@ -85,7 +85,7 @@ def check_resume_command(cmd, where: str, run_name: str) -> str:
     and the ``RESUME_OPTIONS`` with their values, each at most once; at most
     ``MAX_RESUME_CHARS`` characters (a run checks its own at the start)."""
     expected = ("`evolve run --resume NAME [--runs-dir DIR] [--no-writeback] [--force] "
-                "[--cluster local:N] [--scheduler ADDRESS]` of at most "
+                "[--cluster local:N] [--scheduler ADDRESS] [--device cuda]` of at most "
                 f"{MAX_RESUME_CHARS} characters")
     _need(isinstance(cmd, str) and len(cmd) <= MAX_RESUME_CHARS, where, "resume", cmd,
           expected)
@@ -153,7 +153,7 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
 
 def champion_metric_keys(doc: dict) -> tuple:
     """The metrics every split of this champion holds (its objective's task's)."""
-    from evolve.tasks import champion_task
+    from evolve.tasks import champion_task    # lazy: start-up (loads Numba, NumPy)
     return champion_task(doc).metric_keys
 
 

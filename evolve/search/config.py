@@ -86,6 +86,13 @@ class Config:
       champion is the best on valid), ``checkpoint_every`` (generations between
       checkpoints), ``batch_blocks`` (train fitness on that many sampled draft
       blocks a generation; 0: all).
+    - Trajectory (``speed`` only; ``evolve.objectives.trajectory_objective``):
+      ``trajectory`` scores every individual by the importance-weighted estimate of
+      its free-running numbers; ``ess_floor`` is its guard, the least effective
+      number of sequences allowed, as a fraction of the split's sequences.
+    - Device: ``device`` (``cpu``: the Numba kernels; ``cuda``: the torch kernels of
+      ``evolve.kernels.gpu``, the same results bit for bit). It is not part of a
+      run's identity: a run may be resumed on the other device.
 
     ``validate`` checks every type and range and raises ``ConfigError`` naming
     the parameter."""
@@ -112,6 +119,9 @@ class Config:
     starts: int = 1             # independent runs (seeds seed..seed+starts-1), best on valid
     checkpoint_every: int = 1
     batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
+    trajectory: bool = False    # speed: score on the rule's own trajectory (importance weights)
+    ess_floor: float = 0.1      # trajectory: effective sequences / sequences at least this
+    device: str = "cpu"         # where populations are evaluated (not part of a run's identity)
 
     @classmethod
     def kinds(cls) -> dict:
@@ -163,6 +173,18 @@ class Config:
                                        and not OBJECTIVES[self.objective].multi),
              "batch_blocks", "minibatches are for the objective speed")
         need(1 <= self.checkpoint_every <= MAX_INT, "checkpoint_every", f"expected {whole(1)}")
+        need(0.0 <= self.ess_floor <= 1.0, "ess_floor",
+             "expected a fraction of the sequences in [0, 1]")
+        need(not self.trajectory or self.objective == "speed", "trajectory",
+             f"the trajectory estimate is an objective for speed, not {self.objective}")
+        need(not (self.trajectory and self.batch_blocks), "batch_blocks",
+             "sampled blocks break the sequences the trajectory weights need; "
+             "use 0 with trajectory")
+        need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
+        need(self.device == "cpu" or not (self.trajectory
+                                          or getattr(OBJECTIVES[self.objective], "kl", False)),
+             "device", "the trajectory estimate and the KL sums (speed_kl) are scored on "
+             "cpu only")
 
     def to_dict(self) -> dict:
         return asdict(self)

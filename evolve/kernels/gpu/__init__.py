@@ -1,0 +1,99 @@
+"""Population evaluation with torch, on a CUDA device: the same results, bit for bit,
+as the Numba kernels (``evolve.kernels.tokens``, ``evolve.kernels.speculative``).
+
+``device="cpu"`` (the default everywhere) never imports torch; ``device="cuda"``
+evaluates every population with the torch code of ``evolve.kernels.gpu.interp``
+(the interpreter and the primitive set, one torch operation per arithmetic step),
+``evolve.kernels.gpu.tokens`` (the token counts) and ``evolve.kernels.gpu.traces``
+(the trace kernel's exact sums). The code is device-agnostic: the tests run it on
+torch's CPU device and compare it with the Numba kernels bit for bit.
+
+The environment variable ``EVOLVE_TORCH_DEVICE`` (tests only) makes ``cuda`` mean
+another torch device (``EVOLVE_TORCH_DEVICE=cpu``: the same torch code on the CPU),
+so that the whole ``--device cuda`` path runs on a machine without a GPU.
+``EVOLVE_TORCH_MEMORY`` sets the memory budget in bytes (see ``memory_budget``).
+
+This module imports nothing heavy: the command line checks ``--device`` with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from evolve.errors import EvolveError
+
+DEVICES = ("cpu", "cuda")
+OVERRIDE = "EVOLVE_TORCH_DEVICE"      # tests: the torch device "cuda" stands for
+MEMORY = "EVOLVE_TORCH_MEMORY"        # the memory budget in bytes
+CPU_BUDGET = 256 * 2 ** 20            # torch on the CPU (tests): 256 MiB of scratch
+
+
+class DeviceError(EvolveError):
+    """A device that cannot be used (no torch, no CUDA device, out of its memory);
+    one line naming the parameter ``device``."""
+
+
+def check_name(device) -> None:
+    """``device`` is one of DEVICES (no torch import)."""
+    if device not in DEVICES:
+        raise DeviceError.of("device", f"{device!r} is invalid; expected one of "
+                             f"{', '.join(DEVICES)}")
+
+
+def torch_device(device: str):
+    """The torch device that evaluates for ``device`` ("cuda"): checked once here,
+    with a one-line DeviceError when torch or a CUDA device is missing."""
+    check_name(device)
+    if device == "cpu":
+        raise DeviceError.of("device", "'cpu' is evaluated by the Numba kernels, not torch")
+    try:
+        import torch  # lazy: torch is an optional dependency (the gpu extra)
+    except ImportError:
+        raise DeviceError.of("device", "'cuda' needs torch (pip install '.[gpu]')") from None
+    override = os.environ.get(OVERRIDE)
+    if override:
+        return torch.device(override)
+    if not torch.cuda.is_available():
+        raise DeviceError.of("device", "'cuda': torch finds no CUDA device "
+                             f"(torch {torch.__version__}, built for CUDA "
+                             f"{torch.version.cuda or 'none'})")
+    return torch.device("cuda")
+
+
+def memory_budget(dev) -> int:
+    """Bytes of device memory one evaluation may use for its scratch: EVOLVE_TORCH_MEMORY
+    if set, else a third of the CUDA device's free memory (256 MiB on the CPU)."""
+    given = os.environ.get(MEMORY)
+    if given:
+        try:
+            value = int(given)
+        except ValueError:
+            value = 0
+        if value < 1:
+            raise DeviceError(f"{MEMORY}: {given!r} is invalid; expected a number of bytes >= 1")
+        return value
+    if dev.type == "cuda":
+        import torch  # lazy: only on the device path
+        free, _ = torch.cuda.mem_get_info(dev)
+        return max(free // 3, 2 ** 20)
+    return CPU_BUDGET
+
+
+def out_of_memory_types() -> tuple:
+    """The exceptions torch raises when a device runs out of memory."""
+    import torch  # lazy: only on the device path
+    types = [getattr(torch, "OutOfMemoryError", None),
+             getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)]
+    return tuple({t for t in types if isinstance(t, type)})
+
+
+def guarded(fn, device: str):
+    """``fn`` with torch's out-of-memory errors turned into one-line DeviceErrors."""
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except out_of_memory_types() as e:
+            line = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DeviceError.of("device", f"{device!r} ran out of memory ({line[:160]}); "
+                                 f"set {MEMORY} lower, or resume on 'cpu'") from None
+    return call

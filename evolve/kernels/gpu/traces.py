@@ -1,0 +1,226 @@
+"""The trace kernel in torch: ``evolve.kernels.speculative.population_sums``, bit for bit.
+
+A split's candidate inputs and per-candidate and per-row constants (the kernel's own
+``Prepared`` constants, back in block order) are put on the device once
+(``device_split``, cached on the ``SpecArrays``); a minibatch (``blocks``) is a
+gather on the device. A population is scored in batches of programs over chunks of
+whole blocks that fit the memory budget (``evolve.kernels.gpu.memory_budget``;
+``chunk_blocks`` and ``batch_programs`` force sizes): plog, pexp and psqrt of the
+chunk's inputs once (``interp.derived``), the thresholds of a batch, then
+the per-block terms of ``kernels.speculative._tile_sums``, one operation per step in
+the kernel's order, with the blocks (and programs) as the vector.
+
+Each block's values are rounded to the 128-bit fixed point of ``kernels.fixed``
+exactly as ``fixed.add_to`` does, but held as four integer limbs (2^87, 2^64, 2^32,
+1; each below 2^33) that add on the device without overflow; the limb sums are
+finished into the (hi, lo) words modulo 2^128 on the host. Integer sums are
+order-free, so any chunking gives the integers of the Numba kernel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from evolve.kernels import gpu, layout
+from evolve.kernels.fixed import HI_SHIFT, LIMIT
+from evolve.kernels.gpu import interp
+from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
+                                   R_TMINUS, R_TPLUS, TAIL_OFF, Z_RES)
+from evolve.kernels.speculative import _check_inputs, lane_major, prepared
+
+
+_WORD = (1 << 64) - 1
+
+
+class Shape:
+    """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of a split scored on a device."""
+
+    def __init__(self, g: int, k: int, n_blocks: int):
+        self.g, self.k, self.n_blocks, self.n = g, k, n_blocks, n_blocks * g
+
+
+def _block_order(lane: np.ndarray, n: int, per: int, g: int, tb: int) -> np.ndarray:
+    """The inverse of ``speculative.lane_major``: lane-major values back in row order."""
+    where = lane_major(np.arange(n * per).reshape(n, per), g, tb)
+    out = np.empty(n * per, dtype=lane.dtype)
+    out[where] = lane
+    return out
+
+
+class DeviceTrace:
+    """A trace split's inputs and constants on one torch device, in block order:
+    X (inputs, blocks, g * k); lq, lp, lr (blocks, g, k); lrow (constants, blocks, g);
+    ldc, lsx (blocks, g)."""
+
+    @classmethod
+    def of(cls, sa, dev) -> "DeviceTrace":
+        pr = prepared(sa)
+        n, k, g, tb = sa.n, sa.k, sa.g, pr.tile_blocks
+        nb = n // g
+
+        def put(a, shape):
+            return torch.as_tensor(np.ascontiguousarray(a).reshape(shape), device=dev)
+        self = cls()
+        self.shape = Shape(g, k, nb)
+        self.X = put(sa.X, (sa.X.shape[0], nb, g * k))
+        self.lq, self.lp, self.lr = (put(_block_order(a, n, k, g, tb), (nb, g, k))
+                                     for a in (pr.lq, pr.lp, pr.lr))
+        self.lrow = put(np.stack([_block_order(r, n, 1, g, tb) for r in pr.lrow]),
+                        (pr.lrow.shape[0], nb, g))
+        self.ldc = put(_block_order(pr.ldc, n, 1, g, tb), (nb, g))
+        self.lsx = put(_block_order(pr.lsx, n, 1, g, tb), (nb, g))
+        return self
+
+    def select(self, b0: int, b1: int, idx=None) -> "DeviceTrace":
+        """Blocks b0..b1 (a view), or the blocks ``idx`` (a device tensor; a gather)."""
+        out = DeviceTrace()
+        pick = (lambda t, d: t.narrow(d, b0, b1 - b0)) if idx is None else \
+            (lambda t, d: t.index_select(d, idx))
+        out.X = pick(self.X, 1)
+        out.lq, out.lp, out.lr, out.ldc, out.lsx = (pick(t, 0) for t in
+                                                    (self.lq, self.lp, self.lr, self.ldc,
+                                                     self.lsx))
+        out.lrow = pick(self.lrow, 1)
+        out.shape = Shape(self.shape.g, self.shape.k, out.lq.shape[0])
+        return out
+
+    def blocks(self, idx) -> "DeviceTrace":
+        """The blocks ``idx`` (sorted block numbers), gathered on the device."""
+        return self.select(0, 0, torch.as_tensor(np.asarray(idx, dtype=np.int64),
+                                                 device=self.X.device))
+
+
+def device_split(sa, dev) -> DeviceTrace:
+    """The columns of ``sa`` (a ``spec.SpecArrays``) on ``dev``, made once."""
+    cache = getattr(sa, "_torch", None)
+    if cache is None:
+        cache = {}
+        object.__setattr__(sa, "_torch", cache)
+    key = str(dev)
+    if key not in cache:
+        cache[key] = DeviceTrace.of(sa, dev)
+    return cache[key]
+
+
+def _limbs(v: torch.Tensor) -> torch.Tensor:
+    """Block values (..., nb) as fixed point (``fixed.add_to``: NaN is 0, saturating at
+    +-LIMIT), in four signed int64 limbs (4, ..., nb): weights 2^87, 2^64, 2^32, 1."""
+    v = torch.where(v != v, 0.0, v)
+    v = torch.where(v > LIMIT, LIMIT, torch.where(v < -LIMIT, -LIMIT, v))
+    neg = v < 0.0
+    t = torch.where(neg, -v, v) * 2.0 ** HI_SHIFT
+    hf = torch.floor(t)
+    lf = torch.floor((t - hf) * 2.0 ** 64 + 0.5)       # in [0, 2^64], as the kernel
+    a = torch.floor(lf * 2.0 ** -32)                    # exact: powers of two
+    b = lf - a * 2.0 ** 32
+    hh = torch.floor(hf * 2.0 ** -23)
+    hl = hf - hh * 2.0 ** 23
+    sign = 1 - 2 * neg.to(torch.int64)
+    return torch.stack([hh, hl, a, b]).to(torch.int64) * sign
+
+
+def finish(limbs: np.ndarray) -> np.ndarray:
+    """Limb sums (4, ...) to fixed-point (..., 2) (hi, lo) int64, modulo 2^128 as the
+    kernel's wrapping words."""
+    limbs = np.asarray(limbs, dtype=np.int64)
+    words = []
+    for a, b, c, d in zip(*limbs.reshape(4, -1).tolist()):
+        t = ((a << 87) + (b << 64) + (c << 32) + d) % (1 << 128)
+        hi, lo = t >> 64, t & _WORD
+        words.append((hi - (1 << 64) if hi >> 63 else hi, lo - (1 << 64) if lo >> 63 else lo))
+    return np.array(words, dtype=np.int64).reshape(*limbs.shape[1:], 2)
+
+
+def block_values(H: torch.Tensor, d: DeviceTrace, cap: float) -> torch.Tensor:
+    """The layout's values of every block, (programs, width(g), blocks) float64, from
+    clipped thresholds H (programs, blocks, g, k): ``_tile_sums`` step by step."""
+    g, k = d.shape.g, d.shape.k
+    L = layout.sums_layout(g)
+    P_, nb = H.shape[0], H.shape[1]
+    vals = torch.zeros((P_, L.width, nb), dtype=torch.float64, device=H.device)
+    w = torch.ones((P_, nb), dtype=torch.float64, device=H.device)
+    tok = torch.ones_like(w)
+    tvb, exb, tail = torch.zeros_like(w), torch.zeros_like(w), torch.zeros_like(w)
+    for s in range(g):
+        row = d.lrow[:, :, s]
+        qa = torch.zeros_like(w)
+        for c in range(k):
+            qa = qa + d.lq[:, s, c] * H[:, :, s, c]
+        scale = ((row[Q_SUM] - qa) + (row[Q_TAIL] - row[M_TAIL])) / row[Z_RES]
+        tv = torch.zeros_like(w)
+        for c in range(k):
+            tv = tv + torch.abs((d.lq[:, s, c] * H[:, :, s, c] + scale * d.lr[:, s, c])
+                                - d.lp[:, s, c])
+        alpha = qa + row[M_TAIL]
+        o_tp = row[Q_TPLUS] + scale * row[R_TPLUS]
+        o_tm = row[P_TMINUS] + scale * row[R_TMINUS]
+        tv = (tv + (torch.abs(o_tp - row[P_TPLUS]) + torch.abs(o_tm - row[P_TMINUS]))) * 0.5
+        vals[:, L.acc_num.start + s] = w * alpha
+        vals[:, L.reach.start + s] = w
+        vals[:, L.tv_pos.start + s] = w * tv
+        tok = tok + w * alpha
+        tvb = tvb + w * tv
+        exb = exb + w * (qa - row[Q_STD])
+        tail = tail + torch.where(tv > cap, w, 0.0)
+        dc = d.ldc[:, s]
+        drafted = H[:, :, s, :].gather(2, dc.clamp(min=0).expand(P_, nb).unsqueeze(2))[:, :, 0]
+        w = w * torch.where(dc >= 0, drafted, d.lsx[:, s])
+    vals[:, L.tokens] = tok
+    vals[:, L.tv] = tvb
+    vals[:, L.extra] = exb
+    vals[:, L.tokens_sq] = tok * tok
+    vals[:, L.tail] = tail
+    return vals
+
+
+def sizes(programs, d: DeviceTrace, dev, chunk_blocks, batch_programs) -> tuple:
+    """(blocks per chunk, programs per batch): forced, or what the memory budget holds
+    (a program's stack and temporaries, and plog, pexp and psqrt of the inputs, over
+    a chunk's candidates; a batch's
+    thresholds, values and limbs per block)."""
+    g, k = d.shape.g, d.shape.k
+    budget = gpu.memory_budget(dev)
+    per_block_eval = 8 * g * k * (int(programs.max_stack) + 32 + 4 * d.X.shape[0])
+    per_block_prog = 8 * (3 * g * k + 20 * layout.width(g) + 64)   # values, limbs, copies
+    nb = int(chunk_blocks) if chunk_blocks else max(1, budget // 2 // per_block_eval)
+    nb = max(1, min(nb, max(1, d.shape.n_blocks)))
+    pb = int(batch_programs) if batch_programs else max(1, budget // 2 // (per_block_prog * nb))
+    return nb, max(1, min(pb, len(programs)))
+
+
+def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = TAIL_OFF,
+                    blocks=None, chunk_blocks: int | None = None,
+                    batch_programs: int | None = None) -> np.ndarray:
+    """Exact sums for every program, int64 (P, layout.width(g), 2), as
+    ``kernels.speculative.population_sums`` with ``with_kl=False`` (the kl sum is 0),
+    over every block of ``sa`` or over ``blocks``."""
+    if with_kl:
+        raise gpu.DeviceError.of("device", "the torch kernels do not sum KL (its log is the "
+                                 "C library's); score it on 'cpu'")
+    _check_inputs(programs, sa)
+    d = device_split(sa, dev)
+    if blocks is not None:
+        d = d.blocks(blocks)
+    g, k, P_ = d.shape.g, d.shape.k, len(programs)
+    out = np.zeros((P_, layout.width(g), 2), dtype=np.int64)
+    if not P_ or not d.shape.n_blocks:
+        return out
+    nb, pb = sizes(programs, d, dev, chunk_blocks, batch_programs)
+    progs = interp.program_lists(programs)
+    acc = torch.zeros((4, P_, layout.width(g)), dtype=torch.int64, device=dev)
+    zero = torch.zeros((), dtype=torch.float64, device=dev)
+    for b0 in range(0, d.shape.n_blocks, nb):
+        part = d.select(b0, min(d.shape.n_blocks, b0 + nb))
+        m = part.shape.n_blocks
+        X = part.X.reshape(part.X.shape[0], m * g * k)
+        U = interp.derived(X)           # plog, pexp, psqrt of the chunk's inputs, once
+        for p0 in range(0, P_, pb):
+            batch = progs[p0:p0 + pb]
+            H = torch.empty((len(batch), m * g * k), dtype=torch.float64, device=dev)
+            for i, (ops, consts) in enumerate(batch):
+                H[i] = interp.run(ops, consts, X, U)
+            H = torch.fmin(torch.fmax(H, zero), zero + 1.0) + 0.0
+            vals = block_values(H.view(len(batch), m, g, k), part, float(tail_cap))
+            acc[:, p0:p0 + len(batch)] += _limbs(vals).sum(dim=-1)
+    return finish(acc.cpu().numpy())

@@ -1,0 +1,226 @@
+"""Runs with ``device="cuda"`` (the torch kernels, ``evolve.kernels.gpu``) are the CPU
+kernels' runs: the same history, hall of fame and champion for the same seed; a run
+resumes on the other device and finishes identical; out of device memory and a
+missing device or torch are one line, exit code 2, with a good checkpoint.
+
+No GPU here: ``EVOLVE_TORCH_DEVICE=cpu`` makes ``cuda`` mean torch's CPU device, so
+the code path of ``--device cuda`` runs unchanged but for the device it names."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import evolve                                                           # noqa: E402
+from evolve.kernels import gpu                                          # noqa: E402
+from evolve.kernels.gpu import tokens as gpu_tokens                     # noqa: E402
+from evolve.kernels.gpu import traces as gpu_traces                     # noqa: E402
+from evolve.runs.rundir import RunError                                 # noqa: E402
+from tests import tracekit                                              # noqa: E402
+from tests.clikit import invoke, isolated, one_line_error  # noqa: E402,F401 (isolated: a fixture)
+
+pytestmark = pytest.mark.usefixtures("isolated")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """One torch thread: torch's CPU thread pool on a busy shared machine costs more
+    than it gives on these tiny sizes (results do not depend on it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+npz_dir = tracekit.npz_dir_fixture()
+
+TOKENS = dict(population=40, seed=3, writeback=False)
+TRACES = dict(population=40, seed=2, objective="speed", tv_budget=0.05, tv_p99_cap=0.3,
+              batch_blocks=60, writeback=False)
+
+
+@pytest.fixture
+def torch_on_cpu(monkeypatch):
+    """``cuda`` runs the torch kernels on torch's CPU device."""
+    monkeypatch.setenv(gpu.OVERRIDE, "cpu")
+
+
+def view(res) -> dict:
+    """What must not depend on the device: history (no timing), hall of fame, champion
+    (no eval timing) and the configuration but for the device."""
+    hof = json.loads((res.path / "hall_of_fame.json").read_text())
+    champ = {k: v for k, v in res.champion.items() if k not in ("created", "run")}
+    champ["metrics"] = {s: {k: v for k, v in m.items() if k != "eval_ms"}
+                        for s, m in champ["metrics"].items()}
+    return {"history": [{k: v for k, v in r.items() if k != "timing"} for r in res.history],
+            "hof": hof, "champion": champ,
+            "config": {k: v for k, v in res.config.items() if k != "device"}}
+
+
+def test_token_run_on_the_torch_kernels_is_the_cpu_run(tmp_path, small_data_dir, torch_on_cpu):
+    cpu = evolve.run(generations=3, data_dir=small_data_dir, runs_dir=tmp_path, name="cpu",
+                     **TOKENS)
+    dev = evolve.run(generations=3, data_dir=small_data_dir, runs_dir=tmp_path, name="dev",
+                     device="cuda", **TOKENS)
+    assert dev.config["device"] == "cuda" and cpu.config["device"] == "cpu"
+    assert view(dev) == view(cpu)
+
+
+def test_trace_run_with_minibatches_and_a_tail_cap_is_the_cpu_run(tmp_path, npz_dir,
+                                                                  torch_on_cpu, monkeypatch):
+    cpu = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **TRACES)
+    real, blocks = gpu_traces.population_sums, []
+
+    def spy(progs, sa, dev, with_kl=False, tail_cap=2.0, blocks_=None, **kw):
+        blocks.append(None if blocks_ is None else len(blocks_))
+        return real(progs, sa, dev, with_kl, tail_cap, blocks_, **kw)
+    monkeypatch.setattr(gpu_traces, "population_sums", spy)
+    dev = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
+                     device="cuda", **TRACES)
+    assert view(dev) == view(cpu)
+    assert TRACES["batch_blocks"] in blocks and None in blocks     # minibatches and whole
+
+
+def test_pareto_run_on_the_torch_kernels_is_the_cpu_run(tmp_path, npz_dir, torch_on_cpu):
+    opts = dict(population=40, seed=5, objective="pareto", writeback=False)
+    cpu = evolve.run(generations=2, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **opts)
+    dev = evolve.run(generations=2, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
+                     device="cuda", **opts)
+    assert view(dev) == view(cpu)
+
+
+@pytest.mark.parametrize("first,then", [("cuda", "cpu"), ("cpu", "cuda")])
+def test_a_run_resumes_on_the_other_device_and_finishes_identical(tmp_path, npz_dir,
+                                                                  torch_on_cpu, first, then):
+    straight = evolve.run(generations=4, data_dir=npz_dir, runs_dir=tmp_path, name="straight",
+                          **TRACES)
+    evolve.run(generations=2, data_dir=npz_dir, runs_dir=tmp_path, name="moved",
+               device=first, **TRACES)
+    moved = evolve.run(resume="moved", generations=4, runs_dir=tmp_path, device=then)
+    assert moved.config["device"] == then
+    assert view(moved) == view(straight)
+
+
+def test_out_of_device_memory_is_one_line_and_the_run_resumes(tmp_path, small_data_dir,
+                                                              torch_on_cpu, monkeypatch):
+    """torch.OutOfMemoryError in the middle of generation 2: a one-line error, the
+    checkpoint of generation 1 kept; resumed, the run finishes as one never stopped."""
+    straight = evolve.run(generations=4, data_dir=small_data_dir, runs_dir=tmp_path,
+                          name="straight", **TOKENS)
+    real = gpu_tokens.population_counts
+    calls = []
+
+    def short_of_memory(progs, arrays, dev, chunk_rows=None):
+        calls.append(len(progs))
+        if len(calls) == 5:          # train and valid of generations 0, 1; then train of 2
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\n"
+                                         "more lines")
+        return real(progs, arrays, dev, chunk_rows)
+    monkeypatch.setattr(gpu_tokens, "population_counts", short_of_memory)
+    with pytest.raises(RunError) as e:
+        evolve.run(generations=4, data_dir=small_data_dir, runs_dir=tmp_path, name="oom",
+                   device="cuda", **TOKENS)
+    msg = str(e.value)
+    assert "\n" not in msg and "out of memory" in msg and "--device cuda" in msg, msg
+    state = json.loads((tmp_path / "oom" / "checkpoint.json").read_text())
+    assert state["generation"] == 1
+    summary = json.loads((tmp_path / "oom" / "summary.json").read_text())
+    assert summary["status"] == "failed"
+    monkeypatch.setattr(gpu_tokens, "population_counts", real)
+    again = evolve.run(resume="oom", generations=4, runs_dir=tmp_path, device="cuda")
+    assert view(again) == view(straight)
+
+
+def test_cli_out_of_memory_exits_2_with_one_line(tmp_path, small_data_dir, torch_on_cpu,
+                                                 monkeypatch):
+    def no_memory(*a, **k):
+        raise torch.OutOfMemoryError("CUDA out of memory.")
+    monkeypatch.setattr(gpu_tokens, "population_counts", no_memory)
+    r = invoke("run", "--population", 20, "--generations", 2, "--device", "cuda", "--name",
+               "x", "--data", small_data_dir, "--runs-dir", tmp_path, "--no-writeback")
+    one_line_error(r, "out of memory", "resume with")
+
+
+def test_cuda_without_a_cuda_device_is_one_line_and_makes_nothing(tmp_path, small_data_dir,
+                                                                  monkeypatch):
+    monkeypatch.delenv(gpu.OVERRIDE, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--data", small_data_dir,
+               "--runs-dir", tmp_path / "runs", "--no-writeback")
+    one_line_error(r, "--device", "no CUDA device")
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--starts", 2, "--data",
+               small_data_dir, "--runs-dir", tmp_path / "runs", "--no-writeback")
+    one_line_error(r, "--device", "no CUDA device")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_cuda_without_torch_is_one_line(tmp_path, small_data_dir, monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)          # import torch fails
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--data", small_data_dir,
+               "--runs-dir", tmp_path / "runs", "--no-writeback")
+    one_line_error(r, "--device", "needs torch", "[gpu]")
+
+
+def test_bad_device_names_and_kl_are_refused(tmp_path, small_data_dir, npz_dir):
+    r = invoke("run", "--generations", 1, "--device", "tpu", "--data", small_data_dir,
+               "--runs-dir", tmp_path)
+    one_line_error(r, "--device", "'tpu'")
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--objective", "speed_kl",
+               "--data", npz_dir, "--runs-dir", tmp_path)
+    one_line_error(r, "--device", "cpu only")
+
+
+@pytest.mark.slow
+def test_the_cpu_path_never_imports_torch(small_data_dir):
+    code = ("import sys, evolve; evolve.run(generations=1, population=10, writeback=False, "
+            f"data_dir={str(small_data_dir)!r}, runs_dir=sys.argv[1]); "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_a_split_goes_to_the_device_once_per_run(tmp_path, npz_dir, small_data_dir,
+                                                 torch_on_cpu, monkeypatch):
+    """Train and valid are uploaded once each, whatever the generations and minibatches
+    (the tensors are cached on the split's kernel arrays)."""
+    made = []
+    of = gpu_traces.DeviceTrace.of.__func__
+    monkeypatch.setattr(gpu_traces.DeviceTrace, "of",
+                        classmethod(lambda cls, sa, dev: made.append("trace") or of(cls, sa, dev)))
+    init = gpu_tokens.DeviceTokens.__init__
+
+    def counted(self, arrays, dev):
+        made.append("tokens")
+        init(self, arrays, dev)
+    monkeypatch.setattr(gpu_tokens.DeviceTokens, "__init__", counted)
+    evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="t", device="cuda",
+               **TRACES)
+    evolve.run(generations=3, data_dir=small_data_dir, runs_dir=tmp_path, name="k",
+               device="cuda", **TOKENS)
+    assert made == ["trace", "trace", "tokens", "tokens"]
+
+
+def test_sharded_traces_on_cuda_are_refused_in_one_line(torch_on_cpu):
+    from evolve.objectives import on_device
+    with pytest.raises(gpu.DeviceError) as e:
+        on_device.trace_evaluator(object(), "train", "cuda")
+    assert str(e.value).startswith("device: 'cuda' scores traces held in memory")
+
+
+def test_a_small_memory_budget_chunks_and_gives_the_same_run(tmp_path, npz_dir, torch_on_cpu,
+                                                             monkeypatch):
+    """EVOLVE_TORCH_MEMORY of 300 kB: splits are scored in many chunks of blocks and
+    batches of programs; the run is the CPU run."""
+    cpu = evolve.run(generations=2, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **TRACES)
+    monkeypatch.setenv(gpu.MEMORY, "300000")
+    real, sizes = gpu_traces.sizes, []
+    monkeypatch.setattr(gpu_traces, "sizes", lambda *a: sizes.append(real(*a)) or sizes[-1])
+    dev = evolve.run(generations=2, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
+                     device="cuda", **TRACES)
+    assert view(dev) == view(cpu)
+    assert max(nb for nb, _ in sizes) < TRACES["batch_blocks"]      # several chunks
