@@ -36,6 +36,7 @@ This module imports nothing of the project, so any module may import it.
 """
 
 from __future__ import annotations
+import math
 
 
 class EvolveError(ValueError):
@@ -94,5 +95,4 @@ def show(value, limit: int = 60) -> str:
     try:
         return shorten(repr(value), limit)
     except ValueError:              # an int beyond Python's str conversion limit
-        import math
         return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"

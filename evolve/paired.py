@@ -33,13 +33,16 @@ from evolve.data import emission as EM
 from evolve.data.sources import hf_free
 from evolve.data.sources import ngram as NG
 from evolve.rules.adapters import as_rule
+from dataclasses import replace
+from evolve.simulate import rows_probs
+from evolve.simulate import decoding_bytes
+from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
 
 CHUNK = 20_000          # rows of full distributions evaluated at once (memory)
 Z95 = 1.959963984540054
 
 
 def seeded_pair(pair: NG.LMPair, seed: int) -> NG.LMPair:
-    from dataclasses import replace
     cfg = replace(pair.config, seed=int(np.random.SeedSequence((seed, 7)).generate_state(1)[0]))
     return NG.LMPair(pair.target, pair.draft, pair.corpus, pair.lm_files, pair.draft_files,
                      pair.pools, cfg)
@@ -47,7 +50,6 @@ def seeded_pair(pair: NG.LMPair, seed: int) -> NG.LMPair:
 
 def _slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
     """Exact TV and KL of the emitted token at every reached drafted position."""
-    from evolve.simulate import rows_probs
     idx = np.flatnonzero(reached)
     tv = np.empty(idx.size)
     kl = np.empty(idx.size)
@@ -174,7 +176,6 @@ def comparison_bytes(prompts: int, blocks: int, rules: int, block_size: int, top
     run, the recorded columns of every drafted position (twice: per batch, then
     joined), the decoded text, the prompts with their generators and uniforms; the
     reached positions' slot numbers kept for every rule."""
-    from evolve.simulate import decoding_bytes
     g = block_size
     rows = prompts * blocks * g
     per_row = 2 * (160 + 17 * top_k + context_len) + 16 * rules + 48
@@ -188,7 +189,6 @@ def check_comparison(prompts: int, blocks: int, rules: int, block_size: int, top
     """``evolve.simulate.SizeError`` for settings beyond the bounds (prompts and blocks
     as for a simulation, at most ``MAX_ROWS`` drafted positions per rule) or this
     machine's memory."""
-    from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
     check_bound("prompts", prompts, MAX_PROMPTS)
     check_bound("blocks", blocks, MAX_BLOCKS)
     if prompts * blocks * block_size > MAX_ROWS:

@@ -38,6 +38,9 @@ from evolve.data.sources import ngram as NG
 from evolve.errors import EvolveError
 from evolve.objectives.spec import FEATURES
 from evolve.rules.adapters import as_rule
+import os
+from dataclasses import replace
+from evolve.objectives import spec
 
 # ------------------------------------------------------------------ bounds
 
@@ -79,7 +82,6 @@ def memory_limit() -> int:
     """This machine's physical memory in bytes (``FALLBACK_MEMORY`` when unknown): what
     a simulation can never exceed. (Not what is free at the moment, which would make
     the same command pass or fail with the load of other processes.)"""
-    import os
     try:
         n = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (AttributeError, ValueError, OSError):
@@ -186,7 +188,6 @@ def decode_free(pair: NG.LMPair, rule, split: str = "test", prompts: int = 128,
 
 
 def _with_seed(pair: NG.LMPair, seed: int) -> NG.LMPair:
-    from dataclasses import replace
     cfg = replace(pair.config, seed=int(np.random.SeedSequence((seed, 1)).generate_state(1)[0]))
     return NG.LMPair(pair.target, pair.draft, pair.corpus, pair.lm_files, pair.draft_files,
                     pair.pools, cfg)
@@ -344,7 +345,6 @@ def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int
     same contexts. ``z`` = difference / its standard error. ``progress``, if given,
     is called with a line of text before each stage. Settings beyond the bounds or
     this machine's memory raise SizeError before any work (``check_simulation``)."""
-    from evolve.objectives import spec
     say = progress or (lambda text: None)
     split = split or ts.name
     cfg = pair.config

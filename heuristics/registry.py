@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from numba import vectorize
+
 from heuristics.baselines import BASELINES
 
 EVOLVED = "evolved"
@@ -27,7 +29,7 @@ def names(include_evolved: bool = True) -> list[str]:
 
 def get(name: str) -> Callable:
     if name == EVOLVED:
-        import heuristics.evolved as mod
+        import heuristics.evolved as mod  # lazy: written back by runs; loaded when asked for
         return mod.evolved
     try:
         return BASELINES[name]
@@ -37,7 +39,6 @@ def get(name: str) -> Callable:
 
 def compile_function(fn: Callable):
     """A Numba ufunc of a scalar heuristic, cached on disk."""
-    from numba import vectorize
     return vectorize([SIGNATURE], cache=True)(fn)
 
 

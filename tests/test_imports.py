@@ -175,3 +175,28 @@ def test_parent_init_modules_import_nothing_at_import_time():
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
                and not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
         assert not top, parent
+
+
+def _function_local_imports(path: Path):
+    """(line number, text) of every import inside a function body of ``path``."""
+    src = path.read_text(encoding="utf-8").splitlines()
+    tree = ast.parse("\n".join(src), filename=str(path))
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    yield node.lineno, src[node.lineno - 1], src[node.lineno - 2]
+
+
+def test_every_function_local_import_says_why_it_is_lazy():
+    """An import inside a function hides a dependency from a reader; each one says
+    why it is there (``# lazy: <reason>`` on its line or the line above), usually
+    start-up time: ``evolve --help`` and commands that evaluate nothing load
+    neither Numba nor the libraries of the optional extras."""
+    bare = []
+    for path in sorted(list(PACKAGE.rglob("*.py")) + list((ROOT / "heuristics").rglob("*.py"))):
+        for line, text, above in _function_local_imports(path):
+            if "# lazy:" not in text and not above.strip().startswith("# lazy:"):
+                bare.append(f"{path.relative_to(ROOT)}:{line}: {text.strip()}")
+    assert not bare, "function-local imports without a '# lazy: <why>' comment:\n" + \
+        "\n".join(bare)

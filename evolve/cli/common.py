@@ -14,7 +14,7 @@ EXIT_BAD_INPUT = 2
 
 
 def term(json_mode: bool = False):
-    from evolve.cli.render import Terminal
+    from evolve.cli.render import Terminal    # lazy: start-up (a command loads only what it runs)
     return Terminal(json_mode=json_mode)
 
 
@@ -63,12 +63,12 @@ def option_message(e) -> str:
 
 
 def default_data() -> Path:
-    from evolve.io.paths import DATA_DIR
+    from evolve.io.paths import DATA_DIR    # lazy: start-up (a command loads only what it runs)
     return DATA_DIR
 
 
 def default_traces() -> Path:
-    from evolve.io.paths import TRACES_DIR
+    from evolve.io.paths import TRACES_DIR    # lazy: start-up (a command loads only what it runs)
     return TRACES_DIR
 
 

@@ -10,9 +10,9 @@ from evolve.cli.common import fail
 
 def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: int,
                 same_corpus: bool, out, json_mode: bool) -> None:
-    from evolve import paired
-    from evolve.data.sources import hf_free
-    from evolve.simulate import SizeError
+    from evolve import paired    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources import hf_free    # lazy: start-up (a command loads only what it runs)
+    from evolve.simulate import SizeError    # lazy: start-up (a command loads only what it runs)
     cfg = pair.config
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
     if isinstance(pair, hf_free.FreePair):      # before any decoding: one line, no output
@@ -28,8 +28,9 @@ def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: 
     except Exception as e:       # out of memory on the models' device while decoding
         if not isinstance(pair, hf_free.FreePair):
             raise
+        # lazy: start-up (a command loads only what it runs)
         from evolve.data.sources import hf_models
-        from evolve.errors import first_line
+        from evolve.errors import first_line    # lazy: start-up (a command loads only what it runs)
         torch, _ = hf_models.require_libs()
         if not hf_models.out_of_memory(torch, e):
             raise

@@ -30,11 +30,12 @@ def data_group():
 @friendly_errors
 def data_generate(out, seed, sequences, force):
     """Write train/valid/test with the seed-compatible generator."""
-    import numpy as np
+    import numpy as np    # lazy: start-up (a command loads only what it runs)
 
-    from evolve.data import tokens as data
+    from evolve.data import tokens as data    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources import synthetic as synth
-    from evolve.io import atomic
+    from evolve.io import atomic    # lazy: start-up (a command loads only what it runs)
     need(seed >= 0, "--seed", seed, "an integer >= 0")
     need(sequences <= MAX_SEQUENCES, "--sequences", sequences, f"at most {MAX_SEQUENCES:,}")
     out = out or default_data()
@@ -67,7 +68,7 @@ def data_generate(out, seed, sequences, force):
 @friendly_errors
 def data_import(file, split, out):
     """Import a split in the original JSON array form."""
-    from evolve.data import tokens as data
+    from evolve.data import tokens as data    # lazy: start-up (a command loads only what it runs)
     if not split.isidentifier():
         raise data.DataError(f"--split: {split!r} is not a valid split name")
     ds = data.load_json(file, name=split)
@@ -83,7 +84,7 @@ def data_import(file, split, out):
 @friendly_errors
 def data_export(data_dir, splits, out):
     """Export splits to the original JSON array form (<out>/<split>.json)."""
-    from evolve.data import tokens as data
+    from evolve.data import tokens as data    # lazy: start-up (a command loads only what it runs)
     data_dir = data_dir or default_data()
     for split in splits or data.SPLITS:
         ds = data.load_split(data_dir, split)
@@ -98,7 +99,7 @@ def data_export(data_dir, splits, out):
 @friendly_errors
 def data_info(data_dir, json_mode):
     """Tokens, standard acceptance, top-match rate and entropy ranges per split."""
-    from evolve.data import tokens as data
+    from evolve.data import tokens as data    # lazy: start-up (a command loads only what it runs)
     data_dir = data_dir or default_data()
     info = {s: data.describe(data.load_split(data_dir, s)) for s in data.SPLITS}
     out = term(json_mode)

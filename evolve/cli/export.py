@@ -35,11 +35,14 @@ FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
 def export_cmd(run, installed, fmt, out, force, runs_dir):
     """Write a champion (RUN, or --installed) as a module that needs no part of this project,
     or (vllm-patch) as a patch for vLLM."""
-    from evolve.export import champions
+    from evolve.export import champions    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.export.modules import ExportError, check_format, export_source
+    # lazy: start-up (a command loads only what it runs)
     from evolve.export.outfile import OutputError, check_target, write_new
+    # lazy: start-up (a command loads only what it runs)
     from evolve.export.vllm_patch import patch_source
-    from evolve.io import paths
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     if fmt not in FORMATS:
         fail(f"--format: {fmt!r} is invalid; expected one of {', '.join(FORMATS)}")
     if (run is None) == (installed is None):

@@ -35,7 +35,7 @@ def printable(text, keep_newlines: bool = False) -> str:
 
 class Terminal:
     def __init__(self, json_mode: bool = False):
-        from rich.console import Console
+        from rich.console import Console    # lazy: start-up (rich loads only where it is used)
         self.json_mode = json_mode
         # Not a terminal and no COLUMNS: wide enough that tables are never cut.
         width = None if (sys.stdout.isatty() or os.environ.get("COLUMNS")) else 160
@@ -70,8 +70,8 @@ class Terminal:
         """columns: (header, justify); rows: already formatted cells."""
         if self.json_mode:
             return
-        from rich.table import Table
-        from rich.text import Text
+        from rich.table import Table    # lazy: start-up (rich loads only where it is used)
+        from rich.text import Text    # lazy: start-up (rich loads only where it is used)
         t = Table(title=Text(printable(title)), title_justify="left", show_edge=False,
                   pad_edge=False)
         for header, justify in columns:
@@ -105,6 +105,7 @@ class _Meter:
 
     def __enter__(self):
         if self.live:
+            # lazy: start-up (rich loads only where it is used)
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
             self._bar = Progress(TextColumn(printable(self.label)), MofNCompleteColumn(),
@@ -150,6 +151,7 @@ class _Progress:
 
     def __enter__(self):
         if self.live:
+            # lazy: start-up (rich loads only where it is used)
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
                                        TimeElapsedColumn, TimeRemainingColumn)
             self._bar = Progress(TextColumn("gen"), MofNCompleteColumn(), BarColumn(),

@@ -28,6 +28,7 @@ def data_shard(directory, rows_per_shard, out, force, verify):
 
     `evolve run --data OUT` then reads them memory-mapped, in-process or on a
     cluster (--cluster / --scheduler)."""
+    # lazy: start-up (a command loads only what it runs)
     from evolve.data import shard_writer, shards
     tm = term()
     if verify:
@@ -48,8 +49,9 @@ def data_shard(directory, rows_per_shard, out, force, verify):
 
 def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
     """``evolve data trace --rows-per-shard N``: build the traces straight into shards."""
+    # lazy: start-up (a command loads only what it runs)
     from evolve.data import shard_writer, shards
-    from evolve.data.sources import ngram
+    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
     need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
     replaced = shard_writer.check_out(out, force)      # refused before anything is written
     tm = term()
@@ -62,6 +64,7 @@ def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
 
 def kept_note(out: Path, replaced: list) -> None:
     """Where --force kept the shard sets it replaced."""
+    # lazy: start-up (a command loads only what it runs)
     from evolve.data import shard_writer, shards
     if replaced:
         term().note(f"{', '.join(replaced)}: the previous shards are kept in "

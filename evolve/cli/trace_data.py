@@ -80,7 +80,7 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                rows_per_shard, backend, target, draft, device, dtype, batch_size, prompts_file,
                corpus_dir, prompt_len, context_len):
     """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
-    from evolve.data.sources import hf, ngram
+    from evolve.data.sources import hf, ngram    # lazy: start-up (a command loads only what it runs)
     out = Path(out) if out else default_traces()
     tm = term()
     need(max_files is None or max_files >= 4, "--max-files", max_files,
@@ -126,6 +126,7 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
     try:
         with DirLock(out):
             if rows_per_shard is not None:      # straight into shards
+                # lazy: start-up (a command loads only what it runs)
                 from evolve.cli.shards import trace_to_shards
                 trace_to_shards(cfg, out, rows_per_shard, force)
             else:
@@ -144,11 +145,11 @@ def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
     """Build and write the splits, with ``out`` locked: a file of another configuration is
     refused before the build (the build would differ), every built file is checked
     before any is written, and with --force each replaced file is kept in previous/."""
-    import numpy as np
+    import numpy as np    # lazy: start-up (a command loads only what it runs)
 
-    from evolve.data import traces
-    from evolve.data.sources import hf, ngram
-    from evolve.data.tokens import DataError
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources import hf, ngram    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
     if not force:
         for name in SPLIT_NAMES:
             path = out / f"{name}.npz"
@@ -198,8 +199,8 @@ def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
 
 def _recorded_config(path: Path):
     """The generation config in a trace file's meta.json (None if unreadable)."""
-    from evolve.data import traces
-    from evolve.data.tokens import DataError
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
     try:
         meta = traces.read_file_meta(path)
     except DataError:

@@ -31,17 +31,18 @@ traces_option = click.option("--data", "data_dir", type=click.Path(path_type=Pat
 # ---------------------------------------------------------------- shared
 
 def _load_split(data_dir: Path, split: str):
-    from evolve.data import traces
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
     return traces.load(Path(data_dir) / f"{split}.npz", name=split)
 
 
 def _pair_for(ts, out):
     """The draft/target pair rebuilt from a split's recorded configuration: the n-gram
     pair, or for hf traces the recorded Hugging Face models and prompt source."""
-    from evolve.data.sources import ngram
-    from evolve.data.tokens import DataError
+    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
     src = ts.meta.get("source", ts.name)
     if ts.backend == "hf":
+        # lazy: start-up (a command loads only what it runs)
         from evolve.data.sources import hf_free
         fp = hf_free.load(ts, src)
         same = hf_free.corpus_matches(fp, ts)
@@ -69,13 +70,14 @@ def _pair_for(ts, out):
 def _config_of(ts):
     """The recorded trace configuration of a split (n-gram or hf), or DataError (one
     line): read before anything is built, to check the sizes asked for."""
-    from evolve.data.tokens import DataError
+    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
     src = ts.meta.get("source", ts.name)
     try:
         if ts.backend == "hf":
+            # lazy: start-up (a command loads only what it runs)
             from evolve.data.sources import hf
             return hf.config_of(ts)
-        from evolve.data.sources import ngram
+        from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
         return ngram.config_of(ts)
     except (KeyError, TypeError, ValueError) as e:
         raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
@@ -84,7 +86,7 @@ def _config_of(ts):
 def _check_sizes(check, *args) -> None:
     """Run a size check of ``evolve.simulate``/``evolve.paired``; a SizeError is one
     line naming the options."""
-    from evolve.simulate import SizeError
+    from evolve.simulate import SizeError    # lazy: start-up (a command loads only what it runs)
     try:
         check(*args)
     except SizeError as e:
@@ -93,9 +95,10 @@ def _check_sizes(check, *args) -> None:
 
 def _run_rule(runs_parent: Path, run: str):
     """(rule, info) of a run's champion: its tree parsed (never evaluated)."""
-    from evolve.lang import codegen, treeio
+    from evolve.lang import codegen, treeio    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.rules.adapters import tree_rule
-    from evolve.runs import rundir as runs
+    from evolve.runs import rundir as runs    # lazy: start-up (a command loads only what it runs)
     rd = runs.RunDir.open(runs_parent, run)
     champ = rd.champion(metrics_needed=False)     # the rule is its tree
     try:
@@ -111,6 +114,7 @@ def _run_rule(runs_parent: Path, run: str):
 
 def _rule_of(text: str, runs_parent: Path):
     """A --compare rule: NAME, NAME:PARAM or run:RUN."""
+    # lazy: start-up (a command loads only what it runs)
     from evolve.rules.adapters import RuleError, named_rule
     if text.startswith("run:"):
         if not text[4:].strip():
@@ -133,7 +137,8 @@ def _rule_of(text: str, runs_parent: Path):
 def _installed_rule():
     """The installed trace rule (heuristics/evolved_trace.py) as an info dict with its
     parsed nodes, or None when there is none."""
-    from evolve.lang import codegen
+    from evolve.lang import codegen    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.tasks.writeback import TRACE_MODULE, installed_trace
     found = installed_trace()
     if found is None:
@@ -193,9 +198,10 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     rule's paired difference from the first, with 95% intervals (standard
     errors by sequence). --compare also works on traces recorded with
     --backend hf: it loads the models and prompt source named in the split."""
-    from evolve import paired, simulate
+    from evolve import paired, simulate    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.rules.adapters import RuleError, named_rule
-    from evolve.io import paths
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     for name, value, most in (("prompts", prompts, simulate.MAX_PROMPTS),
                               ("blocks", blocks, simulate.MAX_BLOCKS),
                               ("contexts", contexts, simulate.MAX_CONTEXTS),
@@ -203,6 +209,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
         if value is not None:
             _check_sizes(simulate.check_bound, name, value, most)
     if compare:
+        # lazy: start-up (a command loads only what it runs)
         from evolve.cli.compare import compare_cmd
         if heuristic is not None or run is not None or param is not None:
             fail("--compare: give the rules there, not with --heuristic/--run/--param")
@@ -252,6 +259,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
     if ts.backend != "ngram":
+        # lazy: start-up (a command loads only what it runs)
         from evolve.data.tokens import DataError
         raise DataError(f"{data_dir / split}.npz: recorded by the {ts.backend} backend; "
                         "evolve simulate rebuilds the n-gram pair and supports n-gram "
@@ -309,12 +317,13 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     own knob (transformers' assistant_ensemble_weight, SGLang's accept thresholds)
     also show the tuned setting as that engine's flags or keyword arguments: no
     patch needed; --engine NAME shows only that engine's rows."""
-    from evolve.data import traces
-    from evolve.objectives import spec
-    from evolve.rules import tuning
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+    from evolve.objectives import spec    # lazy: start-up (a command loads only what it runs)
+    from evolve.rules import tuning    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
     from evolve.rules.table import ENGINES, families
-    from evolve.runs import pictures
-    from evolve.io import paths
+    from evolve.runs import pictures    # lazy: start-up (a command loads only what it runs)
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     budgets = list(dict.fromkeys(budgets)) or list(DEFAULT_BUDGETS)
     need(engine is None or engine in ENGINES, "--engine", engine,
          f"one of {', '.join(ENGINES)}")
@@ -322,6 +331,7 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
         need(math.isfinite(b) and b >= 0, "--budget", b, "a TV per token >= 0")
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
     if png is not None:
+        # lazy: start-up (a command loads only what it runs)
         from evolve.export.outfile import OutputError, check_target
         try:
             png = check_target("--png", png)
@@ -344,6 +354,7 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
     out.note(f"sweeping {len(families())} rule families on valid and test, tuning to "
               f"{len(budgets)} budget(s) ...")
+    # lazy: start-up (a command loads only what it runs)
     from evolve.objectives.trajectory import TraceBlocks
     res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra,
                           TraceBlocks.from_split(splits["test"]) if trajectory else None)

@@ -70,12 +70,12 @@ class ChampionView:
 
 class TokenView(ChampionView):
     def result(self, result, term, data_dir):
-        from evolve.runs import report
+        from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
         show_token_result(result, term, report.run_table(data_dir))
 
     def inspect(self, info, term):
-        from evolve.runs import report
-        from evolve.tasks import TASKS
+        from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
+        from evolve.tasks import TASKS    # lazy: start-up (a command loads only what it runs)
         show_token_inspect(info["champion"], term, report.standard_metrics(
             Path((info.get("data") or {}).get("dir") or TASKS["tokens"].default_data())))
 

@@ -83,7 +83,7 @@ class DaskShards:
         """Wait for tasks and gather them; ClusterError when no worker has been left
         for NO_WORKERS_GRACE_S or the call limit passes (tasks that keep failing end
         as errors by themselves), ClusterInterrupted past the stop grace."""
-        from distributed import wait
+        from distributed import wait    # lazy: start-up (Dask loads only where it is used)
         s = self.session
         what = f"shard set {self.name!r}, {what}"
         start = time.monotonic()
@@ -134,7 +134,7 @@ class DaskShards:
 
     def _raise(self, fut):
         exc = fut.exception()
-        from distributed import KilledWorker
+        from distributed import KilledWorker    # lazy: start-up (Dask loads only where it is used)
         if isinstance(exc, KilledWorker):
             raise ClusterError(f"a worker died while scoring the {self.name} shards, more "
                                "often than distributed.scheduler.allowed-failures allows; "

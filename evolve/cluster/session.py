@@ -23,6 +23,13 @@ import numpy as np
 from evolve.cluster import INSTALL, ClusterError, ClusterInterrupted
 from evolve.errors import first_line, show
 from evolve.kernels.layout import TAIL_OFF
+from evolve.kernels import fixed
+from evolve.objectives.base import Evaluator
+from evolve.cluster.worker import kernel_arrays
+from evolve.data.shards import ShardedSplit
+from evolve.cluster.worker import warm
+from multiprocessing import resource_tracker
+from evolve.cluster.backends import DaskShards, LocalShards
 
 # Every wait on a scheduler has a limit (seconds), each settable in the environment:
 LIMITS = {
@@ -192,13 +199,11 @@ class ClusterSplit:
              tail_cap: float = TAIL_OFF) -> np.ndarray:
         """float64 kernel sums (P, 6 + 3g) over every shard (or over the blocks
         ``blocks``), exact (see kernels.fixed)."""
-        from evolve.kernels import fixed
         return fixed.to_float(self.backend.sums(progs, with_kl, blocks, tail_cap))
 
     def evaluator(self, name: str, blocks=None, with_kl: bool = False,
                   tail_cap: float = TAIL_OFF):
         """The split's evaluator; ``batch(blocks)`` gives one over some of its blocks."""
-        from evolve.objectives.base import Evaluator
         g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
         shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
         # as SpecArrays.missing: "" where the shards hold the slot features (schema v3)
@@ -210,7 +215,6 @@ class ClusterSplit:
     def spec_arrays(self):
         """The whole split's SpecArrays in this process (finishing reports only)."""
         if self._arrays is None:
-            from evolve.cluster.worker import kernel_arrays
             self._arrays = kernel_arrays(self.split.concat())
         return self._arrays
 
@@ -255,7 +259,6 @@ class Session:
                 else f"--cluster: local:{self.n_local}")
 
     def attach(self, splits: dict) -> dict:
-        from evolve.data.shards import ShardedSplit
         sharded = {k: v for k, v in splits.items() if isinstance(v, ShardedSplit)}
         if not sharded:
             if self.distributed:
@@ -263,9 +266,7 @@ class Session:
                 raise ClusterError(f"{opt}: needs sharded traces (make them with `evolve data "
                                    "shard DIR --rows-per-shard N`, then --data DIR/shards)")
             return splits
-        from evolve.cluster.backends import DaskShards, LocalShards
         if self.distributed:
-            from evolve.cluster.worker import warm
             warm(next(iter(sharded.values())).shard(0))     # workers then read the cache
             self.connect()
             make = lambda sp: DaskShards(self, sp)     # noqa: E731
@@ -288,7 +289,7 @@ class Session:
         if self.client is not None:
             return self.client
         try:
-            import distributed
+            import distributed    # lazy: start-up (Dask loads only where it is used)
         except ImportError:
             opt = "--cluster" if self.n_local else "--scheduler"
             raise ClusterError(f"{opt}: needs dask[distributed]; install it with: "
@@ -298,7 +299,6 @@ class Session:
                 self.threads = self.threads or max(1, (os.cpu_count() or 1) // self.n_local)
                 # started here: starting it later, from a thread that blocks SIGINT,
                 # would unblock it there (multiprocessing does so once it has spawned)
-                from multiprocessing import resource_tracker
                 resource_tracker.ensure_running()
                 bounded(self._start_local, self.limits["connect"] + 60.0,
                         f"{self.where}: the workers did not start within "
@@ -330,8 +330,8 @@ class Session:
 
     def _start_local(self) -> None:
         """A LocalCluster and its client (in a thread that blocks SIGINT: see bounded)."""
-        import dask
-        import distributed
+        import dask    # lazy: start-up (Dask loads only where it is used)
+        import distributed    # lazy: start-up (Dask loads only where it is used)
         with dask.config.set({"distributed.scheduler.work-stealing": False}):
             # memory_limit=0: workers hold their shards by design; Dask's
             # default (the machine's memory split evenly) restarts a worker

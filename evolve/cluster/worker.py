@@ -11,6 +11,20 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from evolve.kernels.layout import TAIL_OFF
+from evolve.objectives.spec import SpecArrays
+from evolve.data.shards import map_shard
+import os
+import socket
+import time
+from evolve.data.traces import TraceSplit
+from evolve.lang import treeio
+import signal
+import resource
+import sys
+from evolve.kernels.speculative import prepared
+from evolve.kernels.speculative import population_sums
+from evolve.lang.treeio import Programs
+import numba
 
 
 @dataclass
@@ -23,8 +37,6 @@ class Shard:
 def kernel_arrays(ts):
     """SpecArrays of a split or shard, every array a plain writable ndarray (so
     memory-mapped shards and .npz splits compile to one kernel signature)."""
-    from evolve.kernels.speculative import prepared
-    from evolve.objectives.spec import SpecArrays
     sa = SpecArrays.from_split(ts)
     sa = SpecArrays(**{f.name: _plain(getattr(sa, f.name)) for f in fields(sa)})
     prepared(sa)
@@ -44,7 +56,6 @@ def _plain(a):
 
 def load_shard(path: str, meta: dict) -> Shard:
     """Map a (validated) shard and build its kernel arrays, once."""
-    from evolve.data.shards import map_shard
     return Shard(str(path), kernel_arrays(map_shard(path, meta)))
 
 
@@ -57,10 +68,7 @@ def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
           blocks=None, tail_cap: float = TAIL_OFF) -> np.ndarray:
     """Exact fixed-point sums of every program on one shard (or on its blocks
     ``blocks``, shard-local numbers), int64 (P, C, 2)."""
-    from evolve.kernels.speculative import population_sums
-    from evolve.lang.treeio import Programs
     if threads:
-        import numba
         numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     sa = shard.sa if blocks is None else shard.sa.blocks(blocks)
     return population_sums(Programs(*payload), sa, with_kl, tail_cap)
@@ -70,9 +78,6 @@ def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, b
                 tail_cap: float = TAIL_OFF):
     """``score``, the seconds it took and the process that ran it (host, pid): the
     rest of a call's wall time is communication and scheduling."""
-    import os
-    import socket
-    import time
     t = time.perf_counter()
     out = score(shard, payload, with_kl, threads, blocks, tail_cap)
     return out, time.perf_counter() - t, (socket.gethostname(), os.getpid())
@@ -81,13 +86,10 @@ def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, b
 def warm(ts) -> None:
     """Compile (or load from the cache) the trace kernel for these array types, on
     one block of ``ts``: run here before workers start, so they only read the cache."""
-    from evolve.data.traces import TraceSplit
-    from evolve.lang import treeio
     g = int(ts.meta["block_size"])
     one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ts.fields}, ts.meta)
     sa = kernel_arrays(one)
     progs = treeio.linearise([treeio.parse("pmin(1.0, pdiv(target_prob, draft_prob))")])
-    from evolve.kernels.speculative import population_sums
     for with_kl in (False, True):
         population_sums(progs, sa, with_kl)
 
@@ -96,13 +98,10 @@ def dask_setup(worker) -> None:
     """A LocalCluster worker's preload: ignore SIGINT. A terminal's Ctrl-C reaches the
     whole process group; the driver finishes or abandons the generation, saves,
     and closes the workers itself."""
-    import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def peak_rss_bytes() -> int:
     """This process's peak resident memory (what the cluster benchmark asks workers)."""
-    import resource
-    import sys
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss if sys.platform == "darwin" else rss * 1024)

@@ -247,7 +247,6 @@ def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
 
 def read_meta(zf: zipfile.ZipFile, src: str):
     """The ``meta.json`` member, read with a byte cap by the one JSON reader."""
-    from evolve.io import jsonio
     with zf.open("meta.json") as fh:
         raw = fh.read(MAX_META_BYTES + 1)
     if len(raw) > MAX_META_BYTES:

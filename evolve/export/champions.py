@@ -12,6 +12,8 @@ from pathlib import Path
 from evolve.lang import treeio
 from evolve.runs.rundir import RunDir, RunError
 from evolve.tasks import TASKS, champion_task
+from evolve.io.paths import heuristics_dir
+from evolve.tasks.writeback import module_metadata
 
 INSTALLED = {t.installed: f"{t.module}.py" for t in TASKS.values() if t.module}
 META_KEYS = ("run", "seed", "date", "objective", "tv_budget", "tree", "generation")
@@ -39,8 +41,6 @@ def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
 def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict, str]:
     """(nodes, metadata, title) of the installed rule: heuristics/evolved_trace.py
     (``trace``) or heuristics/evolved.py (``tokens``)."""
-    from evolve.io.paths import heuristics_dir
-    from evolve.tasks.writeback import module_metadata
     path = heuristics_dir(directory) / INSTALLED[kind]
     meta = module_metadata(path)
     try:

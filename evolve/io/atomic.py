@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from evolve.io import jsonio
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
@@ -96,7 +97,6 @@ def keep_previous(path: Path, what: str, error) -> Path:
     prefix><suffix> (a hard link where the file system allows, else a copy), so runs
     that recorded its checksum can still be resumed. A path that is not a regular
     file is ``error`` (jsonio.check_regular)."""
-    from evolve.io import jsonio
     path = Path(path)
     jsonio.check_regular(path, what, error)
     kept = path.parent / "previous" / f"{path.stem}-{sha256_file(path)[:16]}{path.suffix}"

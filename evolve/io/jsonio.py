@@ -114,7 +114,7 @@ def _too_deep(text: str) -> bool:
     parsing, so the limit is the same whatever the caller's stack depth)."""
     if text.count("[") + text.count("{") <= MAX_DEPTH:
         return False
-    import numpy as np
+    import numpy as np    # lazy: start-up (NumPy loads only where it is used)
     bare = _STRING.sub("", text)
     raw = np.frombuffer(bare.encode("utf-8", "surrogatepass"), dtype=np.uint8)
     step = (np.isin(raw, (ord("["), ord("{"))).astype(np.int64)

@@ -24,7 +24,7 @@ class DirLock:
 
     def acquire(self) -> "DirLock":
         """Take the lock without waiting; ``Busy`` if another process holds it."""
-        import fcntl
+        import fcntl    # lazy: fcntl exists on POSIX only
         fd = os.open(self.directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -44,7 +44,7 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 def run(kernel, n_items: int, *args) -> None:
     """``kernel(i0, i1, *args)`` over items 0..n_items, one item at a time per thread."""
-    import numba
+    import numba    # lazy: start-up (Numba loads only where it is used)
     threads = min(numba.get_num_threads(), n_items)
     if threads <= 1:
         kernel(0, n_items, *args)

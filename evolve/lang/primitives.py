@@ -24,6 +24,7 @@ from evolve.lang.features import (ALL_INPUT_NAMES, ALL_INPUTS, INPUT_NAMES,  # n
                                   INPUTS, N_V2_INPUTS, SLOT_INPUT_NAMES, TRACE_INPUT_NAMES,
                                   TRACE_INPUTS)
 from heuristics import ops
+from numba import vectorize
 
 # ------------------------------------------------------------------ inputs
 
@@ -47,7 +48,6 @@ def _ufunc(name: str):
     exp and log are that module's own, so the numpy meaning gives the kernel's bits."""
     f = _UFUNCS.get(name)
     if f is None:
-        from numba import vectorize
         f = _UFUNCS[name] = vectorize(["float64(float64)"], cache=True)(getattr(ops, name))
     return f
 
@@ -163,7 +163,7 @@ def make_pset(trace: bool = False, slots: bool = True):
 
     ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
     with ``slots``, the slot features (the split must have them)."""
-    from deap import gp
+    from deap import gp    # lazy: start-up (DEAP loads only where it is used)
 
     inputs = (ALL_INPUTS if slots else ALL_INPUTS[:N_V2_INPUTS]) if trace else INPUTS
     pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in inputs], float)

@@ -182,7 +182,7 @@ def depth(nodes: list[Node]) -> int:
 # ----------------------------------------------------------- DEAP bridging
 
 def from_deap(individual) -> list[Node]:
-    from deap import gp
+    from deap import gp    # lazy: start-up (DEAP loads only where it is used)
     nodes = []
     for node in individual:
         if isinstance(node, gp.Primitive):
@@ -196,7 +196,7 @@ def from_deap(individual) -> list[Node]:
 
 def to_deap(nodes: list[Node], pset, cls=None):
     """Build a DEAP PrimitiveTree (or ``cls``) from parsed nodes, no evaluation."""
-    from deap import gp
+    from deap import gp    # lazy: start-up (DEAP loads only where it is used)
     eph = pset.mapping[P.CONSTANT_NAME]   # the pset's ephemeral constant class
     out = []
     for node in nodes:

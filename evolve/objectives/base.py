@@ -19,6 +19,7 @@ from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
+from evolve.lang import treeio
 
 TOKENS = "tokens"      # data kinds: token splits (datasets/), or speculative-decoding traces
 TRACES = "traces"
@@ -64,7 +65,6 @@ class Evaluator:
             if s not in cache and s not in todo:
                 todo[s] = i
         if todo:
-            from evolve.lang import treeio
             node_lists = [treeio.from_deap(deap_trees[i]) if deap_trees is not None
                           else treeio.parse(s) for s, i in todo.items()]
             rows = self.run(treeio.linearise(node_lists))

@@ -21,6 +21,9 @@ import numpy as np
 from evolve.errors import EvolveError
 from evolve.lang import numpy_eval
 from evolve.objectives.spec import FEATURES
+from evolve.lang.treeio import parse
+from evolve.rules.table import RULES
+from evolve.lang import treeio
 
 V1_ARGS = FEATURES[:6]
 EXTRA_ARGS = FEATURES[6:9]
@@ -117,7 +120,6 @@ class TreeRule(VectorRule):
     scope = "top_k"
 
     def __init__(self, nodes, name: str = "tree"):
-        from evolve.lang import treeio
         self.nodes = tuple(nodes)
         try:      # a well-formed, well-typed tree reads back as itself
             ok = treeio.parse(treeio.to_string(list(self.nodes))) == list(self.nodes)
@@ -137,7 +139,6 @@ class TreeRule(VectorRule):
 def tree_rule(nodes, name: str = "tree") -> TreeRule:
     """A rule from a tree: parsed nodes, or tree text (parsed, never evaluated)."""
     if isinstance(nodes, str):
-        from evolve.lang.treeio import parse
         nodes = parse(nodes)
     return TreeRule(nodes, name)
 
@@ -171,7 +172,6 @@ def named_rule(name: str, param: float | None = None):
     KeyError), a parameter that does not fit ``RuleError`` (a ValueError); both
     are ``RuleError`` with ``field`` "name" or "param", and their messages name the
     rule and the value, never an option."""
-    from evolve.rules.table import RULES
     if name not in RULES:
         raise UnknownRule(f"unknown rule {name!r} (rules: {', '.join(RULES)})")
     r = RULES[name]
@@ -195,7 +195,6 @@ def named_rule(name: str, param: float | None = None):
         if name == "sglang_single" and value < 0:
             raise RuleError(f"sglang_single t_single={value!r} is invalid; expected "
                             "t_single >= 0", "param")
-    from evolve.lang.treeio import parse
     rule = TreeRule(parse(r.tree(value)), r.label(value))
     rule.residual = r.residual
     rule.scope = r.scope

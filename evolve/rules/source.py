@@ -16,6 +16,8 @@ import sys
 from evolve.lang import codegen, treeio
 from evolve.objectives.base import TOKENS
 from evolve.rules.table import rules
+from evolve.io.atomic import atomic_write_text
+from evolve.io.paths import HEURISTICS_DIR
 
 
 def function_name(name: str) -> str:
@@ -46,8 +48,6 @@ def module_text() -> str:
 def main(argv: list[str]) -> int:
     text = module_text()
     if "--write" in argv:
-        from evolve.io.atomic import atomic_write_text
-        from evolve.io.paths import HEURISTICS_DIR
         atomic_write_text(HEURISTICS_DIR / "baselines.py", text)
     else:
         sys.stdout.write(text)

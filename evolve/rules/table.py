@@ -50,6 +50,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evolve.objectives.base import TOKENS, TRACES
+from evolve.lang import primitives as P
+from evolve.lang.treeio import parse
 
 RATIO = "pmin(1.0, pdiv(target_prob, draft_prob))"
 STANDARD = "standard"
@@ -99,8 +101,6 @@ class Rule:
     @property
     def data(self) -> str:
         """``tokens`` (the six features: token splits and traces) or ``traces``."""
-        from evolve.lang import primitives as P
-        from evolve.lang.treeio import parse
         if self.residual != STANDARD:
             return TRACES
         trace_only = any(n.kind == "input" and n.name not in P.INPUT_NAMES

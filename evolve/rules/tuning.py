@@ -28,6 +28,8 @@ from evolve.lang import numpy_eval, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
+from evolve.rules import headroom
+from evolve.objectives import trajectory
 
 
 def thresholds(name: str, sa: spec.SpecArrays, param=None) -> np.ndarray:
@@ -284,7 +286,6 @@ def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
 def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float) -> list:
     """Per-position leniency tuned on valid (reported on test) and the knapsack oracle
     on test, as trade-off rows."""
-    from evolve.rules import headroom
     rows = []
     tuned = headroom.tune_position_leniency(sa_valid, budget)
     if tuned is None:
@@ -308,7 +309,6 @@ def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: f
 
 def _row_tree(r: dict, extra: dict):
     """The parsed tree of a trade-off row's rule (None for the oracle, a bound)."""
-    from evolve.rules import headroom
     if r["kind"] == "family":
         return treeio.parse(RULES[r["rule"]].tree(r["param"]))
     if r["kind"] == "headroom":
@@ -319,7 +319,6 @@ def _row_tree(r: dict, extra: dict):
 
 
 def _add_trajectory(r: dict, sa_test: spec.SpecArrays, blocks_test, extra: dict) -> None:
-    from evolve.objectives import trajectory
     nodes = None if r["test"] is None else _row_tree(r, extra)
     if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
                                   or RULES[r["rule"]].scope != "top_k"):

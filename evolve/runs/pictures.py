@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from io import BytesIO
 from pathlib import Path
+from evolve.io.atomic import atomic_write_bytes
 
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend; RuntimeError if matplotlib is missing."""
     try:
-        import matplotlib
+        import matplotlib    # lazy: start-up (matplotlib loads only where it is used)
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt    # lazy: start-up (matplotlib loads only where it is used)
     except ImportError:
         raise RuntimeError("pictures need matplotlib (pip install matplotlib)") from None
     return plt
@@ -20,7 +21,6 @@ def pyplot():
 
 def save_png(fig, path) -> None:
     """Write a figure as PNG (no timestamp metadata, so same figure, same bytes) and close it."""
-    from evolve.io.atomic import atomic_write_bytes
     plt = pyplot()
     buf = BytesIO()
     fig.savefig(buf, format="png", metadata={"Software": None})

@@ -13,14 +13,19 @@ from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
 from evolve.runs.rundir import RunDir, RunError, list_runs
 from evolve.tasks import champion_task
+from evolve.runs.scoring import PreparedSplit, score
+from evolve.tasks.writeback import module_metadata
+from heuristics import registry
+from evolve.kernels.tokens import population_counts
+from evolve.objectives.metrics import Counts
+from evolve.rules import table
+from evolve.objectives.tokens import threshold_counts
+from evolve.objectives.metrics import counts_from_thresholds
 
 
 # ---------------------------------------------------------------- benchmark
 
 def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dict:
-    from evolve.runs.scoring import PreparedSplit, score
-    from evolve.tasks.writeback import module_metadata
-    from heuristics import registry
 
     all_names = registry.names()
     names = heuristics or all_names
@@ -65,12 +70,6 @@ def run_table(data_dir: Path) -> dict:
     baseline, computed from its tree in the rules table by the population kernel
     the run has loaded already (kernel == generated code, tested), and of the
     installed heuristics/evolved.py by its compiled ufunc; nothing else is compiled."""
-    from evolve.kernels.tokens import population_counts
-    from evolve.objectives.metrics import Counts
-    from evolve.rules import table
-    from evolve.runs.scoring import PreparedSplit
-    from evolve.tasks.writeback import module_metadata
-    from heuristics import registry
 
     names = registry.names(include_evolved=False)
     progs = treeio.linearise([treeio.parse(table.get(n).tree()) for n in names])
@@ -94,7 +93,6 @@ def run_table(data_dir: Path) -> dict:
 
 def score_once(ufunc, ps) -> dict:
     """Metrics of a compiled heuristic on a prepared split (untimed)."""
-    from evolve.objectives.tokens import threshold_counts
     return threshold_counts(ufunc(*ps.features, out=ps.out), ps.arrays).metrics()
 
 
@@ -115,7 +113,7 @@ def simplified(nodes) -> str | None:
     """
     if len(nodes) > SIMPLIFY_MAX_NODES:
         return None
-    import sympy as S
+    import sympy as S    # lazy: start-up (SymPy loads only where it is used)
     syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
     syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
     syms["top_token_match"] = S.Symbol("match")
@@ -163,7 +161,6 @@ def inspect_run(run: RunDir) -> dict:
 
 def standard_metrics(data_dir: Path) -> dict | None:
     """Standard rejection's metrics per split (numpy path; no compilation)."""
-    from evolve.objectives.metrics import counts_from_thresholds
     try:
         splits = data.load_splits(data_dir)
     except data.DataError:

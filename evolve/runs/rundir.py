@@ -32,6 +32,8 @@ from evolve.io import jsonio
 from evolve.io.lock import Busy, DirLock
 from evolve.io.paths import RunError
 from evolve.io.atomic import append_line, atomic_write_json, atomic_write_text, umask
+import platform
+from importlib.metadata import PackageNotFoundError, version
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 RUN_FORMAT = "evolve-run"
@@ -50,8 +52,6 @@ def default_name(seed: int) -> str:
 
 
 def versions() -> dict:
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
     out = {"python": platform.python_version()}
     for pkg in ("numpy", "numba", "deap", "specevolve"):
         try:

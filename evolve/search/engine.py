@@ -33,6 +33,7 @@ from evolve.rules.table import seed_trees
 from evolve.search import batches, checkpoint, operators
 from evolve.search.config import Config
 from evolve.search.hof import HallOfFame, HofEntry
+import numba
 
 PARTS = ("selection", "variation", "evaluation", "hall_of_fame")
 
@@ -60,7 +61,6 @@ class Evolution:
         self._known: dict[str, tuple] = {}
         self.toolbox = self._toolbox()
         if config.threads:
-            import numba
             numba.set_num_threads(min(config.threads, numba.config.NUMBA_NUM_THREADS))
 
     # --- randomness -----------------------------------------------------
@@ -82,7 +82,7 @@ class Evolution:
 
     # --- DEAP toolbox ---------------------------------------------------
     def _toolbox(self):
-        from deap import base, gp, tools
+        from deap import base, gp, tools    # lazy: start-up (DEAP loads only where it is used)
 
         c = self.config
         tb = base.Toolbox()
@@ -102,7 +102,7 @@ class Evolution:
         return tb
 
     def _mutate(self, ind):
-        from deap import gp
+        from deap import gp    # lazy: start-up (DEAP loads only where it is used)
         r = random.random()
         if r < 0.5:
             return gp.mutUniform(ind, expr=self.toolbox.expr_mut, pset=self.pset)
@@ -201,12 +201,12 @@ class Evolution:
         parts = {"variation": time.perf_counter() - t0}
         stats = _timed(parts, "evaluation", self._evaluate, pop)
         if self.objective.multi:
-            from deap import tools
+            from deap import tools    # lazy: start-up (DEAP loads only where it is used)
             pop = _timed(parts, "selection", tools.selNSGA2, pop, c.population)
         return self._finish_generation(pop, t0, mark, stats, parts)
 
     def step(self) -> dict:
-        from deap import algorithms, tools
+        from deap import algorithms, tools    # lazy: start-up (DEAP loads only where it is used)
         c = self.config
         t0, mark = time.perf_counter(), self._counters()
         self.generation += 1

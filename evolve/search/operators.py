@@ -40,7 +40,7 @@ def fewer_collections(threshold: int = 10_000):
 def individual_class(weights: tuple):
     """The DEAP individual class of an objective's fitness weights (one class per
     weights, made once)."""
-    from deap import base, gp
+    from deap import base, gp    # lazy: start-up (DEAP loads only where it is used)
 
     class Fitness(base.Fitness):
         pass
@@ -162,7 +162,7 @@ def text_of(ind) -> str:
 def mut_scale_constant(ind):
     """Scale one constant by exp(N(0, 0.1)): fine-tunes a rule's parameters (trace
     runs, where the budget makes small parameter changes matter)."""
-    from deap import gp
+    from deap import gp    # lazy: start-up (DEAP loads only where it is used)
     idx = [i for i, node in enumerate(ind) if isinstance(type(node), gp.MetaEphemeral)]
     if not idx:
         return (ind,)

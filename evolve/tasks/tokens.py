@@ -10,6 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve.tasks.base import Task
+from evolve.io.paths import DATA_DIR
+from evolve.data import tokens as data
+from evolve.tasks.writeback import write_back
 
 
 class TokenTask(Task):
@@ -22,17 +25,14 @@ class TokenTask(Task):
     metric_keys = ("accept_rate", "accuracy", "quality", "fitness")
 
     def default_data(self) -> Path:
-        from evolve.io.paths import DATA_DIR
         return DATA_DIR
 
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
-        from evolve.data import tokens as data
         if session is not None and session.distributed:
             session.attach({})          # raises: a cluster needs sharded traces
         return data.load_splits(data_dir)
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
-        from evolve.tasks.writeback import write_back
         return write_back(source, valid_metrics["fitness"], valid, run_name,
                           force=opts.force, directory=opts.heuristics_dir)

@@ -12,6 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve.tasks.base import Task
+from evolve.io.paths import TRACES_DIR
+from evolve.cluster.session import Session
+from evolve.data import shards, traces
+from evolve.data.tokens import DataError
+from evolve.search.config import ConfigError
+from evolve.lang import codegen, treeio
+from evolve.objectives import OBJECTIVES
+from evolve.objectives.speculative import evolved_front, spec_arrays
+from evolve.rules import tuning
+from evolve.tasks.writeback import write_back_trace
 
 HEADER_KEYS = ("tokens_per_call", "tv_per_token")
 
@@ -26,14 +36,9 @@ class TraceTask(Task):
     metric_keys = ("tokens_per_call", "tv_per_token", "kl_per_token")
 
     def default_data(self) -> Path:
-        from evolve.io.paths import TRACES_DIR
         return TRACES_DIR
 
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
-        from evolve.cluster.session import Session
-        from evolve.data import shards, traces
-        from evolve.data.tokens import DataError
-        from evolve.search.config import ConfigError
         session = session or Session()
         if shards.is_sharded(data_dir):
             return session.attach(shards.load_splits(data_dir))
@@ -54,10 +59,6 @@ class TraceTask(Task):
         trade-off on valid and, for NSGA-II, the final non-dominated front on every
         split."""
         # lazy: start-up (listing tasks loads neither the rules nor Numba)
-        from evolve.lang import codegen, treeio
-        from evolve.objectives import OBJECTIVES
-        from evolve.objectives.speculative import evolved_front, spec_arrays
-        from evolve.rules import tuning
         objective = OBJECTIVES[result.config.objective]
         cfg, metrics = result.config, result.metrics
         sas = {k: spec_arrays(k, result.splits, result.evaluators)
@@ -104,9 +105,6 @@ class TraceTask(Task):
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
-        from evolve.lang import codegen
-        from evolve.objectives.speculative import spec_arrays
-        from evolve.tasks.writeback import write_back_trace
         sa = spec_arrays("valid", {"valid": valid}, {"valid": evaluator})
         return write_back_trace(codegen.module_source(
             nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",

@@ -29,6 +29,11 @@ from pathlib import Path
 
 from evolve.io.atomic import atomic_write_text, fsync_dir
 from evolve.io.paths import heuristics_dir
+from evolve.lang import treeio
+from evolve.lang import codegen
+from evolve.objectives.tokens import champion_counts
+from evolve.objectives.spec import population_results
+from evolve.objectives.speculative import speed_fitness
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
@@ -66,7 +71,6 @@ def module_metadata(path: Path) -> dict:
 
 def installed_tree(path: Path):
     """The parsed tree of an installed evolved.py (its METADATA), or None."""
-    from evolve.lang import treeio
     text = module_metadata(path).get("tree")
     try:
         return treeio.parse(text)
@@ -76,8 +80,6 @@ def installed_tree(path: Path):
 
 def current_valid_fitness(target: Path, valid_split) -> float | None:
     """Valid fitness of the installed rule, or None if it has no readable tree."""
-    from evolve.lang import codegen
-    from evolve.objectives.tokens import champion_counts
     nodes = installed_tree(target)
     if nodes is None or codegen.uses_trace_inputs(nodes):
         return None
@@ -112,7 +114,6 @@ TRACE_MODULE = "evolved_trace.py"
 def installed_trace(directory: Path | None = None):
     """``(nodes, METADATA)`` of the installed trace rule (heuristics/evolved_trace.py),
     or None when it is missing or has no readable tree (read, never imported)."""
-    from evolve.lang import treeio
     path = heuristics_dir(directory) / TRACE_MODULE
     meta = module_metadata(path)
     try:
@@ -125,8 +126,6 @@ def trace_valid_score(nodes, sa_valid, budget: float) -> dict:
     """A tree's speed score on a valid trace split at a TV budget (the score a
     speed run ranks champions by), with its tokens per call and TV per token."""
     from evolve.lang import treeio                       # lazy: start-up
-    from evolve.objectives.spec import population_results
-    from evolve.objectives.speculative import speed_fitness
     res = population_results(treeio.linearise([nodes]), sa_valid, with_kl=False)[0]
     return {"score": float(speed_fitness(res.tokens_per_call, res.tv_per_token, budget)),
             "tokens_per_call": res.tokens_per_call, "tv_per_token": res.tv_per_token}

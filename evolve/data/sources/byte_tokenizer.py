@@ -27,7 +27,9 @@ def bytes_to_unicode() -> dict:
 
 def byte_tokenizer(ids: dict | None = None):
     """A ``PreTrainedTokenizerFast`` mapping byte b to id ``ids[b]`` (default: b)."""
+    # lazy: start-up (tokenizers loads only where it is used)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    # lazy: start-up (transformers loads only where it is used)
     from transformers import PreTrainedTokenizerFast
     chars = bytes_to_unicode()
     ids = ids or {b: b for b in range(VOCAB)}

@@ -48,6 +48,8 @@ from evolve.data.sources.hf_models import (INSTALL_HINT, HFPair, HFTraceError,  
                                           DEVICES, DTYPES, load_pair,
                                           out_of_memory, require_libs)
 from evolve.errors import first_line
+from evolve.data.sources import hf_prompts as P
+from evolve.data.sources import hf_decode
 
 SPLITS = T.SPLITS
 MAX_WIDTH = 1 << 20      # top_k and context_len: what a trace file may declare
@@ -170,7 +172,6 @@ def read_prompts(cfg: HFTraceConfig):
     """(texts, corpus, source) of a configuration, read and bounded before any model
     loads: a prompts file's counts per split are held to the same bounds as
     configured counts (``HFTraceConfig.check_counts``)."""
-    from evolve.data.sources import hf_prompts as P
     texts = corpus = None
     if cfg.prompts_file is not None:
         texts = P.read_prompts_file(cfg.prompts_file, cfg.seed)
@@ -195,8 +196,6 @@ def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
     ``progress(text)`` gets a line per split; ``meter(label, total, unit)``, if given,
     a context manager with ``advance(n)`` (``evolve.cli.render``), counts the drafted
     tokens of each split as they are recorded."""
-    from evolve.data.sources import hf_decode
-    from evolve.data.sources import hf_prompts as P
     cfg.validate()
     texts, corpus, source = read_prompts(cfg)
     t0 = time.perf_counter()

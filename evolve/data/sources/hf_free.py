@@ -102,7 +102,7 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
 def loglik(pair: hf.HFPair, hist: list, starts: np.ndarray):
     """Per sequence: summed log p and log q of its tokens from ``starts`` on (the
     generated text), each model reading the whole sequence once; and their count."""
-    import torch
+    import torch    # lazy: start-up (torch loads only where it is used)
     n = len(hist)
     lp, lq = np.zeros(n), np.zeros(n)
     B = pair.config.batch_size

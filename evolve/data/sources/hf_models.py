@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.errors import EvolveError, first_line
+from evolve.io import jsonio
 
 if TYPE_CHECKING:          # annotations only: hf imports this module
     from evolve.data.sources.hf import HFTraceConfig
@@ -37,8 +38,8 @@ class HFTraceError(EvolveError):
 def require_libs():
     """(torch, transformers), or HFTraceError with the exact install command."""
     try:
-        import torch
-        import transformers
+        import torch    # lazy: start-up (torch loads only where it is used)
+        import transformers    # lazy: start-up (transformers loads only where it is used)
     except ImportError as e:
         raise HFTraceError(f"--backend hf needs torch and transformers ({e}); install them "
                            f"with: {INSTALL_HINT}") from None
@@ -87,7 +88,6 @@ def check_weights(option: str, name: str) -> None:
     (``transformers_weights``), a shard named in an index file's ``weight_map``, or a
     pickled checkpoint where no safetensors weights are (HFTraceError, one line
     naming the file). A hub id is checked while it loads (``_no_unpickling``)."""
-    from evolve.io import jsonio
     d = Path(name).expanduser()
     if not d.is_dir():
         return

@@ -68,6 +68,7 @@ def training_data(cfg: TrainConfig):
 
 
 def _model(spec: ModelSpec, cfg: TrainConfig):
+    # lazy: start-up (transformers loads only where it is used)
     from transformers import GPT2Config, GPT2LMHeadModel
     return GPT2LMHeadModel(GPT2Config(
         vocab_size=VOCAB, n_positions=cfg.n_positions, n_layer=spec.n_layer,
@@ -77,7 +78,7 @@ def _model(spec: ModelSpec, cfg: TrainConfig):
 
 def train_model(spec: ModelSpec, cfg: TrainConfig, data: np.ndarray, seed: int, log=None):
     """Train one model; returns (model, per-step losses)."""
-    import torch
+    import torch    # lazy: start-up (torch loads only where it is used)
     torch.manual_seed(seed)
     model = _model(spec, cfg)
     model.train()
@@ -114,7 +115,7 @@ def train_model(spec: ModelSpec, cfg: TrainConfig, data: np.ndarray, seed: int, 
 
 def cross_entropy(model, data: np.ndarray, context: int) -> float:
     """Mean next-byte loss (nats) over non-overlapping windows of held-out bytes."""
-    import torch
+    import torch    # lazy: start-up (torch loads only where it is used)
     n = (data.size // context) * context
     x = torch.from_numpy(data[:n].reshape(-1, context).astype(np.int64))
     total = 0.0
@@ -126,7 +127,7 @@ def cross_entropy(model, data: np.ndarray, context: int) -> float:
 
 
 def build(out: Path, cfg: TrainConfig = TrainConfig(), log=print) -> dict:
-    import torch
+    import torch    # lazy: start-up (torch loads only where it is used)
     torch.use_deterministic_algorithms(True)
     data, held, corpus = training_data(cfg)
     log(f"training bytes: {data.size:,}; held-out (valid pool) bytes: {held.size:,}")

@@ -37,6 +37,7 @@ from evolve.data import traces as T
 from evolve.data.decode import decode
 from evolve.errors import EvolveError
 from evolve.data.sources import ngram_lm as LM
+from evolve.data import shard_writer
 
 SPLITS = T.SPLITS
 
@@ -284,7 +285,6 @@ def build_splits_sharded(config: TraceConfig, out_dir: str | os.PathLike, rows_p
     ``chunk_prompts`` prompts in memory at a time; the rows are those
     ``build_splits`` makes (decoding does not depend on how prompts are batched).
     Returns split -> rows."""
-    from evolve.data import shard_writer
     t0 = time.perf_counter()
     pair = build_pair(config)
     done = {}
