@@ -8,8 +8,9 @@ signature it replaces and installs an adapter with exactly those parameters.
 The fast tests call the installed drop-in as each release's ``_assisted_decoding``
 calls it. The slow one installs the oldest release pyproject allows (4.56) and 5.17
 beside the test environment (``pip install --target``, first on ``PYTHONPATH``) and
-runs the drop-in's generation tests of ``tests/test_export.py`` under each; the
-newest release is the test environment's own.
+runs the drop-in's generation tests of ``tests/test_export.py`` and the KV-cached
+decoder's tests (``tests/test_hf_cache.py``: cached reads equal an uncached forward,
+whole recordings) under each; the newest release is the test environment's own.
 """
 
 from __future__ import annotations
@@ -151,8 +152,11 @@ def test_dropin_generation_under_release(tmp_path, release):
     assert p.returncode == 0, p.stderr[-3000:]
     script = (f"import sys, transformers, pytest\n"
               f"assert transformers.__version__ == {release!r}, transformers.__version__\n"
-              f"sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_export.py', "
-              f"'-k', 'hf_dropin or hf_lenient']))\n")
+              f"a = pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_export.py', "
+              f"'-k', 'hf_dropin or hf_lenient'])\n"
+              # the KV-cached decoder reads each release's cache argument and masks
+              f"b = pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_hf_cache.py'])\n"
+              f"sys.exit(a or b)\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(site), str(ROOT)]))
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=900)
