@@ -30,3 +30,14 @@ def small_data_dir(tmp_path_factory, small_splits):
 @pytest.fixture(scope="session")
 def default_splits():
     return data.load_splits(DATA_DIR)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests: torch's CPU thread pool on a busy shared
+    machine costs more than it gives on tiny sizes (results do not depend on it)."""
+    import torch  # lazy: only the torch tests ask for it
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from evolve.kernels import fixed                                         # noqa: E402
 from evolve.kernels import speculative as spec_kernels                    # noqa: E402
@@ -27,16 +28,6 @@ from tests import tracekit                                                 # noq
 from tests.test_kernels import edge_dataset                               # noqa: E402
 
 CPU = torch.device("cpu")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """One torch thread: torch's CPU thread pool on a busy shared machine costs more
-    than it gives on these tiny sizes (results do not depend on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 C = P.OP_CONST
 
 

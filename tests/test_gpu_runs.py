@@ -24,17 +24,7 @@ from evolve.runs.rundir import RunError                                 # noqa: 
 from tests import tracekit                                              # noqa: E402
 from tests.clikit import invoke, isolated, one_line_error  # noqa: E402,F401 (isolated: a fixture)
 
-pytestmark = pytest.mark.usefixtures("isolated")
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """One torch thread: torch's CPU thread pool on a busy shared machine costs more
-    than it gives on these tiny sizes (results do not depend on it)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("isolated", "one_torch_thread")
 npz_dir = tracekit.npz_dir_fixture()
 
 TOKENS = dict(population=40, seed=3, writeback=False)

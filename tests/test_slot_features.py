@@ -88,13 +88,7 @@ def test_v3_round_trip_and_v2_files_still_load(tmp_path):
     assert old.fields == T.ALL_FIELDS
 
 
-def _save_with(tmp_path, field, fn):
-    ts = tracekit.split("test")
-    cols = {f: v.copy() for f, v in ts.columns.items()}
-    cols[field] = fn(cols[field])
-    path = tmp_path / "bad.npz"
-    T.save(T.TraceSplit(cols, dict(ts.meta), "bad"), path)
-    return path
+_save_with = tracekit.saved_with
 
 
 def _at(i, v):

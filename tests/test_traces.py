@@ -248,13 +248,7 @@ def test_v1_file_is_not_a_trace_file(tmp_path, small_splits):
 
 # -------------------------------------------------------------- validation
 
-def _corrupt(tmp_path, field, fn):
-    ts = tracekit.split("test")
-    cols = {f: v.copy() for f, v in ts.columns.items()}
-    cols[field] = fn(cols[field])
-    path = tmp_path / "bad.npz"
-    T.save(T.TraceSplit(cols, dict(ts.meta), "bad"), path)
-    return path
+_corrupt = tracekit.saved_with
 
 
 def _set(i, v, col=None):

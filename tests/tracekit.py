@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from evolve.data.sources import ngram as T
+from evolve.data import traces
 from evolve.data.traces import TraceSplit
 
 # A corpus slice and few prompts: builds in well under a second.
@@ -44,3 +45,14 @@ def tiny_dir_fixture():
         T.build_splits(TINY, d)
         return d
     return pytest.fixture(scope="module", name="tiny_dir")(tiny_dir)
+
+
+def saved_with(tmp_path, field, fn):
+    """The test split with ``field`` replaced by ``fn(field)``, written with
+    ``traces.save`` (which checks only what it must to write) to tmp_path/bad.npz."""
+    ts = split("test")
+    cols = {f: v.copy() for f, v in ts.columns.items()}
+    cols[field] = fn(cols[field])
+    path = tmp_path / "bad.npz"
+    traces.save(TraceSplit(cols, dict(ts.meta), "bad"), path)
+    return path
