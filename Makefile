@@ -13,7 +13,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural neural-pair neural-traces install clean
+.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural results-engines results-engines-neural neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,23 @@ results-neural: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
 		--variants plain p99 --prompts 4096 --out benchmarks/neural_trace_results.json \
 		--runs-dir runs/neural-trace-results --section neural-results --page
+
+# The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
+# on traces whose candidates hold the whole byte vocabulary (top-k 256), where every
+# family's objectives are exact, and decoded free-running against the best tuned baseline
+results-engines: $(STAMP)
+	$(BIN)/python benchmarks/trace_results.py --data datasets/traces-full --top-k 256 \
+		--variants --engines --out benchmarks/engine_results.json \
+		--runs-dir runs/engine-results --section engine-results --page
+
+# The same on the neural pair (after `make neural-pair`)
+results-engines-neural: $(STAMP)
+	test -f datasets/neural-traces-full/train.npz || $(BIN)/evolve data trace --backend hf \
+		--target datasets/neural-pair/target --draft datasets/neural-pair/draft \
+		--batch-size 64 --top-k 256 --out datasets/neural-traces-full
+	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces-full --variants \
+		--engines --prompts 4096 --out benchmarks/neural_engine_results.json \
+		--runs-dir runs/neural-engine-results --section neural-engine-results --page
 
 # A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about
 # 35 s on 2 shared cores), and traces recorded from them with --backend hf (about 100 s

@@ -58,6 +58,7 @@ from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import headroom, tuning  # noqa: E402
 from evolve.rules.adapters import TreeRule, named_rule  # noqa: E402
+from evolve.rules.table import engine_families  # noqa: E402
 from evolve.io import paths  # noqa: E402
 
 BUDGETS = (0.01, 0.03)
@@ -86,12 +87,13 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _traces(data_dir: Path, quick: bool) -> dict:
-    if not (data_dir / "train.npz").exists() and data_dir.name == "neural-traces":
+def _traces(data_dir: Path, quick: bool, top_k: int | None = None) -> dict:
+    if not (data_dir / "train.npz").exists() and data_dir.name.startswith("neural-traces"):
         raise SystemExit(f"{data_dir}: no traces; record them with `make neural-pair "
-                         "neural-traces`")
+                         "neural-traces` (or `make results-engines-neural`)")
     if not (data_dir / "train.npz").exists():
-        cfg = ngram.TraceConfig(**(QUICK_TRACES if quick else {}))
+        cfg = ngram.TraceConfig(**(QUICK_TRACES if quick else {}),
+                                **({} if top_k is None else {"top_k": top_k}))
         print(f"building traces in {data_dir} ...", file=sys.stderr)
         ngram.build_splits(cfg, data_dir)
     return traces.load_splits(data_dir)
@@ -190,9 +192,17 @@ def main(argv=None) -> int:
     ap.add_argument("--page", "--readme", dest="page", action="store_true",
                     help="rewrite the results tables of docs/results.md (--readme: the "
                          "name the recorded commands use)")
-    ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS),
+    ap.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(VARIANTS),
                     help="which evolved champions: plain, cap (mean slot TV per position "
-                         "capped), p99 (99th percentile of slot TV capped)")
+                         "capped), p99 (99th percentile of slot TV capped); none: only the "
+                         "tuned baselines")
+    ap.add_argument("--engines", action="store_true",
+                    help="also decode every tuned engine family (the engines' own knobs) "
+                         "free-running against the reference")
+    ap.add_argument("--top-k", type=int, default=None,
+                    help="the candidates per drafted position of n-gram traces this script "
+                         "records (default: the trace default; the vocabulary, 256, makes "
+                         "the SGLang knobs exact)")
     ap.add_argument("--section", default=SECTION,
                     help="the page markers to write between (<!-- SECTION:begin -->)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
@@ -208,7 +218,7 @@ def main(argv=None) -> int:
     if a.quick:
         a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4
     t0 = time.perf_counter()
-    splits = _traces(a.data, a.quick)
+    splits = _traces(a.data, a.quick, a.top_k)
     sas = {k: spec.SpecArrays.from_split(v) for k, v in splits.items()}
     pair = _pair(splits["test"], a.data)
     doc = {"commit": _commit(), "data": _shown(a.data),
@@ -261,6 +271,14 @@ def main(argv=None) -> int:
         if ref_label not in rules:      # its own residual and tail: the tuned row's numbers
             offline[ref_label] = dict(table[best]["test"], params={
                 table[best]["rule"]: table[best]["param"]})
+        engine_rules = {}
+        if a.engines:        # their own residual and tail: the tuned rows' numbers
+            for name in engine_families():
+                row = table.get(name)
+                if row and row["fits_valid"] and name != best:
+                    label = f"{row['label']} (tuned)"
+                    engine_rules[label] = _baseline_rule(name, row)[1]
+                    offline[label] = dict(row["test"], params={name: row["param"]})
         for label, (nodes, params) in rules.items():
             o = _offline(nodes, sas["test"])
             o["params"] = params
@@ -274,6 +292,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         decoders = {ref_label: ref_rule}          # the reference first
         decoders.update({k: TreeRule(v[0], k) for k, v in rules.items() if k != ref_label})
+        decoders.update(engine_rules)
         free = paired.compare(pair, decoders, split="test", prompts=a.prompts,
                               blocks=a.blocks, seed=a.seed)
         doc["budgets"].append({"budget": budget, "standard_tokens_per_call": std,
