@@ -124,3 +124,25 @@ def test_trajectory_gap_quick(tmp_path):
             if label != "leniency (tuned)":
                 assert set(row["margin"]) == {"offline", "trajectory", "free"}
     assert "trajectory-aware minus free-running" in r.stdout
+
+
+@pytest.mark.slow
+def test_engine_results_quick_decode_every_engine_knob(tmp_path):
+    """`make results-engines` at tiny sizes: traces with every byte a candidate make the
+    SGLang knobs exact, so every engine family is tuned and decoded free-running, and no
+    champion is evolved."""
+    out = tmp_path / "engines.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_results.py"), "--quick",
+                        "--top-k", "256", "--variants", "--engines",
+                        "--data", str(tmp_path / "traces"), "--runs-dir", str(tmp_path / "runs"),
+                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert "no evolved champions" in r.stdout
+    for b in doc["budgets"]:
+        assert b["runs"] == {}
+        for name in ("hf_ensemble", "sglang_acc", "sglang_single"):
+            row = b["tuned_baselines"][name]
+            assert "not_exact" not in row, name
+            if row["fits_valid"] and name != b["best_tuned_baseline"]["rule"]:
+                assert f"{row['label']} (tuned)" in b["free_running_test"]["rules"], name
