@@ -50,6 +50,8 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/traces",                  # evolve data trace (default output)
     "datasets/neural-traces",           # make neural-pair
     "datasets/neural-pair",             # the trained neural pair
+    "datasets/traces-full",             # make results-engines (top-k 256)
+    "datasets/neural-traces-full",      # make results-engines-neural (top-k 256)
     "datasets/my-traces",               # an example of the user's own output
     "benchmarks/results.json",          # python benchmarks/speed.py
     "benchmarks/results-smoke.json",    # python benchmarks/speed.py --smoke
