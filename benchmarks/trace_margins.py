@@ -12,7 +12,6 @@ blocks. Needs the default traces (`evolve data trace`). Usage:
 import json
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:          # run as a script: `import evolve` from this checkout
@@ -21,7 +20,7 @@ if str(ROOT) not in sys.path:          # run as a script: `import evolve` from t
 import numpy as np  # noqa: E402
 
 from evolve.data import traces  # noqa: E402
-from evolve.kernels.tokens import population_thresholds  # noqa: E402
+from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules import tuning  # noqa: E402
@@ -33,8 +32,7 @@ FAMILIES = ("leniency", "ears")
 
 def champion_thresholds(tree: str, sa: spec.SpecArrays) -> np.ndarray:
     """The kernel's thresholds of a tree on every candidate row of a trace split."""
-    split = SimpleNamespace(X=sa.X, n=sa.X.shape[1])
-    return population_thresholds(treeio.linearise([treeio.parse(tree)]), split)[0]
+    return matrix_thresholds(treeio.linearise([treeio.parse(tree)]), sa.X)[0]
 
 
 def margins(tree: str, budget: float, va: spec.SpecArrays, te: spec.SpecArrays) -> list[dict]:

@@ -6,7 +6,6 @@ it for the end-to-end tests)."""
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -220,7 +219,7 @@ def test_a_tail_cap_equal_to_a_slot_tv_counts_as_the_kernel(sa):
     from evolve.objectives import spec
     trees = random_trees(3, 9, trace=True)
     progs = treeio.linearise(trees)
-    h = tok_kernels.population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    h = tok_kernels.matrix_thresholds(progs, sa.X)
     ties = 0
     for i in range(len(trees)):
         tvs = np.unique(np.asarray(spec.position_terms(sa, h[i]).tv).reshape(-1))

@@ -154,6 +154,17 @@ def test_program_reading_missing_input_is_refused(small_splits):
         population_counts(treeio.linearise([treeio.parse("draft_entropy")]), split)
 
 
+def test_matrix_thresholds_name_a_missing_trace_input():
+    """Thresholds over a bare input matrix (a trace split's candidate rows) check the
+    inputs the same way and name the missing one, slot features included."""
+    from evolve.kernels.tokens import matrix_thresholds
+    X = np.linspace(0.1, 0.9, 9 * 4).reshape(9, 4)
+    h = matrix_thresholds(treeio.linearise([treeio.parse("mul(p_max, 2.0)")]), X)
+    np.testing.assert_array_equal(h[0], X[7] * 2.0)
+    with pytest.raises(ValueError, match="reads input 'slot_tv'"):
+        matrix_thresholds(treeio.linearise([treeio.parse("add(slot_tv, 1.0)")]), X)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True),
                           st.sampled_from([0.0, 1.0, 0.5, -0.0])), min_size=1, max_size=200),

@@ -95,7 +95,7 @@ def test_kernel_writes_every_named_sum_where_the_layout_says(sa):
     progs = treeio.linearise([treeio.parse(t) for t in TREES])
     rows = K.population_objectives(progs, sa, with_kl=True, tail_cap=cap)
     assert rows.shape == (len(TREES), layout.width(sa.g))
-    h_all = token_kernels.population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    h_all = token_kernels.matrix_thresholds(progs, sa.X)
     L = layout.sums_layout(sa.g)
     nonzero = []
     for i, t in enumerate(TREES):

@@ -6,14 +6,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 op = pytest.importorskip("pyoperon")
 
-from evolve.kernels.tokens import population_thresholds  # noqa: E402
+from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,7 +89,7 @@ def test_hand_built_trees_match_operon():
     assert [treeio.to_string(n) for n in nodes] == [text for _, text in postfix]
     assert all(treeio.parse(treeio.to_string(n)) == n for n in nodes)
 
-    ours = population_thresholds(treeio.linearise(nodes), SimpleNamespace(X=X, n=X.shape[1]))
+    ours = matrix_thresholds(treeio.linearise(nodes), X)
     theirs = bench.operon_values(trees, od).astype(np.float64)
     np.testing.assert_allclose(theirs, ours, rtol=1e-5)
     np.testing.assert_allclose(ours[0], X[1] - X[0])

@@ -3,7 +3,6 @@
 import dataclasses
 import itertools
 import random
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -269,7 +268,7 @@ def test_kernel_matches_numpy_reference(sa):
     trees = list(SEED_TREES.values()) + _random_trees(40, 11)
     progs = treeio.linearise([treeio.parse(t) for t in trees])
     sums = spec_kernels.population_objectives(progs, sa)
-    h_all = kernels.population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    h_all = kernels.matrix_thresholds(progs, sa.X)
     for i, t in enumerate(trees):
         ref = spec.objectives(sa, h_all[i])
         got = spec.objectives_from_sums(sums[i], sa.n_blocks, sa.g)
@@ -378,7 +377,7 @@ def test_kernel_tail_reach_matches_the_reference_and_the_p99(sa):
     reach-weighted count, and "at most 1% of the reach over C" iff "p99 <= C"."""
     trees = list(_random_trees(12, 21)) + [RULES["leniency"].tree(0.4)]
     progs = treeio.linearise([treeio.parse(t) for t in trees])
-    h_all = kernels.population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    h_all = kernels.matrix_thresholds(progs, sa.X)
     untailed = spec_kernels.population_sums(progs, sa)
     for cap in (0.02, 0.1, 0.3):
         sums = spec_kernels.population_objectives(progs, sa, tail_cap=cap)

@@ -4,7 +4,6 @@ estimate of evolve.objectives.trajectory, exact over shards, the ESS guard, and 
 command line."""
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from evolve.cluster.session import Session
 from evolve.data import shard_writer
 from evolve.data import shards as S
 from evolve.data import traces as T
-from evolve.kernels.tokens import population_thresholds
+from evolve.kernels.tokens import matrix_thresholds
 from evolve.lang import treeio
 from evolve.objectives import spec
 from evolve.objectives import trajectory as TR
@@ -44,7 +43,7 @@ def _progs(trees):
 def _reference(ts, trees):
     sa = spec.SpecArrays.from_split(ts)
     tb = TR.TraceBlocks.from_split(ts)
-    h = population_thresholds(_progs(trees), SimpleNamespace(X=sa.X, n=sa.n * sa.k))
+    h = matrix_thresholds(_progs(trees), sa.X)
     return [TR.estimate(sa, tb, h[i]) for i in range(len(trees))]
 
 
@@ -73,8 +72,7 @@ def test_kernel_equals_the_numpy_estimate(valid):
     assert v == pytest.approx([e.tokens_per_call for e in ref], rel=REL)
     # the leniencies gain offline tokens the trajectory estimate gives back in part
     assert m["tokens"][1] != pytest.approx(spec.objectives(
-        spec.SpecArrays.from_split(valid), population_thresholds(
-            _progs(TREES[1:2]), SimpleNamespace(X=ev.arrays.X, n=ev.arrays.n * ev.arrays.k))[0]
+        spec.SpecArrays.from_split(valid), matrix_thresholds(_progs(TREES[1:2]), ev.arrays.X)[0]
     ).tokens_per_call, rel=1e-6)
 
 

@@ -19,7 +19,7 @@ from numba import njit
 from evolve.kernels import threads
 from evolve.kernels.interpreter import (KERNEL, OP_CONST, PLOG, PSQRT, i64, interpret,
                                         new_stack, u, unary)
-from evolve.lang import primitives as P
+from evolve.lang.features import ALL_INPUT_NAMES
 from evolve.kernels.layout import EXPECTED_SCALE, quantise
 
 TILE = 1024   # rows per tile: the helpers below are calls, so a tile amortises them
@@ -140,9 +140,14 @@ def _derived_of(split) -> np.ndarray:
 
 def _check_inputs(programs, split: SplitArrays) -> None:
     """Programs may only load inputs the split has (the kernel never checks)."""
+    _check_loads(programs, split.X.shape[0])
+
+
+def _check_loads(programs, n_inputs: int) -> None:
     loads = programs.ops[programs.ops < OP_CONST]
-    if loads.size and int(loads.max()) >= split.X.shape[0]:
-        name = P.INPUTS[int(loads.max())][0] if int(loads.max()) < len(P.INPUTS) else "?"
+    if loads.size and int(loads.max()) >= n_inputs:
+        top = int(loads.max())
+        name = ALL_INPUT_NAMES[top] if top < len(ALL_INPUT_NAMES) else "?"
         raise ValueError(f"a program reads input '{name}', which this split does not have")
 
 
@@ -160,12 +165,20 @@ def population_counts(programs, split: SplitArrays) -> np.ndarray:
 
 
 def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
-    _check_inputs(programs, split)
-    out = np.empty((len(programs), split.n), dtype=np.float64)
+    """Every program's threshold on every row of a token split, (P, n)."""
+    return matrix_thresholds(programs, split.X, split.derived)
+
+
+def matrix_thresholds(programs, X: np.ndarray, derived: np.ndarray | None = None) -> np.ndarray:
+    """Every program's threshold on every column of an input matrix (one row per
+    input, as ``SplitArrays.X`` or ``spec.SpecArrays.X``), (P, columns); ``derived``:
+    its ``derived_columns`` when already made."""
+    _check_loads(programs, X.shape[0])
+    out = np.empty((len(programs), X.shape[1]), dtype=np.float64)
     if len(programs):
         threads.run(_population_thresholds, -(-len(programs) // CHUNK), programs.ops,
                     programs.consts, programs.starts, programs.lengths, programs.max_stack,
-                    split.X, _derived_of(split), out)
+                    X, derived_columns(X) if derived is None else derived, out)
     return out
 
 

@@ -43,8 +43,7 @@ from evolve.data.traces import TraceSplit
 from evolve.kernels.speculative import population_objectives
 from evolve.objectives.spec import SpecArrays
 from evolve.lang import codegen, treeio
-from types import SimpleNamespace
-from evolve.kernels.tokens import population_thresholds
+from evolve.kernels.tokens import matrix_thresholds
 from evolve.objectives import spec
 from evolve.objectives.spec import objectives_from_sums
 
@@ -136,7 +135,7 @@ class TraceObjective(Objective):
             split = as_split(split, sa)      # sharded: summed where the shards are
             m = objectives_from_sums(split.sums(progs, with_kl=True)[0],
                                      split.shape.n_blocks, split.shape.g).to_dict()
-            h = population_thresholds(progs, SimpleNamespace(X=sa.X, n=sa.n * sa.k))[0]
+            h = matrix_thresholds(progs, sa.X)[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
             if getattr(evaluators.get("train"), "trajectory", None) is not None:
                 from evolve.objectives import trajectory_objective  # lazy: it imports this
