@@ -114,10 +114,9 @@ def test_python_numba_numpy_and_the_kernel_give_the_same_bits():
         assert np.array_equal(P.BY_NAME[name].numpy(x), py[name], equal_nan=True), name
     # the kernel over a matrix whose input rows are x (and x shifted by a subtree)
     X = np.vstack([x, np.full_like(x, 0.25)] + [np.zeros_like(x)] * (P.N_INPUTS - 2))
-    split = type("Split", (), {"X": X, "n": x.size})()
     trees = ["plog(draft_prob)", "pexp(draft_prob)", "plog(add(draft_prob, target_prob))",
              "pexp(sub(draft_prob, target_prob))"]
-    got = tk.population_thresholds(treeio.linearise([treeio.parse(t) for t in trees]), split)
+    got = tk.matrix_thresholds(treeio.linearise([treeio.parse(t) for t in trees]), X)
     assert np.array_equal(got[0], py["plog"], equal_nan=True)
     assert np.array_equal(got[1], py["pexp"], equal_nan=True)
     assert np.array_equal(got[2], np.array([O.plog(float(v) + 0.25) for v in x]))
