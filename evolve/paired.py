@@ -49,15 +49,19 @@ def seeded_pair(pair: NG.LMPair, seed: int) -> NG.LMPair:
 
 
 def _slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
-    """Exact TV and KL of the emitted token at every reached drafted position."""
+    """Exact TV and KL of the emitted token at every reached drafted position (the
+    lookahead inputs at the path's values: the block's later slots along its drafts,
+    ``evolve.data.emission``)."""
     idx = np.flatnonzero(reached)
     tv = np.empty(idx.size)
     kl = np.empty(idx.size)
+    look = DEC.lookahead_features(cols["slot_tv"], pair.config.block_size)
     for s in range(0, idx.size, CHUNK):
         r = idx[s:s + CHUNK]
         p, q = rows_probs(pair, cols["context"][r])
         tv[s:s + r.size], kl[s:s + r.size] = EM.slot_distortion(
-            p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k)
+            p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k,
+            {f: v[r] for f, v in look.items()})
     return tv, kl
 
 

@@ -28,7 +28,8 @@ Three measurements:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import os
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -36,11 +37,9 @@ from evolve.data import decode as DEC
 from evolve.data import emission as EM
 from evolve.data.sources import ngram as NG
 from evolve.errors import EvolveError
+from evolve.objectives import spec
 from evolve.objectives.spec import FEATURES
 from evolve.rules.adapters import as_rule
-import os
-from dataclasses import replace
-from evolve.objectives import spec
 
 # ------------------------------------------------------------------ bounds
 
@@ -246,10 +245,12 @@ def rows_probs(pair: NG.LMPair, contexts: np.ndarray):
     return pair.target.probs(H), pair.draft.probs(H)
 
 
-def rows_features(pair: NG.LMPair, contexts: np.ndarray, positions, block_positions):
-    """p, q (M, 256) at the contexts and the (M, 256) feature columns of every byte."""
+def rows_features(pair: NG.LMPair, contexts: np.ndarray, positions, block_positions,
+                  lookahead: dict | None = None):
+    """p, q (M, 256) at the contexts and the (M, 256) feature columns of every byte
+    (``lookahead``: the contexts' lookahead inputs, ``evolve.data.emission``)."""
     p, q = rows_probs(pair, contexts)
-    return p, q, EM.vocab_features(p, q, positions, block_positions)
+    return p, q, EM.vocab_features(p, q, positions, block_positions, lookahead)
 
 
 def acceptance_matrix(pair: NG.LMPair, p, q, F, rule) -> np.ndarray:
@@ -284,9 +285,10 @@ def witness_estimate(counts: np.ndarray, p: np.ndarray, S: np.ndarray):
 
 
 def output_sample(pair: NG.LMPair, contexts, positions, block_positions, rule, reps: int = 2000,
-                  seed: int = 3, witness: np.ndarray | None = None) -> OutputResult:
+                  seed: int = 3, witness: np.ndarray | None = None,
+                  lookahead: dict | None = None) -> OutputResult:
     """Sample the emitted byte at fixed contexts and compare with the target."""
-    p, q, F = rows_features(pair, contexts, positions, block_positions)
+    p, q, F = rows_features(pair, contexts, positions, block_positions, lookahead)
     a = acceptance_matrix(pair, p, q, F, rule)
     rng = np.random.default_rng(seed)
     if witness is None:
@@ -319,7 +321,7 @@ def offline_thresholds(rule, sa) -> np.ndarray:
     """Thresholds of any rule (scalar, vectorised or tree) on every candidate row of
     ``sa`` (an ``evolve.objectives.spec.SpecArrays``); scalar rules take one Python call a row."""
     F = sa.features()
-    h = as_rule(rule).many({f: F[f].reshape(-1) for f in FEATURES})
+    h = as_rule(rule).many({f: F[f].reshape(-1) for f in FEATURES if f in F})
     return np.ascontiguousarray(h, dtype=np.float64)
 
 
@@ -342,9 +344,11 @@ def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int
     emitted byte sampled ``reps`` times at ``contexts`` contexts of the split
     (``output_sample``), TV estimated with the exact witness set {out > p} (an
     unbiased estimate of the TV there), against the offline exact TV at those
-    same contexts. ``z`` = difference / its standard error. ``progress``, if given,
-    is called with a line of text before each stage. Settings beyond the bounds or
-    this machine's memory raise SizeError before any work (``check_simulation``)."""
+    same contexts (a rule that reads the lookahead inputs sees there the split's
+    recorded ones, as the offline objectives do). ``z`` = difference / its standard
+    error. ``progress``, if given, is called with a line of text before each stage.
+    Settings beyond the bounds or this machine's memory raise SizeError before any
+    work (``check_simulation``)."""
     say = progress or (lambda text: None)
     split = split or ts.name
     cfg = pair.config
@@ -368,9 +372,11 @@ def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int
     rows = trace_rows(ts, contexts, seed=seed)
     say(f"simulation: the emitted byte sampled {reps} times at {rows.size} contexts")
     ctx, pos, bpos = (ts.columns[f][rows] for f in ("context", "position", "block_position"))
-    p, q, F = rows_features(pair, ctx, pos, bpos)
+    look = EM.trace_lookahead(ts, rows)
+    p, q, F = rows_features(pair, ctx, pos, bpos, look)
     S = exact_output(p, q, acceptance_matrix(pair, p, q, F, rule)) > p
-    out = output_sample(pair, ctx, pos, bpos, rule, reps=reps, seed=seed, witness=S)
+    out = output_sample(pair, ctx, pos, bpos, rule, reps=reps, seed=seed, witness=S,
+                        lookahead=look)
     tv_ctx = float(terms.tv[rows].mean())
 
     d_tok = free.tokens_per_call - off.tokens_per_call

@@ -122,3 +122,68 @@ def test_tracked_distortion_on_the_device_is_the_emission_one():
     assert lenient.max() > 1e-3
     # an engine's knob judges every token: the numpy path
     assert DV.slot_distortion(P, Q, F, idx, named_rule("sglang_single", 1.0)[0]) is None
+
+
+# ------------------------------------------------------------- the lookahead inputs
+
+AHEAD_TREE = ("pmin(1.0, pdiv(target_prob, mul(draft_prob, "
+              "sub(1.0, mul(0.1, sub(ahead, next_tv))))))")
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 6])
+def test_lookahead_on_the_device_is_the_numpy_one_bit_for_bit(g):
+    rng = np.random.default_rng(10 + g)
+    tv = rng.random(9 * g) ** 3                  # many decimals: rounding shows
+    tv[::4] = 0.0
+    got = DV.lookahead_features(torch.from_numpy(tv), g)
+    want = D.lookahead_features(tv, g)
+    assert set(got) == set(want) == {"next_tv", "ahead"}
+    for f in want:
+        assert got[f].dtype == torch.float64, f
+        np.testing.assert_array_equal(got[f].numpy(), want[f], err_msg=f)
+    # the block's features carry them, from its own slot TVs, and traces do not record them
+    B, V, k = 4, 30, 5
+    P, Q = _pq(B * g, V, 12)
+    X = torch.from_numpy(rng.integers(0, V, (B, g)))
+    F = DV.block_features(P, Q, X, torch.zeros(B, dtype=torch.int64), k)
+    want = D.lookahead_features(F["slot_tv"].numpy(), g)
+    for f in want:
+        np.testing.assert_array_equal(F[f].numpy(), want[f], err_msg=f)
+    assert set(DV.RECORD_SKIPS) == set(want) and set(want) <= set(DV.RULE_INPUTS)
+
+
+def test_a_lookahead_rule_decides_and_is_tracked_as_in_numpy():
+    from evolve.data import emission as EM
+    from evolve.data.sources import hf_decode
+    from evolve.rules.adapters import tree_rule
+    rule = tree_rule(AHEAD_TREE)
+    B, g, V, k = 6, 4, 30, 5
+    P, Q = _pq(B * g, V, 13)
+    rng = np.random.default_rng(14)
+    X = torch.from_numpy(rng.integers(0, V, (B, g)))
+    X[:, :2] = Q.reshape(B, g, V)[:, :2].argmax(dim=2)      # drafts in the top k
+    gen = torch.from_numpy(rng.integers(0, 9, B))
+    F = DV.block_features(P, Q, X, gen, k)
+    p, q, x = P.numpy(), Q.numpy(), X.numpy()
+    qx = np.take_along_axis(q, x.reshape(-1, 1), 1).reshape(B, g)
+    px = np.take_along_axis(p, x.reshape(-1, 1), 1).reshape(B, g)
+    cs = D.candidate_summary(p, q, k, token_dtype=np.int64)
+    want = D.drafted_acceptance(rule, p, q, x, qx, px, gen.numpy(), cs)
+    got = DV.rule_acceptance(rule, F, B, g).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=TOL)
+    std = np.minimum(1.0, px / qx)
+    assert np.abs(want - std).max() > 1e-3         # the lookahead changes decisions
+    # the exact distortion at reached slots: on the device, and the numpy path of a rule
+    # that judges every draft, each with the path's lookahead held for every token
+    n_acc = torch.tensor([0, 1, 2, 3, 4, 1])
+    reached = np.flatnonzero(np.tile(np.arange(g), B) <= np.repeat(n_acc.numpy(), g))
+    look = {f: F[f].numpy()[reached] for f in ("next_tv", "ahead")}
+    pos, bpos = F["position"].numpy()[reached], F["block_position"].numpy()[reached]
+    for scope in ("top_k", "vocabulary"):
+        rule.scope = scope
+        tr = {f: [] for f in hf_decode.TRACKED}
+        hf_decode._track(tr, P, Q, F, gen, n_acc, rule, k, 0, 0)
+        want_tv, want_kl = EM.slot_distortion(p[reached], q[reached], pos, bpos, rule, k, look)
+        np.testing.assert_allclose(tr["tv"][0], want_tv, rtol=1e-9, atol=TOL, err_msg=scope)
+        np.testing.assert_allclose(tr["kl"][0], want_kl, rtol=1e-9, atol=TOL, err_msg=scope)
+        assert want_tv.max() > 1e-3

@@ -84,6 +84,8 @@ BOUNDARIES = {
                      {"batch_blocks": MAX_INT, "objective": "speed", "seed": MAX_INT}],
     "trajectory": [{"trajectory": False}, {"trajectory": True, "objective": "speed"}],
     "ess_floor": [{"ess_floor": 0}, {"ess_floor": 1.0}],
+    "lookahead": [{"lookahead": False}, {"lookahead": True, "objective": "speed"},
+                  {"lookahead": True, "objective": "pareto", "population": 40}],
     "device": [{"device": "cpu"}, {"device": "cuda"}],
 }
 

@@ -381,5 +381,5 @@ def test_a_numpy_export_of_a_slot_rule_takes_the_slot_features():
     sa = spec.SpecArrays.from_split(_trace(P_, Q_))
     F = sa.features()
     h = ns["threshold"](*[F[f].reshape(-1) if f != "top_token_match"
-                          else F[f].reshape(-1).astype(bool) for f in spec.FEATURES])
+                          else F[f].reshape(-1).astype(bool) for f in P.SLOT_SIGNATURE])
     assert np.allclose(h, tuning.thresholds("cactus", sa, 0.05), rtol=1e-15, atol=0)

@@ -76,6 +76,10 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @click.option("--ess-floor", "ess_floor", type=float, default=None,
               help="With --trajectory: least effective number of sequences, as a fraction "
                    "of the split's sequences, below which a rule is infeasible [0.1].")
+@click.option("--lookahead", is_flag=True, default=None,
+              help="Trace objectives: also offer next_tv and ahead, what verification knows "
+                   "of the block's later drafted slots (such rules are scored by an "
+                   "estimate; compare them free-running with evolve simulate --compare).")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True,
@@ -91,7 +95,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
 @friendly_errors
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
             tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
-            seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, name,
+            seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, lookahead,
+            name,
             resume, no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     # lazy: start-up (a command loads only what it runs)
@@ -106,7 +111,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
              "device": device, "starts": starts, "batch_blocks": batch_blocks,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
-             "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor}
+             "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor,
+             "lookahead": lookahead}
     out = term(json_mode)
     for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
         if value is not None and not str(value).strip():

@@ -166,6 +166,8 @@ def show_trace_champion(ch: dict, term) -> None:
     order = [rows[0]] + sorted(rows[1:], key=lambda r: -float(r[2]) if r[3] else 1e9)
     term.table(f"TV budget {budget}: baselines tuned on valid, all reported on test",
                cols, order, ["bold"] + [None] * (len(order) - 1))
+    if ch.get("estimate"):
+        term.note(f"* an estimate: {ch['estimate']}")
 
 
 def sparkline(values: list[float], width: int = 60) -> str:

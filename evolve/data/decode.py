@@ -108,6 +108,25 @@ def slot_features(p: np.ndarray, q: np.ndarray) -> dict:
             "slot_n_q_gt_p": (q > p).sum(axis=-1).astype(np.int64)}
 
 
+def lookahead_features(slot_tv: np.ndarray, g: int) -> dict:
+    """The lookahead inputs (``evolve.lang.features.LOOKAHEAD_INPUT_NAMES``) of rows in
+    block order (g consecutive rows per block, as traces and both decoders hold them),
+    from their slot TVs: ``next_tv`` at slot j is the slot TV of slot j + 1 of the same
+    block (0 at the last slot), and ``ahead`` the expected number of later drafts the
+    standard rule accepts after an acceptance at j, sum over m > j of prod over
+    j < i <= m of (1 - TV_i), computed from the block's end as
+    ahead_j = (1 - TV_(j+1)) (1 + ahead_(j+1)), ahead_(g-1) = 0. The one definition:
+    the trace objectives and both decoders use it (the Hugging Face one repeats
+    these steps on its device)."""
+    tv = np.asarray(slot_tv, dtype=np.float64).reshape(-1, g)
+    nxt = np.zeros_like(tv)
+    nxt[:, :-1] = tv[:, 1:]
+    ahead = np.zeros_like(tv)
+    for j in range(g - 2, -1, -1):
+        ahead[:, j] = (1.0 - tv[:, j + 1]) * (1.0 + ahead[:, j + 1])
+    return {"next_tv": nxt.reshape(-1), "ahead": ahead.reshape(-1)}
+
+
 def slot_columns(columns: dict) -> dict | None:
     """The slot features of a split's columns: recorded (schema v3), else computed
     from the candidates where they hold all of both distributions' mass (zero tails:
@@ -293,15 +312,20 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
     """Acceptance probabilities (B, g) of a block's drafted tokens under ``rule`` (a
     ``many(features) -> thresholds`` rule): its clipped threshold for drafts among the
     draft's top-k (``cs``, a ``candidate_summary``), the standard rule for the others.
-    Both decoders (n-gram and Hugging Face) decide with this."""
+    Both decoders (n-gram and Hugging Face) decide with this. Pg, Qg hold the block's
+    rows b g + j, so the lookahead inputs (``lookahead_features`` of the slot TVs) at
+    slot j are those of the block's real later slots, along the drafted tokens, as
+    verification knows them."""
     B, g = X.shape
     x = X.reshape(-1)
+    slots = slot_features(Pg, Qg)
     feats = {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
              "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
              "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
              "top_token_match": x == np.argmax(Pg, axis=1),
              "block_position": np.tile(np.arange(g), B),
-             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **slot_features(Pg, Qg)}
+             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **slots,
+             **lookahead_features(slots["slot_tv"], g)}
     a = clipped(rule.many(feats))
     if judges_every_draft(rule):             # an engine's knob judges every draft
         return a.reshape(B, g)

@@ -15,6 +15,13 @@ resamples from p with x removed; then
     S      = sum_x q(x) (1 - a(x)) / (1 - p(x))
 
 (a token with 1 - p(x) < RESIDUAL_EPS resamples from p itself).
+The lookahead inputs (``evolve.data.decode.lookahead_features``: ``next_tv``,
+``ahead``) are properties of the path, the block's later drafted slots, not of the
+token judged at the slot: the caller that has the block passes them per slot
+(``lookahead``), and they are the same for every token of the vocabulary there
+(the emission of a lookahead rule is then exact given the path's later slots; the
+later slots along another draft would differ). A rule that reads them where the
+caller passed none is refused (``EvolveError`` naming ``lookahead``), never fed zeros.
 Pair-independent: the n-gram simulation and paired comparison
 (``evolve.simulate``, ``evolve.paired``) and the Hugging Face decoder
 (``evolve.data.sources.hf_decode``) all use these functions.
@@ -22,17 +29,34 @@ Pair-independent: the n-gram simulation and paired comparison
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 
 from evolve.data.decode import (RESIDUAL_EPS, STANDARD, WITHOUT_DRAFT, clipped,
-                                entropy, judges_every_draft, residual, residual_kind,
-                                slot_features, top_candidates)
-from evolve.lang.features import ALL_INPUT_NAMES
+                                entropy, judges_every_draft, lookahead_features, residual,
+                                residual_kind, slot_columns, slot_features, top_candidates)
+from evolve.errors import EvolveError
+from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
 
 
-def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions) -> dict:
-    """The (M, V) rule features of every token of the vocabulary at M slots."""
+def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions,
+                   lookahead: dict | None = None) -> dict:
+    """The (M, V) rule features of every token of the vocabulary at M slots.
+    ``lookahead``: the slots' lookahead inputs (``next_tv`` and ``ahead``, (M,) each,
+    ``evolve.data.decode.lookahead_features`` of their blocks), the same for every
+    token of a slot; without it the features have none (``acceptance`` refuses a
+    rule that reads them)."""
     M, V = p.shape
+    look = {}
+    if lookahead is not None:
+        for f in LOOKAHEAD_INPUT_NAMES:
+            v = np.asarray(lookahead[f], dtype=np.float64) if f in lookahead else None
+            if v is None or v.shape != (M,):
+                got = "missing" if v is None else f"of shape {v.shape}"
+                raise EvolveError.of("lookahead", f"{f!r} is {got}; expected one value per "
+                                                  f"slot, shape ({M},)")
+            look[f] = v
 
     def per_row(x):
         return np.repeat(np.asarray(x)[:, None], V, axis=1)
@@ -44,14 +68,60 @@ def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions) -> 
             "top_token_match": np.arange(V)[None, :] == top[:, None],
             "block_position": per_row(np.asarray(block_positions, np.int64)),
             "p_max": per_row(p.max(axis=1)), "q_max": per_row(q.max(axis=1)),
-            **{f: per_row(v) for f, v in slot_features(p, q).items()}}
+            **{f: per_row(v) for f, v in slot_features(p, q).items()},
+            **{f: per_row(v) for f, v in look.items()}}
+
+
+def trace_lookahead(ts, rows) -> dict | None:
+    """The lookahead inputs of rows of a trace split (``evolve.data.traces.TraceSplit``)
+    along its recorded drafts, as the offline objectives hold them; None where the
+    split has no slot features."""
+    slots = slot_columns(ts.columns)
+    if slots is None:
+        return None
+    look = lookahead_features(slots["slot_tv"], int(ts.meta["block_size"]))
+    return {f: v[rows] for f, v in look.items()}
+
+
+def reads_lookahead(rule) -> bool:
+    """Whether a rule reads a lookahead input: a tree that has one as a leaf, a scalar
+    rule that names one (``evolve.rules.adapters``). Other numpy rules show it by
+    asking for one (``acceptance`` catches that)."""
+    nodes = getattr(rule, "nodes", None)
+    if nodes is not None:
+        return any(getattr(n, "kind", None) == "input" and n.name in LOOKAHEAD_INPUT_NAMES
+                   for n in nodes)
+    fn = getattr(rule, "fn", None)
+    try:
+        names = set(inspect.signature(fn).parameters) if callable(fn) else set()
+    except (TypeError, ValueError):
+        names = set()
+    return bool(names & set(LOOKAHEAD_INPUT_NAMES))
+
+
+def _no_lookahead(rule) -> EvolveError:
+    return EvolveError.of("lookahead", f"None (not given), but the rule "
+                          f"{getattr(rule, 'name', 'rule')!r} reads "
+                          f"{'/'.join(LOOKAHEAD_INPUT_NAMES)}, the later slots of each "
+                          "slot's block; expected them per slot "
+                          "(evolve.data.decode.lookahead_features of the blocks' slot TVs)")
 
 
 def acceptance(p: np.ndarray, q: np.ndarray, F: dict, rule, k: int) -> np.ndarray:
     """a(x) for every token: the rule (a ``many(features)`` rule of
-    ``evolve.rules.adapters``) on the draft's top-k, the standard rule elsewhere."""
+    ``evolve.rules.adapters``) on the draft's top-k, the standard rule elsewhere.
+    ``EvolveError`` (naming ``lookahead``) for a rule that reads a lookahead input
+    that ``F`` lacks."""
     M, V = p.shape
-    a = clipped(rule.many({f: F[f].reshape(-1) for f in ALL_INPUT_NAMES})).reshape(M, V)
+    if any(f not in F for f in LOOKAHEAD_INPUT_NAMES) and reads_lookahead(rule):
+        raise _no_lookahead(rule)
+    try:
+        h = rule.many({f: F[f].reshape(-1) for f in ALL_INPUT_NAMES if f in F})
+    except KeyError as e:
+        if e.args and e.args[0] in LOOKAHEAD_INPUT_NAMES and e.args[0] not in F:
+            raise _no_lookahead(rule) from None
+        raise
+    a = clipped(h).reshape(M, V)
     if judges_every_draft(rule):              # an engine's knob: every token by the rule
         return a
     in_top = np.zeros((M, V), dtype=bool)
@@ -88,7 +158,9 @@ def distortion(p: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return tv, kl
 
 
-def slot_distortion(p, q, positions, block_positions, rule, k: int):
-    """(TV, KL) of the emitted token at M slots under ``rule``."""
-    F = vocab_features(p, q, positions, block_positions)
+def slot_distortion(p, q, positions, block_positions, rule, k: int,
+                    lookahead: dict | None = None):
+    """(TV, KL) of the emitted token at M slots under ``rule`` (``lookahead``: the
+    slots' lookahead inputs, as for ``vocab_features``)."""
+    F = vocab_features(p, q, positions, block_positions, lookahead)
     return distortion(p, exact_output(p, q, acceptance(p, q, F, rule, k), residual_kind(rule)))

@@ -6,13 +6,23 @@ features and the reference signature of every heuristic; the others exist
 on speculative-decoding traces: the position inside the draft block (0-based),
 the target's and the draft's top probability (schema v2), then three slot
 features of schema v3 (``evolve.data.decode.slot_features``: TV(p, q), KL(p||q),
-KL(q||p); the fourth, #{x: q(x) > p(x)}, is recorded but not an input: the
-kernel reserves twelve input opcodes), appended so that trees and checkpoints
-written before them still parse. Splits without slot features (v2 files whose
-candidates miss some mass, shards) do not offer the slot inputs
-(``evolve.objectives.spec.SpecArrays``). ``TRACE_INPUT_NAMES`` are the nine
-of a v2 trace (the signature of trace rules that read no slot feature),
-``ALL_INPUT_NAMES`` all twelve. Token splits, traces, the primitive set,
+KL(q||p); the fourth, #{x: q(x) > p(x)}, is recorded but not an input), then two
+lookahead features (``evolve.data.decode.lookahead_features``): what verification
+knows at slot j of the later drafted slots of the same block, since the target
+scores all of them in one pass. ``next_tv`` is the slot TV of slot j + 1 (0 at the
+block's last slot, where an acceptance is followed by the bonus token), ``ahead``
+the expected number of later drafts of the block the standard rule would accept
+after an acceptance at j. Both are computed along the drafted tokens, so they
+depend on the token drafted at j: the exact objectives, which sum over the draft's
+candidates at j, hold them fixed at the recorded draft's values, and a rule that
+reads them is scored by an estimate (``evolve run --lookahead``; the free-running
+comparison decides). Inputs are appended so that trees and checkpoints written
+before them still parse. Splits without slot features (v2 files whose candidates
+miss some mass) offer neither the slot nor the lookahead inputs
+(``evolve.objectives.spec.SpecArrays``). ``TRACE_INPUT_NAMES`` are the nine of a
+v2 trace (the signature of trace rules that read no slot feature),
+``SLOT_SIGNATURE`` the twelve of a rule that reads a slot feature but no lookahead,
+``ALL_INPUT_NAMES`` all fourteen. Token splits, traces, the primitive set,
 generated code and reports all read this table (it imports nothing, so data
 modules can use it without loading Numba).
 """
@@ -32,10 +42,19 @@ TRACE_INPUTS = (
     ("slot_tv", "stv", float),
     ("slot_kl_pq", "klpq", float),
     ("slot_kl_qp", "klqp", float),
+    ("next_tv", "ntv", float),
+    ("ahead", "ahead", float),
 )
 SLOT_INPUT_NAMES = ("slot_tv", "slot_kl_pq", "slot_kl_qp")
+LOOKAHEAD_INPUT_NAMES = ("next_tv", "ahead")
 ALL_INPUTS = INPUTS + TRACE_INPUTS
-N_V2_INPUTS = len(ALL_INPUTS) - len(SLOT_INPUT_NAMES)    # the inputs of v2 traces: 9
+N_V2_INPUTS = (len(ALL_INPUTS) - len(SLOT_INPUT_NAMES)
+               - len(LOOKAHEAD_INPUT_NAMES))             # the inputs of v2 traces: 9
+N_SLOT_INPUTS = N_V2_INPUTS + len(SLOT_INPUT_NAMES)      # with the slot features: 12
 INPUT_NAMES = tuple(i[0] for i in INPUTS)
-ALL_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)         # twelve, in opcode order
+ALL_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)         # fourteen, in opcode order
 TRACE_INPUT_NAMES = ALL_INPUT_NAMES[:N_V2_INPUTS]         # the nine of a v2 trace signature
+SLOT_SIGNATURE = ALL_INPUT_NAMES[:N_SLOT_INPUTS]          # the twelve of a slot rule
+if ALL_INPUT_NAMES[N_V2_INPUTS:N_SLOT_INPUTS] != SLOT_INPUT_NAMES or \
+        ALL_INPUT_NAMES[N_SLOT_INPUTS:] != LOOKAHEAD_INPUT_NAMES:
+    raise ImportError("evolve.lang.features: the slot and lookahead inputs are out of order")

@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from evolve.lang.features import (ALL_INPUT_NAMES, ALL_INPUTS, INPUT_NAMES,  # noqa: F401
-                                  INPUTS, N_V2_INPUTS, SLOT_INPUT_NAMES, TRACE_INPUT_NAMES,
+                                  INPUTS, LOOKAHEAD_INPUT_NAMES, N_SLOT_INPUTS, N_V2_INPUTS,
+                                  SLOT_INPUT_NAMES, SLOT_SIGNATURE, TRACE_INPUT_NAMES,
                                   TRACE_INPUTS)
 from heuristics import ops
 from numba import vectorize
@@ -29,8 +30,8 @@ from numba import vectorize
 # ------------------------------------------------------------------ inputs
 
 N_INPUTS = len(INPUTS)
-MAX_INPUTS = 12              # opcodes 0..11 are reserved for inputs
-OP_CONST = MAX_INPUTS        # opcode 12: push a constant
+MAX_INPUTS = 15              # opcodes 0..14 are reserved for inputs
+OP_CONST = MAX_INPUTS        # opcode 15: push a constant
 
 
 # ------------------------------------------------------- numpy reference ops
@@ -145,27 +146,50 @@ def random_constant() -> float:
     return round(random.uniform(-1.0, 1.0), 3)
 
 
-def input_names(trace: bool = False, slots: bool = False) -> tuple:
+def input_names(trace: bool = False, slots: bool = False, lookahead: bool = False) -> tuple:
     """The inputs (and the heuristic's signature): six, nine on trace data, twelve
-    with the slot features (``slots``: a tree that reads one)."""
+    with the slot features (``slots``: a tree that reads one), fourteen with the
+    lookahead inputs (``lookahead``: a tree that reads one)."""
     if not trace:
         return INPUT_NAMES
-    return ALL_INPUT_NAMES if slots else TRACE_INPUT_NAMES
+    if lookahead:
+        return ALL_INPUT_NAMES
+    return SLOT_SIGNATURE if slots else TRACE_INPUT_NAMES
 
 
 def uses_slot_inputs(nodes) -> bool:
-    """Whether parsed tree nodes read a slot feature (slot_tv, slot_kl_pq, slot_kl_qp)."""
-    return any(n.kind == "input" and n.name in SLOT_INPUT_NAMES for n in nodes)
+    """Whether parsed tree nodes read an input that needs the slot features: a slot
+    feature (slot_tv, slot_kl_pq, slot_kl_qp) or a lookahead input (next_tv, ahead,
+    computed from the slot TVs)."""
+    return any(n.kind == "input" and n.name in SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES
+               for n in nodes)
 
 
-def make_pset(trace: bool = False, slots: bool = True):
+def uses_lookahead_inputs(nodes) -> bool:
+    """Whether parsed tree nodes read a lookahead input (next_tv, ahead): the exact
+    objectives are then an estimate (``evolve.lang.features``)."""
+    return any(n.kind == "input" and n.name in LOOKAHEAD_INPUT_NAMES for n in nodes)
+
+
+def signature_of(nodes, trace: bool = True) -> tuple:
+    """The signature of the rule whose tree is ``nodes``."""
+    return input_names(trace, uses_slot_inputs(nodes), uses_lookahead_inputs(nodes))
+
+
+def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False):
     """The strongly typed DEAP primitive set, built from the table.
 
     ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
-    with ``slots``, the slot features (the split must have them)."""
+    with ``slots``, the slot features (the split must have them); ``lookahead``
+    (with ``slots``) also the lookahead inputs."""
     from deap import gp    # lazy: start-up (DEAP loads only where it is used)
 
-    inputs = (ALL_INPUTS if slots else ALL_INPUTS[:N_V2_INPUTS]) if trace else INPUTS
+    if not trace:
+        inputs = INPUTS
+    elif not slots:
+        inputs = ALL_INPUTS[:N_V2_INPUTS]
+    else:
+        inputs = ALL_INPUTS if lookahead else ALL_INPUTS[:N_SLOT_INPUTS]
     pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in inputs], float)
     pset.renameArguments(**{f"ARG{k}": i[0] for k, i in enumerate(inputs)})
     for p in PRIMITIVES:

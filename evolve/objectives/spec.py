@@ -58,7 +58,12 @@ standard rule's trajectory):
 ``evolve.kernels.interpreter.run_program`` reads it): for candidate x, draft_prob =
 q(x), target_prob = p(x), top_token_match = 1.0 iff x is the target's argmax; the
 others (9..11: slot features, where ``evolve.data.decode.slot_columns`` finds them)
-are the drafted position's, equal for every candidate: the sums stay exact.
+are the drafted position's, equal for every candidate: the sums stay exact. Rows
+12..13 (with the slot features) are the lookahead inputs
+(``evolve.data.decode.lookahead_features``) along the recorded drafts: equal for
+every candidate here too, but in decoding they follow the token drafted at the
+slot, so for a rule that reads them these sums are an estimate (the recorded
+draft's later slots stand in for every candidate's).
 """
 
 from __future__ import annotations
@@ -67,10 +72,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evolve.data.decode import RESIDUAL_EPS, slot_columns, slots_missing
+from evolve.data.decode import RESIDUAL_EPS, lookahead_features, slot_columns, slots_missing
 from evolve.errors import EvolveError
 from evolve.kernels import layout
-from evolve.lang.features import ALL_INPUT_NAMES, N_V2_INPUTS, SLOT_INPUT_NAMES
+from evolve.lang.features import (ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, N_V2_INPUTS,
+                                  SLOT_INPUT_NAMES)
 from evolve.objectives.metrics import clip01
 
 FEATURES = ALL_INPUT_NAMES
@@ -131,7 +137,7 @@ class SpecArrays:
 
 
 def candidate_matrix(ts) -> np.ndarray:
-    """The (12 or 9, N*k) float64 input matrix of a split, rows in FEATURES order."""
+    """The (14 or 9, N*k) float64 input matrix of a split, rows in FEATURES order."""
     c = ts.columns
     n, k = c["cand_token"].shape
     slots = slot_columns(c)
@@ -145,7 +151,12 @@ def candidate_matrix(ts) -> np.ndarray:
     X[6] = c["block_position"][:, None]
     X[7] = c["p_max"][:, None]
     X[8] = c["q_max"][:, None]
-    X[N_V2_INPUTS:] = [slots[f][:, None] for f in SLOT_INPUT_NAMES] if slots else X[:0]
+    if slots:
+        g = int(ts.meta["block_size"])
+        ahead = lookahead_features(slots["slot_tv"], g)
+        X[N_V2_INPUTS:] = [np.asarray(v)[:, None] for v in
+                           [slots[f] for f in SLOT_INPUT_NAMES] + [ahead[f] for f in
+                                                                   LOOKAHEAD_INPUT_NAMES]]
     return np.ascontiguousarray(X.reshape(X.shape[0], n * k))
 
 

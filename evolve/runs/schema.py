@@ -139,6 +139,9 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
               "a finite number")
         tuned = doc.get("baselines_tuned_on_valid") or {}
         _need(isinstance(tuned, dict), where, "baselines_tuned_on_valid", tuned, "an object")
+        note = doc.get("estimate")
+        _need(note is None or (isinstance(note, str) and len(note) <= 1000), where,
+              "estimate", note, "a string of at most 1000 characters")
         for name, rep in tuned.items():
             field = f"baselines_tuned_on_valid.{name}"
             if rep is None:

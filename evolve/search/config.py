@@ -90,6 +90,9 @@ class Config:
       ``trajectory`` scores every individual by the importance-weighted estimate of
       its free-running numbers; ``ess_floor`` is its guard, the least effective
       number of sequences allowed, as a fraction of the split's sequences.
+    - Lookahead (trace objectives; ``evolve.lang.features``): ``lookahead`` offers
+      the search the lookahead inputs (``next_tv``, ``ahead``: the block's later
+      slots, known to verification); a rule that reads them is scored by an estimate.
     - Device: ``device`` (``cpu``: the Numba kernels; ``cuda``: the torch kernels of
       ``evolve.kernels.gpu``, the same results bit for bit). It is not part of a
       run's identity: a run may be resumed on the other device.
@@ -121,6 +124,7 @@ class Config:
     batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
     trajectory: bool = False    # speed: score on the rule's own trajectory (importance weights)
     ess_floor: float = 0.1      # trajectory: effective sequences / sequences at least this
+    lookahead: bool = False     # traces: offer next_tv and ahead (scored by an estimate)
     device: str = "cpu"         # where populations are evaluated (not part of a run's identity)
 
     @classmethod
@@ -180,6 +184,9 @@ class Config:
         need(not (self.trajectory and self.batch_blocks), "batch_blocks",
              "sampled blocks break the sequences the trajectory weights need; "
              "use 0 with trajectory")
+        need(not self.lookahead or OBJECTIVES[self.objective].traces, "lookahead",
+             f"the lookahead inputs exist on traces; objective {self.objective} "
+             "scores tokens")
         need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
         need(self.device == "cpu" or not (self.trajectory
                                           or getattr(OBJECTIVES[self.objective], "kl", False)),

@@ -31,7 +31,7 @@ from evolve.lang import treeio
 from evolve.objectives import OBJECTIVES
 from evolve.rules.table import seed_trees
 from evolve.search import batches, checkpoint, operators
-from evolve.search.config import Config
+from evolve.search.config import Config, ConfigError
 from evolve.search.hof import HallOfFame, HofEntry
 import numba
 
@@ -47,9 +47,15 @@ class Evolution:
         self.train = self.objective.evaluator(train, "train", config)
         self.valid = self.objective.evaluator(valid, "valid", config)
         # the slot inputs only where both splits have them (evolve.objectives.spec)
-        self.pset = P.make_pset(trace=self.objective.traces, slots=all(
-            not getattr(getattr(e, "arrays", None), "missing", "x") for e in (self.train,
-                                                                            self.valid)))
+        missing = [getattr(getattr(e, "arrays", None), "missing", "x")
+                   for e in (self.train, self.valid)]
+        if config.lookahead and any(missing):
+            why = next(m for m in missing if m)
+            raise ConfigError.of("lookahead", "the lookahead inputs are computed from the slot "
+                                 "features, which these traces lack"
+                                 + (f" ({why})" if len(why) > 1 else ""))
+        self.pset = P.make_pset(trace=self.objective.traces, slots=not any(missing),
+                                lookahead=config.lookahead)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1

@@ -18,12 +18,17 @@ from evolve.data import shards, traces
 from evolve.data.tokens import DataError
 from evolve.search.config import ConfigError
 from evolve.lang import codegen, treeio
+from evolve.lang import primitives as P
 from evolve.objectives import OBJECTIVES
 from evolve.objectives.speculative import evolved_front, spec_arrays
 from evolve.rules import tuning
 from evolve.tasks.writeback import write_back_trace
 
 HEADER_KEYS = ("tokens_per_call", "tv_per_token")
+ESTIMATE = ("the champion reads a lookahead input (next_tv, ahead), which follows the token "
+            "drafted at its slot: its numbers hold those inputs at the recorded draft's "
+            "values for every candidate, an estimate; `evolve simulate --compare` measures "
+            "it free-running")
 
 
 class TraceTask(Task):
@@ -97,6 +102,8 @@ class TraceTask(Task):
             champion["tv_position_cap"] = cfg.tv_position_cap
         if cfg.tv_p99_cap < 1.0:
             champion["tv_p99_cap"] = cfg.tv_p99_cap
+        if P.uses_lookahead_inputs(result.nodes):
+            champion["estimate"] = ESTIMATE
         return {"champion": champion,
                 "files": files, "series": series}
 

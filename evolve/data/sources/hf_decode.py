@@ -18,7 +18,11 @@ engine's knob judges every draft and uses its own residual, as in
 ``evolve.data.decode``). Every drafted position is recorded (also those after
 the first rejection), with the columns and conventions of
 ``evolve.data.decode`` (the n-gram decoder): top-k candidates of ``q``, tail
-masses, entropies, p_max, q_max and the schema-v3 slot features.
+masses, entropies, p_max, q_max and the schema-v3 slot features. A rule also
+reads the lookahead inputs (``evolve.data.decode.lookahead_features``: the block's
+later slots along its drafts), computed on the device from the slot TVs; the
+exact distortion of a reached slot holds them at the path's values for every
+token there (``evolve.data.emission``).
 Probabilities are softmax(logits / temperature) in float64 (logits of any
 model dtype), floored at the smallest normal double.
 
@@ -42,6 +46,7 @@ from evolve.data.sources import hf_device as DV
 from evolve.data.sources.hf_cache import Cached, Layout
 from evolve.data.sources.hf_device import rejection_residual   # called by this name
 from evolve.data.traces import CONTEXT_PAD
+from evolve.lang.features import LOOKAHEAD_INPUT_NAMES
 
 
 def probs(logits, vocab: int, temperature: float) -> np.ndarray:
@@ -182,7 +187,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 _track(tr, Pg, Qg, F, gen_before, n_acc, rule, k, seq0, t)
             if record:
                 for f, v in F.items():
-                    rec.setdefault(f, []).append(v)
+                    if f not in DV.RECORD_SKIPS:
+                        rec.setdefault(f, []).append(v)
                 rec.setdefault("baseline_accepts", []).append(acc.reshape(-1))
             lay.settle(n_acc, new)
             drafts.append(X)
@@ -229,8 +235,9 @@ def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: i
     dist = DV.slot_distortion(Pg, Qg, F, idx, rule)
     if dist is None:
         pos = (gen_before[seq[idx]] + j[idx]).cpu().numpy()
+        ahead = {f: F[f][idx].cpu().numpy() for f in LOOKAHEAD_INPUT_NAMES if f in F}
         tv, kl = slot_distortion(Pg[idx].cpu().numpy(), Qg[idx].cpu().numpy(), pos,
-                                 j[idx].cpu().numpy(), rule, k)
+                                 j[idx].cpu().numpy(), rule, k, ahead or None)
     else:
         tv, kl = (d.cpu().numpy() for d in dist)
     idx, j, seq = idx.cpu().numpy(), j.cpu().numpy(), seq.cpu().numpy()

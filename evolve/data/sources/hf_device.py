@@ -8,6 +8,8 @@ double), ``sample`` (``sample_rows``: inverse CDF with a pre-drawn uniform),
 ``entropy``, ``candidates`` (``candidate_summary``: the draft's top-k, lower id
 first on ties, and the tail and tail-excess masses), ``slot_features``
 (``slot_features``: the schema-v3 slot TV, both KLs and the count of q > p),
+``lookahead_features`` (``lookahead_features``: the same operations in the same
+order, so the same slot TVs give the same bits),
 ``rejection_residual`` (``rejection_residual``, with ``RESIDUAL_EPS``) and
 ``slot_distortion`` (``evolve.data.emission.slot_distortion``). Sums may
 differ from numpy's in their last bits (another summation order); on one device
@@ -22,7 +24,7 @@ import numpy as np
 
 from evolve.data.decode import (KL_FLOOR, RESIDUAL_EPS, SORT_ALL_MAX_VOCAB, STANDARD,
                                 clipped, judges_every_draft, residual_kind)
-from evolve.lang.features import ALL_INPUT_NAMES
+from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
 
 PROB_FLOOR = float(np.finfo(np.float64).tiny)
 
@@ -67,6 +69,21 @@ def slot_features(p, q) -> dict:
     return {"slot_tv": (q - p).clamp_min(0.0).sum(dim=-1),
             "slot_kl_pq": _kl(p, q), "slot_kl_qp": _kl(q, p),
             "slot_n_q_gt_p": (q > p).sum(dim=-1).to(torch.int64)}
+
+
+def lookahead_features(slot_tv, g: int) -> dict:
+    """The lookahead inputs of rows in block order (g per block) from their slot TVs:
+    ``evolve.data.decode.lookahead_features`` step by step in float64 (next_tv the
+    next slot's TV, 0 at the last; ahead_j = (1 - TV_(j+1)) (1 + ahead_(j+1)) from
+    the block's end), so it gives the same bits for the same slot TVs."""
+    import torch  # lazy: the core install has no torch
+    tv = slot_tv.to(torch.float64).reshape(-1, g)
+    nxt = torch.zeros_like(tv)
+    nxt[:, :-1] = tv[:, 1:]
+    ahead = torch.zeros_like(tv)
+    for j in range(g - 2, -1, -1):
+        ahead[:, j] = (1.0 - tv[:, j + 1]) * (1.0 + ahead[:, j + 1])
+    return {"next_tv": nxt.reshape(-1), "ahead": ahead.reshape(-1)}
 
 
 def top_candidates(q, k: int):
@@ -117,7 +134,10 @@ def rejection_residual(kind: str, p, q, x):
 def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
     """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
     X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
-    recorder stores and what a rule reads, all on the device."""
+    recorder stores and what a rule reads, all on the device. The lookahead inputs
+    (``lookahead_features`` of the block's slot TVs, along the drafted tokens) are
+    for rules only: the recorder leaves them out (``RECORD_SKIPS``; traces derive
+    them from their slot TVs)."""
     import torch  # lazy: the core install has no torch
     B, g = X.shape
     x = X.reshape(-1)
@@ -128,18 +148,20 @@ def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
     qx = torch.gather(Qg, 1, x.unsqueeze(1)).squeeze(1)
     px = torch.gather(Pg, 1, x.unsqueeze(1)).squeeze(1)
     jj = torch.arange(g, device=dev)
+    slots = slot_features(Pg, Qg)
     return {"draft_prob": qx, "target_prob": px,
             "position": (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
             "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
             "top_token_match": x == top, "block_position": jj.repeat(B), "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
             "target_top": top, "p_max": Pg.amax(dim=1), "q_max": Qg.amax(dim=1), **cs,
-            **slot_features(Pg, Qg)}
+            **slots, **lookahead_features(slots["slot_tv"], g)}
 
 
+RECORD_SKIPS = LOOKAHEAD_INPUT_NAMES     # block_features a trace does not record
 RULE_INPUTS = ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
                "top_token_match", "block_position", "p_max", "q_max", "slot_tv",
-               "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p")
+               "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p") + LOOKAHEAD_INPUT_NAMES
 
 
 def rule_acceptance(rule, F: dict, B: int, g: int):

@@ -1,0 +1,254 @@
+"""The lookahead inputs (next_tv, ahead; evolve.data.decode.lookahead_features) as the
+decoders hand them to rules: the definition against a brute-force sum, the n-gram
+decoder's values against the block's full distributions and against the trace
+objectives' input matrix on the same path, the exact emission at a slot, and a paired
+free-running comparison of a rule that reads them. (The Hugging Face decoder's device
+version: tests/test_hf_device.py.)"""
+
+import numpy as np
+import pytest
+
+from evolve import paired
+from evolve.data import decode as DEC
+from evolve.data import emission as EM
+from evolve.data import traces as T
+from evolve.errors import EvolveError
+from evolve.objectives import spec
+from evolve.rules.adapters import as_rule, named_rule, tree_rule
+from tests import tracekit
+
+# decisions that follow the later slots: more lenient where the block ahead looks good
+AHEAD_TREE = ("pmin(1.0, pdiv(target_prob, mul(draft_prob, "
+              "sub(1.0, mul(0.1, sub(ahead, next_tv))))))")
+STANDARD_TREE = "pmax(pmin(1.0, pdiv(target_prob, draft_prob)), mul(0.0, add(ahead, next_tv)))"
+
+
+def brute_lookahead(tv, g):
+    """Per row, by the definition: the next slot's TV, and the sum over m > j of
+    prod over j < i <= m of (1 - TV_i), in Python floats."""
+    nxt, ahead = [], []
+    for b in range(len(tv) // g):
+        t = [float(x) for x in tv[b * g:(b + 1) * g]]
+        for j in range(g):
+            nxt.append(t[j + 1] if j + 1 < g else 0.0)
+            total = 0.0
+            for m in range(j + 1, g):
+                prod = 1.0
+                for i in range(j + 1, m + 1):
+                    prod *= 1.0 - t[i]
+                total += prod
+            ahead.append(total)
+    return np.array(nxt), np.array(ahead)
+
+
+@pytest.mark.parametrize("g", [1, 2, 3, 4, 5, 6])
+def test_lookahead_features_are_the_brute_force_sum(g):
+    rng = np.random.default_rng(g)
+    tv = rng.random(7 * g)
+    tv[::5] = 0.0                                  # exact agreement and full disagreement
+    tv[3::7] = 1.0
+    got = DEC.lookahead_features(tv, g)
+    nxt, ahead = brute_lookahead(tv, g)
+    np.testing.assert_array_equal(got["next_tv"], nxt)
+    np.testing.assert_allclose(got["ahead"], ahead, rtol=1e-13, atol=1e-15)
+    last = np.arange(tv.size) % g == g - 1
+    assert (got["next_tv"][last] == 0.0).all() and (got["ahead"][last] == 0.0).all()
+    if g > 1:       # all later slots agree (TV 0): every later draft is accepted
+        assert DEC.lookahead_features(np.zeros(g), g)["ahead"].tolist() == \
+            [float(g - 1 - j) for j in range(g)]
+
+
+class Spy:
+    """A rule that records the lookahead and slot inputs it is handed, deciding as
+    ``rule`` does."""
+
+    def __init__(self, rule):
+        self.rule = rule
+        self.name = "spy"
+        self.seen = []
+
+    def many(self, F):
+        self.seen.append({f: np.array(F[f]) for f in ("next_tv", "ahead", "slot_tv",
+                                                       "block_position")})
+        return self.rule.many(F)
+
+
+def _prompts(pair, n=20, start=0):
+    doc = np.frombuffer(pair.corpus.docs[pair.pools["test"][0]][:200], np.uint8)
+    C = pair.config.context_len
+    return np.stack([doc[i:i + C + 8] for i in range(start, start + 2 * n, 2)])
+
+
+def _seen(spy, n, blocks, g):
+    """The spy's values, one call per block of a single batch (rows b g + j), as
+    columns in the decoder's record order (sequence, block, position)."""
+    assert len(spy.seen) == blocks
+    return {f: np.stack([s[f].reshape(n, g) for s in spy.seen], axis=1).reshape(-1)
+            for f in spy.seen[0]}
+
+
+def test_ngram_decoder_hands_rules_the_lookahead_of_the_blocks_full_distributions():
+    pair = tracekit.pair()
+    g, blocks = pair.config.block_size, 4
+    pr = _prompts(pair)
+    n = len(pr)
+    spy = Spy(tree_rule(AHEAD_TREE))
+    cols, acc = DEC.decode(pair, pr, [np.random.default_rng(i) for i in range(n)], blocks,
+                           rule=spy)
+    seen = _seen(spy, n, blocks, g)
+    ctx = cols["context"]
+    tv = DEC.slot_features(pair.target.probs(ctx), pair.draft.probs(ctx))["slot_tv"]
+    np.testing.assert_allclose(tv, cols["slot_tv"], rtol=0, atol=1e-15)
+    want = DEC.lookahead_features(tv, g)
+    for f in ("next_tv", "ahead"):
+        np.testing.assert_allclose(seen[f], want[f], rtol=0, atol=1e-14, err_msg=f)
+    np.testing.assert_array_equal(seen["block_position"], cols["block_position"])
+    assert seen["ahead"].max() > 0.5 and (seen["ahead"][cols["block_position"] == g - 1]
+                                          == 0.0).all()
+    assert 0 < acc.mean() < g
+
+
+def test_trace_matrix_rows_are_what_the_decoder_hands_a_rule_on_the_same_path():
+    pair = tracekit.pair()
+    g, blocks = pair.config.block_size, 3
+    pr = _prompts(pair, n=16, start=1)
+    n = len(pr)
+    cols, plain = DEC.decode(pair, pr, [np.random.default_rng(50 + i) for i in range(n)],
+                             blocks)
+    ts = T.TraceSplit(cols, {"block_size": g, "top_k": pair.config.top_k,
+                             "context_len": pair.config.context_len, "vocab_size": DEC.VOCAB,
+                             "format_version": 3}, "recorded")
+    F = spec.SpecArrays.from_split(ts).features()
+    spy = Spy(tree_rule(STANDARD_TREE))         # the standard rule's decisions, reading both
+    _, acc = DEC.decode(pair, pr, [np.random.default_rng(50 + i) for i in range(n)], blocks,
+                        rule=spy, record=False)
+    assert np.array_equal(acc, plain)              # the same path
+    seen = _seen(spy, n, blocks, g)
+    for f in ("next_tv", "ahead"):
+        assert (F[f] == F[f][:, :1]).all()         # one value per drafted position
+        np.testing.assert_array_equal(F[f][:, 0], seen[f], err_msg=f)
+    assert seen["ahead"].max() > 0.5
+
+
+def test_emission_holds_the_paths_lookahead_for_every_token_of_a_slot():
+    rng = np.random.default_rng(3)
+    M, V = 5, 9
+    p = rng.dirichlet(np.full(V, 0.5), size=M)
+    q = rng.dirichlet(np.full(V, 0.5), size=M)
+    z = np.zeros(M, np.int64)
+    look = {"next_tv": rng.random(M), "ahead": 3 * rng.random(M)}
+    rule = tree_rule(AHEAD_TREE)
+    tv, kl = EM.slot_distortion(p, q, z, z, rule, V, look)
+    F = EM.vocab_features(p, q, z, z, look)
+    assert F["ahead"].shape == (M, V) and (F["ahead"] == look["ahead"][:, None]).all()
+    for m in range(M):                # the same rule with slot m's values as constants
+        const = AHEAD_TREE.replace("ahead", repr(float(look["ahead"][m]))).replace(
+            "next_tv", repr(float(look["next_tv"][m])))
+        t1, k1 = EM.slot_distortion(p[m:m + 1], q[m:m + 1], z[:1], z[:1], tree_rule(const), V)
+        assert tv[m] == pytest.approx(t1[0], rel=1e-12, abs=1e-15)
+        assert kl[m] == pytest.approx(k1[0], rel=1e-12, abs=1e-15)
+    assert tv.max() > 1e-3
+    # no lookahead where the rule reads it: refused, naming the parameter
+    for r in (rule, as_rule(lambda draft_prob, target_prob, position, draft_entropy,
+                            target_entropy, top_token_match, block_position, p_max, q_max,
+                            ahead: 1.0)):
+        with pytest.raises(EvolveError, match=r"^lookahead: None \(not given\), but the "
+                                              r"rule .* reads next_tv/ahead"):
+            EM.slot_distortion(p, q, z, z, r, V)
+    with pytest.raises(EvolveError, match=r"^lookahead: 'ahead' is of shape \(4,\)"):
+        EM.vocab_features(p, q, z, z, {"next_tv": look["next_tv"], "ahead": np.zeros(4)})
+    # rules that do not read them need none
+    plain, _ = EM.slot_distortion(p, q, z, z, named_rule("leniency", 0.5)[0], V)
+    assert np.array_equal(plain, EM.slot_distortion(p, q, z, z, named_rule("leniency", 0.5)[0],
+                                                    V, look)[0])
+
+
+def test_paired_comparison_of_a_rule_that_reads_the_lookahead():
+    pair = tracekit.pair()
+    rules = {"standard": named_rule("standard_rejection")[0],
+             "ahead": tree_rule(AHEAD_TREE, "ahead")}
+    res = paired.compare(pair, rules, "test", 24, 4, seed=5)
+    assert res == paired.compare(pair, rules, "test", 24, 4, seed=5)
+    a = res["rules"]["ahead"]
+    for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "slot_tv_p99",
+                "target_loglik_per_token", "draft_loglik_per_token"):
+        assert np.isfinite(a[key]), key
+    assert a["tv_per_token"] > 1e-4                  # the rule is not the standard one
+    # the tracked slot TV is the exact emission along the path's later slots
+    raw = paired.run_rule(pair, rules["ahead"], "test", 8, 2, 5)
+    pr, rngs = paired.NG.prompt_starts(paired.seeded_pair(pair, 5), "test", 8)
+    cols, acc = DEC.decode(pair, pr, rngs, 2, rule=rules["ahead"], record=True)
+    g = pair.config.block_size
+    reached = np.flatnonzero(cols["block_position"] <= np.repeat(acc.reshape(-1), g))
+    look = DEC.lookahead_features(cols["slot_tv"], g)
+    ctx = cols["context"][reached]
+    tv, _ = EM.slot_distortion(pair.target.probs(ctx), pair.draft.probs(ctx),
+                               cols["position"][reached], cols["block_position"][reached],
+                               rules["ahead"], pair.config.top_k,
+                               {f: v[reached] for f, v in look.items()})
+    np.testing.assert_array_equal(raw["slot_tv"], tv)
+
+
+@pytest.mark.slow
+def test_hf_pair_free_running_with_a_lookahead_rule(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from evolve.data.sources import hf, hf_decode, hf_free, hf_prompts
+    from tests import hfkit
+    target, draft = hfkit.tiny_pair(tmp_path)
+    corpus = hfkit.write_corpus(tmp_path / "corpus", 6, "row {j} of file {i}: def g(x): return x\n")
+    cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=3, top_k=8,
+                           blocks_per_prompt=3, prompt_len=16, train_prompts=8, valid_prompts=8,
+                           test_prompts=8, corpus_dir=str(corpus), batch_size=8)
+    fp = hf_free.FreePair(hf.load_pair(cfg), None, hf_prompts.load_corpus(cfg))
+    ids, rngs = hf_prompts.split_prompts(fp.pair, "test", None, fp.corpus)
+    cols, _ = hf_decode.decode(fp.pair, ids, rngs, 3)
+    assert not {"next_tv", "ahead"} & set(cols)        # traces derive them, never record them
+    spy = Spy(tree_rule(AHEAD_TREE))
+    ids, rngs = hf_prompts.split_prompts(fp.pair, "test", None, fp.corpus)
+    hf_decode.decode(fp.pair, ids, rngs, 3, record=False, rule=spy)
+    first = spy.seen[0]                                # block 0 starts on the recorded path
+    rows = np.arange(len(ids))[:, None] * 9 + np.arange(3)[None, :]     # g 3, 3 blocks
+    want = DEC.lookahead_features(cols["slot_tv"][rows.reshape(-1)], 3)
+    for f in want:
+        np.testing.assert_allclose(first[f], want[f], rtol=0, atol=1e-14, err_msg=f)
+    rules = {"standard": named_rule("standard_rejection")[0],
+             "ahead": tree_rule(AHEAD_TREE, "ahead")}
+    res = paired.compare(fp, rules, "test", 8, 3, seed=2)
+    assert res == paired.compare(fp, rules, "test", 8, 3, seed=2)
+    a = res["rules"]["ahead"]
+    assert all(np.isfinite(a[f]) for f in ("tokens_per_call", "tv_per_token", "kl_per_token"))
+    assert a["tv_per_token"] > 1e-4
+
+
+def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):
+    from evolve import simulate as S
+    pair, ts = tracekit.pair(), tracekit.split("test")
+    rule = tree_rule(AHEAD_TREE, "ahead")
+    rows = S.trace_rows(ts, 30, seed=2)
+    look = EM.trace_lookahead(ts, rows)
+    sa = spec.SpecArrays.from_split(ts)
+    F = sa.features()
+    for f in ("next_tv", "ahead"):                 # what the offline objectives hold
+        np.testing.assert_array_equal(look[f], F[f][rows, 0], err_msg=f)
+    # the exact emission at those contexts is the offline exact TV of those rows
+    cols = {f: ts.columns[f][rows] for f in ("context", "position", "block_position")}
+    p, q, Fv = S.rows_features(pair, cols["context"], cols["position"], cols["block_position"],
+                              look)
+    tv, _ = EM.distortion(p, S.exact_output(p, q, S.acceptance_matrix(pair, p, q, Fv, rule)))
+    offline = spec.position_terms(sa, S.offline_thresholds(rule, sa)).tv[rows]
+    np.testing.assert_allclose(tv, offline, rtol=1e-9, atol=1e-12)
+    seen = []
+    real = EM.vocab_features
+    monkeypatch.setattr(EM, "vocab_features", lambda *a: seen.append(a[4]) or real(*a))
+    res = S.check_rule(pair, ts, rule, prompts=8, blocks=2, contexts=30, reps=300, seed=2)
+    assert len(seen) == 2 and all(set(s) == set(look) for s in seen)
+    for s in seen:                                   # the witness set's and the sample's
+        for f in look:
+            np.testing.assert_array_equal(s[f], look[f], err_msg=f)
+    assert res == S.check_rule(pair, ts, rule, prompts=8, blocks=2, contexts=30, reps=300,
+                               seed=2)
+    agree = res["agreement"]
+    assert np.isfinite(agree["tv_at_contexts"]["difference"]) and \
+        abs(agree["tv_at_contexts"]["z"]) < S.Z_AGREE
+    assert res["offline"]["tv_at_contexts"] > 1e-4

@@ -1,0 +1,136 @@
+"""The lookahead inputs (next_tv, ahead) in the trace objectives and the search:
+the kernel's input rows follow each block's later slots, the search offers them
+only when asked (``lookahead``) and where the slot features exist, and a champion
+that reads them says its numbers are an estimate."""
+
+import json
+
+import numpy as np
+import pytest
+
+from evolve.data import traces as T
+from evolve.kernels.speculative import population_objectives
+from evolve.lang import primitives as P
+from evolve.lang import treeio
+from evolve.objectives import spec
+from evolve.search.config import Config, ConfigError
+from evolve.search.engine import Evolution
+from tests import tracekit
+
+
+def _later_slots(tv_block, j):
+    """next_tv and ahead of slot j of one block, by their definitions, in Python."""
+    g = len(tv_block)
+    nxt = tv_block[j + 1] if j + 1 < g else 0.0
+    ahead = 0.0
+    for m in range(j + 1, g):
+        prod = 1.0
+        for i in range(j + 1, m + 1):
+            prod *= 1.0 - tv_block[i]
+        ahead += prod
+    return nxt, ahead
+
+
+def test_the_input_matrix_reads_each_blocks_later_slots():
+    ts = tracekit.split("valid")
+    sa = spec.SpecArrays.from_split(ts)
+    g, k = sa.g, sa.k
+    assert sa.X.shape[0] == len(P.ALL_INPUT_NAMES) == 14 and not sa.missing
+    F = sa.features()
+    tv = np.asarray(ts.slot_tv, dtype=np.float64)
+    assert (np.asarray(ts.block_position) == np.tile(np.arange(g), len(ts) // g)).all()
+    for r in range(0, len(ts), 7):
+        b, j = divmod(r, g)
+        nxt, ahead = _later_slots(tv[b * g:(b + 1) * g].tolist(), j)
+        assert (F["next_tv"][r] == nxt).all()              # equal for every candidate
+        assert F["ahead"][r] == pytest.approx(np.full(k, ahead), rel=1e-13, abs=1e-15)
+    # rows of a block's last slot: nothing drafted after it
+    last = np.arange(g - 1, len(ts), g)
+    assert (F["next_tv"][last] == 0.0).all() and (F["ahead"][last] == 0.0).all()
+    # the standard rule ignores them; a rule that reads them is scored (finite)
+    progs = treeio.linearise([treeio.parse("pmin(1.0, pdiv(target_prob, draft_prob))"),
+                              treeio.parse("add(pmin(1.0, pdiv(target_prob, draft_prob)), "
+                                           "mul(0.01, ahead))")])
+    std, la = population_objectives(progs, sa, with_kl=False)
+    assert np.isfinite(la).all() and la[0] > std[0]
+
+
+def test_blocks_keep_the_rows_of_the_lookahead_inputs():
+    sa = spec.SpecArrays.from_split(tracekit.split("valid"))
+    sub = sa.blocks([1, 3])
+    F, G = sa.features(), sub.features()
+    for name in P.LOOKAHEAD_INPUT_NAMES:
+        assert (G[name] == np.concatenate([F[name][sa.g:2 * sa.g],
+                                          F[name][3 * sa.g:4 * sa.g]])).all()
+
+
+def test_the_search_offers_the_lookahead_inputs_only_when_asked():
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+    base = dict(generations=1, population=20, seed=1, objective="speed", tv_budget=0.02)
+    plain = set(Evolution(Config(**base), tr, va).pset.arguments)
+    asked = set(Evolution(Config(**base, lookahead=True), tr, va).pset.arguments)
+    assert not set(P.LOOKAHEAD_INPUT_NAMES) & plain
+    assert set(P.LOOKAHEAD_INPUT_NAMES) | {"slot_tv"} <= asked
+    # traces without slot features: asked for, refused in one line naming the parameter
+    old = T.TraceSplit({f: va.columns[f] for f in T.ALL_FIELDS}, dict(va.meta), "valid")
+    old.columns["tail_draft_prob"] = old.columns["tail_draft_prob"] + 1e-9
+    with pytest.raises(ConfigError, match=r"^lookahead: .*slot features"):
+        Evolution(Config(**base, lookahead=True), tr, old)
+
+
+def test_lookahead_is_refused_on_token_objectives():
+    with pytest.raises(ConfigError, match=r"^lookahead: .*objective expected"):
+        Config(objective="expected", lookahead=True).validate()
+
+
+def test_signature_and_code_of_a_lookahead_rule():
+    from evolve.lang import codegen
+    nodes = treeio.parse("mul(target_prob, add(1.0, ahead))")
+    assert P.uses_lookahead_inputs(nodes) and P.uses_slot_inputs(nodes)
+    assert P.signature_of(nodes) == P.ALL_INPUT_NAMES
+    assert P.signature_of(treeio.parse("mul(target_prob, slot_tv)")) == P.SLOT_SIGNATURE
+    src = codegen.function_source(nodes, "f", trace=True)
+    assert "slot_kl_qp, next_tv, ahead):" in src
+
+
+@pytest.mark.parametrize("tree, estimate", [
+    ("add(pmin(1.0, pdiv(target_prob, draft_prob)), mul(0.01, ahead))", True),
+    ("add(pmin(1.0, pdiv(target_prob, draft_prob)), mul(0.01, slot_tv))", False)])
+def test_the_report_of_a_champion_that_reads_them_says_it_is_an_estimate(tree, estimate):
+    from evolve.cli.render import Terminal
+    from evolve.cli.views import show_trace_champion
+    from evolve.tasks.base import Finished
+    from evolve.tasks.traces import ESTIMATE, TraceTask
+    splits = {s: tracekit.split(s) for s in ("train", "valid", "test")}
+    cfg = Config(generations=1, population=20, objective="speed", tv_budget=0.03,
+                 lookahead=True)
+    ev = Evolution(cfg, splits["train"], splits["valid"])
+    sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
+    progs = treeio.linearise([treeio.parse(tree)])
+    metrics = {s: spec.population_results(progs, sa)[0].to_dict() for s, sa in sas.items()}
+    rep = TraceTask().report(Finished(cfg, splits, {"train": ev.train, "valid": ev.valid},
+                                      treeio.parse(tree), metrics, [tree]))
+    assert rep["champion"].get("estimate") == (ESTIMATE if estimate else None)
+    lines = []
+    term = Terminal(json_mode=False)
+    term.note = lines.append
+    term.table = lambda *a, **k: None
+    show_trace_champion({**rep["champion"], "metrics": metrics}, term)
+    assert any("an estimate" in t for t in lines) == estimate
+
+
+def test_a_lookahead_run_is_same_seed_identical_and_labels_its_champion(tmp_path):
+    import evolve
+    d = tmp_path / "traces"
+    d.mkdir()
+    for s in T.SPLITS:
+        T.save(tracekit.split(s), d / f"{s}.npz")
+    docs = []
+    for name in ("a", "b"):
+        evolve.run(data_dir=d, runs_dir=tmp_path / "runs", name=name, writeback=False,
+                   generations=3, population=60, seed=2, objective="speed", tv_budget=0.03,
+                   lookahead=True)
+        docs.append(json.loads((tmp_path / "runs" / name / "champion.json").read_text()))
+    a, b = docs
+    assert a["tree"] == b["tree"] and a["metrics"] == b["metrics"]
+    assert ("estimate" in a) == P.uses_lookahead_inputs(treeio.parse(a["tree"]))
