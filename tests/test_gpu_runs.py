@@ -154,12 +154,12 @@ def test_cuda_without_torch_is_one_line(tmp_path, small_data_dir, monkeypatch):
     one_line_error(r, "--device", "needs torch", "[gpu]")
 
 
-def test_bad_device_names_and_kl_are_refused(tmp_path, small_data_dir, npz_dir):
+def test_bad_device_names_and_the_trajectory_are_refused(tmp_path, small_data_dir, npz_dir):
     r = invoke("run", "--generations", 1, "--device", "tpu", "--data", small_data_dir,
                "--runs-dir", tmp_path)
     one_line_error(r, "--device", "'tpu'")
-    r = invoke("run", "--generations", 1, "--device", "cuda", "--objective", "speed_kl",
-               "--data", npz_dir, "--runs-dir", tmp_path)
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--objective", "speed",
+               "--trajectory", "--data", npz_dir, "--runs-dir", tmp_path)
     one_line_error(r, "--device", "cpu only")
 
 
@@ -181,7 +181,8 @@ def test_a_split_goes_to_the_device_once_per_run(tmp_path, npz_dir, small_data_d
     made = []
     of = gpu_traces.DeviceTrace.of.__func__
     monkeypatch.setattr(gpu_traces.DeviceTrace, "of",
-                        classmethod(lambda cls, sa, dev: made.append("trace") or of(cls, sa, dev)))
+                        classmethod(lambda cls, sa, dev, *a: made.append("trace")
+                                    or of(cls, sa, dev, *a)))
     init = gpu_tokens.DeviceTokens.__init__
 
     def counted(self, arrays, dev):
@@ -193,13 +194,6 @@ def test_a_split_goes_to_the_device_once_per_run(tmp_path, npz_dir, small_data_d
     evolve.run(generations=3, data_dir=small_data_dir, runs_dir=tmp_path, name="k",
                device="cuda", **TOKENS)
     assert made == ["trace", "trace", "tokens", "tokens"]
-
-
-def test_sharded_traces_on_cuda_are_refused_in_one_line(torch_on_cpu):
-    from evolve.objectives import on_device
-    with pytest.raises(gpu.DeviceError) as e:
-        on_device.trace_evaluator(object(), "train", "cuda")
-    assert str(e.value).startswith("device: 'cuda' scores traces held in memory")
 
 
 def test_a_small_memory_budget_chunks_and_gives_the_same_run(tmp_path, npz_dir, torch_on_cpu,

@@ -304,10 +304,13 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
 @click.option("--engine", "engine", default=None, metavar="NAME",
               help="Show only the rows of this engine's own knobs (transformers, sglang), "
                    "each with the flags or keyword arguments to paste.")
+@click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
+              help="Where the kernel sums run (sweeps, tuning, fixed rules, headroom): cpu "
+                   "(Numba) or cuda (torch); the same report bit for bit.")
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory, engine,
-                 json_mode):
+                 device, json_mode):
     """Literature rules tuned to TV budgets on valid, reported on test.
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -330,6 +333,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     for b in budgets:
         need(math.isfinite(b) and b >= 0, "--budget", b, "a TV per token >= 0")
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
+    from evolve.rules import kernel    # lazy: start-up (a command loads only what it runs)
+    kernel.check_device(device)        # before any work: one line naming --device
     if png is not None:
         # lazy: start-up (a command loads only what it runs)
         from evolve.export.outfile import OutputError, check_target
@@ -357,7 +362,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     # lazy: start-up (a command loads only what it runs)
     from evolve.objectives.trajectory import TraceBlocks
     res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra,
-                          TraceBlocks.from_split(splits["test"]) if trajectory else None)
+                          TraceBlocks.from_split(splits["test"]) if trajectory else None,
+                          device)
     # standard last among the families: drawn over leniency l=1 and ears beta=0 (same point)
     names = [k for k in res["series"] if k in families() and k != "standard_rejection"]
     names += [k for k in res["series"] if k not in names]

@@ -26,12 +26,13 @@ so the sums of a split are the same bit for bit in one pass or as the sum of
 its shards' sums (``population_sums`` gives the integers,
 ``population_objectives`` their float64 values).
 The per-position formulas are exactly those of ``spec.position_terms`` (the
-numpy reference the tests compare against).
+numpy reference the tests compare against); the KL terms' log is
+``heuristics.ops.log_poly`` (within 1 ulp of the C library's log, which the
+reference uses), so the torch kernel (``evolve.kernels.gpu.traces``) gives the
+same sums, KL included, bit for bit.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import numba
@@ -40,10 +41,11 @@ from numba import njit
 from evolve.data.decode import RESIDUAL_EPS
 from evolve.kernels import fixed, layout, threads
 from evolve.kernels.fixed import add_to
-from evolve.kernels.interpreter import OP_CONST, new_stack, run_program, u
+from evolve.kernels.interpreter import KERNEL, OP_CONST, new_stack, run_program, u
 from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
                                    R_TMINUS, R_TPLUS, TAIL_OFF, Z_RES)
 from evolve.lang.features import ALL_INPUT_NAMES
+from heuristics.ops import log_poly
 
 TILE_BLOCKS = 32         # blocks per tile: the vector lanes of the per-candidate sums
 GROUP = 8                # at most this many programs per work item share each tile
@@ -61,9 +63,13 @@ def _clip(x):
     return np.fmin(np.fmax(x, 0.0), 1.0) + 0.0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(inline="always", **KERNEL)
 def _kl_term(o, p):
-    return o * math.log(o / p) if o > 0.0 else 0.0
+    """o log(o / p), 0 where o <= 0, with the project's own log (``heuristics.ops.log_poly``):
+    computed for every o and then selected, without a branch, so the blocks' terms run
+    as vector lanes; the torch kernel computes the same bits."""
+    t = o * log_poly(o / p)
+    return t if o > 0.0 else 0.0
 
 
 # Rows of the scratch of ``_tile_sums`` (one column per block of the tile): the
@@ -72,7 +78,7 @@ def _kl_term(o, p):
 W, TOK, TVB, KLB, EXB, TAIL, QA, SCALE, TV, KL, VALS = range(11)
 
 
-@njit(cache=True, nogil=True)
+@njit(**KERNEL)      # numpy's error model: a division by 0 is inf or NaN, as in torch
 def _tile_sums(H, nb, g, k, lq, lp, lr, lrow, ldc, lsx, off, poff, with_kl, cap, sc, acc, a0):
     """Add the sums of the nb blocks of one tile to acc[a0:a0 + C] ((C, 2) fixed point):
     each block's terms are rounded once and added exactly.
@@ -344,8 +350,9 @@ def population_sums(programs, sa, with_kl: bool = True,
     (``kernels.fixed``), in the order of ``evolve.kernels.layout``; the sums of shards
     add up to the sums of their union.
 
-    ``with_kl=False`` skips the logarithms (about half the objective's cost); the
-    kl sum is then 0. The tail sum is the reach of the slots with TV > tail_cap."""
+    ``with_kl=False`` skips the KL terms (with them a call takes about 1.3 to 1.6 times
+    as long; docs/performance.md); the kl sum is then 0. The tail sum is the reach of
+    the slots with TV > tail_cap."""
     _check_inputs(programs, sa)
     check_compiled_layout()
     P = len(programs)

@@ -82,7 +82,8 @@ class TraceObjective(Objective):
             return trajectory_objective.evaluator(as_split(split), name, self.kl, cap)
         if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same sums
             from evolve.objectives import on_device  # lazy: it builds on this module (ArraySplit)
-            return on_device.trace_evaluator(as_split(split), name, config.device, cap)
+            return on_device.trace_evaluator(as_split(split), name, config.device, cap,
+                                             self.kl)
         return as_split(split).evaluator(name, with_kl=self.kl, tail_cap=cap)
 
     @staticmethod

@@ -6,7 +6,8 @@ primitive language). ``tune_position_leniency`` maximises tokens per call on one
 split subject to the mean TV per token: coordinate ascent over the ``l_j`` on
 a grid for the Lagrangian ``tokens - lam * TV per call``, with ``lam`` bisected;
 the best point within the budget among everything evaluated is kept. Every
-candidate is evaluated exactly (``evolve.kernels.speculative``).
+candidate is evaluated exactly (``evolve.kernels.speculative``, or on a torch device
+through ``evolve.rules.kernel``: the same sums).
 
 ``knapsack_oracle``: not a rule but a bound on what rules of this kind can buy
 on a given split. Accepting every top-k candidate of the drafted row ``i``
@@ -25,6 +26,7 @@ import numpy as np
 
 from evolve.lang import treeio
 from evolve.objectives import spec
+from evolve.rules import kernel
 
 GRID = tuple(np.round(np.linspace(0.30, 1.00, 36), 4))
 SWEEPS = 3
@@ -41,21 +43,22 @@ def position_leniency_tree(ls) -> str:
     return f"pmin(1.0, pdiv(target_prob, mul({value}, draft_prob)))"
 
 
-def _evaluate(trees: list[str], sa: spec.SpecArrays) -> list:
+def _evaluate(trees: list[str], sa: spec.SpecArrays, device: str = "cpu") -> list:
     progs = treeio.linearise([treeio.parse(t) for t in trees])
-    return spec.population_results(progs, sa, with_kl=False)
+    return kernel.results(progs, sa, False, device)
 
 
-def tune_position_leniency(sa: spec.SpecArrays, budget: float):
+def tune_position_leniency(sa: spec.SpecArrays, budget: float, device: str = "cpu"):
     """``(ls, objectives)``: the best per-position leniency within ``budget`` on ``sa``
-    (None if not even l = 1, the standard rule, fits)."""
+    (None if not even l = 1, the standard rule, fits); kernel sums on ``device``."""
     g = sa.g
     seen: dict[tuple, object] = {}
 
     def score(candidates):
         todo = [c for c in candidates if c not in seen]
         if todo:
-            for c, o in zip(todo, _evaluate([position_leniency_tree(c) for c in todo], sa)):
+            for c, o in zip(todo, _evaluate([position_leniency_tree(c) for c in todo], sa,
+                                            device)):
                 seen[c] = o
         return [seen[c] for c in candidates]
 

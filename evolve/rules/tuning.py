@@ -9,7 +9,10 @@ per token is within a budget (grid, then bisection, on kernel sums); a tuned
 parameter is reported (``tuned_report``) by the numpy reference
 (``evaluate``: ``evolve.lang.numpy_eval`` and ``spec.objectives``, which also
 gives the 99th percentile of slot TV). ``pareto_front`` keeps the non-dominated
-points; ``tradeoff`` is the report behind ``evolve tradeoff``.
+points; ``tradeoff`` is the report behind ``evolve tradeoff``. The kernel sums (the
+sweeps, tuning, the fixed rules and the headroom tuning) run on ``device``: the Numba
+kernel on "cpu", the torch kernel on "cuda" (``evolve.rules.kernel``, the same sums bit
+for bit); the numpy reference always runs here.
 
 Families that are an engine's own knob (``Rule.engine``) carry, in each tuned
 trade-off row, the engine's flags or keyword arguments for the tuned value
@@ -28,7 +31,7 @@ from evolve.lang import numpy_eval, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
-from evolve.rules import headroom
+from evolve.rules import headroom, kernel
 from evolve.objectives import trajectory
 
 
@@ -86,7 +89,7 @@ def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
                                               **scoring(name, value)))
 
 
-def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
+def scored(name: str, sa: spec.SpecArrays, params, device: str = "cpu") -> list[Point]:
     """Points of a family at several parameters, from one kernel call (sums only: no
     99th percentile of slot TV; ``evaluate`` is the reference). An engine's family
     (``Rule.scope`` "vocabulary": its own tail rule, or a target-only residual) is
@@ -97,16 +100,16 @@ def scored(name: str, sa: spec.SpecArrays, params) -> list[Point]:
         return [evaluate(name, sa, p) for p in params]
     values = [_value(name, p) for p in params]
     progs = treeio.linearise([treeio.parse(RULES[name].tree(v)) for v in values])
-    return [Point(name, v, o) for v, o in zip(values, spec.population_results(progs, sa))]
+    return [Point(name, v, o) for v, o in zip(values, kernel.results(progs, sa, True, device))]
 
 
-def sweep(name: str, sa: spec.SpecArrays, grid=None) -> list[Point]:
+def sweep(name: str, sa: spec.SpecArrays, grid=None, device: str = "cpu") -> list[Point]:
     r = RULES[name]
     return scored(name, sa, [None] if r.param is None else list(r.grid if grid is None
-                                                                 else grid))
+                                                                 else grid), device)
 
 
-def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
+def sweep_all(sa: spec.SpecArrays, names=None, device: str = "cpu") -> list[Point]:
     """Every family's sweep; a family the split cannot score exactly (target-only:
     ``spec.TailError``; slot features missing: ``scorable``) is left out."""
     out = []
@@ -114,7 +117,7 @@ def sweep_all(sa: spec.SpecArrays, names=None) -> list[Point]:
         if sa.missing and scorable(n, sa) == sa.missing:
             continue
         try:
-            out.extend(sweep(n, sa))
+            out.extend(sweep(n, sa, device=device))
         except spec.TailError:
             continue
     return out
@@ -138,7 +141,7 @@ BISECT_STEPS = 20
 
 
 def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
-         measure: str = "tv") -> Point | None:
+         measure: str = "tv", device: str = "cpu") -> Point | None:
     """The parameter with the most tokens per call whose TV per token is <= budget
     on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
 
@@ -149,7 +152,7 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
     per token to the budget instead."""
     dist = (lambda p: p.kl) if measure == "kl" else (lambda p: p.tv)
     r = RULES[name]
-    pts = sweep(name, sa_tune, grid)
+    pts = sweep(name, sa_tune, grid, device)
     feasible = [p for p in pts if dist(p) <= budget]
     if not feasible:
         return None
@@ -161,7 +164,7 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
         return best
     lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
     for _ in range(BISECT_STEPS):
-        mid = scored(name, sa_tune, [0.5 * (lo + hi)])[0]
+        mid = scored(name, sa_tune, [0.5 * (lo + hi)], device)[0]
         if dist(mid) <= budget:
             lo = mid.param
             if (mid.tokens, -dist(mid)) > (best.tokens, -dist(best)):
@@ -172,13 +175,14 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
 
 
 def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
-                 budget: float, grid=None, measure: str = "tv") -> dict | None:
+                 budget: float, grid=None, measure: str = "tv",
+                 device: str = "cpu") -> dict | None:
     """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test; None
     when no parameter fits, or when the family's objectives are not exact on these
     splits (a target-only family on traces with top-k < vocabulary, ``scorable``)."""
     if scorable(name, sa_valid) or scorable(name, sa_test):
         return None
-    best = tune(name, sa_valid, budget, grid, measure)
+    best = tune(name, sa_valid, budget, grid, measure, device)
     if best is None:
         return None
     valid, test = (evaluate(name, sa, best.param) for sa in (sa_valid, sa_test))
@@ -207,7 +211,7 @@ def series_of(points) -> dict:
 # ---------------------------------------------------------------- trade-off
 
 def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
-             extra: dict | None = None, blocks_test=None) -> dict:
+             extra: dict | None = None, blocks_test=None, device: str = "cpu") -> dict:
     """The trade-off report behind ``evolve tradeoff``.
 
     Every family of the rules table is swept on valid and on test; for each TV budget
@@ -223,13 +227,16 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     sweep order, then each extra rule. With ``blocks_test`` (the test split's
     ``trajectory.TraceBlocks``) every rule row also carries, under
     ``test["trajectory"]``, the trajectory-aware estimate of its free-running
-    tokens per call (``evolve.objectives.trajectory``)."""
+    tokens per call (``evolve.objectives.trajectory``). ``device``: where the kernel
+    sums run ("cpu" or "cuda"; the same report)."""
+    kernel.check_device(device)
     budgets = [float(b) for b in budgets]
-    sweeps = {"valid": sweep_all(sa_valid), "test": sweep_all(sa_test)}
+    sweeps = {"valid": sweep_all(sa_valid, device=device),
+              "test": sweep_all(sa_test, device=device)}
     fixed = {}
     if extra:   # the kernel a run scores its champion with: a run's numbers, to the bit
         progs = treeio.linearise(list(extra.values()))
-        res = {s: spec.population_results(progs, sa, with_kl=True)
+        res = {s: kernel.results(progs, sa, True, device)
                for s, sa in (("valid", sa_valid), ("test", sa_test))}
         for i, name in enumerate(extra):
             fixed[name] = {s: r[i].to_dict() for s, r in res.items()}
@@ -240,7 +247,7 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             r = RULES[name]
             eng = {"engine": r.engine, "setting": None}
             why = scorable(name, sa_valid) or scorable(name, sa_test)
-            rep = None if why else tuned_report(name, sa_valid, sa_test, b)
+            rep = None if why else tuned_report(name, sa_valid, sa_test, b, device=device)
             if rep is None:
                 rows.append({"rule": name, "kind": "family", "param": None, "budget": b,
                              "fits_valid": False, "over_budget_test": None,
@@ -254,7 +261,7 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,
                          "over_budget_test": o["test"]["tv_per_token"] > b, **o})
-        rows.extend(headroom_rows(sa_valid, sa_test, b))
+        rows.extend(headroom_rows(sa_valid, sa_test, b, device))
         if blocks_test is not None:
             for r in rows:
                 _add_trajectory(r, sa_test, blocks_test, extra or {})
@@ -283,11 +290,12 @@ def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
                                 dtype=np.float64)
 
 
-def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float) -> list:
+def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float,
+                  device: str = "cpu") -> list:
     """Per-position leniency tuned on valid (reported on test) and the knapsack oracle
     on test, as trade-off rows."""
     rows = []
-    tuned = headroom.tune_position_leniency(sa_valid, budget)
+    tuned = headroom.tune_position_leniency(sa_valid, budget, device)
     if tuned is None:
         rows.append({"rule": "position_leniency", "kind": "headroom", "param": None,
                      "budget": budget, "fits_valid": False, "over_budget_test": None,

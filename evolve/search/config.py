@@ -188,10 +188,8 @@ class Config:
              f"the lookahead inputs exist on traces; objective {self.objective} "
              "scores tokens")
         need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
-        need(self.device == "cpu" or not (self.trajectory
-                                          or getattr(OBJECTIVES[self.objective], "kl", False)),
-             "device", "the trajectory estimate and the KL sums (speed_kl) are scored on "
-             "cpu only")
+        need(self.device == "cpu" or not self.trajectory,
+             "device", "the trajectory estimate is scored on cpu only")
 
     def to_dict(self) -> dict:
         return asdict(self)

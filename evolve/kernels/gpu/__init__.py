@@ -5,8 +5,11 @@ as the Numba kernels (``evolve.kernels.tokens``, ``evolve.kernels.speculative``)
 evaluates every population with the torch code of ``evolve.kernels.gpu.interp``
 (the interpreter and the primitive set, one torch operation per arithmetic step),
 ``evolve.kernels.gpu.tokens`` (the token counts) and ``evolve.kernels.gpu.traces``
-(the trace kernel's exact sums). The code is device-agnostic: the tests run it on
-torch's CPU device and compare it with the Numba kernels bit for bit.
+(the trace kernel's exact sums). ``evolve.kernels.gpu.stream`` decides where a
+split's columns live: on the device once (resident), or on the host (pinned on CUDA),
+copied chunk by chunk when they take more than half the memory budget. The code is
+device-agnostic: the tests run it on torch's CPU device and compare it with the Numba
+kernels bit for bit.
 
 The environment variable ``EVOLVE_TORCH_DEVICE`` (tests only) makes ``cuda`` mean
 another torch device (``EVOLVE_TORCH_DEVICE=cpu``: the same torch code on the CPU),
@@ -62,7 +65,8 @@ def torch_device(device: str):
 
 def memory_budget(dev) -> int:
     """Bytes of device memory one evaluation may use for its scratch: EVOLVE_TORCH_MEMORY
-    if set, else a third of the CUDA device's free memory (256 MiB on the CPU)."""
+    if set, else a third of the CUDA device's free memory (256 MiB on the CPU). A split's
+    columns stay on the device when they take at most half of it (``stream.fits``)."""
     given = os.environ.get(MEMORY)
     if given:
         try:

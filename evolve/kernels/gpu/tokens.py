@@ -1,12 +1,16 @@
 """The token kernel in torch: ``evolve.kernels.tokens.population_counts``, bit for bit.
 
 A split's columns, and plog, pexp and psqrt of its inputs (as the Numba kernel's
-``SplitArrays.derived``), are put on the device once (``device_split``, cached on
-the ``SplitArrays``); a population is scored program by program, over row chunks that
-fit the memory budget (``evolve.kernels.gpu.memory_budget``; ``chunk_rows`` forces a
-size), with the tally of ``kernels.tokens._tally``: integer counts and the expected
-sums in fixed point (``layout.EXPECTED_SCALE``), exact and order-free, so any
-chunking gives the same integers.
+``SplitArrays.derived``), are the split's device columns (``device_split``, made once
+and cached on the ``SplitArrays``). When they fit ``stream.RESIDENT_SHARE`` of the
+memory budget they are put on the device once (resident); otherwise they stay on the
+host, rows first (pinned on CUDA), and each row chunk's inputs are copied to the
+device once per population, plog, pexp and psqrt computed there (``evolve.kernels.gpu.stream``).
+A population is scored program by program over row chunks that fit the memory budget
+(``evolve.kernels.gpu.memory_budget``; ``chunk_rows`` forces a size), with the tally
+of ``kernels.tokens._tally``: integer counts and the expected sums in fixed point
+(``layout.EXPECTED_SCALE``), exact and order-free, so any chunking, resident or
+streamed, gives the same integers.
 """
 
 from __future__ import annotations
@@ -15,26 +19,53 @@ import numpy as np
 import torch
 
 from evolve.kernels import gpu
-from evolve.kernels.gpu import interp
+from evolve.kernels.gpu import interp, stream
 from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.kernels.tokens import _check_inputs
 
 
 class DeviceTokens:
-    """A token split's kernel columns on one torch device."""
+    """A token split's kernel columns for one torch device: resident (X, U, rand, base,
+    std_q on the device) or, with ``streaming``, on the host (Xt, rows first) and copied
+    chunk by chunk (``chunk``); ``chunks`` counts the chunks copied."""
 
     def __init__(self, arrays, dev):
         self.n = arrays.n
-        self.X = torch.as_tensor(np.ascontiguousarray(arrays.X, dtype=np.float64), device=dev)
+        self.device = dev
+        X = np.ascontiguousarray(arrays.X, dtype=np.float64)
+        std_q = np.asarray(arrays.std_q, dtype=np.int64)
+        self.n_inputs = X.shape[0]
+        # X and U (plog, pexp, psqrt of each input), rand, base, std_q: bytes per row
+        self.bytes_per_row = 8 * 4 * self.n_inputs + 8 + 1 + 8
+        self.streaming = not stream.fits(self.bytes_per_row * self.n, dev)
+        self.chunks = 0
+        if self.streaming:
+            self.Xt = stream.host(X.T, dev)        # rows first: a chunk is one copy
+            self.rand, self.base, self.std_q = (stream.host(a, dev) for a in
+                                                (arrays.rand, arrays.base, std_q))
+            return
+        self.X = torch.as_tensor(X, device=dev)
         self.rand = torch.as_tensor(arrays.rand, device=dev)
         self.base = torch.as_tensor(arrays.base, device=dev)
-        self.std_q = torch.as_tensor(np.asarray(arrays.std_q, dtype=np.int64), device=dev)
+        self.std_q = torch.as_tensor(std_q, device=dev)
         self.U = interp.derived(self.X)     # plog, pexp, psqrt of the inputs, once
-        self.device = dev
+
+    def chunk(self, r0: int, r1: int) -> tuple:
+        """(X, U, rand, base, std_q) of rows r0..r1 on the device: views when resident,
+        else copied from the host now (U computed on the device, elementwise)."""
+        if not self.streaming:
+            return (self.X[:, r0:r1], self.U[:, r0:r1], self.rand[r0:r1], self.base[r0:r1],
+                    self.std_q[r0:r1])
+        self.chunks += 1
+        X = stream.to_device(self.Xt[r0:r1], self.device).t().contiguous()
+        return (X, interp.derived(X),
+                *(stream.to_device(t[r0:r1], self.device)
+                  for t in (self.rand, self.base, self.std_q)))
 
 
 def device_split(arrays, dev) -> DeviceTokens:
-    """The columns of ``arrays`` (a ``kernels.tokens.SplitArrays``) on ``dev``, made once."""
+    """The device columns of ``arrays`` (a ``kernels.tokens.SplitArrays``) for ``dev``,
+    made once (resident or streaming, decided then)."""
     cache = arrays.__dict__.setdefault("_torch", {})
     key = str(dev)
     if key not in cache:
@@ -53,12 +84,18 @@ def tally(h: torch.Tensor, rand, base, std_q) -> torch.Tensor:
                         torch.where(d > 0, d, zero).sum(), torch.where(d < 0, -d, zero).sum()])
 
 
-def chunk_size(programs, dev, chunk_rows: int | None) -> int:
+def chunk_size(programs, dev, chunk_rows: int | None, column_bytes: int = 0) -> int:
     """Rows per chunk: ``chunk_rows`` when given, else what the memory budget holds
-    (a program's stack and the temporaries of its widest primitive, per row)."""
+    (a program's stack and the temporaries of its widest primitive, per row, and
+    ``column_bytes`` per row of a streamed chunk's columns)."""
     if chunk_rows is not None:
         return max(1, int(chunk_rows))
-    return max(1024, gpu.memory_budget(dev) // (8 * (int(programs.max_stack) + 32)))
+    per_row = 8 * (int(programs.max_stack) + 32) + int(column_bytes)
+    return max(1024, gpu.memory_budget(dev) // per_row)
+
+
+def _step(programs, ds: DeviceTokens, dev, chunk_rows) -> int:
+    return chunk_size(programs, dev, chunk_rows, ds.bytes_per_row if ds.streaming else 0)
 
 
 def population_counts(programs, arrays, dev, chunk_rows: int | None = None) -> np.ndarray:
@@ -68,23 +105,32 @@ def population_counts(programs, arrays, dev, chunk_rows: int | None = None) -> n
     if not len(programs):
         return out
     ds = device_split(arrays, dev)
-    step = chunk_size(programs, dev, chunk_rows)
+    step = _step(programs, ds, dev, chunk_rows)
+    progs = interp.program_lists(programs)
     acc = torch.zeros((len(programs), 6), dtype=torch.int64, device=dev)
     for r0 in range(0, ds.n, step):
-        r1 = min(ds.n, r0 + step)
-        X, U = ds.X[:, r0:r1], ds.U[:, r0:r1]
-        rand, base, std_q = ds.rand[r0:r1], ds.base[r0:r1], ds.std_q[r0:r1]
-        for p, (ops, consts) in enumerate(interp.program_lists(programs)):
+        X, U, rand, base, std_q = ds.chunk(r0, min(ds.n, r0 + step))    # once per chunk
+        for p, (ops, consts) in enumerate(progs):
             acc[p] += tally(interp.run(ops, consts, X, U), rand, base, std_q)
     out[:] = acc.cpu().numpy()
     return out
 
 
-def population_thresholds(programs, arrays, dev) -> np.ndarray:
-    """Every program's thresholds, float64 (P, n), as ``kernels.tokens.population_thresholds``."""
+def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None) -> np.ndarray:
+    """Every program's thresholds, float64 (P, n), as ``kernels.tokens.population_thresholds``
+    (gathered on the host chunk by chunk)."""
     _check_inputs(programs, arrays)
     ds = device_split(arrays, dev)
-    out = torch.empty((len(programs), ds.n), dtype=torch.float64, device=dev)
-    for p, (ops, consts) in enumerate(interp.program_lists(programs)):
-        out[p] = interp.run(ops, consts, ds.X, ds.U)
-    return out.cpu().numpy()
+    out = np.empty((len(programs), ds.n), dtype=np.float64)
+    if not len(programs):
+        return out
+    step = _step(programs, ds, dev, chunk_rows)
+    progs = interp.program_lists(programs)
+    for r0 in range(0, ds.n, step):
+        r1 = min(ds.n, r0 + step)
+        X, U = ds.chunk(r0, r1)[:2]
+        H = torch.empty((len(progs), r1 - r0), dtype=torch.float64, device=dev)
+        for p, (ops, consts) in enumerate(progs):
+            H[p] = interp.run(ops, consts, X, U)
+        out[:, r0:r1] = H.cpu().numpy()
+    return out
