@@ -17,16 +17,23 @@ from evolve.objectives import OBJECTIVES
               help="Limit rows to this heuristic (repeatable).")
 @click.option("--repeats", type=click.IntRange(min=1), default=25, show_default=True,
               help="Timing repeats per heuristic and split (median reported).")
+@click.option("--device", type=str, default="cpu", show_default=True,
+              help="Time the compiled per-rule functions on cpu, or each rule's tree with "
+                   "the torch token kernel on cuda (the same metrics; pip install '.[gpu]').")
 @json_option
 @friendly_errors
-def benchmark_cmd(data_dir, heuristics, repeats, json_mode):
+def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
     """Every baseline and the evolved champion on train/valid/test."""
     from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
     from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
-    result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats)
+    result = report.benchmark(data_dir or default_data(), list(heuristics) or None, repeats,
+                              device=device)
     out = term(json_mode)
     for name, why in result["skipped"].items():
         out.note(f"warning: {name} skipped: heuristics/{name}.py {why}")
+    for name, why in result["timing"].get("fallback", {}).items():
+        out.note(f"warning: {name} timed on the CPU by its compiled function: "
+                 f"heuristics/{name}.py: {why}")
     if json_mode:
         out.print_json(result)
     else:

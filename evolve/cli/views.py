@@ -23,18 +23,28 @@ def show_benchmark(result: dict, term) -> None:
                    key=lambda n: -splits[order_split]["heuristics"][n]["fitness"])
     cols = [("heuristic", "left"), ("accept %", "right"), ("accuracy %", "right"),
             ("quality", "right"), ("fitness", "right"), ("eval ms", "right")]
+    timing = result.get("timing") or {}
+    on_cpu = timing.get("fallback") or {}       # --device cuda: rows timed on the CPU
     for split, body in splits.items():
         rows, styles = [], []
         for n in names:
             m = body["heuristics"][n]
             label = f"{n} *" if n == "evolved" else n
             ms = f"{m['eval_ms']:.3f}" if "eval_ms" in m else "-"
+            ms += " (cpu)" if n in on_cpu and "eval_ms" in m else ""
             rows.append([label, f"{100 * m['accept_rate']:.1f}", f"{100 * m['accuracy']:.1f}",
                          f"{m['quality']:.4f}", f"{m['fitness']:.4f}", ms])
             styles.append("bold" if n == "evolved" else None)
         term.table(f"{split} ({body['tokens']:,} tokens), sorted by {order_split} fitness",
                    cols, rows, styles)
         term.result("")
+    if timing.get("device", "cpu") != "cpu":
+        term.result(f"eval ms (--device {timing['device']}): timed on "
+                    f"{timing.get('torch_device')} ({timing.get('name')}) by the "
+                    f"{timing.get('by')}"
+                    + ("; streamed from the host: " + ", ".join(timing["streamed"])
+                       if timing.get("streamed") else "")
+                    + ("; (cpu): timed on the CPU by the compiled function" if on_cpu else ""))
     meta = result.get("evolved") or {}
     if "evolved" in names:
         term.result(f"* evolved: heuristics/evolved.py (run {meta.get('run', '?')}, "

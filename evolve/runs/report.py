@@ -9,8 +9,10 @@ from pathlib import Path
 
 from evolve.data import tokens as data
 from evolve.errors import UnknownName
+from evolve.kernels import gpu
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
+from evolve.runs import device_bench
 from evolve.runs.rundir import RunDir, RunError, list_runs
 from evolve.tasks import champion_task
 from evolve.runs.scoring import PreparedSplit, score
@@ -25,17 +27,52 @@ from evolve.objectives.metrics import counts_from_thresholds
 
 # ---------------------------------------------------------------- benchmark
 
-def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dict:
-
+def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int,
+              device: str = "cpu") -> dict:
+    """Every heuristic (``heuristics``: these names only) on the token splits of
+    ``data_dir``: metrics and eval_ms, the median of ``repeats`` timings. On ``device``
+    "cpu" each compiled per-rule function is timed; on "cuda" each tree is scored and
+    timed by the torch token kernel on the device (``evolve.runs.device_bench``), the
+    same metrics. ``timing`` says which device timed the rows."""
+    gpu.check_name(device)
     all_names = registry.names()
     names = heuristics or all_names
     unknown = [n for n in names if n not in all_names]
     if unknown:
         raise UnknownName.of("heuristics", f"unknown heuristic {unknown[0]!r} "
                              f"(known: {', '.join(all_names)})")
+    on_device = device_bench.DeviceBench(device) if device != "cpu" else None
     splits = data.load_splits(data_dir)
     prepared = {k: PreparedSplit(v) for k, v in splits.items()}
-    compiled, skipped = {}, {}
+    found = {}
+    if on_device is not None:
+        for n in names:
+            rows = on_device.rows(n, prepared, repeats)
+            if rows is not None:
+                found[n] = rows
+    skipped = {}
+    found.update(_cpu_rows([n for n in names if n not in found], prepared, repeats, skipped))
+    out = {"splits": {k: {"tokens": ps.n, "heuristics": {}} for k, ps in prepared.items()},
+           "skipped": skipped,
+           "timing": dict(device_bench.CPU_TIMING) if on_device is None else on_device.timing()}
+    for n in (n for n in names if n in found):
+        rows = found[n]
+        bad = [split for split, m in rows.items()
+               if not all(math.isfinite(v) for v in m.values())]
+        if bad and n == registry.EVOLVED:
+            skipped[n] = f"gives no finite metrics on {bad[0]}"
+            out["timing"].get("fallback", {}).pop(n, None)
+            continue
+        for split, m in rows.items():
+            out["splits"][split]["heuristics"][n] = m
+    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
+    return out
+
+
+def _cpu_rows(names: list[str], prepared: dict, repeats: int, skipped: dict) -> dict:
+    """{name: {split: metrics}} of the compiled per-rule functions; a broken
+    evolved.py is put in ``skipped`` with the reason."""
+    compiled, found = {}, {}
     for n in names:
         try:
             compiled[n] = registry.compiled(n)
@@ -43,26 +80,14 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int) -> dic
             if n != registry.EVOLVED:
                 raise
             skipped[n] = "cannot be compiled (" + _why(e) + ")"
-    out = {"splits": {k: {"tokens": ps.n, "heuristics": {}} for k, ps in prepared.items()},
-           "skipped": skipped}
     for n, f in compiled.items():
         try:
-            rows = {split: score(f, ps, repeats) for split, ps in prepared.items()}
+            found[n] = {split: score(f, ps, repeats) for split, ps in prepared.items()}
         except Exception as e:  # noqa: BLE001 -- a hand-edited rule may raise when called
             if n != registry.EVOLVED:
                 raise
             skipped[n] = "fails when called (" + _why(e) + ")"
-            continue
-        bad = [split for split, m in rows.items()
-               if not all(math.isfinite(v) for v in m.values())]
-        if bad and n == registry.EVOLVED:
-            skipped[n] = f"gives no finite metrics on {bad[0]}"
-            continue
-        for split, m in rows.items():
-            out["splits"][split]["heuristics"][n] = m
-    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
-    return out
-
+    return found
 
 
 def run_table(data_dir: Path) -> dict:
