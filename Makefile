@@ -13,7 +13,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural results-engines results-engines-neural neural-pair neural-traces install clean
+.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-engines results-engines-neural neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,6 +63,18 @@ results-neural: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
 		--variants plain p99 --prompts 4096 --out benchmarks/neural_trace_results.json \
 		--runs-dir runs/neural-trace-results --section neural-results --page
+
+# The search also offered the lookahead inputs (next_tv, ahead), p99 capped like the p99
+# variant above, against the same tuned baselines, free-running on test
+results-lookahead: $(STAMP)
+	$(BIN)/python benchmarks/trace_results.py --variants lookahead \
+		--out benchmarks/lookahead_results.json --runs-dir runs/lookahead-results \
+		--section lookahead-results --page
+
+results-lookahead-neural: $(STAMP)
+	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
+		--variants lookahead --prompts 4096 --out benchmarks/neural_lookahead_results.json \
+		--runs-dir runs/neural-lookahead-results --section neural-lookahead-results --page
 
 # The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
 # on traces whose candidates hold the whole byte vocabulary (top-k 256), where every

@@ -1,9 +1,16 @@
-"""Does scoring rules on their own trajectory close the offline/free-running gap?
+"""Does a search variant close the offline/free-running gap, or beat the best baseline?
 
 For every TV budget and seed, evolves a champion of the objective ``speed`` twice on
 the same n-gram traces (``evolve.search.engine.Evolution``, the loop of `evolve run`):
-with the plain offline objective and with ``trajectory=True`` (the importance-weighted
-estimate of ``evolve.objectives.trajectory_objective``, ESS floor ``--ess-floor``).
+plain, and with the variant ``--variant``:
+
+- ``trajectory`` (the default): ``trajectory=True``, the importance-weighted
+  estimate of ``evolve.objectives.trajectory_objective`` as the objective (ESS floor
+  ``--ess-floor``);
+- ``lookahead``: ``lookahead=True``, the search also offered the lookahead inputs
+  (``next_tv``, ``ahead``: the block's later slots, ``evolve.lang.features``), which
+  the offline objective scores by an estimate.
+
 The best baseline family tuned on valid to the same budget (``evolve.rules.tuning``)
 is the reference. On the test split, for every champion and the reference:
 
@@ -19,9 +26,13 @@ Across seeds: the spread, and the paired comparison of the two objectives (the s
 seed's champions), mean +- standard error over seeds. Also the train kernel's seconds
 per program of either objective. Usage:
 
-    python benchmarks/trajectory_objective.py [--smoke] [--seeds 0 1 2]
+    python benchmarks/trajectory_objective.py [--variant trajectory|lookahead]
+        [--smoke] [--seeds 0 1 2]
         [--budgets 0.01 0.03] [--train-prompts 2048] [--test-prompts 2048] [--blocks 16]
-        [--generations 15] [--population 100] [--out benchmarks/trajectory_objective.json]
+        [--generations 15] [--population 100] [--out FILE]
+
+The default ``--out`` is benchmarks/trajectory_objective.json, or
+benchmarks/lookahead.json with ``--variant lookahead``.
 """
 
 from __future__ import annotations
@@ -52,7 +63,8 @@ from evolve.rules.adapters import TreeRule  # noqa: E402
 from evolve.search.config import Config  # noqa: E402
 from evolve.search.engine import Evolution  # noqa: E402
 
-OBJECTIVES = ("plain", "trajectory")
+VARIANTS = ("trajectory", "lookahead")
+OBJECTIVES = ("plain", "trajectory")      # the variant compared (main sets it)
 
 
 def _mean_se(x) -> dict:
@@ -121,8 +133,10 @@ class TestBench:
                 "effective_sequences": est.effective_sequences}
 
 
-def evolve_champion(splits, budget, seed, trajectory, a) -> dict:
-    cfg = Config(objective="speed", tv_budget=budget, trajectory=trajectory,
+def evolve_champion(splits, budget, seed, variant, a) -> dict:
+    """The champion of one search: ``variant`` None (plain), "trajectory" or "lookahead"."""
+    cfg = Config(objective="speed", tv_budget=budget, trajectory=variant == "trajectory",
+                 lookahead=variant == "lookahead",
                  ess_floor=a.ess_floor, generations=a.generations, population=a.population,
                  seed=seed, seed_baselines=True)
     t0 = time.perf_counter()
@@ -146,7 +160,8 @@ def margins(rule: dict, ref: dict) -> dict:
 
 def across_seeds(runs: dict) -> dict:
     """Per objective: mean, spread of the margins and gaps over seeds; the objectives
-    compared seed by seed (trajectory minus plain), mean +- se over seeds."""
+    compared seed by seed (the variant minus plain), mean +- se over seeds."""
+    variant = OBJECTIVES[1]
     out = {}
     keys = {"free_margin": ("margin", "free"), "offline_margin": ("margin", "offline"),
             "gap": ("gap", "offline"), "tv_free_running": ("tv", "free_running")}
@@ -160,13 +175,13 @@ def across_seeds(runs: dict) -> dict:
     for k, (a, b) in keys.items():
         if a == "tv":
             continue
-        d = [r["trajectory"][a][b]["mean"] - r["plain"][a][b]["mean"] for r in runs.values()]
-        dabs = [abs(r["trajectory"][a][b]["mean"]) - abs(r["plain"][a][b]["mean"])
+        d = [r[variant][a][b]["mean"] - r["plain"][a][b]["mean"] for r in runs.values()]
+        dabs = [abs(r[variant][a][b]["mean"]) - abs(r["plain"][a][b]["mean"])
                 for r in runs.values()]
         diff[k] = _mean_se(d)
         if k == "gap":
             diff["abs_gap"] = _mean_se(dabs)
-    out["trajectory_minus_plain"] = diff
+    out[f"{variant}_minus_plain"] = diff
     return out
 
 
@@ -196,6 +211,7 @@ def kernel_cost(train, population: int, repeats: int) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--variant", choices=VARIANTS, default="trajectory")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--budgets", type=float, nargs="+", default=[0.01, 0.03])
     ap.add_argument("--train-prompts", type=int, default=2048)
@@ -206,11 +222,16 @@ def main(argv=None) -> int:
     ap.add_argument("--population", type=int, default=100)
     ap.add_argument("--ess-floor", type=float, default=0.1)
     ap.add_argument("--traces", type=Path, default=None)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "trajectory_objective.json")
+    ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="tiny traces and runs (a test)")
     ap.add_argument("--cost-only", action="store_true",
                     help="only time the train kernel of both objectives (ms per program)")
     a = ap.parse_args(argv)
+    global OBJECTIVES
+    OBJECTIVES = ("plain", a.variant)
+    if a.out is None:
+        a.out = ROOT / "benchmarks" / ("trajectory_objective.json" if a.variant == "trajectory"
+                                       else f"{a.variant}.json")
     if a.smoke:
         a.seeds, a.budgets = a.seeds[:2], a.budgets[:1]
         a.train_prompts, a.valid_prompts, a.test_prompts = 32, 32, 32
@@ -221,6 +242,8 @@ def main(argv=None) -> int:
     directory = a.traces or paths.RUNS_DIR / "trajectory-objective" / (
         ("smoke-" if a.smoke else "") + tag)
     splits = load_traces(directory, cfg)
+    if a.cost_only and a.variant != "trajectory":
+        raise SystemExit("--cost-only times the trajectory objective's kernel")
     if a.cost_only:
         c = kernel_cost(splits["train"], a.population, 2 if a.smoke else 5)
         print(f"train kernel, median of {c['repeats']} calls on {c['programs']} programs "
@@ -234,7 +257,7 @@ def main(argv=None) -> int:
            "traces": {"train_prompts": cfg.train_prompts, "valid_prompts": cfg.valid_prompts,
                       "test_prompts": cfg.test_prompts, "blocks": cfg.blocks_per_prompt},
            "generations": a.generations, "population": a.population,
-           "ess_floor": a.ess_floor, "seeds": a.seeds, "budgets": []}
+           "ess_floor": a.ess_floor, "seeds": a.seeds, "variant": a.variant, "budgets": []}
     cost = {o: [0.0, 0] for o in OBJECTIVES}
     for budget in a.budgets:
         label, tree = best_baseline(sa_valid, budget)
@@ -245,7 +268,7 @@ def main(argv=None) -> int:
         for seed in a.seeds:
             row = {}
             for obj in OBJECTIVES:
-                champ = evolve_champion(splits, budget, seed, obj == "trajectory", a)
+                champ = evolve_champion(splits, budget, seed, None if obj == "plain" else obj, a)
                 cost[obj][0] += champ["train_kernel_seconds"]
                 cost[obj][1] += champ["train_programs"]
                 row[obj] = {"tree": champ["tree"], **margins(bench.measure(champ["tree"]), ref)}
@@ -271,10 +294,13 @@ def _f(x: dict, sign: bool = True) -> str:
 
 def markdown(doc: dict) -> str:
     t = doc["traces"]
+    variant = doc.get("variant", "trajectory")
     lines = [f"`{doc['command']}`: n-gram traces of {t['train_prompts']} train / "
              f"{t['valid_prompts']} valid / {t['test_prompts']} test prompts x {t['blocks']} "
              f"blocks; {doc['generations']} generations of {doc['population']}, seeds "
-             f"{', '.join(map(str, doc['seeds']))}; ESS floor {doc['ess_floor']:g}. Margins "
+             f"{', '.join(map(str, doc['seeds']))}; variant {variant}"
+             + (f" (ESS floor {doc['ess_floor']:g})" if variant == "trajectory" else "")
+             + ". Margins "
              "are over the best baseline tuned on valid to the budget, on test, ± one "
              "standard error by sequence; across seeds, ± one standard error over seeds.", ""]
     for b in doc["budgets"]:
@@ -294,18 +320,18 @@ def markdown(doc: dict) -> str:
         s = b["summary"]
         lines += ["", "| across seeds | margin offline | margin free-running | gap | "
                   "free-running TV |", "|---|---|---|---|---|"]
-        for obj in OBJECTIVES:
+        for obj in ("plain", variant):
             o = s[obj]
             lines.append(f"| {obj} | {_f(o['offline_margin'])} | {_f(o['free_margin'])} | "
                          f"{_f(o['gap'])} [{o['gap']['min']:+.4f}, {o['gap']['max']:+.4f}] | "
                          f"{o['tv_free_running']['mean']:.4f} |")
-        d = s["trajectory_minus_plain"]
-        lines += ["", f"trajectory minus plain, paired by seed: gap {_f(d['gap'])}, |gap| "
+        d = s[f"{variant}_minus_plain"]
+        lines += ["", f"{variant} minus plain, paired by seed: gap {_f(d['gap'])}, |gap| "
                   f"{_f(d['abs_gap'])}, free-running margin {_f(d['free_margin'])}, offline "
                   f"margin {_f(d['offline_margin'])}.", ""]
     k = doc["train_kernel_ms_per_program"]
-    lines.append(f"Train kernel per program: plain {k['plain']:.2f} ms, trajectory "
-                 f"{k['trajectory']:.2f} ms.")
+    lines.append(f"Train kernel per program: plain {k['plain']:.2f} ms, {variant} "
+                 f"{k[variant]:.2f} ms.")
     return "\n".join(lines)
 
 

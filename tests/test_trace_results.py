@@ -85,15 +85,20 @@ def test_trace_results_quick(tmp_path):
     out = tmp_path / "results.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_results.py"), "--quick",
                         "--data", str(tmp_path / "traces"), "--runs-dir", str(tmp_path / "runs"),
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--out", str(out), "--variants", "plain", "cap", "p99", "lookahead"],
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert [b["budget"] for b in doc["budgets"]] == [0.01, 0.03]
+    la = "evolved with lookahead, slot TV p99 capped"
     for b in doc["budgets"]:
         assert set(b["offline_test"]) == {
             "leniency (tuned)", "per-position leniency (tuned)", "evolved",
-            "evolved, slot TV capped", "evolved, slot TV p99 capped",
+            "evolved, slot TV capped", "evolved, slot TV p99 capped", la,
             b["best_tuned_baseline"]["label"]}
+        assert "--lookahead" in b["runs"][la]["command"]
+        assert "--lookahead" not in b["runs"]["evolved, slot TV p99 capped"]["command"]
+        assert la in b["free_running_test"]["rules"]
         best = b["best_tuned_baseline"]
         assert b["free_running_test"]["reference"] == best["label"]
         assert best["label"] in b["offline_test"]
@@ -106,6 +111,11 @@ def test_trace_results_quick(tmp_path):
         p99 = b["tuned_baselines"][best["rule"]]["valid"]["tv_p99"]
         assert float(cap.split()[0]) == round(p99, 6)     # no heavier a tail than the best's
     assert "| leniency (tuned) |" in r.stdout
+    from evolve.lang import primitives as P, treeio
+    reads = [P.uses_lookahead_inputs(treeio.parse(b["runs"][la]["tree"])) for b in doc["budgets"]]
+    assert r.stdout.count("It reads a lookahead input: its offline numbers are an estimate") \
+        == sum(reads)
+    assert r.stdout.count("It reads neither lookahead input") == len(reads) - sum(reads)
 
 
 @pytest.mark.slow

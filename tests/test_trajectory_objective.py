@@ -244,7 +244,8 @@ def test_a_dask_cluster_gives_the_local_sums(npz_dir, tmp_path):
     assert np.array_equal(want, got)
 
 
-def test_the_benchmark_runs_at_smoke_size(tmp_path):
+@pytest.mark.parametrize("variant", ["trajectory", "lookahead"])
+def test_the_benchmark_runs_at_smoke_size(tmp_path, variant):
     """benchmarks/trajectory_objective.py end to end on tiny traces: both objectives'
     champions, their margins over the tuned reference and the comparison by seed."""
     import importlib.util
@@ -254,17 +255,18 @@ def test_the_benchmark_runs_at_smoke_size(tmp_path):
     bench = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(bench)
     out = tmp_path / "out.json"
-    assert bench.main(["--smoke", "--traces", str(tmp_path / "t"), "--out", str(out)]) == 0
+    assert bench.main(["--smoke", "--variant", variant, "--traces", str(tmp_path / "t"),
+                       "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     (b,) = doc["budgets"]
-    assert set(b["seeds"]) == {"0", "1"}
+    assert set(b["seeds"]) == {"0", "1"} and doc["variant"] == variant
     for row in b["seeds"].values():
-        for obj in ("plain", "trajectory"):
+        for obj in ("plain", variant):
             r = row[obj]
             gap = r["margin"]["offline"]["mean"] - r["margin"]["free"]["mean"]
             assert r["gap"]["offline"]["mean"] == pytest.approx(gap)
             treeio.parse(r["tree"])
-    d = b["summary"]["trajectory_minus_plain"]["gap"]["mean"]
-    assert d == pytest.approx(b["summary"]["trajectory"]["gap"]["mean"]
+    d = b["summary"][f"{variant}_minus_plain"]["gap"]["mean"]
+    assert d == pytest.approx(b["summary"][variant]["gap"]["mean"]
                               - b["summary"]["plain"]["gap"]["mean"])
-    assert doc["train_kernel_ms_per_program"]["trajectory"] > 0
+    assert doc["train_kernel_ms_per_program"][variant] > 0
