@@ -41,3 +41,28 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture
+def edited_evolved(tmp_path, monkeypatch):
+    """Make `import heuristics.evolved` find a file of the test's choosing: returns
+    ``write(text)``, which puts that text where the import looks first."""
+    import importlib
+    import sys
+
+    import heuristics
+    from heuristics import registry
+    d = tmp_path / "edited"
+    d.mkdir()
+    # the installed module first, so that both the import table and the package's
+    # attribute get it back afterwards (not the test's file)
+    installed = importlib.import_module("heuristics.evolved")
+    monkeypatch.setattr(heuristics, "evolved", installed)
+    monkeypatch.setattr(heuristics, "__path__", [str(d)] + list(heuristics.__path__))
+    monkeypatch.delitem(sys.modules, "heuristics.evolved")
+    monkeypatch.setattr(registry, "_compiled", {k: v for k, v in registry._compiled.items()
+                                                if k != registry.EVOLVED})
+
+    def write(text: str):
+        (d / "evolved.py").write_text(text)
+    return write

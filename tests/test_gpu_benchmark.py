@@ -32,22 +32,6 @@ def torch_on_cpu(monkeypatch):
     monkeypatch.setenv(gpu.OVERRIDE, "cpu")
 
 
-@pytest.fixture
-def edited_evolved(tmp_path, monkeypatch):
-    """Make `import heuristics.evolved` find a file of the test's choosing."""
-    import heuristics
-    d = tmp_path / "edited"
-    d.mkdir()
-    monkeypatch.setattr(heuristics, "__path__", [str(d)] + list(heuristics.__path__))
-    monkeypatch.delitem(sys.modules, "heuristics.evolved", raising=False)
-    monkeypatch.setattr(registry, "_compiled", {k: v for k, v in registry._compiled.items()
-                                                if k != registry.EVOLVED})
-
-    def write(text: str):
-        (d / "evolved.py").write_text(text)
-    return write
-
-
 def bench_json(data_dir, *args, env=None) -> dict:
     r = invoke("benchmark", "--data", data_dir, "--json", "--repeats", 1, *args, env=env)
     assert r.exit_code == 0, (r.output, r.exception)
@@ -153,7 +137,7 @@ def test_evolved_without_a_matching_tree_falls_back(small_data_dir, torch_on_cpu
     assert metrics(dev) == metrics(cpu)
 
 
-def test_a_broken_evolved_py_is_skipped_as_on_the_cpu(small_data_dir, torch_on_cpu,
+def test_a_edited_evolved_py_is_skipped_as_on_the_cpu(small_data_dir, torch_on_cpu,
                                                       edited_evolved):
     edited_evolved("def evolved(:\n")
     dev = invoke("benchmark", "--data", small_data_dir, "--repeats", 1, "--device", "cuda")

@@ -549,28 +549,11 @@ BROKEN = {
 }
 
 
-@pytest.fixture
-def broken_evolved(tmp_path, monkeypatch):
-    """Make `import heuristics.evolved` find a file of the test's choosing."""
-    import heuristics
-    from heuristics import registry
-    d = tmp_path / "edited"
-    d.mkdir()
-    monkeypatch.setattr(heuristics, "__path__", [str(d)] + list(heuristics.__path__))
-    monkeypatch.delitem(sys.modules, "heuristics.evolved", raising=False)
-    monkeypatch.setattr(registry, "_compiled", {k: v for k, v in registry._compiled.items()
-                                                if k != registry.EVOLVED})
-
-    def write(text: str):
-        (d / "evolved.py").write_text(text)
-    return write
-
-
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_broken_evolved_is_reported_and_baselines_still_benchmarked(small_data_dir,
-                                                                    broken_evolved, case):
+                                                                    edited_evolved, case):
     text, words = BROKEN[case]
-    broken_evolved(text)
+    edited_evolved(text)
     r = invoke("benchmark", "--data", small_data_dir, "--repeats", 1)
     assert r.exit_code == 0, (r.output, r.exception)
     warn = [ln for ln in r.stderr.splitlines() if ln.startswith("warning: evolved skipped")]

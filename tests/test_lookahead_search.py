@@ -16,19 +16,7 @@ from evolve.objectives import spec
 from evolve.search.config import Config, ConfigError
 from evolve.search.engine import Evolution
 from tests import tracekit
-
-
-def _later_slots(tv_block, j):
-    """next_tv and ahead of slot j of one block, by their definitions, in Python."""
-    g = len(tv_block)
-    nxt = tv_block[j + 1] if j + 1 < g else 0.0
-    ahead = 0.0
-    for m in range(j + 1, g):
-        prod = 1.0
-        for i in range(j + 1, m + 1):
-            prod *= 1.0 - tv_block[i]
-        ahead += prod
-    return nxt, ahead
+from tests.test_lookahead import brute_lookahead
 
 
 def test_the_input_matrix_reads_each_blocks_later_slots():
@@ -37,13 +25,11 @@ def test_the_input_matrix_reads_each_blocks_later_slots():
     g, k = sa.g, sa.k
     assert sa.X.shape[0] == len(P.ALL_INPUT_NAMES) == 14 and not sa.missing
     F = sa.features()
-    tv = np.asarray(ts.slot_tv, dtype=np.float64)
     assert (np.asarray(ts.block_position) == np.tile(np.arange(g), len(ts) // g)).all()
+    nxt, ahead = brute_lookahead(np.asarray(ts.slot_tv, dtype=np.float64), g)
     for r in range(0, len(ts), 7):
-        b, j = divmod(r, g)
-        nxt, ahead = _later_slots(tv[b * g:(b + 1) * g].tolist(), j)
-        assert (F["next_tv"][r] == nxt).all()              # equal for every candidate
-        assert F["ahead"][r] == pytest.approx(np.full(k, ahead), rel=1e-13, abs=1e-15)
+        assert (F["next_tv"][r] == nxt[r]).all()           # equal for every candidate
+        assert F["ahead"][r] == pytest.approx(np.full(k, ahead[r]), rel=1e-13, abs=1e-15)
     # rows of a block's last slot: nothing drafted after it
     last = np.arange(g - 1, len(ts), g)
     assert (F["next_tv"][last] == 0.0).all() and (F["ahead"][last] == 0.0).all()
