@@ -215,14 +215,12 @@ def block_values(H: torch.Tensor, d: DeviceTrace, cap: float,
             qa = qa + d.lq[:, s, c] * H[:, :, s, c]
         scale = ((row[Q_SUM] - qa) + (row[Q_TAIL] - row[M_TAIL])) / row[Z_RES]
         tv = torch.zeros_like(w)
-        for c in range(k):
-            tv = tv + torch.abs((d.lq[:, s, c] * H[:, :, s, c] + scale * d.lr[:, s, c])
-                                - d.lp[:, s, c])
-        if with_kl:
-            kl = torch.zeros_like(w)
-            for c in range(k):
-                kl = kl + _kl_term(d.lq[:, s, c] * H[:, :, s, c] + scale * d.lr[:, s, c],
-                                   d.lp[:, s, c])
+        kl = torch.zeros_like(w) if with_kl else None
+        for c in range(k):      # each candidate's output once, for its TV and KL terms
+            o = d.lq[:, s, c] * H[:, :, s, c] + scale * d.lr[:, s, c]
+            tv = tv + torch.abs(o - d.lp[:, s, c])
+            if with_kl:
+                kl = kl + _kl_term(o, d.lp[:, s, c])
         alpha = qa + row[M_TAIL]
         o_tp = row[Q_TPLUS] + scale * row[R_TPLUS]
         o_tm = row[P_TMINUS] + scale * row[R_TMINUS]
