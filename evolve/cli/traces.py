@@ -333,8 +333,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     for b in budgets:
         need(math.isfinite(b) and b >= 0, "--budget", b, "a TV per token >= 0")
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
-    from evolve.rules import kernel    # lazy: start-up (a command loads only what it runs)
-    kernel.check_device(device)        # before any work: one line naming --device
+    from evolve.kernels import gpu    # lazy: start-up (a command loads only what it runs)
+    gpu.check(device)                 # before any work: one line naming --device
     if png is not None:
         # lazy: start-up (a command loads only what it runs)
         from evolve.export.outfile import OutputError, check_target

@@ -7,9 +7,8 @@ from __future__ import annotations
 import time
 import uuid
 
-import numpy as np
-
 from evolve.cluster import ClusterError, ClusterInterrupted, worker
+from evolve.data.shards import local_blocks
 from evolve.kernels import fixed
 from evolve.kernels.layout import TAIL_OFF
 
@@ -19,12 +18,7 @@ POLL_S = 2.0
 
 def per_shard(split, blocks) -> list:
     """Global block numbers (sorted) -> each shard's local block numbers (None: all)."""
-    if blocks is None:
-        return [None] * len(split.shards)
-    g = split.block_size
-    edges = np.cumsum([0] + [e["rows"] // g for e in split.shards])
-    blocks = np.asarray(blocks, dtype=np.int64)
-    return [blocks[(blocks >= a) & (blocks < b)] - a for a, b in zip(edges[:-1], edges[1:])]
+    return local_blocks([e["rows"] // split.block_size for e in split.shards], blocks)
 
 
 class LocalShards:

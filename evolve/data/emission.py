@@ -37,7 +37,7 @@ from evolve.data.decode import (RESIDUAL_EPS, STANDARD, WITHOUT_DRAFT, clipped,
                                 entropy, judges_every_draft, lookahead_features, residual,
                                 residual_kind, slot_columns, slot_features, top_candidates)
 from evolve.errors import EvolveError
-from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
+from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, reads_any
 
 
 def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions,
@@ -89,8 +89,7 @@ def reads_lookahead(rule) -> bool:
     asking for one (``acceptance`` catches that)."""
     nodes = getattr(rule, "nodes", None)
     if nodes is not None:
-        return any(getattr(n, "kind", None) == "input" and n.name in LOOKAHEAD_INPUT_NAMES
-                   for n in nodes)
+        return reads_any(nodes, LOOKAHEAD_INPUT_NAMES)
     fn = getattr(rule, "fn", None)
     try:
         names = set(inspect.signature(fn).parameters) if callable(fn) else set()

@@ -145,6 +145,16 @@ class ShardedSplit:
         return T.TraceSplit(cols, dict(self.meta, source=str(self.directory)), self.name)
 
 
+def local_blocks(counts, blocks) -> list:
+    """Block numbers of a whole split (sorted) -> each shard's own block numbers, for
+    shards of ``counts`` blocks each in order (None for all: every shard's None)."""
+    if blocks is None:
+        return [None] * len(counts)
+    edges = np.cumsum([0] + list(counts))
+    blocks = np.asarray(blocks, dtype=np.int64)
+    return [blocks[(blocks >= a) & (blocks < b)] - a for a, b in zip(edges[:-1], edges[1:])]
+
+
 def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
     """Column ``f`` of a shard, memory-mapped read-only, after checking that the file
     is a regular file (not a link) holding exactly one plain numeric C-order array:

@@ -56,14 +56,6 @@ _TORCH_EPILOGUE = '''\
 '''
 
 
-def signature(nodes_trace: bool, slots: bool = False, lookahead: bool = False) -> tuple:
-    """The inputs of an exported rule: the six reference features, the nine of traces,
-    the twelve with the slot features (``slots``: the tree reads one), or all fourteen
-    (``lookahead``: it reads a lookahead input, whose values the caller computes from
-    the block's later slots, ``evolve.data.decode.lookahead_features``)."""
-    return P.input_names(nodes_trace, slots, lookahead)
-
-
 def constants_source() -> str:
     return "".join(f"{name} = {value!r}\n" for name, value in CONSTANTS)
 

@@ -51,8 +51,7 @@ def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt}: a patch, not a module (evolve.export.vllm_patch)")
     trace = codegen.uses_trace_inputs(nodes)
-    inputs = arrays.signature(trace, codegen.P.uses_slot_inputs(nodes),
-                              codegen.P.uses_lookahead_inputs(nodes))
+    inputs = codegen.P.signature_of(nodes, trace)
     backend = BACKENDS[BACKEND_OF[fmt]]
     meta = {**metadata, "format": fmt, "inputs": list(inputs)}
     header = codegen.provenance(nodes, meta, title,

@@ -150,8 +150,7 @@ def function_source(nodes: list[Node], function_name: str, trace: bool = False,
     """``def name(<features>): return <expression>`` (with a one-line docstring)."""
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", function_name):
         raise ValueError(f"invalid function name {function_name!r}")
-    signature = ", ".join(P.input_names(trace, slots=P.uses_slot_inputs(nodes),
-                                        lookahead=P.uses_lookahead_inputs(nodes)))
+    signature = ", ".join(P.signature_of(nodes, trace))
     text = f'    """{sanitise(doc, 200)}"""\n' if doc else ""
     return f"def {function_name}({signature}):\n{text}    return {_wrap(expression(nodes))}\n"
 

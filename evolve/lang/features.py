@@ -55,6 +55,13 @@ INPUT_NAMES = tuple(i[0] for i in INPUTS)
 ALL_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)         # fourteen, in opcode order
 TRACE_INPUT_NAMES = ALL_INPUT_NAMES[:N_V2_INPUTS]         # the nine of a v2 trace signature
 SLOT_SIGNATURE = ALL_INPUT_NAMES[:N_SLOT_INPUTS]          # the twelve of a slot rule
+
+
 if ALL_INPUT_NAMES[N_V2_INPUTS:N_SLOT_INPUTS] != SLOT_INPUT_NAMES or \
         ALL_INPUT_NAMES[N_SLOT_INPUTS:] != LOOKAHEAD_INPUT_NAMES:
     raise ImportError("evolve.lang.features: the slot and lookahead inputs are out of order")
+
+
+def reads_any(nodes, names) -> bool:
+    """Whether parsed tree nodes (``evolve.lang.treeio``) read any of the inputs ``names``."""
+    return any(getattr(n, "kind", None) == "input" and n.name in names for n in nodes)

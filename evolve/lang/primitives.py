@@ -23,7 +23,7 @@ import numpy as np
 from evolve.lang.features import (ALL_INPUT_NAMES, ALL_INPUTS, INPUT_NAMES,  # noqa: F401
                                   INPUTS, LOOKAHEAD_INPUT_NAMES, N_SLOT_INPUTS, N_V2_INPUTS,
                                   SLOT_INPUT_NAMES, SLOT_SIGNATURE, TRACE_INPUT_NAMES,
-                                  TRACE_INPUTS)
+                                  TRACE_INPUTS, reads_any)
 from heuristics import ops
 from numba import vectorize
 
@@ -161,18 +161,19 @@ def uses_slot_inputs(nodes) -> bool:
     """Whether parsed tree nodes read an input that needs the slot features: a slot
     feature (slot_tv, slot_kl_pq, slot_kl_qp) or a lookahead input (next_tv, ahead,
     computed from the slot TVs)."""
-    return any(n.kind == "input" and n.name in SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES
-               for n in nodes)
+    return reads_any(nodes, SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES)
 
 
 def uses_lookahead_inputs(nodes) -> bool:
     """Whether parsed tree nodes read a lookahead input (next_tv, ahead): the exact
     objectives are then an estimate (``evolve.lang.features``)."""
-    return any(n.kind == "input" and n.name in LOOKAHEAD_INPUT_NAMES for n in nodes)
+    return reads_any(nodes, LOOKAHEAD_INPUT_NAMES)
 
 
 def signature_of(nodes, trace: bool = True) -> tuple:
-    """The signature of the rule whose tree is ``nodes``."""
+    """The signature of the rule whose tree is ``nodes`` (generated code and exports):
+    the six reference features, the nine of traces, the twelve with the slot features
+    or all fourteen, as the tree reads them."""
     return input_names(trace, uses_slot_inputs(nodes), uses_lookahead_inputs(nodes))
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.data.shards import local_blocks
 from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import Evaluator
@@ -67,15 +68,6 @@ def _evaluator(sa, name, dev, device, tail_cap, blocks, with_kl=False) -> Evalua
                                                 with_kl))
 
 
-def per_shard(sas: list, blocks) -> list:
-    """Block numbers of the whole split (sorted) -> each shard's own (None: all)."""
-    if blocks is None:
-        return [None] * len(sas)
-    edges = np.cumsum([0] + [sa.n_blocks for sa in sas])
-    blocks = np.asarray(blocks, dtype=np.int64)
-    return [blocks[(blocks >= a) & (blocks < b)] - a for a, b in zip(edges[:-1], edges[1:])]
-
-
 class Shards:
     """A sharded split's shards on one device (``sas``: each shard's SpecArrays): every
     shard resident, or every shard streamed when the whole split's columns do not fit
@@ -91,7 +83,7 @@ class Shards:
             need = sum(traces.column_bytes(sa) for sa in self.sas)
             self.streaming = not stream.fits(need, self.dev)
         parts = []
-        for sa, b in zip(self.sas, per_shard(self.sas, blocks)):
+        for sa, b in zip(self.sas, local_blocks([sa.n_blocks for sa in self.sas], blocks)):
             if b is None or b.size:
                 traces.device_split(sa, self.dev, self.streaming)     # made once, cached
                 parts.append(traces.population_sums(progs, sa, self.dev, with_kl, tail_cap,

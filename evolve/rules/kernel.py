@@ -11,14 +11,6 @@ from evolve.kernels import gpu
 from evolve.objectives import spec
 
 
-def check_device(device) -> None:
-    """A one-line ``gpu.DeviceError`` naming ``device`` unless it can score here (a
-    known name; for "cuda", torch and a CUDA device)."""
-    gpu.check_name(device)
-    if device != "cpu":
-        gpu.torch_device(device)
-
-
 def results(programs, sa: spec.SpecArrays, with_kl: bool = True, device: str = "cpu") -> list:
     """``spec.Objectives`` of every program of ``programs`` on ``sa``, from the kernel
     sums computed on ``device``."""

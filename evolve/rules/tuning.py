@@ -31,6 +31,7 @@ from evolve.lang import numpy_eval, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
+from evolve.kernels import gpu
 from evolve.rules import headroom, kernel
 from evolve.objectives import trajectory
 
@@ -229,7 +230,7 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     ``test["trajectory"]``, the trajectory-aware estimate of its free-running
     tokens per call (``evolve.objectives.trajectory``). ``device``: where the kernel
     sums run ("cpu" or "cuda"; the same report)."""
-    kernel.check_device(device)
+    gpu.check(device)
     budgets = [float(b) for b in budgets]
     sweeps = {"valid": sweep_all(sa_valid, device=device),
               "test": sweep_all(sa_test, device=device)}

@@ -43,6 +43,14 @@ def check_name(device) -> None:
                              f"{', '.join(DEVICES)}")
 
 
+def check(device) -> None:
+    """A one-line DeviceError naming ``device`` unless it can evaluate here: a known
+    name, and for "cuda" torch and a CUDA device (no torch import for "cpu")."""
+    check_name(device)
+    if device != "cpu":
+        torch_device(device)
+
+
 def torch_device(device: str):
     """The torch device that evaluates for ``device`` ("cuda"): checked once here,
     with a one-line DeviceError when torch or a CUDA device is missing."""
