@@ -87,6 +87,12 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
               help="Trace objectives: also offer next_tv and ahead, what verification knows "
                    "of the block's later drafted slots (such rules are scored by an "
                    "estimate; compare them free-running with evolve simulate --compare).")
+@click.option("--inputs", type=str, default=None, metavar="NAME,...",
+              help="Only these inputs (comma-separated) in the search, a subset of what the "
+                   "data offer [all].")
+@click.option("--engine", type=str, default=None, metavar="vllm|transformers",
+              help="Only the inputs that engine's export computes (vllm: draft_prob, "
+                   "target_prob, block_position), so the champion exports there.")
 @click.option("--name", type=str, default=None, help="Run directory name.")
 @click.option("--resume", type=str, default=None, help="Continue an interrupted run.")
 @click.option("--no-writeback", is_flag=True,
@@ -103,7 +109,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
             tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
             seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, lookahead,
-            name,
+            inputs, engine, name,
             resume, no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     # lazy: start-up (a command loads only what it runs)
@@ -119,7 +125,15 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "device": device, "starts": starts, "batch_blocks": batch_blocks,
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
              "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor,
-             "lookahead": lookahead}
+             "lookahead": lookahead, "inputs": inputs}
+    if engine is not None:
+        from evolve.export import engines    # lazy: start-up (a command loads only what it runs)
+        if inputs is not None:
+            raise RunError("--engine and --inputs: give one of them")
+        if engine not in engines.ENGINE_FORMATS:
+            raise RunError(f"--engine: {engine!r} is invalid; expected one of "
+                           f"{', '.join(engines.ENGINE_FORMATS)}")
+        given["inputs"] = engines.engine_inputs(engine, objective or Config.objective)
     out = term(json_mode)
     for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
         if value is not None and not str(value).strip():

@@ -27,6 +27,7 @@ from evolve.kernels import fixed
 from evolve.objectives.base import Evaluator
 from evolve.cluster.worker import kernel_arrays
 from evolve.data.shards import ShardedSplit
+from evolve.data.decode import slots_missing
 from evolve.cluster.worker import warm
 from multiprocessing import resource_tracker
 from evolve.cluster.backends import DaskShards, LocalShards
@@ -179,6 +180,7 @@ class ClusterSplit:
         self.meta = split.meta
         self.name = split.name
         self._arrays = None
+        self._missing = None
 
     def __len__(self) -> int:
         return len(self.split)
@@ -191,9 +193,20 @@ class ClusterSplit:
         return self.split.n_blocks
 
     @property
+    def missing(self) -> str:
+        """Why the shards have no slot features ("" when they have them): the
+        definition ``SpecArrays.missing`` applies to each shard, read off shard 0 (the
+        shards of one split share a schema)."""
+        if self._missing is None:
+            self._missing = (slots_missing(self.split.shard(0).columns, self.name)
+                             if self.split.shards else "")
+        return self._missing
+
+    @property
     def shape(self) -> "Shape":
-        """g, k, rows and blocks of the whole split."""
-        return Shape(int(self.meta["block_size"]), int(self.meta["top_k"]), len(self.split))
+        """g, k, rows and blocks of the whole split, and whether it has slot features."""
+        return Shape(int(self.meta["block_size"]), int(self.meta["top_k"]), len(self.split),
+                     self.missing)
 
     def sums(self, progs, with_kl: bool = True, blocks=None,
              tail_cap: float = TAIL_OFF) -> np.ndarray:
@@ -205,9 +218,8 @@ class ClusterSplit:
                   tail_cap: float = TAIL_OFF):
         """The split's evaluator; ``batch(blocks)`` gives one over some of its blocks."""
         g, k = int(self.meta["block_size"]), int(self.meta["top_k"])
-        shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g)
-        # as SpecArrays.missing: "" where the shards hold the slot features (schema v3)
-        shape.missing = "" if self.meta.get("format_version") == 3 else "no slot features"
+        shape = Shape(g, k, len(self.split) if blocks is None else len(blocks) * g,
+                      self.missing)
         return Evaluator(name, lambda progs: self.sums(progs, with_kl, blocks, tail_cap), shape,
                          shape.n * shape.k,
                          batch=lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap))
@@ -220,10 +232,11 @@ class ClusterSplit:
 
 
 class Shape:
-    """What the objectives read of a split they do not hold: g, k, rows, blocks."""
+    """What the objectives read of a split they do not hold: g, k, rows, blocks, and
+    ``missing``: why it has no slot features, "" when it has them (``SpecArrays.missing``)."""
 
-    def __init__(self, g: int, k: int, n: int):
-        self.g, self.k, self.n = g, k, n
+    def __init__(self, g: int, k: int, n: int, missing: str):
+        self.g, self.k, self.n, self.missing = g, k, n, missing
 
     @property
     def n_blocks(self) -> int:

@@ -177,23 +177,47 @@ def signature_of(nodes, trace: bool = True) -> tuple:
     return input_names(trace, uses_slot_inputs(nodes), uses_lookahead_inputs(nodes))
 
 
-def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False):
+def offered_inputs(trace: bool = False, slots: bool = True, lookahead: bool = False) -> tuple:
+    """The inputs data of a kind offers a search, in table order: the six of a token
+    record; on traces also block_position, p_max, q_max and, with ``slots`` (the split
+    has them), the slot features; ``lookahead`` (with ``slots``) also next_tv, ahead."""
+    if not trace:
+        return INPUT_NAMES
+    if not slots:
+        return TRACE_INPUT_NAMES
+    return ALL_INPUT_NAMES if lookahead else SLOT_SIGNATURE
+
+
+def primitives_for(inputs) -> tuple:
+    """The primitives a search over ``inputs`` uses: all of them, except that without
+    a truth-valued input (``top_token_match``) the primitives that take or make a
+    truth value (comparison, branch, and/or/not) are left out: DEAP's typed
+    generators need a leaf of every type they may have to place."""
+    if any(INPUT_TYPE[n] is bool for n in inputs):
+        return PRIMITIVES
+    return tuple(p for p in PRIMITIVES if p.ret is not bool and bool not in p.args)
+
+
+def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False,
+              only=None):
     """The strongly typed DEAP primitive set, built from the table.
 
     ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
     with ``slots``, the slot features (the split must have them); ``lookahead``
-    (with ``slots``) also the lookahead inputs."""
+    (with ``slots``) also the lookahead inputs. ``only`` (input names, each among
+    those offered) keeps just those inputs (``evolve run --inputs``)."""
     from deap import gp    # lazy: start-up (DEAP loads only where it is used)
 
-    if not trace:
-        inputs = INPUTS
-    elif not slots:
-        inputs = ALL_INPUTS[:N_V2_INPUTS]
-    else:
-        inputs = ALL_INPUTS if lookahead else ALL_INPUTS[:N_SLOT_INPUTS]
+    names = offered_inputs(trace, slots, lookahead)
+    if only is not None:
+        extra = [n for n in only if n not in names]
+        if extra:
+            raise ValueError(f"input {extra[0]!r} is not among those offered: {names}")
+        names = tuple(n for n in names if n in set(only))
+    inputs = [ALL_INPUTS[INPUT_INDEX[n]] for n in names]
     pset = gp.PrimitiveSetTyped("heuristic", [i[2] for i in inputs], float)
     pset.renameArguments(**{f"ARG{k}": i[0] for k, i in enumerate(inputs)})
-    for p in PRIMITIVES:
+    for p in primitives_for(names):
         pset.addPrimitive(p.numpy, list(p.args), p.ret, name=p.name)
     pset.addEphemeralConstant(CONSTANT_NAME, random_constant, float)
     return pset

@@ -62,7 +62,7 @@ def _evaluator(sa, name, dev, device, tail_cap, blocks, with_kl=False) -> Evalua
     def kernel(progs):
         return fixed.to_float(traces.population_sums(progs, sa, dev, with_kl, tail_cap,
                                                      blocks))
-    shape = sa if blocks is None else traces.Shape(sa.g, sa.k, len(blocks))
+    shape = sa if blocks is None else traces.Shape(sa.g, sa.k, len(blocks), sa.missing)
     return Evaluator(name, gpu.guarded(kernel, device), shape, shape.n * sa.k,
                      batch=lambda b: _evaluator(sa, f"{name} batch", dev, device, tail_cap, b,
                                                 with_kl))

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, fields
 from evolve.errors import EvolveError, shorten, show  # noqa: F401 (re-exported)
 from evolve.objectives import OBJECTIVES
 from evolve.io.jsonio import MAX_INT_DIGITS
+from evolve.lang.features import ALL_INPUT_NAMES, INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
 
 
 class ConfigError(EvolveError):
@@ -93,6 +94,9 @@ class Config:
     - Lookahead (trace objectives; ``evolve.lang.features``): ``lookahead`` offers
       the search the lookahead inputs (``next_tv``, ``ahead``: the block's later
       slots, known to verification); a rule that reads them is scored by an estimate.
+    - Inputs: ``inputs``, the input names (comma-separated) the search may use, a
+      subset of what the data offers (``""``: every input offered), e.g. the inputs an
+      engine holds so that the champion exports there (``evolve run --engine vllm``).
     - Device: ``device`` (``cpu``: the Numba kernels; ``cuda``: the torch kernels of
       ``evolve.kernels.gpu``, the same results bit for bit). It is not part of a
       run's identity: a run may be resumed on the other device.
@@ -125,6 +129,7 @@ class Config:
     trajectory: bool = False    # speed: score on the rule's own trajectory (importance weights)
     ess_floor: float = 0.1      # trajectory: effective sequences / sequences at least this
     lookahead: bool = False     # traces: offer next_tv and ahead (scored by an estimate)
+    inputs: str = ""            # comma-separated input names the search may use ("": all offered)
     device: str = "cpu"         # where populations are evaluated (not part of a run's identity)
 
     @classmethod
@@ -188,8 +193,33 @@ class Config:
              f"the lookahead inputs exist on traces; objective {self.objective} "
              "scores tokens")
         need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
+        if self.inputs:
+            self._check_inputs()
         need(self.device == "cpu" or not self.trajectory,
              "device", "the trajectory estimate is scored on cpu only")
+
+    def input_list(self) -> tuple | None:
+        """The inputs the search may use (``inputs`` split at commas), None for all."""
+        return tuple(n.strip() for n in self.inputs.split(",")) if self.inputs else None
+
+    def _check_inputs(self) -> None:
+        names = self.input_list()
+        bad = next((n for n in names if n not in ALL_INPUT_NAMES), None)
+        if bad is not None:
+            raise ConfigError.of("inputs", f"{show(bad)} is not an input; expected names "
+                                 f"among {', '.join(ALL_INPUT_NAMES)}")
+        twice = next((n for n in names if names.count(n) > 1), None)
+        if twice is not None:
+            raise ConfigError.of("inputs", f"{twice!r} is named twice")
+        traces = OBJECTIVES[self.objective].traces
+        other = next((n for n in names if n not in INPUT_NAMES), None)
+        if other is not None and not traces:
+            raise ConfigError.of("inputs", f"{other!r} exists on traces; objective "
+                                 f"{self.objective} scores tokens ({', '.join(INPUT_NAMES)})")
+        look = next((n for n in names if n in LOOKAHEAD_INPUT_NAMES), None)
+        if look is not None and not self.lookahead:
+            raise ConfigError.of("inputs", f"{look!r} is a lookahead input: give lookahead "
+                                 "(--lookahead) too")
 
     def to_dict(self) -> dict:
         return asdict(self)

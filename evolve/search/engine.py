@@ -46,16 +46,27 @@ class Evolution:
         self.Individual = operators.individual_class(self.objective.weights)
         self.train = self.objective.evaluator(train, "train", config)
         self.valid = self.objective.evaluator(valid, "valid", config)
-        # the slot inputs only where both splits have them (evolve.objectives.spec)
-        missing = [getattr(getattr(e, "arrays", None), "missing", "x")
-                   for e in (self.train, self.valid)]
+        # the slot inputs only where both splits have them: every trace split's shape
+        # says why it lacks them ("" when it has them; evolve.objectives.spec.SpecArrays)
+        missing = ([e.arrays.missing for e in (self.train, self.valid)]
+                   if self.objective.traces else ["token splits have no slot features"])
         if config.lookahead and any(missing):
             why = next(m for m in missing if m)
             raise ConfigError.of("lookahead", "the lookahead inputs are computed from the slot "
                                  "features, which these traces lack"
                                  + (f" ({why})" if len(why) > 1 else ""))
-        self.pset = P.make_pset(trace=self.objective.traces, slots=not any(missing),
-                                lookahead=config.lookahead)
+        offered = P.offered_inputs(self.objective.traces, not any(missing), config.lookahead)
+        only = config.input_list()
+        absent = next((n for n in only or () if n not in offered), None)
+        if absent is not None:
+            why = next((m for m in missing if m), "")
+            raise ConfigError.of("inputs", f"{absent!r} is not offered by these data (they "
+                                 f"offer {', '.join(offered)})"
+                                 + (f"; {why}" if absent in P.SLOT_INPUT_NAMES and why else ""))
+        # the inputs this search may use, in table order (recorded in each checkpoint)
+        self.inputs = tuple(n for n in offered if only is None or n in only)
+        self.pset = P.make_pset(self.objective.traces, not any(missing), config.lookahead,
+                                only=self.inputs)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
@@ -329,6 +340,7 @@ class Evolution:
             "population": [self._item(ind) for ind in self.population],
             "hall_of_fame": self.hof.to_json(),
             "valid_hall_of_fame": self.valid_hof.to_json(),
+            "inputs": list(self.inputs),
             **({"batch": {"blocks": self.config.batch_blocks, "seed": self.config.seed,
                           "stream": batches.BATCH_STREAM, "generation": self.generation}}
                if self.config.batch_blocks else {}),
@@ -354,6 +366,9 @@ class Evolution:
         untouched.
         """
         rng_state, generation = checkpoint.check_state(state, self.config)
+        if "inputs" in state and state["inputs"] != list(self.inputs):
+            raise ValueError(f"field 'inputs': the run's search used {state['inputs']!r}; "
+                             f"these data offer it {list(self.inputs)!r}")
         pop = []
         multi = self.objective.multi
         for item in state["population"]:

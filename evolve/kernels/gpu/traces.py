@@ -37,10 +37,12 @@ _WORD = (1 << 64) - 1
 
 
 class Shape:
-    """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of a split scored on a device."""
+    """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of a split scored on a device, and
+    ``missing`` (why it has no slot features, "" when it has them: ``SpecArrays.missing``)."""
 
-    def __init__(self, g: int, k: int, n_blocks: int):
+    def __init__(self, g: int, k: int, n_blocks: int, missing: str):
         self.g, self.k, self.n_blocks, self.n = g, k, n_blocks, n_blocks * g
+        self.missing = missing
 
 
 def _block_order(lane: np.ndarray, n: int, per: int, g: int, tb: int) -> np.ndarray:
@@ -84,7 +86,7 @@ class DeviceTrace:
         cols["lsx"] = _block_order(pr.lsx, n, 1, g, tb).reshape(nb, g)
         nbytes = column_bytes(sa)
         self = cls()
-        self.shape = Shape(g, k, nb)
+        self.shape = Shape(g, k, nb, sa.missing)
         self.device = dev
         self.bytes_per_block = -(-nbytes // max(1, nb))
         self.streaming = not stream.fits(nbytes, dev) if streaming is None else bool(streaming)
@@ -104,7 +106,7 @@ class DeviceTrace:
 
     def _like(self, n_blocks: int) -> "DeviceTrace":
         out = DeviceTrace()
-        out.shape = Shape(self.shape.g, self.shape.k, n_blocks)
+        out.shape = Shape(self.shape.g, self.shape.k, n_blocks, self.shape.missing)
         out.device, out.bytes_per_block = self.device, self.bytes_per_block
         return out
 

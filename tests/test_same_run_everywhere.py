@@ -1,0 +1,150 @@
+"""The same run on npz files, on shards in this process and on a Dask cluster, for
+every objective and option that changes what the search may use (the primitive set):
+plain traces (schema v3, with the slot features), ``--trajectory``, ``--lookahead``,
+both, the KL objective, NSGA-II, schema-v2 traces without slot features, and
+``--inputs``. Equal history, hall of fame, checkpoint and champion, and the primitive
+set is the one the npz files give (a variant that silently drops inputs on shards
+would still match itself, so each case also checks which inputs the run offered).
+
+Token splits have one storage form (``evolve data shard`` takes traces only), so the
+token objectives have no sharded run to compare; ``test_token_splits_are_not_sharded``
+holds that refusal."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evolve.data import shards as S
+from evolve.data import traces as T
+from evolve.data.shard_writer import shard_dir
+from evolve.lang import features as FT
+from tests import tracekit
+from tests.clikit import invoke, one_line_error
+from tests.conftest import TINY
+from tests.test_cluster import run_files
+
+BASE = ("--generations", TINY["generations"], "--population", TINY["population"],
+        "--no-writeback", "--json", "--seed", "2")
+SLOTS = set(FT.SLOT_INPUT_NAMES)
+LOOK = set(FT.LOOKAHEAD_INPUT_NAMES)
+TRACE = {"block_position", "p_max", "q_max"}
+
+# name -> (options, the inputs the run must offer beyond the six of a token record)
+CASES = {
+    "speed": (("--objective", "speed"), TRACE | SLOTS),
+    "trajectory": (("--objective", "speed", "--trajectory"), TRACE | SLOTS),
+    "lookahead": (("--objective", "speed", "--lookahead"), TRACE | SLOTS | LOOK),
+    "trajectory-lookahead": (("--objective", "speed", "--trajectory", "--lookahead"),
+                             TRACE | SLOTS | LOOK),
+    "speed_kl": (("--objective", "speed_kl"), TRACE | SLOTS),
+    "pareto": (("--objective", "pareto"), TRACE | SLOTS),
+    "inputs": (("--objective", "speed", "--inputs", "draft_prob,target_prob,block_position"),
+               {"block_position"}),
+    "v2": (("--objective", "speed"), TRACE),
+}
+
+
+def offered(run_dir) -> set:
+    """The inputs a run offered its search (its checkpoint records them)."""
+    return set(json.loads((run_dir / "checkpoint.json").read_text())["inputs"])
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """The tiny traces (v3, and v2 with the slot features dropped) as npz files and
+    as shards of whole sequences (2 shards of train, so the trajectory runs too)."""
+    root = tmp_path_factory.mktemp("everywhere")
+    out = {}
+    for kind in ("v3", "v2"):
+        d = root / kind
+        d.mkdir()
+        for s in T.SPLITS:
+            ts = tracekit.split(s)
+            if kind == "v2":
+                cols = {f: v for f, v in ts.columns.items() if f not in T.V3_FIELDS}
+                ts = T.TraceSplit(cols, dict(ts.meta), ts.name)
+            T.save(ts, d / f"{s}.npz")
+        per_seq = tracekit.TINY.blocks_per_prompt * int(ts.meta["block_size"])
+        rows = len(tracekit.split("train"))
+        shard_dir(d, root / f"{kind}-shards", per_seq * -(-rows // per_seq // 2))
+        assert len(S.open_split(root / f"{kind}-shards" / "train").shards) == 2
+        out[kind] = (d, root / f"{kind}-shards")
+    return out
+
+
+def _run(opts, data_dir, runs, name, *extra):
+    r = invoke("run", *BASE, *opts, "--data", data_dir, "--runs-dir", runs, "--name", name,
+               *extra)
+    assert r.exit_code == 0, r.output
+    return runs / name
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_npz_and_in_process_shards_give_the_same_run(case, data, tmp_path):
+    opts, inputs = CASES[case]
+    npz, sharded = data["v2" if case == "v2" else "v3"]
+    a = _run(opts, npz, tmp_path, "npz")
+    b = _run(opts, sharded, tmp_path, "shards")
+    if case == "inputs":
+        assert offered(a) == {"draft_prob", "target_prob", "block_position"}
+    else:
+        assert offered(a) == set(FT.INPUT_NAMES) | inputs
+    assert offered(b) == offered(a)
+    assert run_files(b) == run_files(a)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["trajectory", "lookahead", "v2"])
+def test_a_local_cluster_gives_the_same_run(case, data, tmp_path):
+    pytest.importorskip("distributed")
+    opts, _ = CASES[case]
+    npz, sharded = data["v2" if case == "v2" else "v3"]
+    a = _run(opts, npz, tmp_path, "npz")
+    b = _run(opts, sharded, tmp_path, "cluster", "--cluster", "local:2")
+    assert offered(a) == offered(b)
+    assert run_files(b) == run_files(a)
+
+
+def test_token_splits_are_not_sharded(tmp_path):
+    """Token splits have one storage form: sharding them is refused in one line."""
+    r = invoke("data", "generate", "--out", tmp_path / "tok", "--sequences", "20")
+    assert r.exit_code == 0, r.output
+    one_line_error(invoke("data", "shard", tmp_path / "tok", "--rows-per-shard", "64",
+                          "--out", tmp_path / "sh"), "trace")
+    assert not (tmp_path / "sh").exists()
+
+
+def test_bad_inputs_are_one_line_and_make_nothing(data, tmp_path):
+    npz, _ = data["v3"]
+    v2, _ = data["v2"]
+    runs = tmp_path / "runs"
+    for opts, data_dir, words in (
+            (("--inputs", "draft_prob,bogus"), npz, ("--inputs", "bogus")),
+            (("--inputs", "draft_prob,draft_prob"), npz, ("--inputs", "twice")),
+            (("--inputs", "next_tv"), npz, ("--inputs", "--lookahead")),
+            (("--inputs", "slot_tv,draft_prob"), v2, ("--inputs", "slot_tv")),
+            (("--engine", "sglang"), npz, ("--engine", "vllm")),
+            (("--engine", "vllm", "--inputs", "draft_prob"), npz, ("--engine", "--inputs"))):
+        one_line_error(invoke("run", *BASE, "--objective", "speed", *opts, "--data", data_dir,
+                              "--runs-dir", runs), *words)
+    one_line_error(invoke("run", *BASE, "--objective", "expected", "--inputs", "p_max",
+                          "--runs-dir", runs), "--inputs", "p_max")
+    assert not runs.exists()
+
+
+def test_an_engine_run_exports_to_that_engine(data, tmp_path):
+    """``--engine vllm``: the champion reads only what vLLM's kernel holds, so the
+    vllm-patch export (which refuses any other input) takes it."""
+    npz, _ = data["v3"]
+    run = _run(("--objective", "speed", "--engine", "vllm", "--generations", "6"), npz,
+               tmp_path, "vllm")
+    assert offered(run) == {"draft_prob", "target_prob", "block_position"}
+    champion = json.loads((run / "champion.json").read_text())
+    from evolve.lang import treeio
+    read = {n.name for n in treeio.parse(champion["tree"]) if n.kind == "input"}
+    assert read <= {"draft_prob", "target_prob", "block_position"}
+    r = invoke("export", str(run), "--format", "vllm-patch", "--allow-infeasible")
+    assert r.exit_code == 0, r.output
+    assert "+++ b/vllm/v1/sample/rejection_sampler.py" in r.output
