@@ -20,7 +20,10 @@
    the standard rule u < min(1, p/q) up to ties; patched, the decisions equal
    the exported torch rule's, u < threshold(q(x), p(x), block position) in
    float64, on requests of one draft (every decision seen) and of several (the
-   accepted prefix, block positions 0..7), with and without draft probabilities.
+   accepted prefix, block positions 0..7), with and without draft probabilities;
+   and each rule again with a scope (``SCOPE``: the rule decides drafts among the
+   draft's top 3 at block positions 0..4, vLLM's own test the others), against the
+   scoped torch export (``draft_rank``, ``acceptance``).
 
 Prints what was checked; exit 1 when a check fails, 2 on bad input.
 """
@@ -182,6 +185,27 @@ def inputs(seed: int, n: int, vocab: int, cu):
     return p, q, ids, u, block
 
 
+# The scope a champion scored on traces carries (evolve.data.traces.scope_of): the rule
+# decides drafts among the draft's top 3 of the 6 test tokens at block positions 0..4,
+# vLLM's own test the others (positions 5..7 of the eight-draft requests).
+SCOPE = {"top_k": 3, "vocab_size": 6, "block_size": 5, "temperature": 1.0,
+         "truncation": None, "backend": "hf"}
+
+
+def scoped_expected(ns, u, args, q, ids, ratio32, block, no_q):
+    """The scoped export's decisions: the rule inside the scope (rank of the draft under
+    q, float32 as the kernel loads it; ties: lower id first), vLLM's float32 test
+    p/q >= u outside it."""
+    import torch
+    if no_q:
+        rank = torch.zeros(len(ids), dtype=torch.long)
+    else:
+        rank = ns["draft_rank"](q, ids.long())
+    inside = (rank < SCOPE["top_k"]) & (block < SCOPE["block_size"])
+    rule = u < ns["acceptance"](torch.zeros_like(rank), *args)
+    return torch.where(inside, rule, ratio32 >= u)
+
+
 def check_kernels(text: str, trees, workdir: Path, rows: int) -> dict:
     import torch
     results = {}
@@ -198,42 +222,55 @@ def check_kernels(text: str, trees, workdir: Path, rows: int) -> dict:
                           "decisions differ from u < min(1, p/q)")
     results["release"] = {"rows": rows, "accepted": int(got.sum())}
     for i, tree in enumerate(trees):
-        nodes = treeio.parse(tree)
-        kernel = load_kernel(V.apply(text, nodes), f"rule{i}", workdir)
-        ns: dict = {}
-        exec(compile(export_source(nodes, "torch", {"metrics": {}}, "check"), "<torch>",
-                     "exec"), ns)
-        out = {}
-        for no_q in (False, True):
-            for name, cu in (("single", single), ("blocks", blocks)):
-                n = int(cu[-1])
-                p, q, ids, u, block = inputs(1 + no_q, n, 6, cu)
-                idx = torch.arange(n)
-                qx = torch.ones(n, dtype=torch.float64) if no_q else q[idx, ids.long()].double()
-                f = {"draft_prob": qx, "target_prob": p[idx, ids.long()].double(),
-                     "block_position": block}
-                args = [f.get(k, torch.zeros(n, dtype=torch.float64)) for k in ns["INPUTS"]]
-                if "top_token_match" in ns["INPUTS"]:
-                    args[ns["INPUTS"].index("top_token_match")] = torch.zeros(n, dtype=torch.bool)
-                want = ns["accept"](u, *args)
-                res = run_kernel(kernel, ids, q, p, u, cu, no_q)
-                if name == "single":
-                    got = res[:, 0] == ids
-                    bad = int((got != want).sum())
-                    kept = int(got.sum())
-                else:
-                    prefix = accepted_prefix(res, ids, cu)
-                    expect = torch.stack([(~w).int().cumsum(0).eq(0).sum()
-                                          for w in want.view(-1, 8)])
-                    bad = int((prefix != expect).sum())
-                    kept = int(prefix.sum())
-                if bad:
-                    raise CheckFailed(f"{tree}: {name}, draft probabilities "
-                                      f"{'absent' if no_q else 'given'}: {bad} decisions "
-                                      "differ from the exported torch rule")
-                out[f"{name}{'_no_q' if no_q else ''}"] = {"rows": n, "accepted": kept}
-        results[tree] = out
+        for scope in (None, SCOPE):
+            key = tree if scope is None else f"{tree} [scope]"
+            results[key] = _check_rule(text, tree, scope, workdir, f"rule{i}{scope is None}",
+                                       single, blocks)
     return results
+
+
+def _check_rule(text, tree, scope, workdir, tag, single, blocks) -> dict:
+    import torch
+    nodes = treeio.parse(tree)
+    kernel = load_kernel(V.apply(text, nodes, scope), tag, workdir)
+    ns: dict = {}
+    exec(compile(export_source(nodes, "torch", {"metrics": {}, "scope": scope}, "check"),
+                 "<torch>", "exec"), ns)
+    out = {}
+    for no_q in (False, True):
+        for name, cu in (("single", single), ("blocks", blocks)):
+            n = int(cu[-1])
+            p, q, ids, u, block = inputs(1 + no_q, n, 6, cu)
+            idx = torch.arange(n)
+            qx = torch.ones(n, dtype=torch.float64) if no_q else q[idx, ids.long()].double()
+            f = {"draft_prob": qx, "target_prob": p[idx, ids.long()].double(),
+                 "block_position": block}
+            args = [f.get(k, torch.zeros(n, dtype=torch.float64)) for k in ns["INPUTS"]]
+            if "top_token_match" in ns["INPUTS"]:
+                args[ns["INPUTS"].index("top_token_match")] = torch.zeros(n, dtype=torch.bool)
+            if scope is None:
+                want = ns["accept"](u, *args)
+            else:
+                ratio32 = (p[idx, ids.long()] / (1.0 if no_q else q[idx, ids.long()])
+                           ).double()
+                want = scoped_expected(ns, u, args, q, ids, ratio32, block, no_q)
+            res = run_kernel(kernel, ids, q, p, u, cu, no_q)
+            if name == "single":
+                got = res[:, 0] == ids
+                bad = int((got != want).sum())
+                kept = int(got.sum())
+            else:
+                prefix = accepted_prefix(res, ids, cu)
+                expect = torch.stack([(~w).int().cumsum(0).eq(0).sum()
+                                      for w in want.view(-1, 8)])
+                bad = int((prefix != expect).sum())
+                kept = int(prefix.sum())
+            if bad:
+                raise CheckFailed(f"{tree}: {name}, draft probabilities "
+                                  f"{'absent' if no_q else 'given'}: {bad} decisions "
+                                  "differ from the exported torch rule")
+            out[f"{name}{'_no_q' if no_q else ''}"] = {"rows": n, "accepted": kept}
+    return out
 
 
 def main(argv=None) -> int:
@@ -284,7 +321,8 @@ def main(argv=None) -> int:
         k = report["kernel"]
         print(k if isinstance(k, str) else
               "kernel in Triton's interpreter: unpatched = u < min(1, p/q); patched = the "
-              f"exported torch rule, {len(trees)} rules x 4 cases, every decision equal")
+              f"exported torch rule, {len(trees)} rules x 4 cases, without and with a "
+              "scope (top 3 of 6 tokens, block positions 0..4), every decision equal")
     return 0
 
 

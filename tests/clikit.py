@@ -36,8 +36,14 @@ def isolated(tmp_path_factory, monkeypatch):
     monkeypatch.setattr(paths, "HEURISTICS_DIR", guard / "heuristics-default")
 
 
-def fake_trace_run(parent, name: str, tree: str, objective: str = "speed"):
-    """A minimal trace run directory (config and champion) for export and compare tests."""
+SCOPE = {"top_k": None, "vocab_size": 256, "block_size": 4, "temperature": 1.0,
+         "truncation": None, "backend": "ngram"}
+
+
+def fake_trace_run(parent, name: str, tree: str, objective: str = "speed", scope=None,
+                   standing=None):
+    """A minimal trace run directory (config and champion) for export and compare tests:
+    the champion was scored with ``scope`` (default ``SCOPE``: every token, g = 4)."""
     import json
     from pathlib import Path
     path = Path(parent) / name
@@ -48,5 +54,7 @@ def fake_trace_run(parent, name: str, tree: str, objective: str = "speed"):
     (path / "champion.json").write_text(json.dumps(
         {"tree": tree, "objective": objective, "tv_budget": 0.03,
          "metrics": {s: {"tokens_per_call": 2.5, "tv_per_token": 0.01, "kl_per_token": 0.001}
-                     for s in ("valid", "test")}}))
+                     for s in ("valid", "test")},
+         "scope": dict(SCOPE) if scope is None else scope,
+         **({} if standing is None else {"standing": standing})}))
     return path

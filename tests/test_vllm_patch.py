@@ -21,6 +21,7 @@ import types
 import urllib.error
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evolve.export import vllm_patch as V
@@ -137,6 +138,62 @@ def _kernel_decisions(nodes, draft_prob, target_prob, pos, u):
     return ns["accepted"], threshold
 
 
+class _Ptr:
+    """A pointer into a flat tensor, as the kernel's pointer arithmetic makes them."""
+
+    def __init__(self, flat, off=0):
+        self.flat, self.off = flat, off
+
+    def __add__(self, other):
+        return _Ptr(self.flat, self.off + other)
+
+    __radd__ = __add__
+
+
+def _where(c, a, b):
+    return torch.where(torch.as_tensor(c), torch.as_tensor(a), torch.as_tensor(b))
+
+
+class _ScalarTL(_TorchTL):
+    """``triton.language`` for one program's scalars, with loads through ``_Ptr``."""
+    int64 = torch.int64
+    where = staticmethod(_where)
+
+    @staticmethod
+    def arange(a, b):
+        return torch.arange(a, b)
+
+    @staticmethod
+    def load(ptr, mask=None, other=0.0):
+        idx = torch.as_tensor(ptr.off)
+        vals = ptr.flat[idx.clamp(0, ptr.flat.numel() - 1)]
+        return vals if mask is None else torch.where(mask, vals, torch.as_tensor(other,
+                                                                                 dtype=vals.dtype))
+
+    @staticmethod
+    def sum(x, axis=None):
+        return x.sum()
+
+
+def kernel_scope_decisions(nodes, scope, q, p, tokens, pos, u, no_draft_probs=False):
+    """The decisions of the lines the patch puts in vLLM's kernel, one drafted token
+    (one row of q, p: [rows, vocab]) at a time, with torch playing triton.language and
+    the kernel's own variables set as the kernel sets them before its accept test."""
+    import textwrap
+    code = textwrap.dedent("\n".join(V.replacement(nodes, scope)))
+    out = np.empty(len(tokens), dtype=bool)
+    for i, (x, b) in enumerate(zip(tokens, pos)):
+        qrow, prow = torch.as_tensor(q[i]), torch.as_tensor(p[i])
+        ns = {"tl": _ScalarTL, "draft_prob": 1 if no_draft_probs else qrow[int(x)],
+              "target_prob": prow[int(x)], "pos": int(b), "uniform_prob": torch.tensor(u[i]),
+              # the row of this draft is row start_idx + pos of draft_probs: here row 0
+              "draft_probs_ptr": _Ptr(qrow), "start_idx": -int(b), "vocab_size": qrow.numel(),
+              "draft_token_id": int(x), "NO_DRAFT_PROBS": no_draft_probs}
+        exec(code, ns)
+        out[i] = bool(ns["accepted"])
+    return out
+
+
 @pytest.mark.parametrize("tree", TREES)
 def test_kernel_lines_compute_the_exported_torch_rule(tree):
     """The replacement, run with torch standing in for tl on float32 probability values
@@ -244,5 +301,5 @@ def test_patched_kernel_decides_as_the_rule_in_tritons_interpreter(sdist):
     report = _check(sdist, "--triton", triton, "--rows", "64")
     kernel = report["kernel"]
     assert isinstance(kernel, dict), kernel
-    assert kernel["release"]["rows"] == 64 and len(kernel) == 6
+    assert kernel["release"]["rows"] == 64 and len(kernel) == 11      # 5 rules, bare and scoped
     assert all(len(cases) == 4 for tree, cases in kernel.items() if tree != "release")

@@ -30,9 +30,12 @@ FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
                    "directory must exist; not inside the heuristics directory.")
 @click.option("--force", is_flag=True,
               help="Replace an existing --out file, keeping it as <name>.previous.")
+@click.option("--allow-infeasible", is_flag=True,
+              help="Export a champion marked infeasible (over its budget, or below standard "
+                   "rejection, on valid).")
 @runs_dir_option
 @friendly_errors
-def export_cmd(run, installed, fmt, out, force, runs_dir):
+def export_cmd(run, installed, fmt, out, force, allow_infeasible, runs_dir):
     """Write a champion (RUN, or --installed) as a module that needs no part of this project,
     or (vllm-patch) as a patch for vLLM."""
     from evolve.export import champions    # lazy: start-up (a command loads only what it runs)
@@ -62,6 +65,12 @@ def export_cmd(run, installed, fmt, out, force, runs_dir):
         nodes, meta, title = champions.from_installed(installed)
     else:
         nodes, meta, title = champions.from_run(paths.runs_dir(runs_dir), run)
+    st = meta.get("standing") or {}
+    if st.get("verdict") == "infeasible" and not allow_infeasible:
+        fail(f"{title}: the champion is infeasible: {st.get('why')} (--allow-infeasible "
+             "exports it anyway)")
+    if st.get("verdict") == "loses":
+        term().note(f"note: the champion loses: {st.get('why')}")
     try:
         check_format(fmt, nodes)
         if fmt == "vllm-patch":

@@ -142,6 +142,9 @@ def show_trace_writeback(wb: dict | None, term) -> None:
     """The write-back decision of a trace run (heuristics/evolved_trace.py)."""
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
+    elif wb.get("refused"):
+        term.result(f"not written back to heuristics/{wb['module']}: the champion is "
+                    f"{wb['refused']}: {wb['why']} (use --force to write it back)")
     elif wb["written"]:
         term.result(f"written back to heuristics/{wb['module']} (valid speed score at TV "
                     f"{wb['tv_budget']:g}: {wb['new_valid_score']:.4f} vs "
@@ -178,6 +181,28 @@ def show_trace_champion(ch: dict, term) -> None:
                cols, order, ["bold"] + [None] * (len(order) - 1))
     if ch.get("estimate"):
         term.note(f"* an estimate: {ch['estimate']}")
+    show_standing(ch, term)
+
+
+def show_standing(ch: dict, term) -> None:
+    """Where a trace champion stands (``evolve.tasks.traces.standing``) and the scope it
+    was scored with, which its exports keep."""
+    st = ch.get("standing")
+    if st:
+        term.result(f"champion {st['verdict']}: {st['why']}")
+    sc = ch.get("scope")
+    if sc:
+        term.result(f"scored with: {scope_text(sc)}")
+
+
+def scope_text(sc: dict) -> str:
+    """A champion's scope in one line (``evolve.data.traces.scope_of``)."""
+    who = ("every drafted token" if sc.get("top_k") is None
+           else f"drafts among the draft's top {sc['top_k']} (standard rule outside)")
+    t = sc.get("temperature")
+    return (f"the rule decides {who}; {sc.get('block_size')} drafted tokens per call; "
+            f"temperature {'not recorded' if t is None else f'{t:g}'}, no top-k/top-p "
+            f"truncation; vocabulary {sc.get('vocab_size')}")
 
 
 def sparkline(values: list[float], width: int = 60) -> str:

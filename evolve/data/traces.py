@@ -152,6 +152,27 @@ def vocab_size(meta: dict) -> int:
     return int(meta.get("vocab_size", VOCAB))
 
 
+def scope_of(meta: dict) -> dict:
+    """What the exact objectives assumed of decoding on traces with this meta: the
+    scope a rule scored on them keeps when it is deployed (``evolve export``).
+
+    - ``top_k``: the rule decides drafts among the draft's ``top_k`` most probable
+      tokens (ties: lower id first), the standard rule min(1, p/q) the others; None
+      when the candidates hold the whole vocabulary (the rule decides every draft);
+    - ``block_size``: drafted tokens per target call (a constant draft length);
+    - ``temperature``: applied to both models' logits, with no top-k or top-p
+      truncation of either distribution;
+    - ``vocab_size`` and the ``backend`` that recorded the traces."""
+    V = vocab_size(meta)
+    k = int(meta["top_k"])
+    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    t = cfg.get("temperature")
+    return {"top_k": None if k >= V else k, "vocab_size": V,
+            "block_size": int(meta["block_size"]),
+            "temperature": float(t) if isinstance(t, (int, float)) else None,
+            "truncation": None, "backend": str(meta.get("backend", "ngram"))}
+
+
 # ---------------------------------------------------------------- storage
 
 def save(ts: TraceSplit, path: str | os.PathLike) -> None:

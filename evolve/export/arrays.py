@@ -1,10 +1,10 @@
-"""The array part of every exported module: ``threshold(...)`` and ``accept(u, ...)``.
+"""The array part of every exported module: ``threshold(...)``.
 
 ``threshold`` evaluates the rule element-wise over arrays (numpy) or tensors
 (torch) of any shape, broadcast together, in the inputs' floating dtype
 (float32 or float64; float64 when no floating array is given) and, for torch,
-on the inputs' device. ``accept(u, ...)`` is ``u < threshold(...)``: the
-decision of the Numba champion and of every decoder of this project. The code
+on the inputs' device; ``accept`` and the scope the rule was scored with follow
+(``evolve.export.scope``). The code
 is straight-line, one assignment per node of the tree, written from the
 backend tables of ``evolve.export.backends``.
 """
@@ -61,7 +61,8 @@ def constants_source() -> str:
 
 
 def threshold_source(nodes, backend: Backend, inputs: tuple) -> str:
-    """``IS_FLOAT``, the helpers, ``threshold(<inputs>)`` and ``accept(u, <inputs>)``."""
+    """``INPUTS``, ``IS_FLOAT``, the helpers and ``threshold(<inputs>)`` (``accept`` and
+    the scope follow: ``evolve.export.scope``)."""
     args = ", ".join(inputs)
     is_float = ", ".join("True" if P.INPUT_TYPE[n] is float else "False" for n in inputs)
     lines, result = statements(nodes, backend)
@@ -81,9 +82,4 @@ def threshold_source(nodes, backend: Backend, inputs: tuple) -> str:
             + f"def threshold({args}):\n"
             f'    """The acceptance threshold of every element ({kind} of any shape, '
             f'broadcast\n    together); a drafted token is accepted iff u < threshold."""\n'
-            f"{body}\n\n"
-            f"def accept(u, {args}):\n"
-            f'    """True where the drafted token is accepted: u < threshold(...)."""\n'
-            + (f"    return np.asarray(u) < threshold({args})\n" if backend.name == "numpy"
-               else f"    h = threshold({args})\n"
-                    f"    return torch.as_tensor(u, device=h.device) < h\n"))
+            f"{body}\n")

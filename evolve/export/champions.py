@@ -11,12 +11,14 @@ from pathlib import Path
 
 from evolve.lang import treeio
 from evolve.runs.rundir import RunDir, RunError
+from evolve.runs.schema import SchemaError, check_scope
 from evolve.tasks import TASKS, champion_task
 from evolve.io.paths import heuristics_dir
 from evolve.tasks.writeback import module_metadata
 
 INSTALLED = {t.installed: f"{t.module}.py" for t in TASKS.values() if t.module}
-META_KEYS = ("run", "seed", "date", "objective", "tv_budget", "tree", "generation")
+META_KEYS = ("run", "seed", "date", "objective", "tv_budget", "tree", "generation", "scope",
+             "standing")
 
 
 def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
@@ -35,7 +37,27 @@ def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
     task = champion_task(champ)
     meta["metrics"] = {k: _header_metrics(task, m)
                        for k, m in (champ.get("metrics") or {}).items() if isinstance(m, dict)}
+    for key in ("scope", "standing"):
+        if key in champ:
+            meta[key] = champ[key]
+    _check_scope(task, meta, rd.file("champion.json"), "re-run it")
     return nodes, meta, f"Acceptance rule exported from run {rd.name}"
+
+
+def _check_scope(task, meta: dict, where, how: str) -> None:
+    """A trace champion carries the scope it was scored with (checked: it is written
+    into code); one without it cannot be exported faithfully: a one-line RunError."""
+    if not task.trace_inputs:
+        meta["scope"] = None                  # token splits: no scope
+        return
+    if "scope" not in meta:
+        raise RunError(f"{where}: the champion records no scope (the top-k, draft length and "
+                       f"temperature of the traces it was scored on), so an export could not "
+                       f"decide as it was scored; {how}")
+    try:
+        check_scope(meta["scope"], str(where))
+    except SchemaError as e:
+        raise RunError(str(e)) from None
 
 
 def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict, str]:
@@ -50,6 +72,8 @@ def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict
         raise RunError(f"--installed {kind}: {path} holds no champion ({how})") from None
     keep = {k: meta[k] for k in META_KEYS if k in meta}
     keep["metrics"] = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    task = next(t for t in TASKS.values() if t.installed == kind)
+    _check_scope(task, keep, path, "write a champion back again with `evolve run`")
     return nodes, keep, f"Acceptance rule exported from heuristics/{INSTALLED[kind]}"
 
 

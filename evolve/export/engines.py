@@ -29,6 +29,7 @@ generated (``evolve.export.arrays``). Neither imports anything of this project.
 from __future__ import annotations
 
 from evolve.data.decode import RESIDUAL_EPS     # written into the generated code as a literal
+from evolve.lang.features import INPUT_NAMES
 
 # Inputs each format can compute from what its engine hands over.
 PROVIDES = {
@@ -42,6 +43,24 @@ PROVIDES = {
     "vllm-patch": ("draft_prob", "target_prob", "block_position"),
 }
 
+# The engines a run can be limited to (``evolve run --engine``): the inputs of the
+# format that deploys a rule there, so that the champion exports by construction.
+ENGINE_FORMATS = {"vllm": "vllm-patch", "transformers": "hf"}
+
+
+def engine_inputs(engine: str, objective: str) -> str:
+    """The inputs (comma-separated, for ``Config.inputs``) a search for ``engine`` may
+    use: those its export format computes (``PROVIDES``), the token features only when
+    the run's ``objective`` scores token splits."""
+    from evolve.objectives import OBJECTIVES     # lazy: start-up (export modules load alone)
+    if engine not in ENGINE_FORMATS:
+        raise ValueError(f"unknown engine {engine!r}")
+    obj = OBJECTIVES.get(objective)
+    traces = obj is None or obj.traces       # an unknown objective is refused by Config
+    names = PROVIDES[ENGINE_FORMATS[engine]]
+    return ",".join(n for n in names if traces or n in INPUT_NAMES)
+
+
 ENTROPY = '''
 
 def entropy(probs):
@@ -52,14 +71,15 @@ def entropy(probs):
 HF = '''
 
 RESIDUAL_EPS = {residual_eps!r}
-STATS = {{"calls": 0, "candidates": 0, "accepted": 0}}
-_STATE = {{"prompt_length": 0, "previous": None}}
+STATS = {{"calls": 0, "candidates": 0, "accepted": 0, "short_blocks": 0}}
+_STATE = {{"prompt_length": 0, "previous": None, "configs": []}}
 {entropy}
 
 def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_length=0):
     """The rule's inputs at each drafted position: float64 tensors of shape
-    [candidate_length] (top_token_match: bool). q and p are the assistant's and the
-    target's probabilities, [1, >= candidate_length, vocab]."""
+    [candidate_length] (top_token_match: bool), and draft_rank (the drafted token's
+    rank under q, for the scope). q and p are the assistant's and the target's
+    probabilities, [1, >= candidate_length, vocab]."""
     tokens = candidate_input_ids[0, -candidate_length:]
     idx = torch.arange(candidate_length, device=tokens.device)
     q = q[0, :candidate_length].double()
@@ -75,6 +95,7 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
         "block_position": idx.double(),
         "p_max": p.max(dim=-1).values,
         "q_max": q.max(dim=-1).values,
+        "draft_rank": draft_rank(q, tokens) if TOP_K is not None else torch.zeros_like(idx),
     }}
 
 
@@ -82,24 +103,35 @@ def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length
                          is_done_candidate=False, assistant_ensemble_weight=None):
     """Drop-in for transformers.generation.utils._speculative_sampling: the same
     arguments and return values (valid_tokens [1, n_matches + 1], n_matches); drafted
-    tokens are kept while u < threshold, then the next token comes from
-    norm(max(0, p - q)) at the first rejection (from p after the last draft). When
-    every draft is kept and the candidate is done (an end-of-sequence token or the
-    maximum length), no token is added, as transformers does. install() calls it
-    with the arguments the installed transformers release passes (SIGNATURES)."""
+    tokens are kept while u < acceptance (the rule inside its scope, the standard
+    rule outside it), then the next token comes from norm(max(0, p - q)) at the first
+    rejection (from p after the last draft). When every draft is kept and the
+    candidate is done (an end-of-sequence token or the maximum length), no token is
+    added, as transformers does. install() calls it with the arguments the installed
+    transformers release passes (SIGNATURES). More drafted tokens than BLOCK_SIZE is
+    an error: the rule was not scored on them."""
     if assistant_ensemble_weight is not None:
         raise ValueError("assistant_ensemble_weight: the exported rule replaces the "
                          "acceptance test; leave it unset")
+    if BLOCK_SIZE is not None and int(candidate_length) > BLOCK_SIZE:
+        raise ValueError(f"the assistant drafted {{int(candidate_length)}} tokens; the rule "
+                         f"was scored on blocks of {{BLOCK_SIZE}}: install(model, "
+                         f"assistant_model) sets num_assistant_tokens={{BLOCK_SIZE}}, a "
+                         f"constant schedule and no confidence cut-off")
     new_candidate_input_ids = candidate_input_ids[:, -candidate_length:]
     q = candidate_logits.softmax(dim=-1)
     p = new_logits.softmax(dim=-1)
     f = candidate_features(candidate_input_ids, q, p, candidate_length,
                            _STATE["prompt_length"])
     u = torch.rand(candidate_length, dtype=torch.float64, device=p.device)
-    is_accepted = accept(u, *(f[name] for name in INPUTS))
+    inputs = [f[name] for name in INPUTS]
+    is_accepted = (accept(u, *inputs, draft_rank=f["draft_rank"]) if SCOPE is not None
+                   else accept(u, *inputs))
     n_matches = ((~is_accepted).cumsum(dim=-1) < 1).sum()
     STATS["calls"] += 1
     STATS["candidates"] += int(candidate_length)
+    if BLOCK_SIZE is not None and int(candidate_length) < BLOCK_SIZE:
+        STATS["short_blocks"] += 1            # near the maximum length
     if is_done_candidate and n_matches == candidate_length:
         STATS["accepted"] += int(n_matches)
         n_matches -= 1
@@ -152,27 +184,92 @@ def adapter_for(function):
     return SIGNATURES[names]
 
 
-def install(prompt_length=0):
-    """Use this rule in transformers' assisted generation
-    (model.generate(..., assistant_model=..., do_sample=True)). prompt_length: the
-    prompt's tokens (the position input counts generated tokens from there)."""
+# How the rule was scored, as generation-config values: the assistant drafts
+# BLOCK_SIZE tokens per call (constant schedule, no confidence cut-off), and both
+# models' logits are divided by TEMPERATURE with no top-k or top-p truncation (the
+# assistant's candidates use the target's logits processors).
+DRAFTING = {{"num_assistant_tokens": BLOCK_SIZE, "num_assistant_tokens_schedule": "constant",
+            "assistant_confidence_threshold": 0.0}}
+SAMPLING = {{"do_sample": True, "temperature": TEMPERATURE, "top_k": 0, "top_p": 1.0,
+            "min_p": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0}}
+# Target settings that change p and that the rule was not scored with: refused.
+CHANGES_P = {{"repetition_penalty": (None, 1.0), "no_repeat_ngram_size": (None, 0),
+             "bad_words_ids": (None,), "suppress_tokens": (None,), "sequence_bias": (None,),
+             "encoder_repetition_penalty": (None, 1.0)}}
+PINNED = set(DRAFTING) | set(SAMPLING)
+
+
+def _pin(config, values):
+    old = {{k: getattr(config, k, None) for k in values}}
+    _STATE["configs"].append((config, old))
+    for k, v in values.items():
+        setattr(config, k, v)
+
+
+def _restore():
+    while _STATE["configs"]:
+        config, old = _STATE["configs"].pop()
+        for k, v in old.items():
+            setattr(config, k, v)
+
+
+def install(model=None, assistant_model=None, prompt_length=0):
+    """Use this rule in transformers' assisted generation (model.generate(...,
+    assistant_model=assistant_model)), decoding as the rule was scored: the
+    assistant's generation config drafts BLOCK_SIZE tokens per call with a constant
+    schedule and no confidence cut-off (DRAFTING), and the target's samples at
+    TEMPERATURE with no top-k or top-p truncation (SAMPLING); uninstall() puts both
+    back. A rule scored on traces needs both models. Keyword arguments given to
+    generate() override these settings, so pass none of them (or use generate()
+    below, which refuses them). prompt_length: the prompt's tokens (the position
+    input counts generated tokens from there)."""
     import transformers.generation.utils as generation_utils
     if not hasattr(generation_utils, "_speculative_sampling"):
         raise RuntimeError("this transformers version has no "
                            "generation.utils._speculative_sampling to replace")
+    if SCOPE is not None and (model is None or assistant_model is None):
+        raise ValueError(f"install(model, assistant_model): the rule was scored at a constant "
+                         f"draft length of {{BLOCK_SIZE}} and temperature {{TEMPERATURE}}, "
+                         f"which install sets on the two models' generation configs")
+    if SCOPE is not None:
+        bad = next(((k, getattr(model.generation_config, k, None))
+                    for k, ok in CHANGES_P.items()
+                    if getattr(model.generation_config, k, None) not in ok), None)
+        if bad is not None:
+            raise ValueError(f"model.generation_config.{{bad[0]}} is {{bad[1]!r}}: it changes "
+                             f"the target's distribution, which the rule was not scored with")
     original = _STATE["previous"] or generation_utils._speculative_sampling
     dropin = adapter_for(original)
+    _restore()
+    if SCOPE is not None:
+        _pin(assistant_model.generation_config, DRAFTING)
+        _pin(model.generation_config, SAMPLING)
     _STATE["previous"] = original
     _STATE["prompt_length"] = int(prompt_length)
     generation_utils._speculative_sampling = dropin
 
 
 def uninstall():
-    """Put transformers' own _speculative_sampling back."""
+    """Put transformers' own _speculative_sampling and the models' settings back."""
     import transformers.generation.utils as generation_utils
+    _restore()
     if _STATE["previous"] is not None:
         generation_utils._speculative_sampling = _STATE["previous"]
         _STATE["previous"] = None
+
+
+def generate(model, assistant_model, input_ids, **kwargs):
+    """model.generate(input_ids, assistant_model=assistant_model, **kwargs) with this
+    rule and the settings it was scored with (install, generate, uninstall);
+    keyword arguments that would change those settings are refused."""
+    bad = sorted(set(kwargs) & PINNED)
+    if bad:
+        raise ValueError(f"generate: {{bad[0]}} is set by the rule's scope; leave it out")
+    install(model, assistant_model, prompt_length=input_ids.shape[-1])
+    try:
+        return model.generate(input_ids, assistant_model=assistant_model, **kwargs)
+    finally:
+        uninstall()
 '''
 
 VLLM = '''
@@ -180,11 +277,12 @@ VLLM = '''
 
 def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens):
     """The rule's inputs of every drafted token, [num_tokens] tensors in target_probs'
-    dtype (top_token_match: bool), from the tensors of vLLM's rejection sampler:
-    draft_token_ids [num_tokens]; draft_probs [num_tokens, vocab], or None for a draft
-    without probabilities (q is then one-hot at the drafted token); target_probs
-    [num_tokens, vocab]; cu_num_draft_tokens [batch_size], the cumulative drafted
-    tokens per request. position is not among them (the rule does not read it)."""
+    dtype (top_token_match: bool), and draft_rank (the drafted token's rank under q,
+    for the scope), from the tensors of vLLM's rejection sampler: draft_token_ids
+    [num_tokens]; draft_probs [num_tokens, vocab], or None for a draft without
+    probabilities (q is then one-hot at the drafted token, which is then rank 0);
+    target_probs [num_tokens, vocab]; cu_num_draft_tokens [batch_size], the cumulative
+    drafted tokens per request. position is not among them (the rule does not read it)."""
     p = target_probs
     ids = draft_token_ids.to(device=p.device, dtype=torch.long)
     idx = torch.arange(ids.shape[0], device=p.device)
@@ -192,11 +290,14 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
     req = torch.searchsorted(cu, idx, right=True)
     start = torch.where(req > 0, cu[(req - 1).clamp(min=0)], torch.zeros_like(req))
     ones = torch.ones(ids.shape[0], dtype=p.dtype, device=p.device)
+    rank = torch.zeros_like(ids)
     if draft_probs is None:
         draft_prob, draft_entropy, q_max = ones, ones * 0, ones
     else:
         q = draft_probs.to(p.dtype)
         draft_prob, draft_entropy, q_max = q[idx, ids], entropy(q), q.max(dim=-1).values
+        if TOP_K is not None:
+            rank = draft_rank(draft_probs, ids)
     return {{
         "draft_prob": draft_prob,
         "target_prob": p[idx, ids],
@@ -207,20 +308,54 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
         "block_position": (idx - start).to(p.dtype),
         "p_max": p.max(dim=-1).values,
         "q_max": q_max,
+        "draft_rank": rank,
     }}
 
 
 def thresholds(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens):
-    """The rule's threshold of every drafted token, [num_tokens]."""
+    """The acceptance probability of every drafted token, [num_tokens], as the rule was
+    scored: the rule for drafts among the draft's top TOP_K at block positions below
+    BLOCK_SIZE, the standard rule min(1, p/q) for the others (a rule with no scope:
+    its threshold)."""
     f = token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens)
-    return threshold(*(f[name] for name in INPUTS))
+    inputs = [f[name] for name in INPUTS]
+    if SCOPE is None:
+        return threshold(*inputs)
+    a = acceptance(f["draft_rank"], *inputs)
+    if BLOCK_SIZE is None:
+        return a
+    q, p = f["draft_prob"].to(a.dtype), f["target_prob"].to(a.dtype)
+    std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
+    return torch.where(f["block_position"] < BLOCK_SIZE, a, std)
 
 
 def accepted(uniform_probs, draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens):
-    """The accept line over [num_tokens] tensors: uniform_probs < threshold (bool)."""
+    """The accept line over [num_tokens] tensors: uniform_probs < thresholds (bool)."""
     h = thresholds(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens)
     return uniform_probs.to(h.device) < h
 '''
+
+
+def settings_lines(fmt: str, scope: dict | None) -> list[str]:
+    """Header lines: the engine settings that decode as the rule was scored."""
+    if scope is None:
+        return []
+    g, t = scope.get("block_size"), scope.get("temperature")
+    temp = "the traces' temperature (not recorded)" if t is None else f"temperature={t!r}"
+    if fmt == "hf":
+        return ["transformers: install(model, assistant_model) sets "
+                f"assistant_model.generation_config.num_assistant_tokens={g},",
+                "  num_assistant_tokens_schedule='constant', assistant_confidence_threshold=0.0 "
+                f"and model.generation_config do_sample=True, {temp}, top_k=0, top_p=1.0",
+                "  (or call generate(model, assistant_model, input_ids, ...), which also "
+                "uninstalls)."]
+    if fmt in ("vllm", "vllm-patch"):
+        return [f"vLLM: serve with num_speculative_tokens={g} (a draft model or EAGLE "
+                f"drafter that gives probabilities) and sample with {temp}, top_k and "
+                "top_p off; drafts at block positions >= "
+                f"{g} are decided by the standard rule."]
+    return [f"Deploy it at a constant draft length of {g} tokens per target call, {temp} "
+            "on both models, no top-k or top-p truncation."]
 
 
 def engine_source(fmt: str) -> str:

@@ -12,7 +12,7 @@ here too.
 from __future__ import annotations
 
 from evolve.errors import EvolveError
-from evolve.export import arrays, engines
+from evolve.export import arrays, engines, scope
 from evolve.export.backends import BACKENDS
 from evolve.lang import codegen
 
@@ -58,13 +58,17 @@ def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
                                 f"`evolve export --format {fmt}`; needs {NEEDS[fmt]} only "
                                 "(nothing of the exporting project).")
     header.append(f"Inputs: {', '.join(inputs)}")
+    sc = metadata.get("scope")
+    header += scope.scope_lines(sc) + engines.settings_lines(fmt, sc)
     doc = "\n".join(header)
     source = (f'"""{doc}\n"""\n\n'
               f"import {backend.module}" + (f" as {backend.alias}" if backend.alias !=
                                             backend.module else "") + "\n\n"
               f"METADATA = {codegen.python_literal(meta)}\n\n"
               f"{arrays.constants_source()}"
+              f"{scope.scope_constants(sc)}"
               f"{arrays.threshold_source(nodes, backend, inputs)}"
+              f"{scope.scope_source(sc, backend, inputs)}"
               f"{engines.engine_source(fmt)}")
     compile(source, f"<export {fmt}>", "exec")
     return source

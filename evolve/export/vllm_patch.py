@@ -29,6 +29,8 @@ replaced lines once.
 from __future__ import annotations
 
 from evolve.export.backends import Backend
+from evolve.export.engines import settings_lines
+from evolve.export.scope import scope_lines as scope_text
 from evolve.export.modules import ExportError, check_format
 from evolve.lang import codegen
 from evolve.lang import primitives as P
@@ -121,18 +123,56 @@ def rule_lines(nodes) -> tuple[list[str], str]:
     return lines, render(nodes, leaf, prim)
 
 
-def replacement(nodes) -> list[str]:
-    """The lines that take the place of ``REPLACED`` in the kernel."""
+RANK_CHUNK = 1024      # vocabulary entries read per step of the rank loop (a power of 2)
+
+
+def scope_lines(scope: dict | None) -> list[str]:
+    """Kernel lines that set ``rule_in_scope``: the draft's block position is below the
+    scored draft length and, with a top-k scope and draft probabilities, its rank under
+    the draft's probabilities (``draft_probs`` row; ties: lower id first, as the traces
+    took their candidates) is below k. [] for a rule with no scope."""
+    if scope is None:
+        return []
+    out = [f"rule_in_scope = pos < {int(scope['block_size'])}"]
+    k = scope.get("top_k")
+    if k is not None:
+        out += [
+            "if not NO_DRAFT_PROBS:",
+            "    rule_rank = tl.zeros([], tl.int64)",
+            f"    for rule_v in range(0, vocab_size, {RANK_CHUNK}):",
+            f"        rule_ids = rule_v + tl.arange(0, {RANK_CHUNK})",
+            "        rule_q = tl.load(draft_probs_ptr + (start_idx + pos) * vocab_size + rule_ids,",
+            "                         mask=rule_ids < vocab_size, other=0.0)",
+            "        rule_rank += tl.sum(((rule_q > draft_prob) | ((rule_q == draft_prob)",
+            "                             & (rule_ids < draft_token_id))).to(tl.int64))",
+            f"    rule_in_scope = rule_in_scope & (rule_rank < {int(k)})",
+        ]
+    return out
+
+
+def replacement(nodes, scope: dict | None = None) -> list[str]:
+    """The lines that take the place of ``REPLACED`` in the kernel: the rule decides
+    drafts inside the scope it was scored with (``scope``, ``evolve.data.traces.scope_of``),
+    the kernel's own test the others."""
     lines, result = rule_lines(nodes)
     body = [
         f"# Acceptance rule from evolve export --format {FORMAT} (replaces",
         "# 'draft_prob > 0 and target_prob / draft_prob >= uniform_prob'):",
         f"# h = {codegen.sanitise(codegen.infix(nodes), 2000)}",
         "# (d = draft_prob, t = target_prob, bpos = pos), computed in float64;",
-        "# the draft is accepted iff uniform_prob < h.",
-        *lines,
-        f"accepted = uniform_prob < {result}",
+        "# the draft is accepted iff uniform_prob < h",
     ]
+    if scope is None:
+        return [INDENT + line for line in body[:-1] + [body[-1] + "."] + lines
+                + [f"accepted = uniform_prob < {result}"]]
+    k = scope.get("top_k")
+    body[-1] += (f" where the rule was scored: block positions below {scope['block_size']}"
+                 + ("" if k is None else f" and drafts among the draft's top {k} tokens "
+                    "(rank under draft_probs; ties: lower id first)") + ";")
+    body += ["# the kernel's own test decides the others."]
+    body += lines + scope_lines(scope) + [
+        "rule_std = draft_prob > 0 and target_prob / draft_prob >= uniform_prob",
+        f"accepted = tl.where(rule_in_scope, uniform_prob < {result}, rule_std)"]
     return [INDENT + line for line in body]
 
 
@@ -152,13 +192,13 @@ def locate(lines) -> int:
     return i
 
 
-def patch_lines(lines, nodes, first_line: int = 1) -> list[str]:
+def patch_lines(lines, nodes, first_line: int = 1, scope: dict | None = None) -> list[str]:
     """The unified diff (file headers and one hunk) that replaces ``REPLACED`` in
     ``lines`` (the file's lines, or an excerpt of it whose first line is line
     ``first_line`` of the file) by the rule."""
     lines = [line.rstrip("\n") for line in lines]
     i = locate(lines)
-    new = replacement(nodes)
+    new = replacement(nodes, scope)
     before = lines[i - CONTEXT:i]
     after = lines[i + len(REPLACED):i + len(REPLACED) + CONTEXT]
     start = first_line + i - CONTEXT
@@ -173,9 +213,11 @@ def patch_lines(lines, nodes, first_line: int = 1) -> list[str]:
 def patch_source(nodes, metadata: dict, title: str) -> str:
     """The patch file: a commented header (provenance, the release, how to apply it),
     then the diff against the release's file, built from ``EXCERPT``."""
-    diff = patch_lines(EXCERPT, nodes, EXCERPT_LINE)
+    sc = metadata.get("scope")
+    diff = patch_lines(EXCERPT, nodes, EXCERPT_LINE, sc)
     header = codegen.provenance(nodes, metadata, title,
                                 f"`evolve export --format {FORMAT}`")
+    header += scope_text(sc) + settings_lines(FORMAT, sc)
     header += [
         "",
         f"A patch for vLLM {RELEASE} (only): {PATH}, {KERNEL},",
@@ -191,9 +233,9 @@ def patch_source(nodes, metadata: dict, title: str) -> str:
         "".join(line + "\n" for line in diff)
 
 
-def apply(text: str, nodes) -> str:
+def apply(text: str, nodes, scope: dict | None = None) -> str:
     """``text`` (the release's file) with the rule in place of the accept test: what
     ``patch -p1`` makes of it with the exported diff."""
     lines = text.split("\n")
     i = locate(lines)
-    return "\n".join(lines[:i] + replacement(nodes) + lines[i + len(REPLACED):])
+    return "\n".join(lines[:i] + replacement(nodes, scope) + lines[i + len(REPLACED):])

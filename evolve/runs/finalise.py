@@ -31,6 +31,7 @@ def module_metadata(run_name: str, seed: int, champion: dict, **extra) -> dict:
             "date": now_iso(), "tree": champion["tree"],
             "generation": champion.get("generation"),
             **({"tv_budget": champion["tv_budget"]} if "tv_budget" in champion else {}),
+            **{k: champion[k] for k in ("scope", "standing") if k in champion},
             **extra,
             "metrics": {k: task.header_metrics(champion["metrics"][k])
                         for k in ("train", "valid", "test") if k in champion["metrics"]}}

@@ -151,7 +151,39 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
                   f"{field}.param", rep.get("param"), "a finite number or null")
             for split in ("valid", "test"):
                 _check_metrics(rep.get(split), where, f"{field}.{split}", TRACE_METRICS)
+    if "scope" in doc:
+        check_scope(doc["scope"], where)
+    st = doc.get("standing")
+    if st is not None:
+        _need(isinstance(st, dict) and st.get("verdict") in VERDICTS
+              and isinstance(st.get("why"), str) and len(st["why"]) <= 1000, where,
+              "standing", st, f"an object with verdict ({', '.join(VERDICTS)}) and why")
     return doc
+
+
+VERDICTS = ("wins", "loses", "infeasible")      # evolve.tasks.traces.standing
+MAX_VOCAB = 1 << 24
+
+
+def check_scope(sc, where: str) -> dict:
+    """A trace champion's ``scope`` (``evolve.data.traces.scope_of``): what its exports
+    write into code, so every value is checked (whole numbers in range, a finite
+    positive temperature or null)."""
+    _need(isinstance(sc, dict), where, "scope", sc, "an object")
+    V = sc.get("vocab_size")
+    _need(is_int(V) and 1 <= V <= MAX_VOCAB, where, "scope.vocab_size", V,
+          f"a whole number 1..{MAX_VOCAB}")
+    k = sc.get("top_k")
+    _need(k is None or (is_int(k) and 1 <= k < V), where, "scope.top_k", k,
+          "null (every token) or a whole number 1..vocab_size-1")
+    g = sc.get("block_size")
+    _need(is_int(g) and 1 <= g <= 1024, where, "scope.block_size", g, "a whole number 1..1024")
+    t = sc.get("temperature")
+    _need(t is None or (is_number(t) and t > 0), where, "scope.temperature", t,
+          "a finite number > 0 or null")
+    _need(sc.get("truncation") is None, where, "scope.truncation", sc.get("truncation"),
+          "null (no top-k or top-p truncation)")
+    return sc
 
 
 def champion_metric_keys(doc: dict) -> tuple:

@@ -22,6 +22,7 @@ from evolve.lang import primitives as P
 from evolve.objectives import OBJECTIVES
 from evolve.objectives.speculative import evolved_front, spec_arrays
 from evolve.rules import tuning
+from evolve.rules.table import RULES
 from evolve.tasks.writeback import write_back_trace
 
 HEADER_KEYS = ("tokens_per_call", "tv_per_token")
@@ -29,6 +30,49 @@ ESTIMATE = ("the champion reads a lookahead input (next_tv, ahead), which follow
             "drafted at its slot: its numbers hold those inputs at the recorded draft's "
             "values for every candidate, an estimate; `evolve simulate --compare` measures "
             "it free-running")
+
+
+WINS, LOSES, INFEASIBLE = "wins", "loses", "infeasible"
+
+
+def standing(objective, cfg, valid: dict, sa_valid, tuned: dict) -> dict:
+    """Where a champion stands on valid, by the score it was chosen by: ``infeasible``
+    when it is over the run's budget (or a cap) or decodes fewer tokens per call than
+    standard rejection; else ``loses`` when a rule family tuned on valid to the same
+    budget (``tuned``: ``tuning.tuned_report`` by family) decodes more, ``wins``
+    otherwise. Only a champion that wins is written back without ``--force``, and
+    ``evolve export`` refuses an infeasible one unless told otherwise."""
+    score = float(objective.split_score(valid, cfg))
+    std = float(tuning.evaluate("standard_rejection", sa_valid).tokens)
+    best = max(((name, rep) for name, rep in tuned.items() if rep is not None),
+               key=lambda nr: nr[1]["valid"]["tokens_per_call"], default=None)
+    out = {"valid_score": score, "standard_rejection": std,
+           "best_tuned": None if best is None else
+           {"rule": best[0], "param": best[1]["param"],
+            "tokens_per_call": best[1]["valid"]["tokens_per_call"]}}
+    dist = f"KL {cfg.kl_budget:g}" if objective.kl else f"TV {cfg.tv_budget:g}"
+    if score < 1.0:       # speed_fitness: a rule over its budget or a cap scores below 1
+        m = (valid.get("trajectory") or {}) if cfg.trajectory else valid
+        key, budget = ("kl_per_token", cfg.kl_budget) if objective.kl else \
+            ("tv_per_token", cfg.tv_budget)
+        got = m.get(key)
+        what = (f"{key.replace('_per_token', '').upper()} per token {got:.5f} > {budget:g}"
+                if isinstance(got, float) and got > budget else
+                "a cap (--cap-tv-position, --cap-tv-p99) or the trajectory guard")
+        return {**out, "verdict": INFEASIBLE, "why": f"over the run's budget on valid ({what})"}
+    if score < std:
+        return {**out, "verdict": INFEASIBLE,
+                "why": f"below standard rejection on valid ({score:.4f} vs {std:.4f} "
+                       "tokens per call)"}
+    if best is not None and out["best_tuned"]["tokens_per_call"] > score:
+        b = out["best_tuned"]
+        label = RULES[b["rule"]].label(b["param"]) if b["rule"] in RULES else b["rule"]
+        return {**out, "verdict": LOSES,
+                "why": f"{label}, tuned to the same budget, decodes more on valid "
+                       f"({b['tokens_per_call']:.4f} vs {score:.4f} tokens per call)"}
+    return {**out, "verdict": WINS,
+            "why": f"beats standard rejection and every rule family tuned to {dist} on "
+                   f"valid ({score:.4f} tokens per call)"}
 
 
 class TraceTask(Task):
@@ -104,6 +148,8 @@ class TraceTask(Task):
             champion["tv_p99_cap"] = cfg.tv_p99_cap
         if P.uses_lookahead_inputs(result.nodes):
             champion["estimate"] = ESTIMATE
+        champion["scope"] = traces.scope_of(result.splits["valid"].meta)
+        champion["standing"] = standing(objective, cfg, metrics["valid"], sas["valid"], tuned)
         return {"champion": champion,
                 "files": files, "series": series}
 
@@ -112,6 +158,10 @@ class TraceTask(Task):
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
+        st = meta.get("standing") or {}
+        if st.get("verdict", WINS) != WINS and not opts.force:
+            return {"written": False, "module": "evolved_trace.py", "refused": st["verdict"],
+                    "why": st["why"], "tv_budget": config.tv_budget}
         sa = spec_arrays("valid", {"valid": valid}, {"valid": evaluator})
         return write_back_trace(codegen.module_source(
             nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",

@@ -1,0 +1,157 @@
+"""The scope part of every exported module: the rule decides what it was scored on.
+
+On traces the exact objectives apply a rule to the drafts among the draft's
+``top_k`` most probable tokens (ties: lower id first) and the standard rule
+min(1, p/q) to the others, at a constant draft length and one temperature with no
+top-k or top-p truncation (``evolve.data.traces.scope_of``). An exported module
+keeps that scope: ``SCOPE``, ``TOP_K``, ``BLOCK_SIZE`` and ``TEMPERATURE``, and
+
+- ``draft_rank(q, token)``: the rank of each drafted token under the draft's
+  distribution, the order the traces' candidates were taken in;
+- ``acceptance(draft_rank, <inputs>)``: the acceptance probability the rule was
+  scored with, clip(threshold, 0, 1) (NaN: 0) inside the scope and the standard
+  rule outside it;
+- ``accept(u, <inputs>, draft_rank=...)``: ``u < acceptance(...)``; a module of a
+  top-k scope refuses a call without the ranks (a rule applied to every drafted
+  token is not the rule that was scored).
+
+A rule scored on token splits (the seed's world) has no scope: ``accept(u,
+<inputs>)`` is ``u < threshold(...)`` as before. The engine formats compute the
+ranks from the probability tensors they hold (``evolve.export.engines``).
+"""
+
+from __future__ import annotations
+
+from evolve.export.backends import Backend
+from evolve.lang import codegen
+
+_RANK = {
+    "numpy": '''\
+
+def draft_rank(q, token):
+    """The rank of each drafted token under the draft's distribution (0: the most
+    probable; ties: lower id first), as the traces took their top-k candidates.
+    q: [..., vocab] probabilities; token: [...] ids."""
+    q = np.asarray(q)
+    token = np.asarray(token, dtype=np.int64)
+    qx = np.take_along_axis(q, token[..., None], axis=-1)
+    ids = np.arange(q.shape[-1])
+    return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(axis=-1)
+''',
+    "torch": '''\
+
+def draft_rank(q, token):
+    """The rank of each drafted token under the draft's distribution (0: the most
+    probable; ties: lower id first), as the traces took their top-k candidates.
+    q: [..., vocab] probabilities; token: [...] ids."""
+    token = torch.as_tensor(token, device=q.device).long()
+    qx = torch.gather(q, -1, token[..., None])
+    ids = torch.arange(q.shape[-1], device=q.device)
+    return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(dim=-1)
+''',
+}
+
+_ACCEPTANCE = {
+    "numpy": '''\
+
+def acceptance(draft_rank, {args}):
+    """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
+    (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
+    standard rule min(1, target_prob / draft_prob) for the others."""
+    h = np.asarray(threshold({args}))
+    a = np.where(h > 0, np.where(h > 1, 1, h), 0).astype(h.dtype)
+    if TOP_K is None:
+        return a
+    with np.errstate(all="ignore"):
+        q = np.asarray(draft_prob, dtype=h.dtype)
+        std = np.where(q > 0, np.minimum(1, np.asarray(target_prob, dtype=h.dtype) / q), 0)
+    return np.where(np.asarray(draft_rank) < TOP_K, a, std).astype(h.dtype)
+
+
+def accept(u, {args}, draft_rank=None):
+    """True where the drafted token is accepted, as the rule was scored:
+    u < acceptance(draft_rank, ...). draft_rank (draft_rank(q, token)) is needed when
+    the rule was scored on the draft's top-k only (TOP_K is not None)."""
+    if TOP_K is not None and draft_rank is None:
+        raise ValueError(f"accept: pass draft_rank: the rule was scored on drafts among "
+                         f"the draft's top {{TOP_K}} (the standard rule decides the others)")
+    return np.asarray(u) < acceptance(0 if draft_rank is None else draft_rank, {args})
+''',
+    "torch": '''\
+
+def acceptance(draft_rank, {args}):
+    """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
+    (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
+    standard rule min(1, target_prob / draft_prob) for the others."""
+    h = threshold({args})
+    a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
+    if TOP_K is None:
+        return a
+    q = torch.as_tensor(draft_prob, device=h.device).to(h.dtype)
+    p = torch.as_tensor(target_prob, device=h.device).to(h.dtype)
+    std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
+    return torch.where(torch.as_tensor(draft_rank, device=h.device) < TOP_K, a, std)
+
+
+def accept(u, {args}, draft_rank=None):
+    """True where the drafted token is accepted, as the rule was scored:
+    u < acceptance(draft_rank, ...). draft_rank (draft_rank(q, token)) is needed when
+    the rule was scored on the draft's top-k only (TOP_K is not None)."""
+    if TOP_K is not None and draft_rank is None:
+        raise ValueError(f"accept: pass draft_rank: the rule was scored on drafts among "
+                         f"the draft's top {{TOP_K}} (the standard rule decides the others)")
+    a = acceptance(0 if draft_rank is None else draft_rank, {args})
+    return torch.as_tensor(u, device=a.device) < a
+''',
+}
+
+_PLAIN_ACCEPT = {
+    "numpy": '''\
+
+def accept(u, {args}):
+    """True where the drafted token is accepted: u < threshold(...)."""
+    return np.asarray(u) < threshold({args})
+''',
+    "torch": '''\
+
+def accept(u, {args}):
+    """True where the drafted token is accepted: u < threshold(...)."""
+    h = threshold({args})
+    return torch.as_tensor(u, device=h.device) < h
+''',
+}
+
+
+def scope_constants(scope: dict | None) -> str:
+    """``SCOPE`` and its parts as module constants (None values for a token rule)."""
+    sc = scope or {}
+    return (f"SCOPE = {codegen.python_literal(scope)}\n"
+            f"TOP_K = {sc.get('top_k')!r}      # None: the rule decides every drafted token\n"
+            f"BLOCK_SIZE = {sc.get('block_size')!r}      # drafted tokens per target call\n"
+            f"TEMPERATURE = {sc.get('temperature')!r}   # both models, no top-k/top-p\n")
+
+
+def scope_source(scope: dict | None, backend: Backend, inputs: tuple) -> str:
+    """The module text after ``threshold``: ``accept`` alone for a rule with no scope
+    (token splits), else ``draft_rank``, ``acceptance`` and ``accept``."""
+    args = ", ".join(inputs)
+    if scope is None:
+        return _PLAIN_ACCEPT[backend.name].format(args=args)
+    if "draft_prob" not in inputs or "target_prob" not in inputs:
+        raise ValueError("a scoped rule's signature holds draft_prob and target_prob")
+    return _RANK[backend.name] + _ACCEPTANCE[backend.name].format(args=args)
+
+
+def scope_lines(scope: dict | None) -> list[str]:
+    """The header lines that say what the deployed rule shares with the scored one."""
+    if scope is None:
+        return ["Scope: scored on token splits (no draft/target pair): accept(u, ...) is "
+                "u < threshold(...)."]
+    k, t = scope.get("top_k"), scope.get("temperature")
+    who = ("every drafted token" if k is None else
+           f"drafts among the draft's top {k} tokens (draft_rank < TOP_K; ties: lower id "
+           f"first); the standard rule min(1, p/q) decides the others")
+    return [f"Scope (what the rule was scored with, and keeps here): the rule decides {who};",
+            f"  {scope.get('block_size')} drafted tokens per target call (a constant draft "
+            f"length); temperature {'not recorded' if t is None else repr(t)} on both "
+            "models with no top-k or top-p truncation."]

@@ -1,0 +1,367 @@
+"""What a user deploys decides as the objectives scored it.
+
+A champion scored on traces keeps its scope in every export (the draft's top-k, the
+draft length, the temperature: ``evolve.data.traces.scope_of``). Checked here:
+
+- the acceptance probabilities of the numpy, torch and vLLM exports equal the ones
+  the project's exact emission (``evolve.data.emission.acceptance``, what ``evolve
+  simulate --compare`` and the objectives use) gives, on random distributions with
+  ties, and differ from the rule applied to every token;
+- the transformers drop-in inside ``model.generate`` on a small GPT-2 pair (slow):
+  the first emitted token's distribution and the first draft's acceptance at a fixed
+  prompt match the exact gated emission within Monte Carlo error, with enough draws
+  that the same test rejects the drop-in with its gate removed; ``install`` pins the
+  draft length and the sampling settings and puts them back.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from evolve.data import emission as EM
+from evolve.data import traces as T
+from evolve.export import modules
+from evolve.lang import treeio
+from evolve.rules.adapters import tree_rule
+from tests.clikit import fake_trace_run, invoke
+
+torch = pytest.importorskip("torch")
+
+LENIENT = "pmin(1.0, pdiv(target_prob, mul(0.2, draft_prob)))"     # leniency 0.2
+K, V = 4, 24
+
+
+def load(tmp_path, source: str, name: str):
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def scope(k=K, vocab=V, g=4):
+    return {"top_k": k, "vocab_size": vocab, "block_size": g, "temperature": 1.0,
+            "truncation": None, "backend": "hf"}
+
+
+def export(tmp_path, fmt: str, sc, tree: str = LENIENT, name: str = "rule"):
+    meta = {"run": "r", "metrics": {}, "scope": sc}
+    return load(tmp_path, modules.export_source(treeio.parse(tree), fmt, meta, "t"),
+                f"{name}_{fmt}")
+
+
+def random_pq(rng, rows: int, vocab: int = V):
+    """Distributions with ties in q (repeated values) so the rank's tie rule matters."""
+    p = rng.dirichlet(np.full(vocab, 0.3), size=rows)
+    q = np.floor(rng.dirichlet(np.full(vocab, 0.5), size=rows) * 30) + 1.0    # ties, q > 0
+    return p, q / q.sum(axis=1, keepdims=True)
+
+
+def project_acceptance(p, q, tree: str, k: int):
+    """The exact objectives' a(x) for every token (the standard rule outside the top k)."""
+    rule = tree_rule(treeio.parse(tree))
+    F = EM.vocab_features(p, q, np.zeros(len(p)), np.zeros(len(p)))
+    return EM.acceptance(p, q, F, rule, k)
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch"])
+def test_array_exports_accept_as_the_objectives_scored(fmt, tmp_path):
+    rng = np.random.default_rng(0)
+    p, q = random_pq(rng, 200)
+    assert (np.diff(np.sort(q, axis=1), axis=1) == 0).any()          # ties in q
+    want = project_acceptance(p, q, LENIENT, K)
+    every = project_acceptance(p, q, LENIENT, V)
+    assert np.abs(want - every).max() > 0.1         # the scope matters for this rule
+    mod = export(tmp_path, fmt, scope())
+    assert mod.TOP_K == K and mod.BLOCK_SIZE == 4 and mod.TEMPERATURE == 1.0
+    M = p.shape[0]
+    tok = np.tile(np.arange(V), (M, 1))
+    qq = np.repeat(q[:, None, :], V, axis=1)
+    conv = (lambda a: a) if fmt == "numpy" else torch.as_tensor
+    rank = np.asarray(mod.draft_rank(conv(qq), conv(tok)))
+    feats = EM.vocab_features(p, q, np.zeros(M), np.zeros(M))
+    args = [conv(np.asarray(feats[n], dtype=np.float64)) for n in mod.INPUTS]
+    got = np.asarray(mod.acceptance(conv(rank), *args))
+    np.testing.assert_array_equal(got, want)
+    u = rng.random((M, V))
+    np.testing.assert_array_equal(np.asarray(mod.accept(conv(u), *args, draft_rank=conv(rank))),
+                                  u < want)
+    with pytest.raises(ValueError, match="draft_rank"):
+        mod.accept(conv(u), *args)
+    # a rule scored on every token (top-k = the vocabulary) needs no rank
+    full = export(tmp_path, fmt, scope(k=None), name="full")
+    np.testing.assert_array_equal(np.asarray(full.accept(conv(u), *args)), u < every)
+
+
+def test_vllm_module_and_patch_lines_accept_as_the_objectives_scored(tmp_path):
+    from tests.test_vllm_patch import kernel_scope_decisions
+    rng = np.random.default_rng(1)
+    p, q = random_pq(rng, 64)
+    want = project_acceptance(p, q, LENIENT, K)
+    mod = export(tmp_path, "vllm", scope(g=3))
+    # one request of 5 drafts per row: each row's tokens 0..4 at block positions 0..4
+    n = 5
+    x = np.stack([rng.permutation(V)[:n] for _ in range(len(p))])
+    ids = torch.as_tensor(x.reshape(-1))
+    P = torch.as_tensor(np.repeat(p, n, axis=0))
+    Q = torch.as_tensor(np.repeat(q, n, axis=0))
+    cu = torch.arange(1, len(p) + 1) * n
+    h = mod.thresholds(ids, Q, P, cu).numpy().reshape(len(p), n)
+    a = np.take_along_axis(want, x, axis=1)
+    std = np.minimum(1.0, np.take_along_axis(p / q, x, axis=1))
+    pos = np.arange(n)[None, :]
+    np.testing.assert_allclose(h, np.where(pos < 3, a, std), rtol=0, atol=1e-15)
+    # a drafter without probabilities: q one-hot, every draft rank 0
+    h1 = mod.thresholds(ids, None, P, cu).numpy().reshape(len(p), n)
+    assert np.isfinite(h1).all()
+    # the lines the patch puts in vLLM's kernel, with torch playing triton.language
+    u = rng.random(x.shape)
+    got = kernel_scope_decisions(treeio.parse(LENIENT), scope(g=3), np.repeat(q, n, 0),
+                                 np.repeat(p, n, 0), x.reshape(-1), np.tile(np.arange(n),
+                                                                            len(p)),
+                                 u.reshape(-1))
+    np.testing.assert_array_equal(got.reshape(x.shape), u < np.where(pos < 3, a, std))
+
+
+def test_exports_refuse_a_trace_champion_without_its_scope(tmp_path):
+    runs = tmp_path / "runs"
+    run = fake_trace_run(runs, "old", LENIENT)
+    champ = json.loads((run / "champion.json").read_text())
+    del champ["scope"]
+    (run / "champion.json").write_text(json.dumps(champ))
+    r = invoke("export", "old", "--format", "torch", "--runs-dir", runs)
+    assert r.exit_code == 2 and "records no scope" in r.stderr, r.output
+    champ["scope"] = {**scope(), "top_k": 10 ** 9}          # written into code: checked
+    (run / "champion.json").write_text(json.dumps(champ))
+    r = invoke("export", "old", "--format", "torch", "--runs-dir", runs)
+    assert r.exit_code == 2 and "scope.top_k" in r.stderr, r.output
+
+
+def test_infeasible_champions_are_not_exported_unless_asked(tmp_path):
+    runs = tmp_path / "runs"
+    fake_trace_run(runs, "bad", LENIENT, standing={"verdict": "infeasible",
+                                                    "why": "over the run's budget"})
+    r = invoke("export", "bad", "--format", "torch", "--runs-dir", runs)
+    assert r.exit_code == 2 and "infeasible" in r.stderr and "--allow-infeasible" in r.stderr
+    r = invoke("export", "bad", "--format", "torch", "--runs-dir", runs, "--allow-infeasible")
+    assert r.exit_code == 0 and "def acceptance(" in r.stdout
+    fake_trace_run(runs, "lost", LENIENT, standing={"verdict": "loses",
+                                                     "why": "leniency decodes more"})
+    r = invoke("export", "lost", "--format", "torch", "--runs-dir", runs)
+    assert r.exit_code == 0 and "loses" in r.stderr
+
+
+# ------------------------------------------------- inside transformers' generate
+
+G = 4
+DRAWS = 1000
+Z = 4.0                                  # acceptance within Z standard errors
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from transformers import AutoModelForCausalLM
+    from tests import hfkit
+    root = tmp_path_factory.mktemp("faithful_pair")
+    t, d = hfkit.tiny_pair(root)
+    target = AutoModelForCausalLM.from_pretrained(t).eval()
+    draft = AutoModelForCausalLM.from_pretrained(d).eval()
+    return target, draft
+
+
+def _first_tokens(mod, target, draft, prompt, n: int):
+    """First new token and first-draft acceptance of n generations of one block."""
+    torch.manual_seed(7)
+    first = np.empty(n, dtype=np.int64)
+    acc = np.empty(n, dtype=bool)
+    decided, accept = [], mod.accept
+
+    def spy(*args, **kwargs):           # the drop-in's decisions, passed on unchanged
+        out = accept(*args, **kwargs)
+        decided.append(bool(out[0]))
+        return out
+    mod.accept = spy
+    try:
+        for i in range(n):
+            decided.clear()
+            out = mod.generate(target, draft, prompt, attention_mask=torch.ones_like(prompt),
+                               max_new_tokens=G + 1, pad_token_id=0)
+            first[i] = out[0, prompt.shape[1]].item()
+            acc[i] = decided[0]             # the first call's first draft
+    finally:
+        mod.accept = accept
+    return first, acc
+
+
+def _log_likelihood(tokens, dist):
+    return float(np.log(np.maximum(dist[tokens], 1e-300)).sum())
+
+
+def _chi2_fits(tokens, dist) -> tuple[float, float]:
+    """Pearson's chi-square of the tokens' counts against ``dist`` (tokens expected
+    fewer than 5 times pooled into one bin), and its 0.999 quantile (Wilson-Hilferty)."""
+    n = len(tokens)
+    counts = np.bincount(tokens, minlength=dist.size).astype(float)
+    big = dist * n >= 5
+    obs = np.append(counts[big], counts[~big].sum())
+    exp = np.append(dist[big] * n, dist[~big].sum() * n)
+    keep = exp > 0
+    stat = float(((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum())
+    df = int(keep.sum()) - 1
+    z = 3.090232306167813                 # the 0.999 normal quantile
+    return stat, df * (1 - 2 / (9 * df) + z * np.sqrt(2 / (9 * df))) ** 3
+
+
+@pytest.mark.slow
+def test_transformers_dropin_emits_the_scored_distribution(pair, tmp_path):
+    from tests import hfkit
+    target, draft = pair
+    k = 8
+    sc = scope(k=k, vocab=hfkit.VOCAB, g=G)
+    prompt = torch.tensor([[100, 101, 32, 40]])
+    with torch.no_grad():
+        p = target(prompt).logits[0, -1].double().softmax(-1).numpy()[None]
+        q = draft(prompt).logits[0, -1].double().softmax(-1).numpy()[None]
+    a = project_acceptance(p, q, LENIENT, k)
+    a_all = project_acceptance(p, q, LENIENT, hfkit.VOCAB)
+    e = EM.exact_output(p, q, a)[0]
+    e_all = EM.exact_output(p, q, a_all)[0]
+    tv, tv_all = (0.5 * np.abs(x - p[0]).sum() for x in (e, e_all))
+    assert tv_all > 1.5 * tv, (tv, tv_all)      # the gate matters here, as in practice
+    gated = export(tmp_path, "hf", sc)
+    ungated = export(tmp_path, "hf", sc, name="ungated")
+    ungated.TOP_K = None                      # the planted bug: every token by the rule
+    results = {}
+    for name, mod in (("gated", gated), ("ungated", ungated)):
+        first, acc = _first_tokens(mod, target, draft, prompt, DRAWS)
+        # (calls after the first may draft fewer near the maximum length or after a
+        # drafted end-of-sequence token; never more: the drop-in refuses that)
+        assert mod.STATS["calls"] >= DRAWS and mod.STATS["candidates"] > DRAWS * G / 2
+        results[name] = (first, acc)
+    A, A_all = float((q[0] * a[0]).sum()), float((q[0] * a_all[0]).sum())
+    for name, (first, acc) in results.items():
+        se = np.sqrt(A * (1 - A) / DRAWS)
+        llr = _log_likelihood(first, e) - _log_likelihood(first, e_all)
+        print(f"{name}: first-draft acceptance {acc.mean():.4f} (gated exact {A:.4f}, "
+              f"ungated {A_all:.4f}, se {se:.4f}); log-likelihood ratio gated/ungated "
+              f"{llr:.1f}; TV exact {tv:.4f} vs ungated {tv_all:.4f}")
+        stat, limit = _chi2_fits(first, e)
+        print(f"  chi-square of the first tokens against the exact gated emission {stat:.1f} "
+              f"(0.999 quantile {limit:.1f})")
+        if name == "gated":
+            assert abs(acc.mean() - A) < Z * se
+            assert llr > 0 and stat < limit
+        else:
+            assert abs(acc.mean() - A) >= Z * se and llr < 0 and stat > limit
+
+
+@pytest.mark.slow
+def test_install_pins_the_scored_decoding_and_puts_it_back(pair, tmp_path):
+    import transformers.generation.utils as gu
+    target, draft = pair
+    mod = export(tmp_path, "hf", scope(k=8, vocab=256, g=3))
+    before = (draft.generation_config.num_assistant_tokens,
+              draft.generation_config.num_assistant_tokens_schedule,
+              target.generation_config.top_k, target.generation_config.do_sample)
+    original = gu._speculative_sampling
+    with pytest.raises(ValueError, match="install\\(model, assistant_model\\)"):
+        mod.install()
+    mod.install(target, draft)
+    assert draft.generation_config.num_assistant_tokens == 3
+    assert draft.generation_config.num_assistant_tokens_schedule == "constant"
+    assert draft.generation_config.assistant_confidence_threshold == 0.0
+    assert target.generation_config.top_k == 0 and target.generation_config.do_sample
+    mod.uninstall()
+    assert gu._speculative_sampling is original
+    assert (draft.generation_config.num_assistant_tokens,
+            draft.generation_config.num_assistant_tokens_schedule,
+            target.generation_config.top_k, target.generation_config.do_sample) == before
+    prompt = torch.tensor([[100, 101, 32]])
+    with pytest.raises(ValueError, match="temperature"):
+        mod.generate(target, draft, prompt, temperature=0.5)
+    # more drafted tokens than the scored block: refused in one line
+    draft.generation_config.num_assistant_tokens = 5
+    mod.install(target, draft)
+    draft.generation_config.num_assistant_tokens = 5      # overridden after install
+    try:
+        with pytest.raises(ValueError, match="blocks of 3"):
+            target.generate(prompt, attention_mask=torch.ones_like(prompt),
+                            assistant_model=draft, max_new_tokens=8, pad_token_id=0)
+    finally:
+        mod.uninstall()
+    target.generation_config.repetition_penalty = 1.3
+    try:
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            mod.install(target, draft)
+    finally:
+        target.generation_config.repetition_penalty = 1.0
+    assert gu._speculative_sampling is original
+
+
+# ------------------------------------------------------- champions judged first
+
+def test_standing_of_a_champion_against_standard_and_tuned_rules():
+    from evolve.objectives import OBJECTIVES
+    from evolve.objectives.spec import SpecArrays
+    from evolve.rules import tuning
+    from evolve.search.config import Config
+    from evolve.tasks.traces import standing
+    from tests import tracekit
+    sa = SpecArrays.from_split(tracekit.split("valid"))
+    std = tuning.evaluate("standard_rejection", sa).tokens
+    cfg = Config(objective="speed", tv_budget=0.02)
+    tuned = {"leniency": {"param": 0.9, "valid": {"tokens_per_call": std + 0.1}},
+             "typical_acceptance": None}
+
+    def m(tokens, tv):
+        return {"tokens_per_call": tokens, "tv_per_token": tv, "kl_per_token": 0.0,
+                "tv_by_position": [tv] * 4, "tv_p99": tv}
+    cases = [(m(std + 0.5, 0.03), "infeasible", "TV per token 0.03000 > 0.02"),
+             (m(std - 0.05, 0.0), "infeasible", "below standard rejection"),
+             (m(std + 0.05, 0.01), "loses", "leniency(l=0.9)"),
+             (m(std + 0.2, 0.02), "wins", "beats standard rejection")]
+    for valid, verdict, words in cases:
+        st = standing(OBJECTIVES["speed"], cfg, valid, sa, tuned)
+        assert st["verdict"] == verdict and words in st["why"], st
+        assert st["standard_rejection"] == std
+    assert standing(OBJECTIVES["speed"], cfg, m(std + 0.05, 0.01), sa,
+                    {"leniency": None})["verdict"] == "wins"
+
+
+def test_only_a_winning_champion_is_written_back(tmp_path):
+    """A short run's champion that does not beat the tuned baselines is not written
+    back, and the run says why; --force writes it back."""
+    from evolve.data import traces
+    from tests import tracekit
+    from tests.conftest import TINY
+    data = tmp_path / "traces"
+    data.mkdir()
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), data / f"{s}.npz")
+    heur = tmp_path / "heuristics"
+    env = {"EVOLVE_HEURISTICS_DIR": str(heur)}
+    args = ("run", "--objective", "speed", "--data", data, "--runs-dir", tmp_path / "runs",
+            "--generations", TINY["generations"], "--population", TINY["population"],
+            "--seed", "2")
+    r = invoke(*args, "--name", "a", env=env)
+    assert r.exit_code == 0, r.output
+    champ = json.loads((tmp_path / "runs" / "a" / "champion.json").read_text())
+    verdict = champ["standing"]["verdict"]
+    assert verdict != "wins", champ["standing"]        # 4 generations do not win here
+    assert f"not written back to heuristics/evolved_trace.py: the champion is {verdict}" \
+        in r.stdout
+    assert not (heur / "evolved_trace.py").exists()
+    assert champ["scope"] == T.scope_of(tracekit.split("valid").meta)
+    r = invoke(*args, "--name", "b", "--force", env=env)
+    assert r.exit_code == 0 and (heur / "evolved_trace.py").exists(), r.output
+    r = invoke("export", "--installed", "--format", "torch", *(
+        ("--allow-infeasible",) if verdict == "infeasible" else ()), env=env)
+    assert r.exit_code == 0 and f"TOP_K = {champ['scope']['top_k']}" in r.stdout, r.output
