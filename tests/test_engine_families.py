@@ -226,6 +226,7 @@ def test_tuned_sglang_setting_is_within_budget_and_pasteable(full_dir):
         assert x["fits_valid"] and x["valid"]["tv_per_token"] <= 0.03
         assert x["setting"].startswith("--speculative-accept-threshold-single ")
         assert f"{x['param']:.4g}" in x["setting"]
+        assert "--speculative-eagle-topk 1" in x["setting"]      # chain drafts, as scored
     acc = next(x for x in rows if x["rule"] == "sglang_acc")
     assert acc["test"]["tokens_per_call"] > 1.0
 
@@ -241,7 +242,14 @@ def test_tradeoff_table_shows_engine_settings(tiny_dir):
                  "--json")
     rows = json.loads(one.stdout)["budgets"][0]["rows"]
     assert [x["rule"] for x in rows] == ["hf_ensemble"]
-    assert rows[0]["setting"] == f"assistant_ensemble_weight={rows[0]['param']:.4g}"
+    # the weight, and the settings that decode as it was scored: the traces' draft
+    # length (a constant one, no confidence cut-off) and temperature, no truncation
+    g = tracekit.TINY.block_size
+    setting = rows[0]["setting"]
+    assert setting.startswith(f"assistant_ensemble_weight={rows[0]['param']:.4g}, "
+                              "do_sample=True, temperature=1, top_k=0, top_p=1.0")
+    assert (f"num_assistant_tokens={g}, num_assistant_tokens_schedule='constant', "
+            "assistant_confidence_threshold=0.0") in setting
     # the own-trajectory estimate assumes the top-k rule: not given for an engine's knob
     traj = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--engine", "transformers",
                   "--trajectory", "--json")

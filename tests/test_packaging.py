@@ -2,8 +2,8 @@
 
 The wheel is built from this checkout and installed into a fresh virtualenv outside
 the source tree; the installed ``evolve`` then runs the main commands there, with the
-default locations of an installed package (``runs/`` of the working directory, the
-installed ``heuristics`` package for write-back). Slow: the virtualenv installs the
+default locations of an installed package (``runs/`` and ``heuristics/`` of the working
+directory: write-back never changes the installed package). Slow: the virtualenv installs the
 core dependencies (from pip's cache when they are there).
 """
 
@@ -104,7 +104,17 @@ def test_non_editable_install_runs_the_main_commands(wheel, tmp_path):
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     bench = _run([evolve, "benchmark", "--data", "d"], cwd=work).stdout
     assert "standard_rejection" in bench and "evolved" in bench
-    # write-back went to the installed heuristics package, never to this checkout
-    installed = Path(where[1]).parent / "evolved.py"
-    assert installed.is_file()
-    assert str(ROOT) not in str(installed)
+    # write-back stays in the project: heuristics/ of the working directory, never the
+    # installed package (nor this checkout)
+    package = Path(where[1]).parent / "evolved.py"
+    before = package.read_text()
+    written = work / "heuristics" / "evolved.py"
+    assert written.is_file() and "run: " in written.read_text()
+    assert f"run ({run.name}" in bench or run.name in bench, bench
+    other = tmp_path / "other"
+    other.mkdir()
+    _run([evolve, "data", "generate", "--out", "d", "--sequences", "40"], cwd=other)
+    mine = _run([evolve, "export", "--installed", "tokens", "--format", "numpy"], cwd=work)
+    theirs = _run([evolve, "export", "--installed", "tokens", "--format", "numpy"], cwd=other)
+    assert f"run: {run.name}" in mine.stdout and "run: initial" in theirs.stdout
+    assert package.read_text() == before and not (other / "heuristics").exists()

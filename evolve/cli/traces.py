@@ -363,7 +363,7 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     from evolve.objectives.trajectory import TraceBlocks
     res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra,
                           TraceBlocks.from_split(splits["test"]) if trajectory else None,
-                          device)
+                          device, traces.scope_of(splits["valid"].meta))
     # standard last among the families: drawn over leniency l=1 and ears beta=0 (same point)
     names = [k for k in res["series"] if k in families() and k != "standard_rejection"]
     names += [k for k in res["series"] if k not in names]

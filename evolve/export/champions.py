@@ -14,6 +14,7 @@ from evolve.runs.rundir import RunDir, RunError
 from evolve.runs.schema import SchemaError, check_scope
 from evolve.tasks import TASKS, champion_task
 from evolve.io.paths import heuristics_dir
+from heuristics import registry
 from evolve.tasks.writeback import module_metadata
 
 INSTALLED = {t.installed: f"{t.module}.py" for t in TASKS.values() if t.module}
@@ -64,6 +65,8 @@ def from_installed(kind: str, directory: Path | None = None) -> tuple[list, dict
     """(nodes, metadata, title) of the installed rule: heuristics/evolved_trace.py
     (``trace``) or heuristics/evolved.py (``tokens``)."""
     path = heuristics_dir(directory) / INSTALLED[kind]
+    if kind == "tokens":      # the package's own until a run writes one back here
+        path = registry.evolved_path(heuristics_dir(directory))
     meta = module_metadata(path)
     try:
         nodes = treeio.parse(meta.get("tree"))

@@ -1,12 +1,14 @@
 """Default locations: the data, the traces, the run directories and the heuristics
 package that write-back updates.
 
-Run from a source checkout (an editable install, as the Makefile makes), the data
-and run directories are the checkout's ``datasets/`` and ``runs/``. Installed from a
-wheel (``pip install .``), the package has no checkout around it: they are then
-``datasets/`` and ``runs/`` of the working directory. The heuristics directory is
-always the folder of the imported ``heuristics`` package, since that is the module
-``evolve benchmark`` imports.
+Run from a source checkout (an editable install, as the Makefile makes), the data,
+run and heuristics directories are the checkout's ``datasets/``, ``runs/`` and
+``heuristics/`` (the package itself). Installed from a wheel (``pip install .``),
+the package has no checkout around it: they are then ``datasets/``, ``runs/`` and
+``heuristics/`` of the working directory, so a write-back stays in the project it
+was made for and never changes the installed package (``evolve benchmark`` and
+``evolve export --installed`` read the champion from there; until a run writes one
+back, the package's own ``heuristics/evolved.py``, standard rejection, stands in).
 
 ``EVOLVE_RUNS_DIR`` and ``EVOLVE_HEURISTICS_DIR`` override the last two (tests
 use them to keep the checkout untouched); every command also takes options.
@@ -31,7 +33,8 @@ ROOT = PACKAGE_ROOT if is_checkout(PACKAGE_ROOT) else Path.cwd()
 DATA_DIR = ROOT / "datasets"
 TRACES_DIR = DATA_DIR / "traces"
 RUNS_DIR = ROOT / "runs"
-HEURISTICS_DIR = PACKAGE_ROOT / "heuristics"
+PACKAGE_HEURISTICS = PACKAGE_ROOT / "heuristics"     # the installed package's own folder
+HEURISTICS_DIR = ROOT / "heuristics"                  # where write-back goes by default
 RUNS_ENV = "EVOLVE_RUNS_DIR"
 HEURISTICS_ENV = "EVOLVE_HEURISTICS_DIR"
 

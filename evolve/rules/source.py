@@ -17,7 +17,7 @@ from evolve.lang import codegen, treeio
 from evolve.objectives.base import TOKENS
 from evolve.rules.table import rules
 from evolve.io.atomic import atomic_write_text
-from evolve.io.paths import HEURISTICS_DIR
+from evolve.io.paths import PACKAGE_HEURISTICS
 
 
 def function_name(name: str) -> str:
@@ -48,7 +48,7 @@ def module_text() -> str:
 def main(argv: list[str]) -> int:
     text = module_text()
     if "--write" in argv:
-        atomic_write_text(HEURISTICS_DIR / "baselines.py", text)
+        atomic_write_text(PACKAGE_HEURISTICS / "baselines.py", text)
     else:
         sys.stdout.write(text)
     return 0

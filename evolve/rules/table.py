@@ -58,6 +58,10 @@ STANDARD = "standard"
 WITHOUT_DRAFT = "target_without_draft"
 RESIDUALS = (STANDARD, WITHOUT_DRAFT)
 ENGINES = ("transformers", "sglang")
+# SGLang's chain drafting at the traces' draft length (the families model topk = 1)
+SGLANG_CHAIN = (" --speculative-num-steps {g} --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens {g1}; requests with temperature={t}, "
+                "top_k and top_p off")
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class Rule:
     tail: str = "standard"
     engine: str | None = None
     setting: str | None = None
+    decoding: str | None = None     # the engine's settings that the scope fixes ({g}, {t})
 
     def tree(self, value: float | None = None) -> str:
         """The rule's tree text at ``value`` (default: the rule's default)."""
@@ -91,12 +96,20 @@ class Rule:
         v = self.default if value is None else value
         return f"{self.name}({self.param}={v:g})"
 
-    def engine_setting(self, value: float | None = None) -> str | None:
-        """The engine's own flags or keyword arguments for the rule at ``value``."""
+    def engine_setting(self, value: float | None = None, scope: dict | None = None) -> str | None:
+        """The engine's own flags or keyword arguments for the rule at ``value``; with
+        ``scope`` (``evolve.data.traces.scope_of`` of the traces it was tuned on) also
+        the settings that decode as it was scored: the draft length and temperature."""
         if self.setting is None:
             return None
         v = self.default if value is None else float(value)
-        return self.setting.replace("{p}", f"{v:.4g}")
+        out = self.setting.replace("{p}", f"{v:.4g}")
+        if scope is None or self.decoding is None:
+            return out
+        g, t = int(scope["block_size"]), scope.get("temperature")
+        return out + self.decoding.format(g=g, g1=g + 1,
+                                          t="the traces' (not recorded)" if t is None
+                                          else f"{t:g}")
 
     @property
     def data(self) -> str:
@@ -166,7 +179,11 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
          lenient=True, family=True, scope="vocabulary", tail="ensemble",
          engine="transformers",
-         setting="assistant_ensemble_weight={p}"),
+         setting="assistant_ensemble_weight={p}",
+         decoding=", do_sample=True, temperature={t}, top_k=0, top_p=1.0; on "
+                  "assistant_model.generation_config: num_assistant_tokens={g}, "
+                  "num_assistant_tokens_schedule='constant', "
+                  "assistant_confidence_threshold=0.0"),
     Rule("sglang_acc", "pmin(1.0, pdiv(target_prob, {p}))",
          "SGLang target-only, chain drafts: keep with min(1, t / t_acc) (t_single = 1); "
          "resample from t without the draft",
@@ -174,7 +191,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=THRESHOLD_GRID,
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single 1 "
-                 "--speculative-accept-threshold-acc {p}"),
+                 "--speculative-accept-threshold-acc {p}",
+         decoding=SGLANG_CHAIN),
     Rule("sglang_single", "ite(lt(target_prob, {p}), target_prob, 1.0)",
          "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
          "resample from t without the draft",
@@ -182,7 +200,8 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=THRESHOLD_GRID,
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single {p} "
-                 "--speculative-accept-threshold-acc 1"),
+                 "--speculative-accept-threshold-acc 1",
+         decoding=SGLANG_CHAIN),
 )}
 
 # The baselines --seed-baselines puts into the first population, in this order:

@@ -212,7 +212,8 @@ def series_of(points) -> dict:
 # ---------------------------------------------------------------- trade-off
 
 def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
-             extra: dict | None = None, blocks_test=None, device: str = "cpu") -> dict:
+             extra: dict | None = None, blocks_test=None, device: str = "cpu",
+             scope: dict | None = None) -> dict:
     """The trade-off report behind ``evolve tradeoff``.
 
     Every family of the rules table is swept on valid and on test; for each TV budget
@@ -229,7 +230,9 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     ``trajectory.TraceBlocks``) every rule row also carries, under
     ``test["trajectory"]``, the trajectory-aware estimate of its free-running
     tokens per call (``evolve.objectives.trajectory``). ``device``: where the kernel
-    sums run ("cpu" or "cuda"; the same report)."""
+    sums run ("cpu" or "cuda"; the same report). ``scope`` (``evolve.data.traces.scope_of``
+    of the traces) adds to each engine setting the draft length and temperature the
+    rules were scored with."""
     gpu.check(device)
     budgets = [float(b) for b in budgets]
     sweeps = {"valid": sweep_all(sa_valid, device=device),
@@ -257,7 +260,7 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             else:
                 rows.append({**rep, "kind": "family", "fits_valid": True,
                              "over_budget_test": rep["test"]["tv_per_token"] > b,
-                             **eng, "setting": r.engine_setting(rep["param"])})
+                             **eng, "setting": r.engine_setting(rep["param"], scope)})
         for name, o in fixed.items():
             rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,

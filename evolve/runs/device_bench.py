@@ -29,6 +29,7 @@ from evolve.lang import codegen, treeio
 from evolve.objectives.metrics import Counts
 from evolve.rules import table
 from heuristics import ops, registry
+from evolve.io.paths import heuristics_dir
 
 CPU_TIMING = {"device": "cpu", "by": "compiled per-rule functions (Numba)"}
 TORCH_TIMING = "torch token kernel, the split's columns on the device"
@@ -68,7 +69,7 @@ class DeviceBench:
         when it must be scored on the CPU (the reason, if any, in ``fallback``)."""
         if name == registry.EVOLVED:
             try:
-                fn = registry.get(name)
+                fn = registry.get(name, heuristics_dir())
             except Exception:  # noqa: BLE001 -- hand-edited: the CPU path reports it as skipped
                 return None
             nodes, why = evolved_tree(fn)

@@ -17,6 +17,7 @@ from evolve.runs.rundir import RunDir, RunError, list_runs
 from evolve.tasks import champion_task
 from evolve.runs.scoring import PreparedSplit, score
 from evolve.tasks.writeback import module_metadata
+from evolve.io.paths import heuristics_dir
 from heuristics import registry
 from evolve.kernels.tokens import population_counts
 from evolve.objectives.metrics import Counts
@@ -65,7 +66,7 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int,
             continue
         for split, m in rows.items():
             out["splits"][split]["heuristics"][n] = m
-    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
+    out["evolved"] = module_metadata(registry.evolved_path(heuristics_dir()))
     return out
 
 
@@ -75,7 +76,7 @@ def _cpu_rows(names: list[str], prepared: dict, repeats: int, skipped: dict) -> 
     compiled, found = {}, {}
     for n in names:
         try:
-            compiled[n] = registry.compiled(n)
+            compiled[n] = registry.compiled(n, heuristics_dir())
         except Exception as e:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
             if n != registry.EVOLVED:
                 raise
@@ -105,14 +106,14 @@ def run_table(data_dir: Path) -> dict:
         for n, raw in zip(names, population_counts(progs, ps.arrays)):
             out["splits"][k]["heuristics"][n] = Counts.from_raw(ps.n, raw).metrics()
     try:
-        ufunc = registry.compiled(registry.EVOLVED)
+        ufunc = registry.compiled(registry.EVOLVED, heuristics_dir())
         rows = {k: score_once(ufunc, ps) for k, ps in splits.items()}
         if all(math.isfinite(v) for m in rows.values() for v in m.values()):
             for k, m in rows.items():
                 out["splits"][k]["heuristics"][registry.EVOLVED] = m
     except Exception:  # noqa: BLE001 -- evolved.py may be hand-edited: anything goes
         pass
-    out["evolved"] = module_metadata(Path(registry.__file__).with_name("evolved.py"))
+    out["evolved"] = module_metadata(registry.evolved_path(heuristics_dir()))
     return out
 
 
