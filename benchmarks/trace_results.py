@@ -346,10 +346,14 @@ def markdown(doc: dict) -> str:
             steer = "" if vs is None else (
                 f"{vs['draft_loglik_per_token']['difference']:+.4f} ± "
                 f"{vs['draft_loglik_per_token']['se']:.4f}")
+            kind = (fr.get("distortion") or {}).get("kind", "exact")
+            free_tv = ("not measured" if fr["tv_per_token"] is None else
+                       f"{fr['tv_per_token']:.4f}" + (f" ± {fr['tv_se']:.4f} (estimate)"
+                                                      if kind == "estimate" else ""))
             lines.append(f"| {label} | {o['tokens_per_call']:.4f} | {o['tv_per_token']:.4f} | "
                          f"{o['tv_p99']:.4f} | {o['kl_per_token']:.4f} | "
                          f"{100 * o['oracle_share']:.0f}% | {fr['tokens_per_call']:.4f} ± "
-                         f"{fr['tokens_se']:.4f} | {fr['tv_per_token']:.4f} | {diff} | {steer} |")
+                         f"{fr['tokens_se']:.4f} | {free_tv} | {diff} | {steer} |")
         lines.append("")
         lines += baselines_markdown(b)
         for variant, r in b["runs"].items():
@@ -359,12 +363,20 @@ def markdown(doc: dict) -> str:
                          f"{o['median']:.4f}, min {o['min']:.4f}, max {o['max']:.4f}); "
                          f"`{r['command']}`")
             if "--lookahead" in r["command"]:
+                d = (free["rules"].get(variant) or {}).get("distortion") or {}
                 lines.append("  It reads a lookahead input: its offline numbers are an "
                              "estimate (next_tv and ahead held at the recorded draft's values "
-                             "for every candidate); its free-running numbers are measured."
+                             "for every candidate); free-running, its tokens per call are "
+                             "measured and its TV is estimated"
+                             + (f" at {d['slots']:,} of {d['reached']:,} reached slots, "
+                                f"{d['futures']} sampled later drafts per candidate (mean "
+                                f"slot TV {d['slot_tv_mean']:.5f}; "
+                                f"{d['slot_tv_mean_half_futures']:.5f} at half the futures)"
+                                if d.get("kind") == "estimate" else "")
+                             + " (`evolve.data.lookahead_emission`)."
                              if P.uses_lookahead_inputs(treeio.parse(r["tree"])) else
-                             "  It reads neither lookahead input, so its offline numbers "
-                             "are exact.")
+                             "  It reads neither lookahead input, so its offline and "
+                             "free-running numbers are exact.")
         lines.append("")
     return "\n".join(lines)
 

@@ -89,7 +89,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
                    "estimate; compare them free-running with evolve simulate --compare).")
 @click.option("--inputs", type=str, default=None, metavar="NAME,...",
               help="Only these inputs (comma-separated) in the search, a subset of what the "
-                   "data offer [all].")
+                   "data offer (all of them by default).")
 @click.option("--engine", type=str, default=None, metavar="vllm|transformers",
               help="Only the inputs that engine's export computes (vllm: draft_prob, "
                    "target_prob, block_position), so the champion exports there.")

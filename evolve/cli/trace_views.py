@@ -156,9 +156,23 @@ def show_comparison(doc: dict, term) -> None:
     cols = [("rule", "left"), ("tokens/call", "right"), ("TV/token", "right"),
             ("KL/token", "right"), ("slot TV by position", "right"), ("slot TV p99", "right"),
             ("log p / token", "right"), ("log q / token", "right")]
-    rows = []
+    rows, notes = [], []
     for name, r in rules.items():
-        rows.append([name, pm(r["tokens_per_call"], r["tokens_se"]),
+        kind = (r.get("distortion") or {}).get("kind", "exact")
+        mark = {"estimate": " ~", "not measured": ""}.get(kind, "")
+        if kind == "not measured":
+            rows.append([name, pm(r["tokens_per_call"], r["tokens_se"]), "not measured",
+                         "", "", "", f"{r['target_loglik_per_token']:.4f}",
+                         f"{r['draft_loglik_per_token']:.4f}"])
+            notes.append(f"{name}: TV not measured: {r['distortion']['why']}")
+            continue
+        if kind == "estimate":
+            d = r["distortion"]
+            notes.append(f"{name} ~: TV and KL estimated: {d['why']} ({d['slots']:,} of "
+                         f"{d['reached']:,} reached slots, {d['futures']} futures per "
+                         f"candidate; mean slot TV {d['slot_tv_mean']:.5f}, "
+                         f"{d['slot_tv_mean_half_futures']:.5f} at half the futures)")
+        rows.append([name + mark, pm(r["tokens_per_call"], r["tokens_se"]),
                      pm(r["tv_per_token"], r["tv_se"], ".5f"),
                      pm(r["kl_per_token"], r["kl_se"], ".5f"),
                      " ".join(f"{x:.4f}" for x in r["slot_tv_by_position"]),
@@ -173,12 +187,16 @@ def show_comparison(doc: dict, term) -> None:
         rows = []
         for name, d in vs.items():
             t = d["tokens_per_call"]
+            dtv = d["tv_per_token"]
             rows.append([name, pm(t["difference"], t["se"]),
                          f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
-                         pm(d["tv_per_token"]["difference"], d["tv_per_token"]["se"], "+.5f"),
+                         "not measured" if dtv["difference"] is None else
+                         pm(dtv["difference"], dtv["se"], "+.5f"),
                          pm(d["target_loglik_per_token"]["difference"],
                              d["target_loglik_per_token"]["se"], "+.4f"),
                          pm(d["draft_loglik_per_token"]["difference"],
                              d["draft_loglik_per_token"]["se"], "+.4f")])
         term.table("paired differences (standard errors by sequence)", cols, rows)
+    for line in notes:
+        term.result(line)
     term.result(f"({doc['seconds']:.1f} s)")

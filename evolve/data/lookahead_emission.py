@@ -1,0 +1,141 @@
+"""The emitted token's distribution at a slot under a rule that reads the lookahead
+inputs, estimated over the block's later drafts (the n-gram pair).
+
+``next_tv`` and ``ahead`` at slot i are computed from the slot TVs of the block's later
+slots, and slot m's TV depends on the drafts before it. So a lookahead rule's decision
+at slot i depends on drafts after i, and two things change at slot j:
+
+- the acceptance of a candidate y at j depends on the drafts that would follow y;
+- reaching j (every earlier slot accepted) depends on x_j and later drafts too, which
+  tilts the drafted token at j away from q.
+
+Given the block's prefix (its start context and the drafts x_0 .. x_(j-1)) and that j
+is reached, with F = (x_j, ..., x_(g-2)) the drafts that the lookahead inputs of slots
+<= j read, w(F) = prod over i < j of a_i(F) the probability the earlier slots accept
+(their uniforms are independent of F) and a_j(F) the acceptance of x_j:
+
+    e(y) = [q(y) E[w a_j | x_j = y] + r(y) sum_y' q(y') E[w (1 - a_j) | x_j = y']]
+           / sum_y' q(y') E[w | x_j = y']
+
+with r the standard residual at j. Every candidate y is enumerated; the drafts after y
+that slots <= j read (x_(j+1) .. x_(g-2)) are sampled from the draft, ``futures`` per y
+(none are needed at the last two slots: there e is exact). The ratio is a consistent
+estimate, not an unbiased one: its bias shrinks as 1/futures (``estimate_slots``
+returns the same slots at half the futures too, so a caller can report the
+difference). For a rule that reads no lookahead input w and a_j do not depend on F and
+e is the exact emission of ``evolve.data.emission`` (tested to rounding).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data import decode as DEC
+from evolve.data import emission as EM
+
+VOCAB = DEC.VOCAB
+
+
+def _features(p, q, rows: dict, tokens, look: dict) -> dict:
+    """The rule's inputs of ``tokens`` (N,) at slots with distributions p, q (N, V),
+    the slot's own columns ``rows`` (position, block_position, slot features; (N,)),
+    and lookahead values ``look`` (N,)."""
+    n = np.arange(tokens.size)
+    return {"draft_prob": q[n, tokens], "target_prob": p[n, tokens],
+            "position": rows["position"], "draft_entropy": DEC.entropy(q),
+            "target_entropy": DEC.entropy(p),
+            "top_token_match": tokens == np.argmax(p, axis=1),
+            "block_position": rows["block_position"], "p_max": p.max(axis=1),
+            "q_max": q.max(axis=1), **DEC.slot_features(p, q), **look}
+
+
+def _acceptance(rule, p, q, rows: dict, tokens, look: dict, k: int) -> np.ndarray:
+    """a of ``tokens`` at their slots: the rule's clipped threshold for drafts among
+    q's top k, the standard rule for the others (as the decoders apply it)."""
+    a = DEC.clipped(rule.many(_features(p, q, rows, tokens, look)))
+    if DEC.judges_every_draft(rule):
+        return a
+    top = DEC.top_candidates(q, k)
+    inside = (top == tokens[:, None]).any(axis=1)
+    n = np.arange(tokens.size)
+    return np.where(inside, a, np.minimum(1.0, p[n, tokens] / q[n, tokens]))
+
+
+def slot_emission(pair, rule, block: dict, j: int, futures: int, rng) -> np.ndarray:
+    """The estimated emitted distribution (V,) at slot ``j`` of one block.
+
+    ``block``: the block's recorded columns (g rows each): ``context`` (C tokens before
+    each slot), ``token``, ``position``, ``block_position``, ``slot_tv`` (the path's
+    slot TVs; slot i's depends only on the drafts before i)."""
+    g = pair.config.block_size
+    k = pair.config.top_k
+    C = pair.context_len
+    probs = (lambda H: (pair.target.probs(H), pair.draft.probs(H)))
+    ctx = np.asarray(block["context"][j], dtype=np.uint8)
+    p, q = (x[0] for x in probs(ctx[None, :]))
+    V = p.size
+    depth = max(0, g - 2 - j)             # drafts after x_j that slots <= j read
+    M = futures if depth >= 1 else 1      # none to sample at the last two slots: exact
+    ys = np.repeat(np.arange(V), M)       # (V M,): candidate y, each with M futures
+    hist = np.concatenate([np.tile(ctx, (ys.size, 1)), ys[:, None].astype(np.uint8)], axis=1)
+    tv = np.tile(np.asarray(block["slot_tv"], dtype=np.float64)[:j + 1], (ys.size, 1))
+    later = []
+    for m in range(j + 1, g):             # slot m's TV, at the context after x_(m-1)
+        if m == j + 1:                    # one context per y: computed once, then repeated
+            P, Q = (np.repeat(x, M, axis=0) for x in probs(hist[::M, -C:]))
+        else:
+            P, Q = probs(hist[:, -C:])
+        later.append(np.maximum(Q - P, 0.0).sum(axis=1))
+        if m < g - 1:                     # the next draft, for the next slot's context
+            x = DEC.sample_rows(Q, rng.random(ys.size))
+            hist = np.concatenate([hist, x[:, None].astype(np.uint8)], axis=1)
+    tv = np.concatenate([tv] + [t[:, None] for t in later], axis=1) if later else tv
+    if tv.shape[1] < g:                   # j = g - 1: no later slots
+        tv = np.concatenate([tv, np.zeros((ys.size, g - tv.shape[1]))], axis=1)
+    look = DEC.lookahead_features(tv.reshape(-1), g)
+    look = {f: v.reshape(ys.size, g) for f, v in look.items()}
+    # the earlier slots' acceptances of the path's drafts, under each future
+    w = np.ones(ys.size)
+    for i in range(j):
+        Pi, Qi = probs(np.asarray(block["context"][i], dtype=np.uint8)[None, :])
+        Pi, Qi = np.repeat(Pi, ys.size, 0), np.repeat(Qi, ys.size, 0)
+        rows = {"position": np.full(ys.size, block["position"][i]),
+                "block_position": np.full(ys.size, i)}
+        tok = np.full(ys.size, int(block["token"][i]))
+        w *= _acceptance(rule, Pi, Qi, rows, tok, {f: v[:, i] for f, v in look.items()}, k)
+    rows = {"position": np.full(ys.size, block["position"][j]),
+            "block_position": np.full(ys.size, j)}
+    a = _acceptance(rule, np.repeat(p[None], ys.size, 0), np.repeat(q[None], ys.size, 0),
+                    rows, ys, {f: v[:, j] for f, v in look.items()}, k)
+    A = (w * a).reshape(V, M).mean(axis=1)               # E[w a_j | y]
+    W = w.reshape(V, M).mean(axis=1)                     # E[w | y]
+    R = (w * (1.0 - a)).reshape(V, M).mean(axis=1)       # E[w (1 - a_j) | y]
+    r = DEC.residual(p[None], q[None])[0]
+    r = r / r.sum()
+    Z = float((q * W).sum())
+    if Z <= 0.0:                          # the slot cannot be reached: nothing emitted
+        return np.full(V, np.nan)
+    return (q * A + r * float((q * R).sum())) / Z
+
+
+def estimate_slots(pair, rule, cols: dict, rows: np.ndarray, futures: int, seed: int):
+    """(TV, KL) of the estimated emission at the drafted positions ``rows`` of a
+    decoder's columns (``evolve.data.decode.decode``, rows in block order), and the
+    same at half the futures (from an independent stream): (tv, kl, tv_half)."""
+    g = pair.config.block_size
+    tv, kl, tv_half = (np.empty(rows.size) for _ in range(3))
+    names = ("context", "token", "position", "block_position", "slot_tv")
+    for n, row in enumerate(rows):
+        start = int(row) - int(cols["block_position"][row])
+        block = {f: cols[f][start:start + g] for f in names}
+        j = int(cols["block_position"][row])
+        p = pair.target.probs(np.asarray(block["context"][j], np.uint8)[None, :])
+        for out, m, stream in ((None, futures, 0), (tv_half, max(1, futures // 2), 1)):
+            rng = np.random.default_rng((seed, int(row), stream))
+            e = slot_emission(pair, rule, block, j, m, rng)
+            t, k_ = EM.distortion(p, e[None])
+            if out is None:
+                tv[n], kl[n] = t[0], k_[0]
+            else:
+                out[n] = t[0]
+    return tv, kl, tv_half
