@@ -1,9 +1,9 @@
-"""Export backends: one table per target array library, keyed by primitive name.
+"""Export backends: each target array library's templates and helpers.
 
-Each backend maps every primitive of ``evolve.lang.primitives.PRIMITIVES`` to
-a source template (``{0}``, ``{1}``, ... are the arguments, as in the
-primitive table's ``code`` column) and, for the protected operators, to the
-element-wise helper the template calls. The helpers are written against the
+A backend's templates are a column of the primitive table
+(``evolve.lang.primitives.PRIMITIVES``, ``exports``: ``{0}``, ``{1}``, ... are the
+arguments); what a backend adds here is the element-wise helper that each
+protected operator's template calls. The helpers are written against the
 constants of ``heuristics/ops.py`` (``DIV_EPS``, ``LOG_EPS``, ``LOG_FLOOR``,
 ``EXP_MAX``, ``EXP_CAP``), which an exported module defines from the same
 values, and follow its conventions exactly, NaN included:
@@ -46,69 +46,31 @@ class Backend:
     helpers: dict               # helper name -> its definition (source)
 
 
-NUMPY = Backend(
-    "numpy", "numpy", "np",
-    templates={
-        "add": "({0} + {1})",
-        "sub": "({0} - {1})",
-        "mul": "({0} * {1})",
-        "pdiv": "pdiv({0}, {1})",
-        "pmin": "np.where({0} < {1}, {0}, {1})",
-        "pmax": "np.where({0} > {1}, {0}, {1})",
-        "neg": "(-{0})",
-        "absf": "np.abs({0})",
-        "plog": "plog({0})",
-        "pexp": "pexp({0})",
-        "psqrt": "np.sqrt(np.abs({0}))",
-        "square": "({0} * {0})",
-        "lt": "({0} < {1})",
-        "ite": "np.where({0}, {1}, {2})",
-        "and_": "np.logical_and({0}, {1})",
-        "or_": "np.logical_or({0}, {1})",
-        "not_": "np.logical_not({0})",
-    },
-    helpers={
-        "pdiv": ("def pdiv(a, b):\n"
-                 "    return np.where(np.abs(b) > DIV_EPS, np.divide(a, b), 1.0)\n"),
-        "plog": ("def plog(a):\n"
-                 "    x = np.abs(a)\n"
-                 "    return np.where(x > LOG_EPS, np.log(x), LOG_FLOOR)\n"),
-        "pexp": ("def pexp(a):\n"
-                 "    return np.where(a < EXP_MAX, np.exp(a), EXP_CAP)\n"),
-    },
-)
+def from_table(name: str, module: str, alias: str, helpers: dict) -> Backend:
+    """A backend whose templates are the primitive table's ``exports[name]`` column."""
+    return Backend(name, module, alias, {p.name: p.exports[name] for p in P.PRIMITIVES},
+                   helpers)
 
-TORCH = Backend(
-    "torch", "torch", "torch",
-    templates={
-        "add": "({0} + {1})",
-        "sub": "({0} - {1})",
-        "mul": "({0} * {1})",
-        "pdiv": "pdiv({0}, {1})",
-        "pmin": "torch.where({0} < {1}, {0}, {1})",
-        "pmax": "torch.where({0} > {1}, {0}, {1})",
-        "neg": "(-{0})",
-        "absf": "torch.abs({0})",
-        "plog": "plog({0})",
-        "pexp": "pexp({0})",
-        "psqrt": "torch.sqrt(torch.abs({0}))",
-        "square": "({0} * {0})",
-        "lt": "({0} < {1})",
-        "ite": "torch.where({0}, {1}, {2})",
-        "and_": "torch.logical_and({0}, {1})",
-        "or_": "torch.logical_or({0}, {1})",
-        "not_": "torch.logical_not({0})",
-    },
-    helpers={
-        "pdiv": ("def pdiv(a, b):\n"
-                 "    return torch.where(torch.abs(b) > DIV_EPS, a / b, 1.0)\n"),
-        "plog": ("def plog(a):\n"
-                 "    x = torch.abs(a)\n"
-                 "    return torch.where(x > LOG_EPS, torch.log(x), LOG_FLOOR)\n"),
-        "pexp": ("def pexp(a):\n"
-                 "    return torch.where(a < EXP_MAX, torch.exp(a), EXP_CAP)\n"),
-    },
-)
+
+NUMPY = from_table("numpy", "numpy", "np", helpers={
+    "pdiv": ("def pdiv(a, b):\n"
+             "    return np.where(np.abs(b) > DIV_EPS, np.divide(a, b), 1.0)\n"),
+    "plog": ("def plog(a):\n"
+             "    x = np.abs(a)\n"
+             "    return np.where(x > LOG_EPS, np.log(x), LOG_FLOOR)\n"),
+    "pexp": ("def pexp(a):\n"
+             "    return np.where(a < EXP_MAX, np.exp(a), EXP_CAP)\n"),
+})
+
+TORCH = from_table("torch", "torch", "torch", helpers={
+    "pdiv": ("def pdiv(a, b):\n"
+             "    return torch.where(torch.abs(b) > DIV_EPS, a / b, 1.0)\n"),
+    "plog": ("def plog(a):\n"
+             "    x = torch.abs(a)\n"
+             "    return torch.where(x > LOG_EPS, torch.log(x), LOG_FLOOR)\n"),
+    "pexp": ("def pexp(a):\n"
+             "    return torch.where(a < EXP_MAX, torch.exp(a), EXP_CAP)\n"),
+})
 
 BACKENDS = {b.name: b for b in (NUMPY, TORCH)}
 

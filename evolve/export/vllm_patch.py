@@ -35,7 +35,6 @@ from evolve.export.modules import ExportError, check_format
 from evolve.lang import codegen
 from evolve.lang import primitives as P
 from evolve.lang.treeio import render
-from heuristics import ops
 
 FORMAT = "vllm-patch"
 RELEASE = "0.33.0"
@@ -69,35 +68,8 @@ EXCERPT = (
 )
 
 
-def _f64(value) -> str:
-    # a float64 scalar: a bare Python float would be a float32 constant in Triton
-    return f"tl.full([], {float(value)!r}, tl.float64)"
-
-
-TRITON = Backend(
-    "triton", "triton.language", "tl",
-    templates={
-        "add": "({0} + {1})",
-        "sub": "({0} - {1})",
-        "mul": "({0} * {1})",
-        "pdiv": f"tl.where(tl.abs({{1}}) > {_f64(ops.DIV_EPS)}, {{0}} / {{1}}, {_f64(1.0)})",
-        "pmin": "tl.where({0} < {1}, {0}, {1})",
-        "pmax": "tl.where({0} > {1}, {0}, {1})",
-        "neg": "(-{0})",
-        "absf": "tl.abs({0})",
-        "plog": (f"tl.where(tl.abs({{0}}) > {_f64(ops.LOG_EPS)}, tl.log(tl.abs({{0}})), "
-                 f"{_f64(ops.LOG_FLOOR)})"),
-        "pexp": f"tl.where({{0}} < {_f64(ops.EXP_MAX)}, tl.exp({{0}}), {_f64(ops.EXP_CAP)})",
-        "psqrt": "tl.sqrt(tl.abs({0}))",
-        "square": "({0} * {0})",
-        "lt": "({0} < {1})",
-        "ite": "tl.where({0}, {1}, {2})",
-        "and_": "({0} & {1})",
-        "or_": "({0} | {1})",
-        "not_": "(~{0})",
-    },
-    helpers={},
-)
+TRITON = Backend("triton", "triton.language", "tl",
+                 {p.name: p.exports["triton"] for p in P.PRIMITIVES}, helpers={})
 
 
 def rule_lines(nodes) -> tuple[list[str], str]:
@@ -112,7 +84,7 @@ def rule_lines(nodes) -> tuple[list[str], str]:
     count = [0]
 
     def leaf(n):
-        return _f64(n.value) if n.kind == "const" else f"rule_{n.name}"
+        return P.f64(n.value) if n.kind == "const" else f"rule_{n.name}"
 
     def prim(n, args):
         var = f"rule_{count[0]}"

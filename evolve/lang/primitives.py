@@ -2,8 +2,11 @@
 
 Every consumer reads this table: the DEAP primitive set (engine), the opcodes of
 the population kernel (kernels), generated source code and infix text (codegen),
-the tree parser (treeio) and the numpy reference (the DEAP-style evaluator used
-by benchmarks and tests). Semantics of the protected operators are written down
+the tree parser (treeio), the numpy reference (the DEAP-style evaluator used
+by benchmarks and tests), the sympy reading of `evolve inspect` and the export
+templates of numpy, torch and Triton (``exports``; evolve.export). Only the
+kernels (Numba and torch) and heuristics/ops.py are written by hand, each tested
+against the table. Semantics of the protected operators are written down
 once, in ``heuristics/ops.py``; the numpy forms here and the kernel's opcodes
 implement the same formulas and are tested against them.
 
@@ -89,37 +92,90 @@ class Primitive:
     numpy: Callable           # numpy meaning (element-wise on arrays)
     code: str                 # Python source template, {0}, {1}, ... are arguments
     infix: str                # human-readable template
+    sympy: Callable           # plain meaning in sympy (``S``: the module), a reading aid
+    exports: dict             # export backend -> template (numpy, torch, triton)
 
     @property
     def arity(self) -> int:
         return len(self.args)
 
 
+def f64(value) -> str:
+    # a float64 scalar in Triton: a bare Python float would be a float32 constant
+    return f"tl.full([], {float(value)!r}, tl.float64)"
+
+
+def _same(template: str) -> dict:
+    """An export template that reads the same in numpy, torch and Triton."""
+    return {"numpy": template, "torch": template, "triton": template}
+
+
+def _lib(fn: str, triton: str) -> dict:
+    """``np.fn`` / ``torch.fn`` element-wise calls, and Triton's template."""
+    return {"numpy": f"np.{fn}", "torch": f"torch.{fn}", "triton": triton}
+
+
 F, B = float, bool
 
+# The export templates: {0}, {1}, ... are arguments. numpy and torch call the
+# module's protected helpers (evolve.export.backends HELPERS) where a primitive is
+# protected; Triton writes them inline with tl.where (constants as float64 scalars).
 PRIMITIVES: tuple[Primitive, ...] = (
-    Primitive("add", 16, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})", "({0} + {1})"),
-    Primitive("sub", 17, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})", "({0} - {1})"),
-    Primitive("mul", 18, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})", "({0} * {1})"),
-    Primitive("pdiv", 19, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})"),
-    Primitive("pmin", 20, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})"),
-    Primitive("pmax", 21, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})"),
-    Primitive("neg", 22, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})"),
-    Primitive("absf", 23, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|"),
-    Primitive("plog", 24, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})"),
-    Primitive("pexp", 25, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})"),
+    Primitive("add", 16, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})",
+              "({0} + {1})", lambda S, a, b: a + b, _same("({0} + {1})")),
+    Primitive("sub", 17, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})",
+              "({0} - {1})", lambda S, a, b: a - b, _same("({0} - {1})")),
+    Primitive("mul", 18, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})",
+              "({0} * {1})", lambda S, a, b: a * b, _same("({0} * {1})")),
+    Primitive("pdiv", 19, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})",
+              lambda S, a, b: a / b,
+              {"numpy": "pdiv({0}, {1})", "torch": "pdiv({0}, {1})",
+               "triton": f"tl.where(tl.abs({{1}}) > {f64(ops.DIV_EPS)}, {{0}} / {{1}}, "
+                         f"{f64(1.0)})"}),
+    Primitive("pmin", 20, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})",
+              lambda S, a, b: S.Min(a, b),
+              {**_lib("where({0} < {1}, {0}, {1})", "tl.where({0} < {1}, {0}, {1})")}),
+    Primitive("pmax", 21, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})",
+              lambda S, a, b: S.Max(a, b),
+              {**_lib("where({0} > {1}, {0}, {1})", "tl.where({0} > {1}, {0}, {1})")}),
+    Primitive("neg", 22, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})",
+              lambda S, a: -a, _same("(-{0})")),
+    Primitive("absf", 23, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|",
+              lambda S, a: S.Abs(a), _lib("abs({0})", "tl.abs({0})")),
+    Primitive("plog", 24, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})",
+              lambda S, a: S.log(S.Abs(a)),
+              {"numpy": "plog({0})", "torch": "plog({0})",
+               "triton": f"tl.where(tl.abs({{0}}) > {f64(ops.LOG_EPS)}, "
+                         f"tl.log(tl.abs({{0}})), {f64(ops.LOG_FLOOR)})"}),
+    Primitive("pexp", 25, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})",
+              lambda S, a: S.exp(a),
+              {"numpy": "pexp({0})", "torch": "pexp({0})",
+               "triton": f"tl.where({{0}} < {f64(ops.EXP_MAX)}, tl.exp({{0}}), "
+                         f"{f64(ops.EXP_CAP)})"}),
     Primitive("psqrt", 26, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
-              "psqrt({0})", "sqrt|{0}|"),
-    Primitive("square", 27, (F,), F, ops.square, _np_arith(np.square), "square({0})", "({0})^2"),
-    Primitive("lt", 28, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})", "({0} < {1})"),
+              "psqrt({0})", "sqrt|{0}|", lambda S, a: S.sqrt(S.Abs(a)),
+              {"numpy": "np.sqrt(np.abs({0}))", "torch": "torch.sqrt(torch.abs({0}))",
+               "triton": "tl.sqrt(tl.abs({0}))"}),
+    Primitive("square", 27, (F,), F, ops.square, _np_arith(np.square), "square({0})",
+              "({0})^2", lambda S, a: a ** 2, _same("({0} * {0})")),
+    Primitive("lt", 28, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})",
+              "({0} < {1})", lambda S, a, b: S.StrictLessThan(a, b), _same("({0} < {1})")),
     Primitive("ite", 29, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
-              "ite({0}, {1}, {2})", "({1} if {0} else {2})"),
+              "ite({0}, {1}, {2})", "({1} if {0} else {2})",
+              lambda S, c, a, b: S.Piecewise((a, c), (b, True)),
+              _lib("where({0}, {1}, {2})", "tl.where({0}, {1}, {2})")),
     Primitive("and_", 30, (B, B), B, lambda a, b: a and b, np.logical_and,
-              "({0} and {1})", "({0} and {1})"),
+              "({0} and {1})", "({0} and {1})", lambda S, a, b: S.And(a, b),
+              _lib("logical_and({0}, {1})", "({0} & {1})")),
     Primitive("or_", 31, (B, B), B, lambda a, b: a or b, np.logical_or,
-              "({0} or {1})", "({0} or {1})"),
-    Primitive("not_", 32, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})"),
+              "({0} or {1})", "({0} or {1})", lambda S, a, b: S.Or(a, b),
+              _lib("logical_or({0}, {1})", "({0} | {1})")),
+    Primitive("not_", 32, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})",
+              lambda S, a: S.Not(a), _lib("logical_not({0})", "(~{0})")),
 )
+EXPORTS = ("numpy", "torch", "triton")
+if any(set(p.exports) != set(EXPORTS) for p in PRIMITIVES):
+    raise ImportError("evolve.lang.primitives: a primitive misses an export template")
 
 BY_NAME: dict[str, Primitive] = {p.name: p for p in PRIMITIVES}
 BY_OPCODE: dict[int, Primitive] = {p.opcode: p for p in PRIMITIVES}
@@ -223,20 +279,7 @@ def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False,
     return pset
 
 
-# ------------------------------------------------------------ sympy column
-# The plain meaning of each primitive in sympy (``S`` is the sympy module), for
-# the simplified formula `evolve inspect` shows. Protected operators read as
-# their plain counterparts (pdiv as /, plog as log|x|, ...), so the text reads
-# as the rule does on ordinary inputs; it is a reading aid, never evaluated.
-SYMPY: dict[str, Callable] = {
-    "add": lambda S, a, b: a + b, "sub": lambda S, a, b: a - b, "mul": lambda S, a, b: a * b,
-    "pdiv": lambda S, a, b: a / b, "pmin": lambda S, a, b: S.Min(a, b),
-    "pmax": lambda S, a, b: S.Max(a, b), "neg": lambda S, a: -a, "absf": lambda S, a: S.Abs(a),
-    "plog": lambda S, a: S.log(S.Abs(a)), "pexp": lambda S, a: S.exp(a),
-    "psqrt": lambda S, a: S.sqrt(S.Abs(a)), "square": lambda S, a: a ** 2,
-    "lt": lambda S, a, b: S.StrictLessThan(a, b), "and_": lambda S, a, b: S.And(a, b),
-    "or_": lambda S, a, b: S.Or(a, b), "not_": lambda S, a: S.Not(a),
-    "ite": lambda S, c, a, b: S.Piecewise((a, c), (b, True)),
-}
-if set(SYMPY) != set(BY_NAME):
-    raise ImportError("evolve.lang.primitives: the sympy column misses a primitive")
+# The sympy column, by name (`evolve inspect`'s simplified formula): protected
+# operators read as their plain counterparts (pdiv as /, plog as log|x|, ...), so the
+# text reads as the rule does on ordinary inputs; a reading aid, never evaluated.
+SYMPY: dict[str, Callable] = {p.name: p.sympy for p in PRIMITIVES}
