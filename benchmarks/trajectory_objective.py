@@ -189,14 +189,14 @@ def kernel_cost(train, population: int, repeats: int) -> dict:
     """Median seconds per program of the train kernel, plain and trajectory, on the same
     random first population (the calls interleaved, so a busy machine slows both)."""
     from evolve.lang import treeio as TI
-    from evolve.objectives.speculative import SPEED
+    from evolve.objectives import bind
     cfgs = {o: Config(objective="speed", trajectory=o == "trajectory", population=population)
             for o in OBJECTIVES}
     ev0 = Evolution(cfgs["plain"], train, train)
     with ev0._random():                   # the engine's own random first trees
         trees = sorted({str(ev0.Individual(ev0.toolbox.expr())) for _ in range(population)})
     progs = TI.linearise([TI.parse(t) for t in trees])
-    evs = {o: SPEED.evaluator(train, "train", cfgs[o]) for o in OBJECTIVES}
+    evs = {o: bind(cfgs[o]).evaluator(train, "train", cfgs[o]) for o in OBJECTIVES}
     times: dict = {o: [] for o in OBJECTIVES}
     for o in OBJECTIVES:                  # compile and warm
         evs[o].run(progs)

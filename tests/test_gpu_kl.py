@@ -297,7 +297,7 @@ def test_kl_evaluators_on_the_device_in_memory_and_sharded(tmp_path, torch_on_cp
     from evolve.data import traces
     from evolve.data.shard_writer import shard_dir
     from evolve.objectives import on_device
-    from evolve.objectives.speculative import ArraySplit
+    from evolve.objectives.splits import ArraySplit
     if budget:
         monkeypatch.setenv(gpu.MEMORY, budget)
     for s in traces.SPLITS:

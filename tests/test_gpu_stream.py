@@ -28,7 +28,7 @@ from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa
 from evolve.kernels.gpu import traces as gpu_traces                       # noqa: E402
 from evolve.lang import treeio                                           # noqa: E402
 from evolve.objectives import on_device                                  # noqa: E402
-from evolve.objectives.speculative import ArraySplit                     # noqa: E402
+from evolve.objectives.splits import ArraySplit                          # noqa: E402
 from evolve.objectives.spec import SpecArrays                            # noqa: E402
 from tests import tracekit                                               # noqa: E402
 from tests.test_gpu_eval import random_trees, same_bits                  # noqa: E402

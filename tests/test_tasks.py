@@ -153,7 +153,7 @@ def test_in_memory_and_sharded_splits_offer_one_protocol(npz_dir, sharded):
     from evolve.cluster.session import Session
     from evolve.data import shards, traces
     from evolve.lang import treeio
-    from evolve.objectives.speculative import as_split
+    from evolve.objectives.splits import as_split
     progs = treeio.linearise([treeio.parse(t) for t in
                               ("target_prob", "pdiv(target_prob, draft_prob)")])
     mem = as_split(traces.load_splits(npz_dir)["valid"])

@@ -17,7 +17,9 @@ from evolve.lang import treeio
 from evolve.objectives import spec
 from evolve.objectives import trajectory as TR
 from evolve.objectives import trajectory_objective as TO
-from evolve.objectives.speculative import SPEED, as_split
+from evolve.objectives import bind
+from evolve.objectives.speculative import SPEED
+from evolve.objectives.splits import as_split
 from evolve.search.config import Config
 from tests import tracekit
 from tests.clikit import invoke, one_line_error
@@ -68,7 +70,8 @@ def test_kernel_equals_the_numpy_estimate(valid):
         assert m["ess"][i] == pytest.approx(e.effective_sequences, rel=REL, abs=ABS)
     # and the fitness is speed_fitness of those numbers (budget 1: every rule feasible)
     cfg = _config(tv_budget=1.0, ess_floor=0.0)
-    v = SPEED.values(ev, TREES, cfg)[:, 0]
+    assert bind(cfg) is TO.SPEED_TRAJECTORY and bind(Config(objective="speed")) is SPEED
+    v = bind(cfg).values(ev, TREES, cfg)[:, 0]
     assert v == pytest.approx([e.tokens_per_call for e in ref], rel=REL)
     # the leniencies gain offline tokens the trajectory estimate gives back in part
     assert m["tokens"][1] != pytest.approx(spec.objectives(
@@ -87,7 +90,8 @@ def test_the_plain_sums_are_the_plain_kernels(valid):
 
 def test_the_standard_rule_scores_as_the_plain_objective(valid):
     std = TREES[:1]
-    traj = SPEED.values(SPEED.evaluator(valid, "valid", _config()), std, _config())[0, 0]
+    traj = TO.SPEED_TRAJECTORY.values(TO.SPEED_TRAJECTORY.evaluator(valid, "valid", _config()),
+                                      std, _config())[0, 0]
     plain_cfg = Config(objective="speed")
     plain = SPEED.values(SPEED.evaluator(valid, "valid", plain_cfg), std, plain_cfg)[0, 0]
     assert traj == pytest.approx(plain, rel=REL)
@@ -102,8 +106,8 @@ def test_the_ess_guard_makes_a_rule_infeasible(valid):
     m = TO.measures(ev.run(_progs(trees)), valid.block_size, ev.trajectory)
     frac = m["ess"] / ev.trajectory.sequences
     assert frac[0] < 0.1 < frac[1]             # the near-always-accept rule: few sequences
-    free = SPEED.values(ev, trees, _config(tv_budget=1.0, ess_floor=0.0))[:, 0]
-    guarded = SPEED.values(ev, trees, _config(tv_budget=1.0, ess_floor=0.1))[:, 0]
+    free = TO.SPEED_TRAJECTORY.values(ev, trees, _config(tv_budget=1.0, ess_floor=0.0))[:, 0]
+    guarded = TO.SPEED_TRAJECTORY.values(ev, trees, _config(tv_budget=1.0, ess_floor=0.1))[:, 0]
     assert free[0] == pytest.approx(m["tokens"][0]) and free[0] > 1.0
     assert guarded[0] == pytest.approx(1.0 - (0.1 - frac[0]))     # penalised as the budget
     assert guarded[0] < 1.0 <= guarded[1] == free[1]
@@ -116,7 +120,8 @@ def test_an_undefined_estimate_scores_zero(valid):
     m = TO.measures(ev.run(_progs(["1.0"])), valid.block_size, ev.trajectory)
     assert m["undefined"][0]
     assert np.isnan(_reference(valid, ["1.0"])[0].tokens_per_call)
-    assert SPEED.values(ev, ["1.0"], _config(tv_budget=1.0, ess_floor=0.0))[0, 0] == 0.0
+    assert TO.SPEED_TRAJECTORY.values(ev, ["1.0"], _config(tv_budget=1.0,
+                                                           ess_floor=0.0))[0, 0] == 0.0
 
 
 def _sharded(npz_dir, tmp_path, rows, splits=T.SPLITS):

@@ -6,7 +6,19 @@ See ``evolve.objectives.base`` for what an objective provides.
 from evolve.objectives.base import TOKENS, TRACES, Evaluator, Objective
 from evolve.objectives.speculative import PARETO, SPEED, SPEED_KL
 from evolve.objectives.tokens import EXPECTED, SEED
+from evolve.objectives.trajectory_objective import SPEED_TRAJECTORY
 
 OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, SPEED_KL, PARETO)}
 
-__all__ = ["OBJECTIVES", "Objective", "Evaluator", "TOKENS", "TRACES"]
+
+def bind(config) -> Objective:
+    """The objective a run optimises, chosen once from its configuration: the named
+    one (``config.objective``), or with ``config.trajectory`` the speed objective
+    scored on the rule's own trajectory (``Config.validate`` allows it with speed
+    only)."""
+    if getattr(config, "trajectory", False):
+        return SPEED_TRAJECTORY
+    return OBJECTIVES[config.objective]
+
+
+__all__ = ["OBJECTIVES", "Objective", "Evaluator", "TOKENS", "TRACES", "bind"]

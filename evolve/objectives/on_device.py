@@ -1,6 +1,6 @@
 """Evaluators on a torch device (``Config.device``; ``evolve.kernels.gpu``): the same
 rows, bit for bit, as the Numba kernels' evaluators (``evolve.objectives.tokens``,
-``evolve.objectives.speculative.array_evaluator``, and a sharded split's evaluator,
+``evolve.objectives.splits.array_evaluator``, and a sharded split's evaluator,
 ``evolve.cluster.session.ClusterSplit``).
 
 A split's columns go to the device once per run (cached on its kernel arrays) when
@@ -23,7 +23,7 @@ from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import Evaluator
 from evolve.kernels import fixed, gpu
-from evolve.objectives.speculative import ArraySplit
+from evolve.objectives.splits import ArraySplit
 
 
 def token_evaluator(arrays, name: str, device: str) -> Evaluator:
@@ -38,7 +38,7 @@ def token_evaluator(arrays, name: str, device: str) -> Evaluator:
 def trace_evaluator(split, name: str, device: str, tail_cap: float = TAIL_OFF,
                     with_kl: bool = False) -> Evaluator:
     """The evaluator of a trace split on ``device``, the sums of ``with_kl``: a
-    split held in this process (``speculative.ArraySplit``) or a sharded one whose
+    split held in this process (``splits.ArraySplit``) or a sharded one whose
     shards are loaded in this process (``ClusterSplit`` with in-process shards)."""
     if isinstance(split, ArraySplit):
         dev = gpu.torch_device(device)

@@ -19,8 +19,9 @@ rule cannot buy its tokens by spending all its distortion at one block position.
 slot TV (``tv_p99`` of the reports) must be at most C, that is at most 1% of the
 reach may fall on slots with TV above C (the kernel sums that reach exactly).
 
-``--trajectory`` (``Config.trajectory``, ``speed`` only) scores every rule by the
-importance-weighted estimate of its free-running numbers instead
+``--trajectory`` (``Config.trajectory``, ``speed`` only) binds the run to another
+objective (``evolve.objectives.bind``): ``speed`` scored by the importance-weighted
+estimate of every rule's free-running numbers
 (``evolve.objectives.trajectory_objective``, kernel ``evolve.kernels.trajectory``),
 with an effective-sample-size guard (``--ess-floor``).
 
@@ -31,39 +32,18 @@ and the trade-off on valid.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import numpy as np
 
 from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import TRACES, Evaluator, Objective
+from evolve.objectives.fitness import speed_fitness, tail_cap
 from evolve.objectives.spec import TAIL_SHARE, population_results
-from evolve.data.traces import TraceSplit
-from evolve.kernels.speculative import population_objectives
-from evolve.objectives.spec import SpecArrays
+from evolve.objectives.splits import as_split, spec_arrays
 from evolve.lang import codegen, treeio
 from evolve.kernels.tokens import matrix_thresholds
-from evolve.objectives import spec
+from evolve.objectives import on_device, spec
 from evolve.objectives.spec import objectives_from_sums
-
-
-def speed_fitness(tokens, tv, budget, tv_pos=None, cap: float = 1.0, tail_excess=None):
-    """Tokens per call where TV per token <= budget (and, with ``tv_pos``, every block
-    position's slot TV <= cap; with ``tail_excess``, that is <= 0);
-    1 - (the largest excess, at most 1) otherwise."""
-    tokens = np.asarray(tokens, dtype=np.float64)
-    excess = np.asarray(tv, dtype=np.float64) - budget
-    if tv_pos is not None:
-        excess = np.maximum(excess, np.asarray(tv_pos, dtype=np.float64).max(axis=-1) - cap)
-    if tail_excess is not None:
-        excess = np.maximum(excess, tail_excess)
-    return np.where(excess <= 0.0, tokens, 1.0 - np.minimum(excess, 1.0))
-
-
-def tail_cap(config) -> float:
-    """The slot-TV cap the kernel sums the tail reach above (--cap-tv-p99)."""
-    return config.tv_p99_cap if config is not None and config.tv_p99_cap < 1.0 else TAIL_OFF
 
 
 class TraceObjective(Objective):
@@ -77,11 +57,7 @@ class TraceObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
-        if getattr(config, "trajectory", False):     # the rule's own trajectory
-            from evolve.objectives import trajectory_objective  # lazy: it imports this
-            return trajectory_objective.evaluator(as_split(split), name, self.kl, cap)
         if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same sums
-            from evolve.objectives import on_device  # lazy: it builds on this module (ArraySplit)
             return on_device.trace_evaluator(as_split(split), name, config.device, cap,
                                              self.kl)
         return as_split(split).evaluator(name, with_kl=self.kl, tail_cap=cap)
@@ -107,9 +83,6 @@ class TraceObjective(Objective):
                 "tail_share": sums[:, L.tail] / den.sum(axis=1)}
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
-        if getattr(config, "trajectory", False):
-            from evolve.objectives import trajectory_objective  # lazy: it imports this
-            return trajectory_objective.values(self, ev, trees, config, deap_trees)
         m = self.measures(ev, trees, deap_trees)
         if self.multi:
             return np.column_stack([m["tokens"], m["tv"]])
@@ -138,16 +111,15 @@ class TraceObjective(Objective):
                                      split.shape.n_blocks, split.shape.g).to_dict()
             h = matrix_thresholds(progs, sa.X)[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
-            if getattr(evaluators.get("train"), "trajectory", None) is not None:
-                from evolve.objectives import trajectory_objective  # lazy: it imports this
-                m["trajectory"] = trajectory_objective.split_metrics(sa, split, h)
+            m.update(self.extra_metrics(sa, split, h))
             out[k] = m
         return out
 
+    def extra_metrics(self, sa, split, h) -> dict:
+        """More metrics of a champion's thresholds ``h`` on one split (none here)."""
+        return {}
+
     def split_score(self, m: dict, config) -> float:
-        if getattr(config, "trajectory", False):
-            from evolve.objectives import trajectory_objective  # lazy: it imports this
-            return trajectory_objective.split_score(m, config)
         if self.kl:
             dist, budget = m["kl_per_token"], config.kl_budget
         else:
@@ -157,85 +129,6 @@ class TraceObjective(Objective):
         tail = m["tv_p99"] - p99 if p99 < 1.0 and m.get("tv_p99") is not None else None
         return float(speed_fitness(m["tokens_per_call"], dist, budget,
                                    np.asarray(m.get("tv_by_position") or [0.0]), cap, tail))
-
-
-class Split(Protocol):
-    """What the trace objectives read of a split, the same for a split in this
-    process (``ArraySplit``) and a sharded one scored where its shards are
-    (``evolve.cluster.session.ClusterSplit``)."""
-
-    meta: dict
-
-    @property
-    def shape(self):
-        """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of the whole split."""
-
-    def sums(self, progs, with_kl: bool = True, blocks=None,
-             tail_cap: float = TAIL_OFF) -> np.ndarray:
-        """float64 kernel sums (``evolve.kernels.layout``), one row per program, over
-        every block or over ``blocks``."""
-
-    def evaluator(self, name: str, blocks=None, with_kl: bool = False,
-                  tail_cap: float = TAIL_OFF) -> Evaluator:
-        """An evaluator of these sums; its ``batch(blocks)`` one over some blocks."""
-
-    def spec_arrays(self):
-        """The whole split's SpecArrays in this process (finishing reports only)."""
-
-
-class ArraySplit:
-    """A trace split held in this process, behind the ``Split`` protocol."""
-
-    def __init__(self, split, arrays=None):
-        self.split = split
-        self.meta = split.meta
-        self._arrays = arrays        # the split's SpecArrays when already made
-
-    def spec_arrays(self):
-        if self._arrays is None:
-            self._arrays = SpecArrays.from_split(self.split)
-        return self._arrays
-
-    @property
-    def shape(self):
-        return self.spec_arrays()
-
-    def sums(self, progs, with_kl: bool = True, blocks=None,
-             tail_cap: float = TAIL_OFF) -> np.ndarray:
-        sa = self.spec_arrays()
-        return population_objectives(progs, sa if blocks is None else sa.blocks(blocks),
-                                     with_kl, tail_cap)
-
-    def evaluator(self, name: str, blocks=None, with_kl: bool = False,
-                  tail_cap: float = TAIL_OFF) -> Evaluator:
-        sa = self.spec_arrays()
-        return array_evaluator(sa if blocks is None else sa.blocks(blocks), name, with_kl,
-                               tail_cap)
-
-
-def as_split(split, arrays=None):
-    """A trace split behind the split protocol: an in-memory TraceSplit is wrapped
-    (``ArraySplit``, with its SpecArrays ``arrays`` when already made), a sharded
-    one already offers it."""
-    return ArraySplit(split, arrays) if isinstance(split, TraceSplit) else split
-
-
-def array_evaluator(sa, name: str, with_kl: bool = False,
-                    tail_cap: float = TAIL_OFF) -> Evaluator:
-    """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
-    some of its blocks (``--batch-blocks``)."""
-    return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
-                     sa, sa.n * sa.k,
-                     batch=lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch",
-                                                          with_kl, tail_cap))
-
-
-def spec_arrays(name: str, splits: dict, evaluators: dict):
-    """A split's SpecArrays: the evaluator's when there is one, else made now."""
-    ev = evaluators.get(name)
-    if ev is not None and isinstance(ev.arrays, SpecArrays):
-        return ev.arrays
-    return as_split(splits[name]).spec_arrays()   # sharded: the whole split, loaded now
 
 
 def evolved_front(population, sas: dict) -> list[dict]:

@@ -1,16 +1,16 @@
 """The speed objective scored on the rule's own trajectory (``evolve run --trajectory``).
 
 ``evolve.objectives.trajectory`` estimates a rule's free-running tokens per call, TV
-and KL from standard-rule traces by importance weighting whole sequences. With
-``Config.trajectory`` the objective ``speed`` scores every individual by that
-estimate instead of the plain offline one: train fitness, valid (champion
-selection) and the report's test numbers. The population kernel is
+and KL from standard-rule traces by importance weighting whole sequences. A run
+with ``Config.trajectory`` is bound to ``SPEED_TRAJECTORY`` (``evolve.objectives.bind``),
+which scores every individual by that estimate instead of the plain offline one:
+train fitness, valid (champion selection) and the report's test numbers. The population kernel is
 ``evolve.kernels.trajectory`` (one pass gives the plain and the trajectory sums,
 exact fixed point, so a split and the sum of its shards give the same bits).
 
 Score of an individual (``values``): the trajectory tokens per call where the
 trajectory TV per token is within ``tv_budget`` (and the plain slot-TV caps, when
-set, hold), penalised as the budget penalises (``speculative.speed_fitness``:
+set, hold), penalised as the budget penalises (``fitness.speed_fitness``:
 1 - the largest excess) otherwise. The effective-sample-size guard is one more
 constraint: the Kish effective number of sequences of the last block index's
 weights, as a fraction of the split's sequences, must be at least ``ess_floor``
@@ -35,8 +35,10 @@ from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives import trajectory
 from evolve.objectives.base import Evaluator
+from evolve.objectives.fitness import speed_fitness, tail_cap
+from evolve.objectives.splits import as_split
 from evolve.objectives.spec import TAIL_SHARE
-from evolve.objectives.speculative import speed_fitness
+from evolve.objectives.speculative import TraceObjective
 
 class SplitBlocks:
     """Per block of a split (or of each of its shards): the standard rule's recorded
@@ -112,8 +114,7 @@ def split_blocks(split) -> SplitBlocks:
 def evaluator(split, name: str, with_kl: bool = False, tail_cap: float = TAIL_OFF) -> Evaluator:
     """An evaluator whose rows are the plain kernel sums (``evolve.kernels.layout``)
     followed by the trajectory sums (``kernels.trajectory``), float64; ``split``: a
-    split behind the ``speculative.Split`` protocol. Its ``trajectory`` attribute is
-    the split's ``SplitBlocks``."""
+    split behind the ``splits.Split`` protocol."""
     from evolve.kernels import fixed      # lazy: start-up (Numba)
     sb = split_blocks(split)
     backend = getattr(split, "backend", None)
@@ -128,10 +129,17 @@ def evaluator(split, name: str, with_kl: bool = False, tail_cap: float = TAIL_OF
         return np.concatenate([fixed.to_float(plain), fixed.to_float(traj)], axis=1)
 
     shape = split.shape
-    ev = Evaluator(name, kernel, split.spec_arrays() if backend is None else shape,
-                   shape.n * shape.k)
-    ev.trajectory = sb
-    return ev
+    return TrajectoryEvaluator(name, kernel, split.spec_arrays() if backend is None else shape,
+                               shape.n * shape.k, sb)
+
+
+class TrajectoryEvaluator(Evaluator):
+    """An evaluator whose rows hold the plain and the trajectory sums; ``trajectory``
+    is its split's ``SplitBlocks`` (no minibatches: the weights need whole sequences)."""
+
+    def __init__(self, name, kernel, arrays, rows_per_program: int, blocks: SplitBlocks):
+        super().__init__(name, kernel, arrays, rows_per_program)
+        self.trajectory = blocks
 
 
 def shard_sums(backend, progs, sb: SplitBlocks, with_kl: bool, tail_cap: float):
@@ -236,3 +244,25 @@ def split_score(m: dict, config) -> float:
                          config.ess_floor, undefined,
                          np.asarray(m.get("tv_by_position") or [0.0]),
                          config.tv_position_cap, tail))
+
+
+class TrajectoryObjective(TraceObjective):
+    """``speed`` scored by the trajectory estimate (see the module doc): its evaluator,
+    values, the ``trajectory`` metrics of a champion and the score of a split."""
+
+    def evaluator(self, split, name: str, config=None) -> Evaluator:
+        return evaluator(as_split(split), name, self.kl, tail_cap(config))
+
+    def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
+        return values(self, ev, trees, config, deap_trees)
+
+    def extra_metrics(self, sa, split, h) -> dict:
+        return {"trajectory": split_metrics(sa, split, h)}
+
+    def split_score(self, m: dict, config) -> float:
+        return split_score(m, config)
+
+
+SPEED_TRAJECTORY = TrajectoryObjective(
+    "speed", (1.0,), "tokens per target call within --budget-tv on the rule's own "
+    "trajectory (importance-weighted estimate; --trajectory)")

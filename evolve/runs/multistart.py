@@ -18,7 +18,7 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from evolve.objectives import OBJECTIVES
+from evolve.objectives import bind
 from evolve.runs.finalise import finalise
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError
@@ -123,7 +123,7 @@ def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, 
 
 
 def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> dict:
-    objective, task = OBJECTIVES[cfg.objective], task_of(cfg.objective)
+    objective, task = bind(cfg), task_of(cfg.objective)
     for r in records:
         r["valid_score"] = objective.split_score(r["valid"], cfg)
         r["test_score"] = objective.split_score(r["test"], cfg)

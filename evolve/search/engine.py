@@ -28,7 +28,7 @@ import numpy as np
 
 from evolve.lang import primitives as P
 from evolve.lang import treeio
-from evolve.objectives import OBJECTIVES
+from evolve.objectives import bind
 from evolve.rules.table import seed_trees
 from evolve.search import batches, checkpoint, operators
 from evolve.search.config import Config, ConfigError
@@ -42,7 +42,7 @@ class Evolution:
     def __init__(self, config: Config, train, valid):
         config.validate()
         self.config = config
-        self.objective = OBJECTIVES[config.objective]
+        self.objective = bind(config)       # chosen once: the trajectory estimate too
         self.Individual = operators.individual_class(self.objective.weights)
         self.train = self.objective.evaluator(train, "train", config)
         self.valid = self.objective.evaluator(valid, "valid", config)

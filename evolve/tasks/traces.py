@@ -19,8 +19,9 @@ from evolve.data.tokens import DataError
 from evolve.search.config import ConfigError
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
-from evolve.objectives import OBJECTIVES
-from evolve.objectives.speculative import evolved_front, spec_arrays
+from evolve.objectives import bind
+from evolve.objectives.speculative import evolved_front
+from evolve.objectives.splits import spec_arrays
 from evolve.rules import tuning
 from evolve.rules.table import RULES
 from evolve.tasks.writeback import write_back_trace
@@ -108,7 +109,7 @@ class TraceTask(Task):
         trade-off on valid and, for NSGA-II, the final non-dominated front on every
         split."""
         # lazy: start-up (listing tasks loads neither the rules nor Numba)
-        objective = OBJECTIVES[result.config.objective]
+        objective = bind(result.config)
         cfg, metrics = result.config, result.metrics
         sas = {k: spec_arrays(k, result.splits, result.evaluators)
                for k in ("train", "valid", "test")}

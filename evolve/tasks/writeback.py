@@ -33,7 +33,7 @@ from evolve.lang import treeio
 from evolve.lang import codegen
 from evolve.objectives.tokens import champion_counts
 from evolve.objectives.spec import population_results
-from evolve.objectives.speculative import speed_fitness
+from evolve.objectives.fitness import speed_fitness
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 
