@@ -154,6 +154,17 @@ def test_cuda_without_torch_is_one_line(tmp_path, small_data_dir, monkeypatch):
     one_line_error(r, "--device", "needs torch", "[gpu]")
 
 
+def refused_before_any_run(tmp_path, data_dir, var: str, value: str) -> None:
+    """``--device cuda`` with ``var=value``, one start and two: one line naming
+    ``var``, and no run directory."""
+    for starts in ("1", "2"):
+        r = invoke("run", "--generations", 1, "--population", 10, "--device", "cuda",
+                   "--starts", starts, "--data", data_dir, "--runs-dir", tmp_path / "runs",
+                   "--no-writeback", env={var: value})
+        one_line_error(r, var)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
 @pytest.mark.parametrize("value,cuda", [("bogus", False), ("meta", False), ("mps", False),
                                          ("cuda", False), ("cuda:7", False), ("cuda:7", True),
                                          ("cpu:0", False), (" cpu", False)])
@@ -164,12 +175,7 @@ def test_bad_device_override_is_one_line_before_anything_is_made(tmp_path, small
     is made (a single run and a run of several starts)."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
-    for starts in ("1", "2"):
-        r = invoke("run", "--generations", 1, "--population", 10, "--device", "cuda",
-                   "--starts", starts, "--data", small_data_dir, "--runs-dir",
-                   tmp_path / "runs", "--no-writeback", env={gpu.OVERRIDE: value})
-        one_line_error(r, gpu.OVERRIDE)
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    refused_before_any_run(tmp_path, small_data_dir, gpu.OVERRIDE, value)
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "abc", "1e9", "1.5", " ", "10" * 20])
@@ -177,12 +183,7 @@ def test_bad_memory_budget_is_one_line_before_anything_is_made(tmp_path, small_d
                                                                torch_on_cpu, value):
     """EVOLVE_TORCH_MEMORY is a whole number of bytes >= 1, checked with the device
     (it used to be refused at generation 1, leaving a failed run behind)."""
-    for starts in ("1", "2"):
-        r = invoke("run", "--generations", 1, "--population", 10, "--device", "cuda",
-                   "--starts", starts, "--data", small_data_dir, "--runs-dir",
-                   tmp_path / "runs", "--no-writeback", env={gpu.MEMORY: value})
-        one_line_error(r, gpu.MEMORY)
-    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    refused_before_any_run(tmp_path, small_data_dir, gpu.MEMORY, value)
 
 
 def test_a_good_override_and_budget_are_accepted(monkeypatch):
