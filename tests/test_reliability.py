@@ -656,6 +656,41 @@ def test_writeback_better_on_valid_wins_and_previous_file_is_kept(tmp_path, smal
     assert len(list((heur / "history").iterdir())) == 2
 
 
+@pytest.mark.parametrize("fail", ["write", "fsync"])
+def test_writeback_on_a_full_disk_leaves_nothing_half_written(tmp_path, small_splits,
+                                                              monkeypatch, fail):
+    """The disk fills up while the replaced file is kept in history/: the write-back
+    fails with the OS error, evolved.py is unchanged and history/ holds no temporary
+    file (nor any other)."""
+    heur = tmp_path / "heur"
+    valid = small_splits["valid"]
+    writeback.write_back(wb_source(WB_TREES[0], "a"), 0.1, valid, "a", directory=heur)
+    before = (heur / "evolved.py").read_text()
+
+    def full(*args, **kwargs):
+        raise _enospc()
+
+    def half_copyfileobj(src, dst, *args):
+        dst.write(src.read()[:100])          # the disk filled up mid-copy
+        raise _enospc()
+
+    def half_copyfile(src, dst, *args, **kwargs):
+        with open(src, "rb") as a, open(dst, "wb") as b:
+            half_copyfileobj(a, b)
+    if fail == "fsync":
+        monkeypatch.setattr(os, "fsync", full)
+    else:                                # whichever way the copy writes its bytes
+        monkeypatch.setattr(writeback.shutil, "copyfile", half_copyfile)
+        monkeypatch.setattr(writeback.shutil, "copyfileobj", half_copyfileobj)
+    with pytest.raises(OSError, match="No space left on device"):
+        writeback.write_back(wb_source(WB_TREES[1], "b"), 1.0, valid, "b", force=True,
+                             directory=heur)
+    monkeypatch.undo()
+    assert (heur / "evolved.py").read_text() == before
+    assert sorted(p.name for p in heur.iterdir()) == [".evolved.lock", "evolved.py", "history"]
+    assert list((heur / "history").iterdir()) == []
+
+
 def test_writeback_refuses_source_that_does_not_compile(tmp_path, small_splits):
     heur = tmp_path / "heur"
     valid = small_splits["valid"]
