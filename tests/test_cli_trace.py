@@ -233,7 +233,7 @@ def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
     (("--heuristic", "standard_rejection", "--run", "x"), ("--heuristic", "--run")),
     (("--heuristic", "nope"), ("--heuristic", "'nope'")),
     (("--heuristic", "standard_rejection", "--param", "0.5"), ("--param", "no parameter")),
-    (("--heuristic", "leniency", "--param", "0"), ("--param", "l > 0")),
+    (("--heuristic", "leniency", "--param", "0"), ("--param", "0 < l <= 1")),
     (("--heuristic", "standard_rejection", "--split", "dev"), ("--split", "'dev'")),
     (("--heuristic", "standard_rejection", "--reps", "1"), ("--reps",)),
     (("--run", "missing"), ("no such run directory",)),

@@ -176,8 +176,12 @@ def test_memory_estimates_are_upper_bounds_of_what_is_allocated():
     ("run:", ("'run:'", "empty")),
     ("nope", ("'nope'", "unknown rule")),
     ("standard_rejection:0.5", ("'standard_rejection:0.5'", "no parameter")),
-    ("leniency:0", ("'leniency:0'", "l > 0")),
+    ("leniency:0", ("'leniency:0'", "0 < l <= 1")),
     ("leniency:nan", ("'leniency:nan'", "finite")),
+    ("ears:-1", ("'ears:-1'", "beta >= 0")),
+    ("ears:-1e308", ("'ears:-1e308'", "beta >= 0")),
+    ("cactus:-1", ("'cactus:-1'", "delta >= 0")),
+    ("hf_ensemble:1.5", ("'hf_ensemble:1.5'", "0 <= w <= 1")),
 ])
 def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, needles):
     r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
@@ -192,7 +196,7 @@ def test_named_rule_errors_name_the_rule_not_an_option():
     assert isinstance(e.value, KeyError) and e.value.field == "name"
     assert str(e.value).startswith("unknown rule 'nope'") and "--" not in str(e.value)
     for name, param, needle in (("standard_rejection", 0.5, "no parameter"),
-                                ("leniency", 0.0, "l > 0"), ("ears", float("inf"), "finite")):
+                                ("leniency", 0.0, "0 < l <= 1"), ("ears", float("inf"), "finite")):
         with pytest.raises(adapters.RuleError) as e:
             adapters.named_rule(name, param)
         assert isinstance(e.value, ValueError) and e.value.field == "param"
