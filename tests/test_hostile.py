@@ -496,6 +496,52 @@ def test_object_arrays_are_refused(tmp_path):
         data.load_npz(f)
 
 
+def _with_a_second_copy(src: Path, dst: Path, member: str, change) -> Path:
+    """``src`` copied to ``dst`` with one more member named ``member``: ``change`` of
+    its bytes (readers that take the last copy would read that one)."""
+    import warnings
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    with zipfile.ZipFile(dst) as zf:
+        payload = zf.read(member)
+    with warnings.catch_warnings(), zipfile.ZipFile(dst, "a") as zf:
+        warnings.simplefilter("ignore")                     # "Duplicate name"
+        zf.writestr(member, change(payload))
+    return dst
+
+
+@pytest.mark.parametrize("member", ["v3/slot_tv", "draft_prob.npy", "meta.json"])
+def test_a_member_held_twice_is_refused_naming_file_and_member(tmp_path, member):
+    """A trace file with two zip members of one name was read by run, shard and
+    tradeoff, the last copy used silently: one line naming the file and the member."""
+    from tests import tracekit
+    src = tmp_path / "good"
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), src / f"{s}.npz")
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    flip = (lambda b: b.replace(b'"block_size": 4', b'"block_size": 2')) \
+        if member == "meta.json" else (lambda b: b[:-8] + np.float64(0.5).tobytes())
+    f = _with_a_second_copy(src / "valid.npz", bad / "valid.npz", member, flip)
+    for args in (("run", "--objective", "speed", "--generations", 1, "--population", 10,
+                  "--no-writeback", "--runs-dir", tmp_path / "runs", "--data", bad),
+                 ("data", "shard", bad, "--rows-per-shard", 64, "--out", tmp_path / "sh"),
+                 ("tradeoff", "--data", bad, "--json")):
+        one_line_error(invoke(*args), str(f), repr(member), "more than once")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "sh").exists()
+
+
+def test_a_token_split_member_held_twice_is_refused(tmp_path, data_copy):
+    f = _with_a_second_copy(data_copy / "valid.npz", tmp_path / "d" / "valid.npz",
+                            "draft_prob.npy", lambda b: b[:-8] + np.float64(0.5).tobytes())
+    for s in ("train", "test"):
+        shutil.copyfile(data_copy / f"{s}.npz", tmp_path / "d" / f"{s}.npz")
+    one_line_error(invoke("data", "info", "--data", tmp_path / "d"), str(f),
+                   "'draft_prob.npy'", "more than once")
+    with pytest.raises(data.DataError, match="more than once"):
+        data.load_npz(f)
+
+
 @pytest.mark.parametrize("kind", ["fifo", "device", "directory"])
 def test_non_regular_files_are_refused_without_reading(tmp_path, finished, data_copy, kind):
     def plant(path: Path):
