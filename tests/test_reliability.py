@@ -1214,6 +1214,35 @@ def _half_line(path, line):
         fh.write(line[: len(line) // 2])             # the disk filled up mid-line
 
 
+@pytest.mark.parametrize("command", ["export", "export --force", "data generate",
+                                     "run"])
+def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path, finished_run,
+                                                              small_data_dir, command):
+    """A write or an fsync on a full disk raises an OSError that names no file ("No
+    space left on device" was the whole line): the line names the file the command
+    was writing, and no temporary file is left beside it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    export = ("export", "done", "--format", "numpy", "--runs-dir", finished_run.parent,
+              "--out", out / "rule.py")
+    args = {"export": export, "export --force": (*export, "--force"),
+            "data generate": ("data", "generate", "--out", out, "--sequences", 3),
+            "run": ("run", "--population", POP, "--generations", 1, "--name", "d", "--data",
+                    small_data_dir, "--runs-dir", out, "--no-writeback")}[command]
+    if command == "export --force":
+        (out / "rule.py").write_text("mine\n")
+
+    def fsync(fd):
+        raise _enospc("")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", fsync)
+        line = one_line_error(invoke(*args))
+    assert "No space left on device" in line and str(out) in line, line
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    if command == "export --force":
+        assert (out / "rule.py").read_text() == "mine\n"
+
+
 @pytest.mark.parametrize("where,n", [
     ("checkpoint", 3),      # config.json, checkpoints 0 and 1 succeed; checkpoint 2 fails
     ("history", 4),         # history lines 0..3 succeed; line 4 is torn

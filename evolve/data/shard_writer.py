@@ -32,7 +32,7 @@ from evolve.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, SHARD_NAME, Sh
                                 digest, path_stat, shown, st_is_dir, st_is_file)
 from evolve.data.tokens import DataError
 from evolve.io import jsonio
-from evolve.io.atomic import fsync_dir, sync_filesystem
+from evolve.io.atomic import fsync_dir, naming, sync_filesystem
 
 PREVIOUS = "previous"              # replaced shard sets are kept here (see module doc)
 TMP_TAG = "evolve-shards-tmp"      # temporary split directories: .<split>.<TMP_TAG>.XXXXXXXX
@@ -53,7 +53,7 @@ def write_shard(directory: Path, columns: dict) -> dict:
             with open(path, "wb") as fh:
                 np.lib.format.write_array(fh, a, allow_pickle=False)
         except OSError as e:                   # a full disk: name the file
-            raise OSError(e.errno, e.strerror, str(path)) from None
+            raise naming(e, path) from None
         cols[f] = {"dtype": a.dtype.str, "shape": list(a.shape), "sha256": digest(path)}
     return {"dir": directory.name, "rows": int(columns["draft_prob"].shape[0]), "columns": cols}
 

@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 
 from evolve.errors import EvolveError
-from evolve.io.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, umask
+from evolve.io.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, naming, umask
 
 PREVIOUS_SUFFIX = ".previous"
 
@@ -113,11 +113,14 @@ def _link_new(option: str, path: Path, data: bytes) -> None:
     the name (which fails if the name exists)."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fd, 0o666 & ~umask())
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fd, 0o666 & ~umask())
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as e:               # a full disk: name the file
+            raise naming(e, path) from None
         try:
             os.link(tmp, path)
         except FileExistsError:
