@@ -277,6 +277,29 @@ def test_trace_meta_hostile(tmp_path, case):
     assert not traces.is_trace_file(f)
 
 
+@pytest.mark.parametrize("version", ["4", "3.0", "true", '"3"', "1.0", "null"])
+def test_an_unsupported_trace_version_is_named_as_such(tmp_path, data_copy, version):
+    """A trace file whose format_version is not 2 or 3 (4, 3.0, true, "3") was
+    described as "holds token splits": the line says the version is not supported.
+    Token splits (format_version 1) are still named as such."""
+    from tests import tracekit
+    d = tmp_path / "t"
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), d / f"{s}.npz")
+        with zipfile.ZipFile(d / f"{s}.npz") as zf:
+            members = {n: zf.read(n) for n in zf.namelist()}
+        meta = json.loads(members["meta.json"])
+        text = json.dumps(meta).replace(f'"format_version": {meta["format_version"]}',
+                                        f'"format_version": {version}')
+        _zip(d / f"{s}.npz", {**members, "meta.json": text})
+    run = ("run", "--objective", "speed", "--generations", 1, "--population", 10,
+           "--no-writeback", "--runs-dir", tmp_path / "runs", "--data")
+    line = one_line_error(invoke(*run, d), "train.npz", "format_version", "not supported")
+    assert "token splits, version 1" in line and "holds token splits" not in line, line
+    one_line_error(invoke(*run, data_copy), "holds token splits")
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("key,value", [("block_size", 10 ** 30), ("block_size", 2.5),
                                        ("top_k", -1), ("context_len", True)])
 def test_trace_meta_absurd_values(tmp_path, key, value):

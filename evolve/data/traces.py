@@ -42,7 +42,7 @@ import numpy as np
 
 from evolve.data import tokens as D
 from evolve.data.tokens import DataError
-from evolve.errors import first_line
+from evolve.errors import first_line, show
 from evolve.io import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
@@ -192,8 +192,9 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
             meta = D.read_meta(zf, src)
             v = meta.get("format_version") if isinstance(meta, dict) else None
             if not _is_version(v):
-                raise DataError(f"{src}: format_version is {v!r}, a trace file has "
-                                "2 or 3 (v1 splits load with evolve.data)")
+                raise DataError(f"{src}: format_version {show(v)} is not supported; a trace "
+                                "file has 2 or 3 (token splits, version 1, load with "
+                                "evolve.data)")
             members = _members(v)
             cols = D.read_members(zf, src, members)
             known = set(members.values())
@@ -237,6 +238,17 @@ def is_trace_file(path: str | os.PathLike) -> bool:
     except DataError:
         return False
     return isinstance(meta, dict) and _is_version(meta.get("format_version"))
+
+
+def is_token_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a token split file (``meta.json`` format_version 1, the
+    whole number), which a trace objective cannot use."""
+    try:
+        meta = read_file_meta(path)
+    except DataError:
+        return False
+    v = meta.get("format_version") if isinstance(meta, dict) else None
+    return type(v) is int and v == D.FORMAT_VERSION
 
 
 def _is_version(v) -> bool:
