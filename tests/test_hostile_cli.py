@@ -190,6 +190,22 @@ def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, nee
     assert "--heuristic" not in line and "--param" not in line, line
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ("run:" + "a" * 5000, "File name too long"),
+    ("run:" + "a" * 200, "no such run directory"),
+    ("leniency:" + "1" * 5000, "finite"),
+    ("leniency:" + "z" * 5000, "not a number"),
+    ("x" * 5000, "unknown rule"),
+])
+def test_a_long_compare_value_is_echoed_shortened(tiny_dir, no_work, tmp_path, spec, needle):
+    """A --compare value of thousands of characters made a line as long: the value is
+    echoed shortened, and the reason stays on the line."""
+    r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
+               "--data", tiny_dir, "--runs-dir", tmp_path)
+    line = one_line_error(r, "--compare: ", needle)
+    assert len(line) < 600, len(line)
+
+
 def test_named_rule_errors_name_the_rule_not_an_option():
     with pytest.raises(adapters.UnknownRule) as e:
         adapters.named_rule("nope")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, shorten
 
 EXIT_BAD_INPUT = 2
 
@@ -43,8 +43,8 @@ def friendly_errors(fn):
         except EvolveError as e:
             term().error(option_message(e))
             sys.exit(EXIT_BAD_INPUT)
-        except OSError as e:
-            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        except OSError as e:          # (a path of thousands of characters: shortened)
+            where = f"{shorten(str(e.filename), 300)}: " if getattr(e, "filename", None) else ""
             term().error(f"{where}{e.strerror or e}")
             sys.exit(EXIT_BAD_INPUT)
     return wrapper

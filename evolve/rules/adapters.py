@@ -18,7 +18,7 @@ import inspect
 
 import numpy as np
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, show
 from evolve.lang import numpy_eval
 from evolve.objectives.spec import FEATURES
 from evolve.lang.treeio import parse
@@ -173,7 +173,7 @@ def named_rule(name: str, param: float | None = None):
     are ``RuleError`` with ``field`` "name" or "param", and their messages name the
     rule and the value, never an option."""
     if name not in RULES:
-        raise UnknownRule(f"unknown rule {name!r} (rules: {', '.join(RULES)})")
+        raise UnknownRule(f"unknown rule {show(name)} (rules: {', '.join(RULES)})")
     r = RULES[name]
     if r.param is None and param is not None:
         takers = ", ".join(n for n, x in RULES.items() if x.param)
