@@ -346,5 +346,9 @@ def test_tradeoff_trajectory_column(tmp_path, tiny_dir):
                for r_ in json.loads(plain.stdout)["budgets"][0]["rows"])
 
 
-def test_tradeoff_bad_budget_is_one_line(tiny_dir):
-    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", -0.1), "--budget")
+@pytest.mark.parametrize("value", ["-0.1", "abc", "0.1x", "", "nan"])
+def test_tradeoff_bad_budget_is_one_line(tiny_dir, value):
+    """Out of range, or not a number at all (that was click's three-line usage
+    error): one line naming --budget."""
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget", value),
+                   "--budget")

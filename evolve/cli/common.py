@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evolve.errors import EvolveError, shorten
+from evolve.errors import EvolveError, shorten, show
 
 EXIT_BAD_INPUT = 2
 
@@ -30,6 +30,18 @@ def fail(message: str):
 def need(ok: bool, option: str, value, expected: str) -> None:
     if not ok:
         fail(f"{option}: {value!r} is invalid; expected {expected}")
+
+
+def number(option: str, text: str | None) -> float | None:
+    """A number option taken as text (``type=str, metavar="FLOAT"``), so that a value
+    that is not a number is one line naming the option, as a value out of range is,
+    not click's three-line usage error. None stays None; the range is the caller's."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        fail(f"{option}: {show(text)} is invalid; expected a number")
 
 
 def friendly_errors(fn):

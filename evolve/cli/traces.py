@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from evolve.cli import trace_views, views
-from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need,
+from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need, number,
                                runs_dir_option, term)
 from evolve.errors import EvolveError, first_line, shorten, show
 
@@ -294,7 +294,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
 
 @click.command("tradeoff")
 @traces_option
-@click.option("--budget", "budgets", type=float, multiple=True,
+@click.option("--budget", "budgets", type=str, multiple=True, metavar="FLOAT",
               help="TV per token allowed (repeatable) [default: 0.01 and 0.03].")
 @click.option("--run", "run_names", multiple=True, metavar="RUN",
               help="Add the champion of this run directory (repeatable).")
@@ -333,7 +333,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     from evolve.rules.table import ENGINES, families
     from evolve.runs import pictures    # lazy: start-up (a command loads only what it runs)
     from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
-    budgets = list(dict.fromkeys(budgets)) or list(DEFAULT_BUDGETS)
+    budgets = list(dict.fromkeys(number("--budget", b) for b in budgets)) or \
+        list(DEFAULT_BUDGETS)
     need(engine is None or engine in ENGINES, "--engine", engine,
          f"one of {', '.join(ENGINES)}")
     for b in budgets:
