@@ -247,6 +247,33 @@ def test_export_refuses_an_existing_file_without_force_and_keeps_it_with_force(t
     one_line_error(_export(runs, "--force"), "--force", "--out")
 
 
+def test_export_with_force_again_never_overwrites_a_kept_file(tmp_path, runs):
+    """A second --force used to overwrite FILE.previous, losing the user's original:
+    every replaced file is kept, FILE.previous then FILE.previous.1, ..."""
+    out = tmp_path / "rule.py"
+    out.write_text("mine\n")
+    for _ in range(3):
+        r = _export(runs, "--out", out, "--force")
+        assert r.exit_code == 0, r.output
+    exported = out.read_text()
+    assert (tmp_path / "rule.py.previous").read_text() == "mine\n"
+    assert (tmp_path / "rule.py.previous.1").read_text() == exported
+    assert (tmp_path / "rule.py.previous.2").read_text() == exported
+    assert "kept as " in r.stderr and "rule.py.previous.2" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rule.py", "rule.py.previous", "rule.py.previous.1", "rule.py.previous.2", "runs"]
+
+
+def test_out_dash_is_refused_not_written_as_a_file(tmp_path, runs, monkeypatch):
+    """``--out -`` wrote a file named '-'; it is refused (leave --out out to print)."""
+    monkeypatch.chdir(tmp_path)
+    for force in ((), ("--force",)):
+        one_line_error(_export(runs, "--out", "-", *force), "--out", "'-'", "standard output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    r = _export(runs, "--out", "./-")                  # a file named '-', said so
+    assert r.exit_code == 0 and (tmp_path / "-").is_file(), r.output
+
+
 def test_export_refuses_a_missing_directory_without_creating_it(tmp_path, runs):
     out = tmp_path / "new" / "deeper" / "rule.py"
     one_line_error(_export(runs, "--out", out), "--out", str(out), "does not exist")
