@@ -387,7 +387,10 @@ def validate(ts: TraceSplit, src: str) -> None:
 
 
 def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:
-    """The slot features: finite, slot_tv in [0, 1], KLs >= 0, count in [0, V]."""
+    """The slot features: finite, slot_tv in [0, 1], KLs >= 0, count in [0, V]; and
+    where the candidates hold all of both distributions' mass (zero tails), slot_tv
+    is their TV, sum max(0, q - p), within MASS_TOL (the only rows where a reader can
+    tell: elsewhere the TV of the tokens outside the candidates is unknown)."""
     for f, (_, dtype) in V3_FIELDS.items():
         a = cols[f]
         if a.shape != (n,):
@@ -402,6 +405,14 @@ def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:
     bad = (a < 0.0) | (a > 1.0 + MASS_TOL)
     if bad.any():
         _bad(src, "slot_tv", bad, a, "outside [0, 1]")
+    whole = (cols["tail_draft_prob"] == 0.0) & (cols["tail_target_prob"] == 0.0)
+    if whole.any():
+        cq, cp = cols["cand_draft_prob"][whole], cols["cand_target_prob"][whole]
+        bad = np.zeros(n, dtype=bool)
+        bad[whole] = np.abs(np.maximum(cq - cp, 0.0).sum(axis=1) - a[whole]) > MASS_TOL
+        if bad.any():
+            _bad(src, "slot_tv", bad, a, "differs from the TV of the candidates, which "
+                 "hold all of both distributions' mass (sum of max(0, q - p))")
     for f in ("slot_kl_pq", "slot_kl_qp"):
         bad = cols[f] < -KL_TOL
         if bad.any():
