@@ -109,7 +109,11 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
 
 
 def load_run(path) -> RunResult:
-    """A run directory read back (every file validated; nothing in it is executed)."""
+    """A run directory read back (every file validated; nothing in it is executed).
+    ``path``: a str or path-like; anything else is a one-line RunError."""
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise RunError.of("path", f"{show(path)} is invalid; expected the path of a run "
+                          "directory (a str or a path-like object)")
     p = Path(path)
     run = RunDir.open(p.parent, str(p))
     try:

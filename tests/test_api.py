@@ -1,9 +1,13 @@
 """The Python API: evolve.run and evolve.load_run."""
 
+import math
+
 import pytest
 
 import evolve
+from evolve.errors import EvolveError
 from evolve.search.config import ConfigError
+from tests import tracekit
 from tests.conftest import TINY
 
 
@@ -29,3 +33,41 @@ def test_run_rejects_unknown_options(tmp_path, small_data_dir):
     with pytest.raises(ConfigError, match="populaton"):
         evolve.run(data_dir=small_data_dir, runs_dir=tmp_path, populaton=10)
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("path", [123, None, b"runs/x", ["runs/x"], 1.5])
+def test_load_run_of_what_is_not_a_path_is_one_line(path):
+    with pytest.raises(EvolveError) as e:
+        evolve.load_run(path)
+    assert e.value.param == "path" and "\n" not in str(e.value), str(e.value)
+
+
+@pytest.fixture(scope="module")
+def trace_arrays():
+    from evolve.objectives import spec
+    return {s: spec.SpecArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
+
+
+@pytest.mark.parametrize("param,value", [
+    ("budgets", [math.nan]), ("budgets", [-1]), ("budgets", [math.inf]), ("budgets", [-0.5]),
+    ("budgets", ["abc"]), ("budgets", [True]), ("budgets", [10 ** 400]), ("budgets", None),
+    ("budgets", 0.01), ("budgets", "0.01"), ("budgets", {0.01: 1}),
+    ("extra", ["pmin(1.0, 2.0)"]), ("extra", {"x": "pmin(1.0, 2.0)"}), ("extra", {1: []}),
+    ("extra", {"x": [1, 2]}), ("blocks_test", "abc"), ("blocks_test", "other split"),
+    ("sa_valid", None), ("sa_test", "abc"),
+])
+def test_tradeoff_refuses_bad_arguments_in_one_line(trace_arrays, param, value):
+    """evolve.rules.tuning.tradeoff: budgets of the wrong type or range (NaN, -1 and
+    inf made a report with "budget": NaN), an ``extra`` that is not names of parsed
+    trees, a ``blocks_test`` that is not the test split's: one line naming the
+    parameter, never a ValueError, TypeError or AttributeError from deep inside."""
+    from evolve.objectives import trajectory
+    from evolve.rules import tuning
+    args = {"sa_valid": trace_arrays["valid"], "sa_test": trace_arrays["test"],
+            "budgets": [0.02], "extra": None, "blocks_test": None}
+    if value == "other split":       # the blocks of another split: a count that differs
+        value = trajectory.TraceBlocks.from_split(tracekit.split("valid"))
+    args[param] = value
+    with pytest.raises(EvolveError) as e:
+        tuning.tradeoff(**args)
+    assert e.value.param == param and "\n" not in str(e.value), str(e.value)

@@ -99,6 +99,64 @@ def test_data_trace_writes_loadable_splits_and_refuses_to_clobber(tmp_path, tiny
     assert NG.config_of(T.load(out / "test.npz")).seed == 4
 
 
+def test_a_refused_recording_leaves_the_directory_another_one_holds(tmp_path, monkeypatch):
+    """The directory did not exist when the command looked, and another recording made
+    and locked it first: the refused command must not remove it (it used to rmdir the
+    directories it thought it had made, pulling the other recording's directory away)."""
+    out = tmp_path / "new" / "out"
+
+    class HeldElsewhere:
+        def __init__(self, directory):
+            pass
+
+        def __enter__(self):
+            raise CT.Busy(str(out))
+
+        def __exit__(self, *exc):
+            return False
+    monkeypatch.setattr(CT, "DirLock", HeldElsewhere)
+    one_line_error(invoke("data", "trace", "--out", out, *TINY_OPTIONS), "--out", str(out),
+                   "another process")
+    assert out.is_dir()
+
+
+@pytest.mark.slow
+def test_two_recordings_into_one_directory_at_once(tmp_path):
+    """Two real `evolve data trace --out SAME` started together: one records, the other
+    is refused in one line while it does, and leaves its directory alone; the directory
+    ends with the three complete splits and nothing else."""
+    import os
+    import subprocess
+    import sys
+    import time
+    out = tmp_path / "new" / "out"
+    env = {**os.environ, "COLUMNS": "160", "NO_COLOR": "1",
+           "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "EVOLVE_RUNS_DIR": str(tmp_path / "runs"),
+           "EVOLVE_HEURISTICS_DIR": str(tmp_path / "heuristics")}
+    cmd = [sys.executable, "-m", "evolve", "data", "trace", "--out", str(out), "--seed", "3",
+           "--train-prompts", "256", "--max-files", "120"]
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    deadline = time.monotonic() + 300
+    while all(p.poll() is None for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first = next((p for p in procs if p.poll() is not None), None)
+    other = next(p for p in procs if p is not first)
+    if first is not None and first.returncode == 2 and other.poll() is None:
+        assert out.is_dir()                # the recording still going keeps its directory
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    err = next(e for code, e in results if code == 2)
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: --out ") and \
+        "another process" in lines[0], err
+    assert sorted(p.name for p in out.iterdir()) == ["test.npz", "train.npz", "valid.npz"]
+    for s in T.SPLITS:
+        assert len(T.load(out / f"{s}.npz")) > 0
+
+
 @pytest.mark.parametrize("opt, value, needle", [
     ("--block-size", 0, "expected 1..64"),
     ("--top-k", 300, "expected 1..256"),
@@ -233,7 +291,7 @@ def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
     (("--heuristic", "standard_rejection", "--run", "x"), ("--heuristic", "--run")),
     (("--heuristic", "nope"), ("--heuristic", "'nope'")),
     (("--heuristic", "standard_rejection", "--param", "0.5"), ("--param", "no parameter")),
-    (("--heuristic", "leniency", "--param", "0"), ("--param", "l > 0")),
+    (("--heuristic", "leniency", "--param", "0"), ("--param", "0 < l <= 1")),
     (("--heuristic", "standard_rejection", "--split", "dev"), ("--split", "'dev'")),
     (("--heuristic", "standard_rejection", "--reps", "1"), ("--reps",)),
     (("--run", "missing"), ("no such run directory",)),
@@ -346,5 +404,9 @@ def test_tradeoff_trajectory_column(tmp_path, tiny_dir):
                for r_ in json.loads(plain.stdout)["budgets"][0]["rows"])
 
 
-def test_tradeoff_bad_budget_is_one_line(tiny_dir):
-    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", -0.1), "--budget")
+@pytest.mark.parametrize("value", ["-0.1", "abc", "0.1x", "", "nan"])
+def test_tradeoff_bad_budget_is_one_line(tiny_dir, value):
+    """Out of range, or not a number at all (that was click's three-line usage
+    error): one line naming --budget."""
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget", value),
+                   "--budget")

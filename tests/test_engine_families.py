@@ -262,8 +262,9 @@ def test_tradeoff_bad_engine_is_one_line(tiny_dir):
 
 
 @pytest.mark.parametrize("name,bad,needle", [("hf_ensemble", 1.5, "0 <= w <= 1"),
-                                             ("sglang_acc", 0.0, "t_acc > 0"),
-                                             ("sglang_single", -0.1, "t_single >= 0")])
+                                             ("sglang_acc", 0.0, "0 < t_acc <= 1"),
+                                             ("sglang_acc", 1.5, "0 < t_acc <= 1"),
+                                             ("sglang_single", -0.1, "0 <= t_single <= 1")])
 def test_engine_parameters_out_of_range_are_refused(name, bad, needle):
     with pytest.raises(RuleError, match=needle):
         named_rule(name, bad)

@@ -154,6 +154,49 @@ def test_cuda_without_torch_is_one_line(tmp_path, small_data_dir, monkeypatch):
     one_line_error(r, "--device", "needs torch", "[gpu]")
 
 
+def refused_before_any_run(tmp_path, data_dir, var: str, value: str) -> None:
+    """``--device cuda`` with ``var=value``, one start and two: one line naming
+    ``var``, and no run directory."""
+    for starts in ("1", "2"):
+        r = invoke("run", "--generations", 1, "--population", 10, "--device", "cuda",
+                   "--starts", starts, "--data", data_dir, "--runs-dir", tmp_path / "runs",
+                   "--no-writeback", env={var: value})
+        one_line_error(r, var)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+@pytest.mark.parametrize("value,cuda", [("bogus", False), ("meta", False), ("mps", False),
+                                         ("cuda", False), ("cuda:7", False), ("cuda:7", True),
+                                         ("cpu:0", False), (" cpu", False)])
+def test_bad_device_override_is_one_line_before_anything_is_made(tmp_path, small_data_dir,
+                                                                monkeypatch, value, cuda):
+    """EVOLVE_TORCH_DEVICE takes cpu, cuda and cuda:N, a CUDA one only where torch has
+    that device: anything else is one line naming the variable, and no run directory
+    is made (a single run and a run of several starts)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1 if cuda else 0)
+    refused_before_any_run(tmp_path, small_data_dir, gpu.OVERRIDE, value)
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "abc", "1e9", "1.5", " ", "10" * 20])
+def test_bad_memory_budget_is_one_line_before_anything_is_made(tmp_path, small_data_dir,
+                                                               torch_on_cpu, value):
+    """EVOLVE_TORCH_MEMORY is a whole number of bytes >= 1, checked with the device
+    (it used to be refused at generation 1, leaving a failed run behind)."""
+    refused_before_any_run(tmp_path, small_data_dir, gpu.MEMORY, value)
+
+
+def test_a_good_override_and_budget_are_accepted(monkeypatch):
+    monkeypatch.setenv(gpu.OVERRIDE, "cpu")
+    monkeypatch.setenv(gpu.MEMORY, "300000")
+    assert gpu.torch_device("cuda") == torch.device("cpu")
+    assert gpu.memory_budget(torch.device("cpu")) == 300000
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setenv(gpu.OVERRIDE, "cuda:1")
+    assert gpu.torch_device("cuda") == torch.device("cuda:1")
+
+
 def test_bad_device_names_and_the_trajectory_are_refused(tmp_path, small_data_dir, npz_dir):
     r = invoke("run", "--generations", 1, "--device", "tpu", "--data", small_data_dir,
                "--runs-dir", tmp_path)

@@ -277,6 +277,29 @@ def test_trace_meta_hostile(tmp_path, case):
     assert not traces.is_trace_file(f)
 
 
+@pytest.mark.parametrize("version", ["4", "3.0", "true", '"3"', "1.0", "null"])
+def test_an_unsupported_trace_version_is_named_as_such(tmp_path, data_copy, version):
+    """A trace file whose format_version is not 2 or 3 (4, 3.0, true, "3") was
+    described as "holds token splits": the line says the version is not supported.
+    Token splits (format_version 1) are still named as such."""
+    from tests import tracekit
+    d = tmp_path / "t"
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), d / f"{s}.npz")
+        with zipfile.ZipFile(d / f"{s}.npz") as zf:
+            members = {n: zf.read(n) for n in zf.namelist()}
+        meta = json.loads(members["meta.json"])
+        text = json.dumps(meta).replace(f'"format_version": {meta["format_version"]}',
+                                        f'"format_version": {version}')
+        _zip(d / f"{s}.npz", {**members, "meta.json": text})
+    run = ("run", "--objective", "speed", "--generations", 1, "--population", 10,
+           "--no-writeback", "--runs-dir", tmp_path / "runs", "--data")
+    line = one_line_error(invoke(*run, d), "train.npz", "format_version", "not supported")
+    assert "token splits, version 1" in line and "holds token splits" not in line, line
+    one_line_error(invoke(*run, data_copy), "holds token splits")
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("key,value", [("block_size", 10 ** 30), ("block_size", 2.5),
                                        ("top_k", -1), ("context_len", True)])
 def test_trace_meta_absurd_values(tmp_path, key, value):
@@ -493,6 +516,52 @@ def test_npz_compressed_bomb_with_a_big_declared_shape_is_refused(tmp_path, monk
 def test_object_arrays_are_refused(tmp_path):
     f = _zip(tmp_path / "train.npz", {"draft_prob.npy": _npy((1,), dtype="|O")})
     with pytest.raises(data.DataError, match="object arrays|not a readable"):
+        data.load_npz(f)
+
+
+def _with_a_second_copy(src: Path, dst: Path, member: str, change) -> Path:
+    """``src`` copied to ``dst`` with one more member named ``member``: ``change`` of
+    its bytes (readers that take the last copy would read that one)."""
+    import warnings
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+    with zipfile.ZipFile(dst) as zf:
+        payload = zf.read(member)
+    with warnings.catch_warnings(), zipfile.ZipFile(dst, "a") as zf:
+        warnings.simplefilter("ignore")                     # "Duplicate name"
+        zf.writestr(member, change(payload))
+    return dst
+
+
+@pytest.mark.parametrize("member", ["v3/slot_tv", "draft_prob.npy", "meta.json"])
+def test_a_member_held_twice_is_refused_naming_file_and_member(tmp_path, member):
+    """A trace file with two zip members of one name was read by run, shard and
+    tradeoff, the last copy used silently: one line naming the file and the member."""
+    from tests import tracekit
+    src = tmp_path / "good"
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), src / f"{s}.npz")
+    bad = tmp_path / "bad"
+    shutil.copytree(src, bad)
+    flip = (lambda b: b.replace(b'"block_size": 4', b'"block_size": 2')) \
+        if member == "meta.json" else (lambda b: b[:-8] + np.float64(0.5).tobytes())
+    f = _with_a_second_copy(src / "valid.npz", bad / "valid.npz", member, flip)
+    for args in (("run", "--objective", "speed", "--generations", 1, "--population", 10,
+                  "--no-writeback", "--runs-dir", tmp_path / "runs", "--data", bad),
+                 ("data", "shard", bad, "--rows-per-shard", 64, "--out", tmp_path / "sh"),
+                 ("tradeoff", "--data", bad, "--json")):
+        one_line_error(invoke(*args), str(f), repr(member), "more than once")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "sh").exists()
+
+
+def test_a_token_split_member_held_twice_is_refused(tmp_path, data_copy):
+    f = _with_a_second_copy(data_copy / "valid.npz", tmp_path / "d" / "valid.npz",
+                            "draft_prob.npy", lambda b: b[:-8] + np.float64(0.5).tobytes())
+    for s in ("train", "test"):
+        shutil.copyfile(data_copy / f"{s}.npz", tmp_path / "d" / f"{s}.npz")
+    one_line_error(invoke("data", "info", "--data", tmp_path / "d"), str(f),
+                   "'draft_prob.npy'", "more than once")
+    with pytest.raises(data.DataError, match="more than once"):
         data.load_npz(f)
 
 

@@ -176,8 +176,12 @@ def test_memory_estimates_are_upper_bounds_of_what_is_allocated():
     ("run:", ("'run:'", "empty")),
     ("nope", ("'nope'", "unknown rule")),
     ("standard_rejection:0.5", ("'standard_rejection:0.5'", "no parameter")),
-    ("leniency:0", ("'leniency:0'", "l > 0")),
+    ("leniency:0", ("'leniency:0'", "0 < l <= 1")),
     ("leniency:nan", ("'leniency:nan'", "finite")),
+    ("ears:-1", ("'ears:-1'", "beta >= 0")),
+    ("ears:-1e308", ("'ears:-1e308'", "beta >= 0")),
+    ("cactus:-1", ("'cactus:-1'", "delta >= 0")),
+    ("hf_ensemble:1.5", ("'hf_ensemble:1.5'", "0 <= w <= 1")),
 ])
 def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, needles):
     r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
@@ -186,13 +190,29 @@ def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, nee
     assert "--heuristic" not in line and "--param" not in line, line
 
 
+@pytest.mark.parametrize("spec, needle", [
+    ("run:" + "a" * 5000, "File name too long"),
+    ("run:" + "a" * 200, "no such run directory"),
+    ("leniency:" + "1" * 5000, "finite"),
+    ("leniency:" + "z" * 5000, "not a number"),
+    ("x" * 5000, "unknown rule"),
+])
+def test_a_long_compare_value_is_echoed_shortened(tiny_dir, no_work, tmp_path, spec, needle):
+    """A --compare value of thousands of characters made a line as long: the value is
+    echoed shortened, and the reason stays on the line."""
+    r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
+               "--data", tiny_dir, "--runs-dir", tmp_path)
+    line = one_line_error(r, "--compare: ", needle)
+    assert len(line) < 600, len(line)
+
+
 def test_named_rule_errors_name_the_rule_not_an_option():
     with pytest.raises(adapters.UnknownRule) as e:
         adapters.named_rule("nope")
     assert isinstance(e.value, KeyError) and e.value.field == "name"
     assert str(e.value).startswith("unknown rule 'nope'") and "--" not in str(e.value)
     for name, param, needle in (("standard_rejection", 0.5, "no parameter"),
-                                ("leniency", 0.0, "l > 0"), ("ears", float("inf"), "finite")):
+                                ("leniency", 0.0, "0 < l <= 1"), ("ears", float("inf"), "finite")):
         with pytest.raises(adapters.RuleError) as e:
             adapters.named_rule(name, param)
         assert isinstance(e.value, ValueError) and e.value.field == "param"
@@ -225,6 +245,33 @@ def test_export_refuses_an_existing_file_without_force_and_keeps_it_with_force(t
     assert (tmp_path / "rule.py.previous").read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rule.py", "rule.py.previous", "runs"]
     one_line_error(_export(runs, "--force"), "--force", "--out")
+
+
+def test_export_with_force_again_never_overwrites_a_kept_file(tmp_path, runs):
+    """A second --force used to overwrite FILE.previous, losing the user's original:
+    every replaced file is kept, FILE.previous then FILE.previous.1, ..."""
+    out = tmp_path / "rule.py"
+    out.write_text("mine\n")
+    for _ in range(3):
+        r = _export(runs, "--out", out, "--force")
+        assert r.exit_code == 0, r.output
+    exported = out.read_text()
+    assert (tmp_path / "rule.py.previous").read_text() == "mine\n"
+    assert (tmp_path / "rule.py.previous.1").read_text() == exported
+    assert (tmp_path / "rule.py.previous.2").read_text() == exported
+    assert "kept as " in r.stderr and "rule.py.previous.2" in r.stderr, r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "rule.py", "rule.py.previous", "rule.py.previous.1", "rule.py.previous.2", "runs"]
+
+
+def test_out_dash_is_refused_not_written_as_a_file(tmp_path, runs, monkeypatch):
+    """``--out -`` wrote a file named '-'; it is refused (leave --out out to print)."""
+    monkeypatch.chdir(tmp_path)
+    for force in ((), ("--force",)):
+        one_line_error(_export(runs, "--out", "-", *force), "--out", "'-'", "standard output")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs"]
+    r = _export(runs, "--out", "./-")                  # a file named '-', said so
+    assert r.exit_code == 0 and (tmp_path / "-").is_file(), r.output
 
 
 def test_export_refuses_a_missing_directory_without_creating_it(tmp_path, runs):

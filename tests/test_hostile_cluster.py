@@ -239,6 +239,44 @@ def test_signal_ends_a_wait_on_a_silent_scheduler(shards, tmp_path, sig):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow
+def test_a_scheduler_without_workers_is_one_line_within_the_connect_limit(shards, tmp_path):
+    """A scheduler that answers but has no worker, and none joins: the wait for one ends
+    at EVOLVE_CLUSTER_CONNECT_TIMEOUT with one line, exit 2, nothing made."""
+    with distributed.LocalCluster(n_workers=0, processes=False, protocol="tcp",
+                                  dashboard_address=":0") as empty:
+        proc = start(tmp_path, "run", *RUN, "--generations", 2, "--population", 40, "--data",
+                     shards["shards"], "--runs-dir", tmp_path / "runs", "--scheduler",
+                     empty.scheduler_address, EVOLVE_CLUSTER_CONNECT_TIMEOUT="2")
+        code, out, err = finish(proc, 90)
+    assert code == 2, err
+    one_error_line(err, "--scheduler", "no workers joined within 2 s")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_closing_a_client_that_never_returns_is_bounded(monkeypatch):
+    """Session.close waits at most CLOSE_S for each close (a scheduler that no longer
+    answers would hold the run's end forever): it returns while the close it called
+    is still blocked."""
+    from evolve.cluster import session as session_mod
+    monkeypatch.setattr(session_mod, "CLOSE_S", 0.2)
+    release = threading.Event()
+
+    class Stuck:
+        returned = False
+
+        def close(self):
+            release.wait(20)
+            Stuck.returned = True
+    s = session_mod.Session()
+    s.client = Stuck()
+    try:
+        s.close()
+        assert s.client is None and not Stuck.returned
+    finally:
+        release.set()
+
+
 class Tunnel:
     """A TCP forwarder from 127.0.0.1 to ``target`` that can go silent: once
     ``freeze()`` is called it keeps every connection open and forwards nothing (a
@@ -315,15 +353,15 @@ def cluster():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("how", ["limit", "SIGTERM"])
+@pytest.mark.parametrize("how", ["limit", "SIGTERM", "SIGINT"])
 def test_scheduler_going_silent_mid_run_is_bounded_and_resumes(shards, tmp_path, cluster,
                                                               how):
     """The scheduler stops answering after the first generation (its tunnel died).
     ``limit``: the generation's wait ends at EVOLVE_CLUSTER_CALL_TIMEOUT: one line
-    with the resume command, exit 2, summary failed. ``SIGTERM``: the generation is
-    abandoned after EVOLVE_CLUSTER_STOP_GRACE: exit 130, summary interrupted. Either
-    way the last checkpoint is intact and the printed command resumes the run once
-    the tunnel works again."""
+    with the resume command, exit 2, summary failed. ``SIGTERM`` or ``SIGINT`` (Ctrl-C):
+    the generation is abandoned after EVOLVE_CLUSTER_STOP_GRACE: exit 130, summary
+    interrupted. Either way the last checkpoint is intact and the printed command
+    resumes the run once the tunnel works again."""
     tunnel = Tunnel(cluster)
     limits = {"EVOLVE_CLUSTER_CONNECT_TIMEOUT": "3", "EVOLVE_CLUSTER_STOP_GRACE": "2",
               "EVOLVE_CLUSTER_CALL_TIMEOUT": "6" if how == "limit" else "600"}
@@ -334,9 +372,9 @@ def test_scheduler_going_silent_mid_run_is_bounded_and_resumes(shards, tmp_path,
         wait_until(lambda: history_lines(tmp_path / "t") >= 1, START_S, proc)
         tunnel.freeze()
         t0 = time.monotonic()
-        if how == "SIGTERM":
+        if how != "limit":
             time.sleep(1)
-            os.kill(proc.pid, signal.SIGTERM)
+            os.kill(proc.pid, getattr(signal, how))
         code, out, err = finish(proc, 60)
         assert time.monotonic() - t0 < 60
         summary = json.loads((tmp_path / "t" / "summary.json").read_text())
@@ -348,7 +386,7 @@ def test_scheduler_going_silent_mid_run_is_bounded_and_resumes(shards, tmp_path,
         else:
             assert code == 130, err
             assert "Traceback" not in err, err
-            assert summary["status"] == "interrupted" and summary["signal"] == "SIGTERM"
+            assert summary["status"] == "interrupted" and summary["signal"] == how
             assert summary["generation"] == history_lines(tmp_path / "t") - 1
             command = summary["resume"]
         tunnel.thaw()

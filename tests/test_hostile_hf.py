@@ -169,6 +169,55 @@ def test_out_that_is_a_file_is_refused_before_loading(models, tmp_path, no_loadi
     assert out.read_text() == "mine"
 
 
+PROMPT_FILE_BOUNDS = {
+    "empty text": ('{"text": "def f(x):"}\n{"text": ""}\n', ("line 2", "'text'")),
+    "not an object": ('{"text": "def f(x):"}\n[1, 2]\n', ("line 2", "'text'")),
+    "a split with no prompts": ('{"text": "a"}\n{"text": "b"}\n{"text": "c"}\n',
+                                ("test split has no prompts",)),
+    "a labelled split left empty": ('{"text": "a", "split": "train"}\n'
+                                    '{"text": "b", "split": "valid"}\n',
+                                    ("test split has no prompts",)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(PROMPT_FILE_BOUNDS))
+def test_prompt_file_bounds_are_one_line_before_loading(models, tmp_path, no_loading, kind):
+    """What a prompts file must hold (a non-empty text per line, every split some
+    prompts): one line naming the file, before any model loads, nothing left behind."""
+    text, needles = PROMPT_FILE_BOUNDS[kind]
+    f = tmp_path / "prompts.jsonl"
+    f.write_text(text)
+    out = tmp_path / "out"
+    one_line_error(trace(models[0], models[1], f, out), str(f), *needles)
+    assert not out.exists()
+
+
+def test_prompts_and_corpus_together_or_a_small_corpus_are_refused_before_loading(
+        models, corpus, tmp_path, no_loading):
+    out = tmp_path / "out"
+    one_line_error(trace(models[0], models[1], models[2], out, "--corpus", corpus),
+                   "--prompts", "not both")
+    for f in sorted(corpus.iterdir())[3:]:
+        f.unlink()                                  # three files: too few to split
+    one_line_error(corpus_trace(models, corpus, out), str(corpus), "at least 4")
+    assert not out.exists()
+
+
+def test_prompts_the_tokenizer_cannot_use_are_one_line(models, corpus, tmp_path, monkeypatch):
+    """Checked once the tokenizer is there: corpus files shorter than --prompt-len
+    tokens, a prompt that becomes no tokens, and --top-k beyond the vocabulary."""
+    out = tmp_path / "out"
+    one_line_error(corpus_trace(models, corpus, out, "--prompt-len", 5000), "shorter than",
+                   "--prompt-len 5000")
+    one_line_error(trace(models[0], models[1], models[2], out, "--top-k", 300), "--top-k",
+                   "300", "1..256")
+    real = hf_prompts.encode
+    monkeypatch.setattr(hf_prompts, "encode", lambda tok, text: real(tok, text)[:0]
+                        if text == hfkit.PROMPTS[0] else real(tok, text))
+    one_line_error(trace(*models, out), str(models[2]), "has no tokens")
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------ vocabularies
 
 def test_a_tokenizer_larger_than_the_output_layer_is_refused(models, tmp_path):
@@ -200,6 +249,30 @@ def torch_load_calls(monkeypatch):
         return real(f, *args, **kwargs)
     monkeypatch.setattr(torch, "load", spy)
     return calls
+
+
+@pytest.mark.parametrize("layout", ["one file", "sharded"])
+def test_a_model_saved_with_safetensors_only_loads_and_records(models, tmp_path,
+                                                               torch_load_calls, layout):
+    """The refusals above must not refuse the good case: a tiny random GPT-2 saved with
+    safetensors only (one file, or shards with their index) loads and records, and
+    nothing is unpickled."""
+    from transformers import GPT2LMHeadModel
+    d = tmp_path / "draft"
+    GPT2LMHeadModel.from_pretrained(models[1]).save_pretrained(
+        d, safe_serialization=True, max_shard_size="40KB" if layout == "sharded" else "10GB")
+    for f in Path(models[1]).iterdir():            # the tokenizer's files
+        if not f.name.endswith((".safetensors", ".json")) or "token" in f.name:
+            shutil.copy(f, d / f.name)
+    weights = sorted(f.name for f in d.iterdir() if f.name.endswith(hf_models.SAFE))
+    assert not [f for f in d.iterdir() if f.name.endswith(hf_models.PICKLED)]
+    assert (len(weights) > 2) == (layout == "sharded"), weights
+    out = tmp_path / "out"
+    r = trace(models[0], d, models[2], out)
+    assert r.exit_code == 0, r.output
+    from evolve.data import traces
+    assert len(traces.load(out / "train.npz")) > 0
+    assert torch_load_calls == []
 
 
 def test_weights_named_by_config_json_are_never_unpickled(models, tmp_path, torch_load_calls):

@@ -8,7 +8,9 @@ in a temporary directory.
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import itertools
 import json
 import os
 import shutil
@@ -158,6 +160,32 @@ def test_writer_itself_refuses_to_replace_a_foreign_directory(tmp_path):
     w.abort()
     assert (out / "IMPORTANT.txt").read_text() == "mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["train"]
+
+
+@pytest.mark.parametrize("where", ["column", "sync"])
+def test_a_full_disk_while_sharding_names_the_file_and_leaves_nothing(npz_dir, tmp_path,
+                                                                     monkeypatch, where):
+    """A column write that fails (ENOSPC, which names no file by itself), or the sync
+    of the whole split before it is renamed into place: one line naming the file, and
+    neither a split nor a temporary directory is left."""
+    if where == "column":
+        real, calls = np.lib.format.write_array, itertools.count()
+
+        def write_array(fh, a, *args, **kwargs):
+            if next(calls) >= 40:                   # a shard or so written, then full
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(fh, a, *args, **kwargs)
+        monkeypatch.setattr(np.lib.format, "write_array", write_array)
+    else:
+        def sync_filesystem(path):
+            raise OSError(errno.EIO, "Input/output error", str(path))
+        monkeypatch.setattr(W, "sync_filesystem", sync_filesystem)
+    u = tmp_path / "U"
+    line = one_line_error(invoke("data", "shard", npz_dir, "--rows-per-shard", ROWS,
+                                 "--out", u), str(u))
+    assert ("No space left on device" in line and ".npy" in line if where == "column"
+            else "Input/output error" in line), line
+    assert not u.exists() or list(u.iterdir()) == []
 
 
 # ----------------------------------------------------- leftovers of a kill -9

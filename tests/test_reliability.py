@@ -656,6 +656,41 @@ def test_writeback_better_on_valid_wins_and_previous_file_is_kept(tmp_path, smal
     assert len(list((heur / "history").iterdir())) == 2
 
 
+@pytest.mark.parametrize("fail", ["write", "fsync"])
+def test_writeback_on_a_full_disk_leaves_nothing_half_written(tmp_path, small_splits,
+                                                              monkeypatch, fail):
+    """The disk fills up while the replaced file is kept in history/: the write-back
+    fails with the OS error, evolved.py is unchanged and history/ holds no temporary
+    file (nor any other)."""
+    heur = tmp_path / "heur"
+    valid = small_splits["valid"]
+    writeback.write_back(wb_source(WB_TREES[0], "a"), 0.1, valid, "a", directory=heur)
+    before = (heur / "evolved.py").read_text()
+
+    def full(*args, **kwargs):
+        raise _enospc()
+
+    def half_copyfileobj(src, dst, *args):
+        dst.write(src.read()[:100])          # the disk filled up mid-copy
+        raise _enospc()
+
+    def half_copyfile(src, dst, *args, **kwargs):
+        with open(src, "rb") as a, open(dst, "wb") as b:
+            half_copyfileobj(a, b)
+    if fail == "fsync":
+        monkeypatch.setattr(os, "fsync", full)
+    else:                                # whichever way the copy writes its bytes
+        monkeypatch.setattr(writeback.shutil, "copyfile", half_copyfile)
+        monkeypatch.setattr(writeback.shutil, "copyfileobj", half_copyfileobj)
+    with pytest.raises(OSError, match="No space left on device"):
+        writeback.write_back(wb_source(WB_TREES[1], "b"), 1.0, valid, "b", force=True,
+                             directory=heur)
+    monkeypatch.undo()
+    assert (heur / "evolved.py").read_text() == before
+    assert sorted(p.name for p in heur.iterdir()) == [".evolved.lock", "evolved.py", "history"]
+    assert list((heur / "history").iterdir()) == []
+
+
 def test_writeback_refuses_source_that_does_not_compile(tmp_path, small_splits):
     heur = tmp_path / "heur"
     valid = small_splits["valid"]
@@ -1177,6 +1212,35 @@ def _fail_after(n, real, partial=None):
 def _half_line(path, line):
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(line[: len(line) // 2])             # the disk filled up mid-line
+
+
+@pytest.mark.parametrize("command", ["export", "export --force", "data generate",
+                                     "run"])
+def test_a_full_disk_names_the_file_that_could_not_be_written(tmp_path, finished_run,
+                                                              small_data_dir, command):
+    """A write or an fsync on a full disk raises an OSError that names no file ("No
+    space left on device" was the whole line): the line names the file the command
+    was writing, and no temporary file is left beside it."""
+    out = tmp_path / "out"
+    out.mkdir()
+    export = ("export", "done", "--format", "numpy", "--runs-dir", finished_run.parent,
+              "--out", out / "rule.py")
+    args = {"export": export, "export --force": (*export, "--force"),
+            "data generate": ("data", "generate", "--out", out, "--sequences", 3),
+            "run": ("run", "--population", POP, "--generations", 1, "--name", "d", "--data",
+                    small_data_dir, "--runs-dir", out, "--no-writeback")}[command]
+    if command == "export --force":
+        (out / "rule.py").write_text("mine\n")
+
+    def fsync(fd):
+        raise _enospc("")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "fsync", fsync)
+        line = one_line_error(invoke(*args))
+    assert "No space left on device" in line and str(out) in line, line
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+    if command == "export --force":
+        assert (out / "rule.py").read_text() == "mine\n"
 
 
 @pytest.mark.parametrize("where,n", [

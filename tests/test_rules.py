@@ -61,3 +61,31 @@ def test_lenient_rules_accept_at_least_as_often_as_the_standard_rule():
         for v in (r.grid or (None,)):
             h = np.clip(numpy_eval.evaluate(treeio.parse(r.tree(v)), F), 0, 1)
             assert (h >= std - 1e-15).all(), (r.name, v)
+
+
+def test_every_parameter_lies_in_its_stated_range_and_outside_it_is_refused():
+    """Each rule's default and grid lie in the table's range for its parameter, and
+    ``named_rule`` refuses values outside it (ears:-1, ears:-1e308 and cactus:-1 used
+    to be accepted) in one line stating the range."""
+    import math
+
+    import pytest
+
+    from evolve.rules.adapters import RuleError, named_rule
+    taking = [r for r in RULES.values() if r.param is not None]
+    assert len(taking) >= 9
+    for r in taking:
+        assert r.default in r.range and all(v in r.range for v in r.grid), r.name
+        named_rule(r.name, r.default)
+        rng = r.range
+        outside = [rng.low - 1.0, -1e308, math.nan, math.inf, -math.inf]
+        outside += [rng.low] if rng.low_open else []
+        outside += [rng.high + 1.0, 1e308] if rng.high < math.inf else []
+        for v in outside:
+            with pytest.raises(RuleError) as e:
+                named_rule(r.name, v)
+            assert e.value.field == "param" and "\n" not in str(e.value), (r.name, v)
+            if math.isfinite(v):
+                assert rng.text(r.param) in str(e.value), str(e.value)
+    assert RULES["leniency"].range.text("l") == "0 < l <= 1"
+    assert RULES["ears"].range.text("beta") == "beta >= 0"

@@ -2,11 +2,15 @@
 .npz splits, memory-mapped, and every kind of damage is one line and exit code 2."""
 
 import json
+import os
+import resource
 import shutil
 
 import numpy as np
 import pytest
 
+import evolve
+from evolve.data import shard_writer
 from evolve.data import shards as S
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG
@@ -68,6 +72,31 @@ def _copy(sharded, tmp_path):
 def _manifest(d, split="train"):
     p = d / split / S.MANIFEST
     return p, json.loads(p.read_text())
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open descriptors")
+def test_a_split_of_more_shards_than_file_descriptors_runs_and_reports(npz_dir, tmp_path):
+    """Sixteen shards a split or more: far more column files than the descriptors this
+    process may open. A run on them, its final report included, and reading a whole
+    split back keep at most one shard's columns open (every column kept mapped used
+    to end the run at the report with "Too many open files")."""
+    shard_writer.shard_dir(npz_dir, tmp_path / "many", len(tracekit.split("test")) // 16)
+    sp = S.open_split(tmp_path / "many" / "train", check=False)
+    spare = 64
+    assert len(sp.shards) * len(S.shard_fields(sp.meta)) > 4 * spare
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + spare,
+                                                hard))
+    try:
+        res = evolve.run(objective="speed", data_dir=tmp_path / "many", generations=1,
+                         population=10, seed=1, runs_dir=tmp_path / "runs", writeback=False)
+        whole = S.open_split(tmp_path / "many" / "test").concat()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert res.status == "finished"
+    ts = T.load(npz_dir / "test.npz")
+    for f in ts.fields:
+        assert np.array_equal(whole.columns[f], ts.columns[f]), f
 
 
 def test_missing_column(sharded, tmp_path):

@@ -262,6 +262,25 @@ def test_v2_splits_offer_slot_inputs_only_when_computable(tmp_path):
     assert not a.missing and np.allclose(a.X, b.X, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("row, shift", [(2, 0.1), (5, -1e-6), (0, 2e-9)])
+def test_slot_tv_that_contradicts_whole_candidates_is_refused(tmp_path, row, shift):
+    """Where the candidates hold all of both distributions' mass (top-k = vocabulary,
+    zero tails), slot_tv is their TV: a recorded value that differs by more than the
+    tolerance is refused naming the file, the field and the row (it used to load
+    without a word); within the tolerance it loads."""
+    P_, Q_ = _slots()
+    ts = _trace(P_, Q_)
+    cols = {f: v.copy() for f, v in ts.columns.items()}
+    cols["slot_tv"][row] = min(1.0, max(0.0, cols["slot_tv"][row] + shift))
+    T.save(T.TraceSplit(cols, dict(ts.meta), "bad"), tmp_path / "bad.npz")
+    with pytest.raises(DataError, match=rf"bad\.npz: field 'slot_tv' row {row}: differs from "
+                                        "the TV of the candidates"):
+        T.load(tmp_path / "bad.npz")
+    cols["slot_tv"][row] = ts.columns["slot_tv"][row] + 1e-12         # rounding: accepted
+    T.save(T.TraceSplit(cols, dict(ts.meta), "near"), tmp_path / "near.npz")
+    T.load(tmp_path / "near.npz")
+
+
 def test_primitive_set_and_code_offer_slot_inputs_as_asked():
     def terminals(pset):
         return set(pset.arguments)

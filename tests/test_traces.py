@@ -242,7 +242,7 @@ def test_v2_split_is_a_v1_split(tmp_path):
 def test_v1_file_is_not_a_trace_file(tmp_path, small_splits):
     data.save_npz(small_splits["valid"], tmp_path / "v1.npz")
     assert not T.is_trace_file(tmp_path / "v1.npz")
-    with pytest.raises(DataError, match=r"v1\.npz: format_version is 1"):
+    with pytest.raises(DataError, match=r"v1\.npz: format_version 1 is not supported"):
         T.load(tmp_path / "v1.npz")
 
 

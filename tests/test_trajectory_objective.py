@@ -225,6 +225,20 @@ def test_trajectory_with_sampled_blocks_or_a_bad_floor_is_refused(npz_dir, tmp_p
                    "--batch-blocks", "8")
     one_line_error(_run(npz_dir, tmp_path / "runs", "y", "--ess-floor", 1.5),
                    "--ess-floor", "1.5")
+    for value in ("abc", "0.1x", ""):       # not a number: one line too, not click's usage
+        one_line_error(_run(npz_dir, tmp_path / "runs", "y", "--ess-floor", value),
+                       "--ess-floor", repr(value))
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_the_ess_floor_without_the_trajectory_is_refused(npz_dir, tmp_path):
+    """--ess-floor guards the trajectory estimate only; without --trajectory it was
+    silently unused."""
+    r = invoke("run", "--objective", "speed", "--ess-floor", 0.2, "--data", npz_dir,
+               "--generations", 1, "--population", 12, "--no-writeback",
+               "--runs-dir", tmp_path / "runs")
+    one_line_error(r, "--ess-floor", "--trajectory")
+    assert not (tmp_path / "runs").exists()
 
 
 def test_a_sharded_run_with_a_split_sequence_is_refused(npz_dir, tmp_path):

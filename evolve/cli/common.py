@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, shorten, show
 
 EXIT_BAD_INPUT = 2
 
@@ -32,6 +32,18 @@ def need(ok: bool, option: str, value, expected: str) -> None:
         fail(f"{option}: {value!r} is invalid; expected {expected}")
 
 
+def number(option: str, text: str | None) -> float | None:
+    """A number option taken as text (``type=str, metavar="FLOAT"``), so that a value
+    that is not a number is one line naming the option, as a value out of range is,
+    not click's three-line usage error. None stays None; the range is the caller's."""
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        fail(f"{option}: {show(text)} is invalid; expected a number")
+
+
 def friendly_errors(fn):
     """Bad input (``evolve.errors.EvolveError``, any subclass) and a file the system
     refuses (``OSError``) become one line on stderr and exit code 2, no traceback.
@@ -43,8 +55,8 @@ def friendly_errors(fn):
         except EvolveError as e:
             term().error(option_message(e))
             sys.exit(EXIT_BAD_INPUT)
-        except OSError as e:
-            where = f"{e.filename}: " if getattr(e, "filename", None) else ""
+        except OSError as e:          # (a path of thousands of characters: shortened)
+            where = f"{shorten(str(e.filename), 300)}: " if getattr(e, "filename", None) else ""
             term().error(f"{where}{e.strerror or e}")
             sys.exit(EXIT_BAD_INPUT)
     return wrapper

@@ -29,7 +29,8 @@ FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
               help="Write the module (or patch) to this new file (default: print it). Its "
                    "directory must exist; not inside the heuristics directory.")
 @click.option("--force", is_flag=True,
-              help="Replace an existing --out file, keeping it as <name>.previous.")
+              help="Replace an existing --out file, keeping it as <name>.previous "
+                   "(<name>.previous.1, ... when that exists).")
 @click.option("--allow-infeasible", is_flag=True,
               help="Export a champion marked infeasible (over its budget, or below standard "
                    "rejection, on valid).")

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from evolve.cli.common import data_option, default_data, friendly_errors, json_option, \
-    runs_dir_option, term
+from evolve.cli.common import data_option, default_data, fail, friendly_errors, json_option, \
+    number, runs_dir_option, term
 from evolve.objectives import OBJECTIVES
 
 
@@ -80,7 +80,7 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 @click.option("--trajectory", is_flag=True, default=None,
               help="Objective speed: score every rule on its own trajectory (importance-"
                    "weighted free-running estimate) on train, valid and test.")
-@click.option("--ess-floor", "ess_floor", type=float, default=None,
+@click.option("--ess-floor", "ess_floor", type=str, default=None, metavar="FLOAT",
               help="With --trajectory: least effective number of sequences, as a fraction "
                    "of the split's sequences, below which a rule is infeasible [0.1].")
 @click.option("--lookahead", is_flag=True, default=None,
@@ -126,6 +126,7 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
              "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor,
              "lookahead": lookahead, "inputs": inputs}
+    given["ess_floor"] = number("--ess-floor", ess_floor)
     if engine is not None:
         from evolve.export import engines    # lazy: start-up (a command loads only what it runs)
         if inputs is not None:
@@ -145,6 +146,9 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
             opt = "--name" if name else "--" + extra[0].replace("_", "-")
             raise RunError(f"{opt}: cannot be changed on --resume (only --generations "
                            "and --device)")
+    if ess_floor is not None and not trajectory:
+        fail("--ess-floor: only with --trajectory (it is the floor of the trajectory "
+             "estimate's effective sequences; without it nothing reads it)")
     # lazy: start-up (a command loads only what it runs)
     from evolve.cluster import ClusterInterrupted
     # lazy: start-up (a command loads only what it runs)

@@ -132,12 +132,12 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
             else:
                 _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature)
     except BaseException as e:
+        if isinstance(e, Busy):       # --out is another recording's now, even if this
+            fail(f"--out {out}: another process is recording traces into this directory; "
+                 "wait for it to finish")       # process made it: it is left alone
         for p in created:             # a refused build leaves no directory it made
             with contextlib.suppress(OSError):
                 p.rmdir()             # (only while empty)
-        if isinstance(e, Busy):
-            fail(f"--out {out}: another process is recording traces into this directory; "
-                 "wait for it to finish")
         raise
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import click
 
 from evolve.cli import trace_views, views
-from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need,
+from evolve.cli.common import (default_traces, fail, friendly_errors, json_option, need, number,
                                runs_dir_option, term)
-from evolve.errors import first_line
+from evolve.errors import EvolveError, first_line, shorten, show
 
 SPLIT_NAMES = ("train", "valid", "test")
 DEFAULT_BUDGETS = (0.01, 0.03)
@@ -116,22 +116,28 @@ def _rule_of(text: str, runs_parent: Path):
     """A --compare rule: NAME, NAME:PARAM or run:RUN."""
     # lazy: start-up (a command loads only what it runs)
     from evolve.rules.adapters import RuleError, named_rule
+    shown = show(text)                 # echoed shortened: the line stays a line
     if text.startswith("run:"):
         if not text[4:].strip():
-            fail(f"--compare: {text!r}: the run name after 'run:' is empty")
-        return _run_rule(runs_parent, text[4:])
+            fail(f"--compare: {shown}: the run name after 'run:' is empty")
+        try:
+            return _run_rule(runs_parent, text[4:])
+        except EvolveError as e:
+            fail(f"--compare: {shown}: {shorten(str(e), 300)}")
+        except OSError as e:          # a name the system refuses (too long, ...)
+            fail(f"--compare: {shown}: {e.strerror or shorten(str(e), 300)}")
     name, colon, value = text.partition(":")
     if colon and not value.strip():
-        fail(f"--compare: {text!r}: the parameter after ':' is empty; give NAME or "
+        fail(f"--compare: {shown}: the parameter after ':' is empty; give NAME or "
              "NAME:PARAM")
     try:
         param = float(value) if colon else None
     except ValueError:
-        fail(f"--compare: {text!r}: the parameter {value!r} is not a number")
+        fail(f"--compare: {shown}: the parameter {show(value)} is not a number")
     try:
         return named_rule(name, param)
     except RuleError as e:
-        fail(f"--compare: {text!r}: {e}")
+        fail(f"--compare: {shown}: {shorten(str(e), 300)}")
 
 
 def _installed_rule():
@@ -288,7 +294,7 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
 
 @click.command("tradeoff")
 @traces_option
-@click.option("--budget", "budgets", type=float, multiple=True,
+@click.option("--budget", "budgets", type=str, multiple=True, metavar="FLOAT",
               help="TV per token allowed (repeatable) [default: 0.01 and 0.03].")
 @click.option("--run", "run_names", multiple=True, metavar="RUN",
               help="Add the champion of this run directory (repeatable).")
@@ -327,7 +333,8 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     from evolve.rules.table import ENGINES, families
     from evolve.runs import pictures    # lazy: start-up (a command loads only what it runs)
     from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
-    budgets = list(dict.fromkeys(budgets)) or list(DEFAULT_BUDGETS)
+    budgets = list(dict.fromkeys(number("--budget", b) for b in budgets)) or \
+        list(DEFAULT_BUDGETS)
     need(engine is None or engine in ENGINES, "--engine", engine,
          f"one of {', '.join(ENGINES)}")
     for b in budgets:

@@ -25,6 +25,14 @@ Errors are DataError naming the file, the field and the row or value; names
 that are not printable (a newline in a directory name) are shown escaped, so
 an error stays one line.
 
+Maps are made per use and never kept: ``shard(i)`` maps one shard's columns, and
+whoever uses them drops them when done (the scoring backends copy a shard's kernel
+arrays once; ``concat`` copies shard after shard into one array per column). Each
+map holds a file descriptor, so a split of thousands of shards, mapped all at once,
+would run out of them (``RLIMIT_NOFILE``, often 1,024); kept per use, at most one
+shard's columns are open at a time, whatever the number of shards. (A cache of open
+maps would bound them too, but nothing reads a shard often enough to need one.)
+
 Nothing under a shard set is trusted: ``manifest.json`` is read by the
 project's one JSON reader (``evolve.io.jsonio``: a size cap, a depth limit,
 finite numbers only) and every field is type-checked; a column is a regular
@@ -138,10 +146,19 @@ class ShardedSplit:
         return map_shard(self.shard_paths()[i], self.meta, self.name)
 
     def concat(self) -> T.TraceSplit:
-        """The whole split in memory (for reports that need every row at once)."""
-        parts = [self.shard(i) for i in range(len(self.shards))]
-        cols = {f: np.concatenate([p.columns[f] for p in parts])
-                for f in shard_fields(self.meta)}
+        """The whole split in memory (for reports that need every row at once), copied
+        one shard at a time: only that shard's columns are mapped meanwhile."""
+        fields = shard_fields(self.meta)
+        first = self.shards[0]["columns"]
+        cols = {f: np.empty([self.rows] + first[f]["shape"][1:], np.dtype(first[f]["dtype"]))
+                for f in fields}
+        at = 0
+        for i, e in enumerate(self.shards):
+            part = self.shard(i)
+            for f in fields:
+                cols[f][at:at + e["rows"]] = part.columns[f]
+            at += e["rows"]
+            del part                   # its maps (and their file descriptors) go here
         return T.TraceSplit(cols, dict(self.meta, source=str(self.directory)), self.name)
 
 

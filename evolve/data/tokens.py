@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evolve.errors import EvolveError, first_line
+from evolve.errors import EvolveError, first_line, show
 from evolve.lang.features import INPUT_NAMES
 from evolve.io import jsonio
 from evolve.io.atomic import atomic_write_bytes
@@ -197,8 +197,9 @@ def read_members(zf: zipfile.ZipFile, src: str, members: dict[str, str]) -> dict
     Never unpickles; a missing member is a DataError naming the field. Each
     member's declared shape is checked against ``MAX_SPLIT_BYTES`` before anything
     is allocated, and it is read with exactly that many bytes as its cap, so a
-    member that inflates beyond what it declares is refused, not read whole."""
-    names = set(zf.namelist())
+    member that inflates beyond what it declares is refused, not read whole. A file
+    holding two members of one name is refused (``check_unique_members``)."""
+    names = check_unique_members(zf, src)
     cols, total = {}, 0
     for field, member in members.items():
         if member not in names:
@@ -207,6 +208,19 @@ def read_members(zf: zipfile.ZipFile, src: str, members: dict[str, str]) -> dict
                                                  MAX_SPLIT_BYTES - total)
         total += nbytes
     return cols
+
+
+def check_unique_members(zf: zipfile.ZipFile, src: str) -> set:
+    """The member names of an open split file, each held once: a zip may hold two
+    members of one name, of which readers silently take the last; DataError naming
+    the file and the member."""
+    seen: set = set()
+    for name in zf.namelist():
+        if name in seen:
+            raise DataError(f"{src}: member {show(name)} appears more than once (a split "
+                            "file holds each member once)")
+        seen.add(name)
+    return seen
 
 
 def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
@@ -247,6 +261,7 @@ def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
 
 def read_meta(zf: zipfile.ZipFile, src: str):
     """The ``meta.json`` member, read with a byte cap by the one JSON reader."""
+    check_unique_members(zf, src)
     with zf.open("meta.json") as fh:
         raw = fh.read(MAX_META_BYTES + 1)
     if len(raw) > MAX_META_BYTES:

@@ -42,7 +42,7 @@ import numpy as np
 
 from evolve.data import tokens as D
 from evolve.data.tokens import DataError
-from evolve.errors import first_line
+from evolve.errors import first_line, show
 from evolve.io import jsonio
 
 VOCAB = 256            # byte-level models: token ids are byte values (default vocab_size)
@@ -213,8 +213,9 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
             meta = D.read_meta(zf, src)
             v = meta.get("format_version") if isinstance(meta, dict) else None
             if not _is_version(v):
-                raise DataError(f"{src}: format_version is {v!r}, a trace file has "
-                                "2 or 3 (v1 splits load with evolve.data)")
+                raise DataError(f"{src}: format_version {show(v)} is not supported; a trace "
+                                "file has 2 or 3 (token splits, version 1, load with "
+                                "evolve.data)")
             members = _members(v)
             cols = D.read_members(zf, src, members)
             known = set(members.values())
@@ -258,6 +259,17 @@ def is_trace_file(path: str | os.PathLike) -> bool:
     except DataError:
         return False
     return isinstance(meta, dict) and _is_version(meta.get("format_version"))
+
+
+def is_token_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` is a token split file (``meta.json`` format_version 1, the
+    whole number), which a trace objective cannot use."""
+    try:
+        meta = read_file_meta(path)
+    except DataError:
+        return False
+    v = meta.get("format_version") if isinstance(meta, dict) else None
+    return type(v) is int and v == D.FORMAT_VERSION
 
 
 def _is_version(v) -> bool:
@@ -396,7 +408,10 @@ def validate(ts: TraceSplit, src: str) -> None:
 
 
 def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:
-    """The slot features: finite, slot_tv in [0, 1], KLs >= 0, count in [0, V]."""
+    """The slot features: finite, slot_tv in [0, 1], KLs >= 0, count in [0, V]; and
+    where the candidates hold all of both distributions' mass (zero tails), slot_tv
+    is their TV, sum max(0, q - p), within MASS_TOL (the only rows where a reader can
+    tell: elsewhere the TV of the tokens outside the candidates is unknown)."""
     for f, (_, dtype) in V3_FIELDS.items():
         a = cols[f]
         if a.shape != (n,):
@@ -411,6 +426,14 @@ def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:
     bad = (a < 0.0) | (a > 1.0 + MASS_TOL)
     if bad.any():
         _bad(src, "slot_tv", bad, a, "outside [0, 1]")
+    whole = (cols["tail_draft_prob"] == 0.0) & (cols["tail_target_prob"] == 0.0)
+    if whole.any():
+        cq, cp = cols["cand_draft_prob"][whole], cols["cand_target_prob"][whole]
+        bad = np.zeros(n, dtype=bool)
+        bad[whole] = np.abs(np.maximum(cq - cp, 0.0).sum(axis=1) - a[whole]) > MASS_TOL
+        if bad.any():
+            _bad(src, "slot_tv", bad, a, "differs from the TV of the candidates, which "
+                 "hold all of both distributions' mass (sum of max(0, q - p))")
     for f in ("slot_kl_pq", "slot_kl_qp"):
         bad = cols[f] < -KL_TOL
         if bad.any():

@@ -11,7 +11,10 @@ package's own code, and an exported module is neither.
 
 ``write_new`` writes atomically (``evolve.io.atomic``): without ``force`` the file
 appears complete or not at all and never replaces one that appeared meanwhile; with
-``force`` the file it replaces is first kept, complete, as ``<name>.previous``.
+``force`` the file it replaces is first kept, complete, as ``<name>.previous``, or
+when that exists as ``<name>.previous.1``, ``.previous.2``, ...: a kept copy is never
+overwritten, so the user's original survives any number of ``--force``. ``-`` is not
+a file name here (it would be a file named ``-``, not standard output): it is refused.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ import tempfile
 from pathlib import Path
 
 from evolve.errors import EvolveError
-from evolve.io.atomic import atomic_write_bytes, atomic_write_with, fsync_dir, umask
+from evolve.io.atomic import atomic_write_bytes, fsync_dir, naming, umask
 
 PREVIOUS_SUFFIX = ".previous"
+MAX_PREVIOUS = 1000                # kept copies of one file: .previous, .previous.1, ...
 
 
 class OutputError(EvolveError):
@@ -53,6 +57,9 @@ def check_target(option: str, path, force: bool | None = None, refuse_under=()) 
     inside which nothing may be written."""
     if path is None or not str(path).strip():
         raise OutputError(f"{option}: an empty path is not allowed")
+    if str(path) == "-":
+        raise OutputError(f"{option}: '-' is not written to standard output; leave {option} "
+                          "out to print there, or name a file (./- for a file named '-')")
     path = Path(path)
     parent = path.parent
     try:
@@ -87,63 +94,88 @@ def _check_file(option: str, path: Path, force: bool | None) -> None:
         raise OutputError(f"{option}: {path} is {_kind(st.st_mode)}; only a regular file "
                           "is written")
     if force is False:
+        kept = next((p for p in previous_names(path) if not os.path.lexists(p)),
+                    previous_path(path))
         raise OutputError(f"{option}: {path} exists; give --force to replace it (the old "
-                          f"file is then kept as {previous_path(path).name})")
+                          f"file is then kept as {kept.name})")
 
 
 def write_new(option: str, path: Path, data: bytes, force: bool) -> Path | None:
-    """Write ``data`` to ``path`` (checked by ``check_target``); returns the kept
-    ``<name>.previous`` when a file was replaced, else None."""
+    """Write ``data`` to ``path`` (checked by ``check_target``); returns the kept copy
+    (``<name>.previous``, or ``.previous.1``, ... when that exists) when a file was
+    replaced, else None."""
     path = Path(path)
     if not force:
-        _link_new(option, path, data)
+        if _create([path], lambda fh: fh.write(data), 0o666 & ~umask()) is None:
+            raise OutputError(f"{option}: {path} exists; give --force to replace it")
         return None
     kept = None
     if os.path.lexists(path):
         _check_file(option, path, True)          # still a regular file
-        kept = previous_path(path)
-        _copy_atomic(path, kept)
+        kept = _keep(option, path)
     atomic_write_bytes(path, data)
     return kept
 
 
-def _link_new(option: str, path: Path, data: bytes) -> None:
-    """Create ``path`` complete or not at all, never replacing a file that appeared
-    since the check: the data goes to a temporary file, which is then hard-linked to
-    the name (which fails if the name exists)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+def previous_names(path: Path):
+    """Where ``--force`` keeps the file it replaces: ``<name>.previous``, then
+    ``<name>.previous.1``, ... (the first that does not exist; none is overwritten)."""
+    yield previous_path(path)
+    for i in range(1, MAX_PREVIOUS):
+        yield path.with_name(f"{path.name}{PREVIOUS_SUFFIX}.{i}")
+
+
+def _create(names, write, mode: int) -> Path | None:
+    """Create the first of ``names`` that does not exist, complete or not at all, with
+    what ``write(fh)`` writes; None when every name exists. The data goes to a
+    temporary file, which is then hard-linked to the name (which fails if the name
+    exists), so a file that appeared since a check is never replaced."""
+    names = [Path(n) for n in names]
+    fd, tmp = tempfile.mkstemp(prefix=f".{names[0].name}.", suffix=".tmp",
+                               dir=names[0].parent)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            os.fchmod(fd, 0o666 & ~umask())
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
         try:
-            os.link(tmp, path)
-        except FileExistsError:
-            raise OutputError(f"{option}: {path} exists; give --force to replace it") from None
-        except OSError as e:
-            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
-                               errno.EMLINK):
-                raise
-            if os.path.lexists(path):      # no hard links here: check, then rename
-                raise OutputError(f"{option}: {path} exists; give --force to replace "
-                                  "it") from None
-            os.replace(tmp, path)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fd, mode)
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as e:               # a full disk: name the file
+            raise naming(e, names[0]) from None
+        for name in names:
+            try:
+                os.link(tmp, name)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV,
+                                   errno.EMLINK):
+                    raise
+                if os.path.lexists(name):  # no hard links here: check, then rename
+                    continue
+                os.replace(tmp, name)
+            fsync_dir(name.parent)
+            return name
+        return None
     finally:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-    fsync_dir(path.parent)
 
 
-def _copy_atomic(src: Path, dst: Path) -> None:
-    """Copy the regular file ``src`` to ``dst`` atomically (opened without following
-    a link and without blocking, and checked once open)."""
+def _keep(option: str, src: Path) -> Path:
+    """Copy the regular file ``src`` to the first free name of ``previous_names``,
+    complete or not at all (opened without following a link and without blocking,
+    and checked once open)."""
     sfd = os.open(src, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     with os.fdopen(sfd, "rb") as sfh:
         st = os.fstat(sfd)
         if not stat.S_ISREG(st.st_mode):
             raise OutputError(f"{src} is {_kind(st.st_mode)}; only a regular file is kept")
-        atomic_write_with(dst, lambda fh: shutil.copyfileobj(sfh, fh), stat.S_IMODE(st.st_mode))
+        kept = _create(previous_names(src), lambda fh: shutil.copyfileobj(sfh, fh),
+                       stat.S_IMODE(st.st_mode))
+    if kept is None:
+        raise OutputError(f"{option}: {src}: {MAX_PREVIOUS} kept copies "
+                          f"({previous_path(src).name}, ...) exist already; move some away")
+    return kept

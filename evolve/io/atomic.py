@@ -6,6 +6,7 @@ torn one, whatever moment the writer dies at.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -32,13 +33,29 @@ def atomic_write_with(path: str | os.PathLike, write, mode: int | None = None) -
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        _remove(tmp)
+        raise naming(e, path) from None
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        _remove(tmp)
         raise
     fsync_dir(path.parent)
+
+
+def _remove(tmp: str) -> None:
+    try:
+        os.unlink(tmp)
+    except OSError:
+        pass
+
+
+def naming(e: BaseException, path) -> BaseException:
+    """``e``, or when it is an OSError that names no file (a write or an fsync on a
+    full disk: "No space left on device"), the same error naming ``path``, so its
+    one line says what failed."""
+    if isinstance(e, OSError) and not e.filename and e.errno is not None:
+        return OSError(e.errno, e.strerror or str(e), str(path))
+    return e
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -58,10 +75,13 @@ def atomic_write_json(path: str | os.PathLike, obj, compact: bool = False) -> No
 
 def append_line(path: str | os.PathLike, line: str) -> None:
     """Append one line and fsync it; a crash leaves at worst a torn last line."""
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(line.rstrip("\n") + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(line.rstrip("\n") + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as e:
+        raise naming(e, path) from None
 
 
 def umask() -> int:
@@ -81,6 +101,30 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def sync_filesystem(path: str | os.PathLike) -> None:
+    """Flush everything written to the file system that holds ``path`` to disk, in
+    one call: ``syncfs`` where the C library has it (Linux), else ``os.sync``. For a
+    writer of many files (a shard set), instead of an fsync per file; a write error
+    the kernel reports there is an OSError naming ``path``."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        syncfs = _syncfs()
+        if syncfs is None:
+            os.sync()
+        elif syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+
+
+def _syncfs():
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (AttributeError, OSError):
+        return None
 
 
 def sha256_file(path: str | os.PathLike, chunk: int = 16 << 20) -> str:

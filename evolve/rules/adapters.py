@@ -18,7 +18,7 @@ import inspect
 
 import numpy as np
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, show
 from evolve.lang import numpy_eval
 from evolve.objectives.spec import FEATURES
 from evolve.lang.treeio import parse
@@ -173,7 +173,7 @@ def named_rule(name: str, param: float | None = None):
     are ``RuleError`` with ``field`` "name" or "param", and their messages name the
     rule and the value, never an option."""
     if name not in RULES:
-        raise UnknownRule(f"unknown rule {name!r} (rules: {', '.join(RULES)})")
+        raise UnknownRule(f"unknown rule {show(name)} (rules: {', '.join(RULES)})")
     r = RULES[name]
     if r.param is None and param is not None:
         takers = ", ".join(n for n, x in RULES.items() if x.param)
@@ -184,17 +184,9 @@ def named_rule(name: str, param: float | None = None):
         value = r.default if param is None else float(param)
         if not np.isfinite(value):
             raise RuleError(f"{name} {r.param}={param!r} is not a finite number", "param")
-        if name == "leniency" and value <= 0:
-            raise RuleError(f"leniency l={value!r} is invalid; expected l > 0", "param")
-        if name == "hf_ensemble" and not 0.0 <= value <= 1.0:
-            raise RuleError(f"hf_ensemble w={value!r} is invalid; expected 0 <= w <= 1",
-                            "param")
-        if name == "sglang_acc" and value <= 0:
-            raise RuleError(f"sglang_acc t_acc={value!r} is invalid; expected t_acc > 0",
-                            "param")
-        if name == "sglang_single" and value < 0:
-            raise RuleError(f"sglang_single t_single={value!r} is invalid; expected "
-                            "t_single >= 0", "param")
+        if value not in r.range:             # the table's stated range
+            raise RuleError(f"{name} {r.param}={value!r} is invalid; expected "
+                            f"{r.range.text(r.param)}", "param")
     rule = TreeRule(parse(r.tree(value)), r.label(value))
     rule.residual = r.residual
     rule.scope = r.scope

@@ -36,7 +36,9 @@ Columns:
                 vocabulary-scope rule: ``"ensemble"`` (min(1, 1 - w + w p/q), w the
                 parameter; ``spec.position_terms(tail_weight=w)``) or ``"standard"``;
 - ``engine``    for an engine's own knob: the engine, and ``setting`` the flags or
-                keyword arguments that select the rule in it (``{p}``: the value).
+                keyword arguments that select the rule in it (``{p}``: the value);
+- ``range``     the values the parameter may take (``Range``; default: finite and
+                >= 0); ``evolve.rules.adapters.named_rule`` refuses any other.
 
 A rule that reads a trace feature (``block_position``, ``p_max``, ``q_max``, the
 slot features ``slot_tv``, ``slot_kl_pq``, ``slot_kl_qp``) exists only on traces
@@ -47,6 +49,7 @@ heuristics/baselines.py).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from evolve.objectives.base import TOKENS, TRACES
@@ -65,6 +68,30 @@ SGLANG_CHAIN = (" --speculative-num-steps {g} --speculative-eagle-topk 1 "
 
 
 @dataclass(frozen=True)
+class Range:
+    """The values a rule's parameter may take: ``low`` to ``high``, each end included
+    unless ``low_open``/``high_open``; NaN and infinities never."""
+    low: float = 0.0
+    high: float = math.inf
+    low_open: bool = False
+    high_open: bool = False
+
+    def __contains__(self, v: float) -> bool:
+        return (math.isfinite(v) and (v > self.low if self.low_open else v >= self.low)
+                and (v < self.high if self.high_open else v <= self.high))
+
+    def text(self, name: str) -> str:
+        """The range as a message states it: "0 < l <= 1", "beta >= 0"."""
+        lo = f"{self.low:g} {'<' if self.low_open else '<='} "
+        if self.high == math.inf:
+            return f"{name} {'>' if self.low_open else '>='} {self.low:g}"
+        return f"{lo}{name} {'<' if self.high_open else '<='} {self.high:g}"
+
+
+UNIT = Range(0.0, 1.0)              # a weight or a probability threshold: [0, 1]
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     template: str
@@ -80,6 +107,7 @@ class Rule:
     engine: str | None = None
     setting: str | None = None
     decoding: str | None = None     # the engine's settings that the scope fixes ({g}, {t})
+    range: Range = Range()      # the values the parameter may take (default: >= 0)
 
     def tree(self, value: float | None = None) -> str:
         """The rule's tree text at ``value`` (default: the rule's default)."""
@@ -142,14 +170,14 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          "target_prob), 1.0, 0.0)",
          "Medusa / vLLM typical acceptance: t > min(eps, sqrt(eps) exp(-te)); deterministic",
          param="eps", default=0.09, grid=(0.005, 0.01, 0.02, 0.05, 0.09, 0.15, 0.2, 0.3),
-         family=True),
+         family=True, range=UNIT),
     Rule("bild_rollback", "ite(lt({p}, neg(plog(target_prob))), 0.0, 1.0)",
          "BiLD rollback: keep the token iff -log t <= alpha; deterministic",
          param="alpha", default=5.0, grid=(1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0), family=True),
     Rule("leniency", "pmin(1.0, pdiv(target_prob, mul({p}, draft_prob)))",
          "lenient (mentored) rejection: min(1, t / (l d)), l in (0, 1]",
          param="l", default=0.5, grid=(1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1),
-         lenient=True, family=True),
+         lenient=True, family=True, range=Range(0.0, 1.0, low_open=True)),
     Rule("ears", "pmin(1.0, add(pdiv(target_prob, draft_prob), mul({p}, sub(1.0, p_max))))",
          "EARS: min(1, t/d + beta (1 - p_max)), beta >= 0",
          param="beta", default=0.3, grid=(0.0, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0),
@@ -179,7 +207,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
          lenient=True, family=True, scope="vocabulary", tail="ensemble",
          engine="transformers",
-         setting="assistant_ensemble_weight={p}",
+         setting="assistant_ensemble_weight={p}", range=UNIT,
          decoding=", do_sample=True, temperature={t}, top_k=0, top_p=1.0; on "
                   "assistant_model.generation_config: num_assistant_tokens={g}, "
                   "num_assistant_tokens_schedule='constant', "
@@ -192,7 +220,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single 1 "
                  "--speculative-accept-threshold-acc {p}",
-         decoding=SGLANG_CHAIN),
+         decoding=SGLANG_CHAIN, range=Range(0.0, 1.0, low_open=True)),
     Rule("sglang_single", "ite(lt(target_prob, {p}), target_prob, 1.0)",
          "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
          "resample from t without the draft",
@@ -200,7 +228,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=THRESHOLD_GRID,
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single {p} "
-                 "--speculative-accept-threshold-acc 1",
+                 "--speculative-accept-threshold-acc 1", range=UNIT,
          decoding=SGLANG_CHAIN),
 )}
 

@@ -23,9 +23,14 @@ says why (``not_exact``) and carries no numbers.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Real
 
 import numpy as np
+
+from evolve.errors import EvolveError, show
 
 from evolve.lang import numpy_eval, treeio
 from evolve.lang import primitives as P
@@ -232,9 +237,10 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     tokens per call (``evolve.objectives.trajectory``). ``device``: where the kernel
     sums run ("cpu" or "cuda"; the same report). ``scope`` (``evolve.data.traces.scope_of``
     of the traces) adds to each engine setting the draft length and temperature the
-    rules were scored with."""
+    rules were scored with. Arguments of the wrong type or range are a one-line
+    ``EvolveError`` naming the parameter."""
     gpu.check(device)
-    budgets = [float(b) for b in budgets]
+    budgets = check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test)
     sweeps = {"valid": sweep_all(sa_valid, device=device),
               "test": sweep_all(sa_test, device=device)}
     fixed = {}
@@ -286,6 +292,44 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             "extra": fixed,
             "sweeps": {s: [p.to_dict() for p in pts] for s, pts in sweeps.items()},
             "series": {k: [list(xy) for xy in v] for k, v in series.items()}}
+
+
+def check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test) -> list:
+    """The budgets of ``tradeoff`` as floats, once every argument is checked: a
+    one-line EvolveError naming the parameter otherwise."""
+    for param, sa in (("sa_valid", sa_valid), ("sa_test", sa_test)):
+        if not isinstance(sa, spec.SpecArrays):
+            raise EvolveError.of(param, f"{show(sa)} is invalid; expected a trace split's "
+                                 "SpecArrays (evolve.objectives.spec)")
+    if isinstance(budgets, (str, bytes, dict)) or not isinstance(budgets, Iterable):
+        raise EvolveError.of("budgets", f"{show(budgets)} is invalid; expected a list of "
+                             "TV budgets (numbers >= 0)")
+    out = []
+    for b in budgets:
+        try:
+            value = float(b) if isinstance(b, Real) and not isinstance(b, bool) else math.nan
+        except OverflowError:                     # an int beyond the floats
+            value = math.nan
+        if not 0 <= value < math.inf:
+            raise EvolveError.of("budgets", f"{show(b)} is invalid; expected a TV per token, "
+                                 "a finite number >= 0")
+        out.append(value)
+    if extra is not None and not isinstance(extra, dict):
+        raise EvolveError.of("extra", f"{show(extra)} is invalid; expected a dict of rule "
+                             "names to parsed trees")
+    for name, nodes in (extra or {}).items():
+        if not (isinstance(name, str) and isinstance(nodes, (list, tuple)) and nodes
+                and all(isinstance(n, treeio.Node) for n in nodes)):
+            raise EvolveError.of("extra", f"{show(name)}: {show(nodes)} is invalid; expected "
+                                 "a name and its parsed tree (evolve.lang.treeio.parse)")
+    if blocks_test is not None:
+        if not isinstance(blocks_test, trajectory.TraceBlocks):
+            raise EvolveError.of("blocks_test", f"{show(blocks_test)} is invalid; expected "
+                                 "the test split's TraceBlocks (evolve.objectives.trajectory)")
+        if len(blocks_test.n_std) != sa_test.n_blocks:
+            raise EvolveError.of("blocks_test", f"holds {len(blocks_test.n_std)} blocks, the "
+                                 f"test split {sa_test.n_blocks}")
+    return out
 
 
 def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:

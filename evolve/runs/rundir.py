@@ -30,6 +30,7 @@ from pathlib import Path
 from evolve.runs import datasum, schema
 from evolve.io import jsonio
 from evolve.io.lock import Busy, DirLock
+from evolve.errors import shorten, show
 from evolve.io.paths import RunError
 from evolve.io.atomic import append_line, atomic_write_json, atomic_write_text, umask
 import platform
@@ -157,10 +158,10 @@ class RunDir:
         p = Path(name_or_path)
         path = p if (p.is_dir() and (os.sep in name_or_path or p.is_absolute())) else parent / name_or_path
         if not path.is_dir():
-            raise RunError(f"{path}: no such run directory")
+            raise RunError(f"{shorten(str(path), 200)}: no such run directory")
         if not NAME_RE.fullmatch(path.name):
-            raise RunError(f"{path.name!r} is not a valid run name (letters, digits, '.', '_', "
-                           "'-'; at most 64; no leading '.' or '-')")
+            raise RunError(f"{show(path.name)} is not a valid run name (letters, digits, '.', "
+                           "'_', '-'; at most 64; no leading '.' or '-')")
         run = cls(path)
         meta = run.meta()
         if meta.get("format") != RUN_FORMAT:

@@ -97,11 +97,11 @@ class TraceTask(Task):
             raise DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
                             "about 2 s, or `make traces`)")
         train = Path(data_dir) / "train.npz"
-        if train.exists() and not traces.is_trace_file(train):
+        if train.exists() and traces.is_token_file(train):
             raise ConfigError.of("objective", f"{config.objective!r} needs speculative-"
                                  "decoding traces (make them with `evolve data trace`); "
                                  f"{data_dir} holds token splits")
-        return traces.load_splits(data_dir)
+        return traces.load_splits(data_dir)     # any other file: its own precise error
 
     def report(self, result) -> dict:
         """What a finished trace run adds (``result``: an ``evolve.tasks.Finished``):

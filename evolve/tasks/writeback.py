@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import ast
 import fcntl
-import os
 import re
 import shutil
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from evolve.io.atomic import atomic_write_text, fsync_dir
+from evolve.io.atomic import atomic_write_text, atomic_write_with
 from evolve.io.paths import heuristics_dir
 from evolve.lang import treeio
 from evolve.lang import codegen
@@ -155,7 +154,8 @@ def write_back_trace(source: str, nodes, sa_valid, budget: float, run_name: str,
 
 
 def keep_in_history(target: Path, directory: Path, run_name: str) -> Path | None:
-    """Copy ``target`` (if it exists) to history/<stem>-<time>-before-<run>.py, durably."""
+    """Copy ``target`` (if it exists) to history/<stem>-<time>-before-<run>.py, durably
+    and atomically: a write that fails (a full disk) leaves no temporary file."""
     if not target.exists():
         return None
     hist = directory / "history"
@@ -163,10 +163,6 @@ def keep_in_history(target: Path, directory: Path, run_name: str) -> Path | None
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     safe = re.sub(r"[^A-Za-z0-9._-]", "_", str(run_name))[:64]
     backup = hist / f"{target.stem}-{stamp}-before-{safe}.py"
-    tmp = backup.with_suffix(".tmp")
-    shutil.copyfile(target, tmp)
-    with open(tmp, "rb") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, backup)
-    fsync_dir(hist)
+    with open(target, "rb") as src:
+        atomic_write_with(backup, lambda fh: shutil.copyfileobj(src, fh))
     return backup

@@ -13,8 +13,10 @@ kernels bit for bit.
 
 The environment variable ``EVOLVE_TORCH_DEVICE`` (tests only) makes ``cuda`` mean
 another torch device (``EVOLVE_TORCH_DEVICE=cpu``: the same torch code on the CPU),
-so that the whole ``--device cuda`` path runs on a machine without a GPU.
-``EVOLVE_TORCH_MEMORY`` sets the memory budget in bytes (see ``memory_budget``).
+so that the whole ``--device cuda`` path runs on a machine without a GPU; it takes
+``cpu``, ``cuda`` and ``cuda:N`` only, and ``cuda`` ones need that CUDA device.
+``EVOLVE_TORCH_MEMORY`` sets the memory budget in bytes (see ``memory_budget``). Both
+are checked by ``torch_device``, so a bad value is one line before any work.
 
 This module imports nothing heavy: the command line checks ``--device`` with it.
 """
@@ -22,13 +24,15 @@ This module imports nothing heavy: the command line checks ``--device`` with it.
 from __future__ import annotations
 
 import os
+import re
 
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, show
 
 DEVICES = ("cpu", "cuda")
 OVERRIDE = "EVOLVE_TORCH_DEVICE"      # tests: the torch device "cuda" stands for
 MEMORY = "EVOLVE_TORCH_MEMORY"        # the memory budget in bytes
 CPU_BUDGET = 256 * 2 ** 20            # torch on the CPU (tests): 256 MiB of scratch
+OVERRIDE_NAME = re.compile(r"cpu|cuda(:[0-9]{1,3})?", re.ASCII)
 
 
 class DeviceError(EvolveError):
@@ -62,28 +66,60 @@ def torch_device(device: str):
     except ImportError:
         raise DeviceError.of("device", "'cuda' needs torch (pip install '.[gpu]')") from None
     override = os.environ.get(OVERRIDE)
-    if override:
-        return torch.device(override)
+    dev = _override(torch, override) if override else None
+    if dev is None or dev.type == "cuda":
+        _check_cuda(torch, dev)
+    memory_setting()                  # a bad budget is refused here, before any work
+    return dev or torch.device("cuda")
+
+
+def _override(torch, text: str):
+    """The torch device EVOLVE_TORCH_DEVICE names: ``cpu``, ``cuda`` or ``cuda:N``;
+    anything else (another device type, a name torch does not know) is a DeviceError."""
+    bad = DeviceError(f"{OVERRIDE}: {show(text)} is invalid; expected cpu, cuda or cuda:N")
+    if not OVERRIDE_NAME.fullmatch(text):
+        raise bad
+    try:
+        return torch.device(text)
+    except (RuntimeError, ValueError):
+        raise bad from None
+
+
+def _check_cuda(torch, dev) -> None:
+    """A DeviceError unless torch has a CUDA device (and, for ``cuda:N``, device N)."""
     if not torch.cuda.is_available():
-        raise DeviceError.of("device", "'cuda': torch finds no CUDA device "
+        where = f"{OVERRIDE}={dev}: " if dev is not None else ""
+        raise DeviceError.of("device", f"'cuda': {where}torch finds no CUDA device "
                              f"(torch {torch.__version__}, built for CUDA "
                              f"{torch.version.cuda or 'none'})")
-    return torch.device("cuda")
+    count = torch.cuda.device_count()
+    if dev is not None and dev.index is not None and dev.index >= count:
+        raise DeviceError(f"{OVERRIDE}: {str(dev)!r} is invalid; this machine has "
+                          f"{count} CUDA device{'s' if count != 1 else ''} "
+                          f"(cuda:0..cuda:{count - 1})")
+
+
+def memory_setting() -> int | None:
+    """EVOLVE_TORCH_MEMORY in bytes (None when unset): a whole number >= 1, else a
+    one-line DeviceError (``torch_device`` checks it, so before any work)."""
+    given = os.environ.get(MEMORY)
+    if not given:
+        return None
+    text = given.strip()
+    value = int(text) if text.isascii() and text.isdigit() and len(text) <= 20 else 0
+    if value < 1:
+        raise DeviceError(f"{MEMORY}: {show(given)} is invalid; expected a whole number of "
+                          "bytes >= 1 (such as 2000000000)")
+    return value
 
 
 def memory_budget(dev) -> int:
     """Bytes of device memory one evaluation may use for its scratch: EVOLVE_TORCH_MEMORY
     if set, else a third of the CUDA device's free memory (256 MiB on the CPU). A split's
     columns stay on the device when they take at most half of it (``stream.fits``)."""
-    given = os.environ.get(MEMORY)
-    if given:
-        try:
-            value = int(given)
-        except ValueError:
-            value = 0
-        if value < 1:
-            raise DeviceError(f"{MEMORY}: {given!r} is invalid; expected a number of bytes >= 1")
-        return value
+    given = memory_setting()
+    if given is not None:
+        return given
     if dev.type == "cuda":
         import torch  # lazy: only on the device path
         free, _ = torch.cuda.mem_get_info(dev)
