@@ -13,7 +13,7 @@ in one run:
   draft proposes g tokens greedily (argmax on the device), the target verifies
   them in one pass, every draft is kept; the speed no decoder can beat with
   these models and shapes;
-- ``record``: ``evolve.data.sources.hf_decode.decode`` recording traces (the
+- ``record``: ``evolve.data.sources.hf.decode.decode`` recording traces (the
   standard rule, every column of schema v3, top-k 16, no contexts);
 - ``free``: the same decoder free-running with a rule (``leniency:0.5``), no
   recording, no distortion tracking;
@@ -76,7 +76,7 @@ def build_models(kind: str, device: str, max_len: int):
 
 def make_pair(target, draft, device: str, batch: int, blocks: int):
     from evolve.data.sources.hf import HFTraceConfig
-    from evolve.data.sources.hf_models import HFPair, describe_model, logits_size
+    from evolve.data.sources.hf.models import HFPair, describe_model, logits_size
     cfg = HFTraceConfig(target="random-init", draft="random-init", block_size=G, top_k=TOP_K,
                         blocks_per_prompt=blocks, batch_size=batch, device=device)
     info = {"target": describe_model("target", target), "draft": describe_model("draft", draft)}
@@ -93,7 +93,7 @@ def _sync(device):
 def minimal_loop(pair, prompts: np.ndarray, blocks: int, marks: list) -> None:
     """Greedy draft/verify with KV caches, everything kept, nothing on the host."""
     import torch
-    from evolve.data.sources.hf_cache import Cached
+    from evolve.data.sources.hf.cache import Cached
     arg = Cached(pair.draft).arg
     dev = pair.device
     ids = torch.from_numpy(prompts).to(dev)
@@ -132,7 +132,7 @@ def timed(fn, device):
 
 
 def measure(pair, length: int, blocks: int, repeats: int, seed: int = 0) -> dict:
-    from evolve.data.sources import hf_decode
+    from evolve.data.sources.hf import decode as hf_decode
     from evolve.rules.adapters import named_rule
     B, dev = pair.config.batch_size, pair.device
     rng = np.random.default_rng([seed, length])

@@ -34,7 +34,7 @@ docs/results.md. Usage:
 
 Free-running decoding uses the pair that recorded the traces: the n-gram pair
 rebuilt from its configuration, or the Hugging Face models named in an hf
-split's meta.json (``evolve.data.sources.hf_free``).
+split's meta.json (``evolve.data.sources.hf.free``).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ QUICK_TRACES = dict(seed=3, max_files=60, max_bytes_per_file=40_000, train_promp
 def _pair(ts, data_dir: Path):
     """The pair that recorded the traces, for free-running: n-gram or Hugging Face."""
     if ts.backend == "hf":
-        from evolve.data.sources import hf_free
+        from evolve.data.sources.hf import free as hf_free
         return hf_free.load(ts, str(data_dir / "test.npz"))
     return ngram.build_pair(ngram.config_of(ts))
 

@@ -18,7 +18,7 @@ is the reference. On the test split, for every champion and the reference:
 - the trajectory-aware estimate (the same blocks importance-weighted), and
 - free-running decoding from the test traces' own prompts and uniforms
   (``evolve.data.decode``), with the exact TV per token along the rule's own
-  trajectory (``evolve.paired``'s slot distortion);
+  trajectory (``evolve.data.sources.ngram_free``'s slot distortion);
 
 then each champion's margin over the reference by all three (paired by sequence,
 standard errors by sequence), and its gap: offline margin minus free-running margin.
@@ -50,10 +50,9 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from evolve import paired  # noqa: E402
 from evolve.data import decode as DEC  # noqa: E402
 from evolve.data import traces  # noqa: E402
-from evolve.data.sources import ngram  # noqa: E402
+from evolve.data.sources import ngram, ngram_free  # noqa: E402
 from evolve.io import paths  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
@@ -125,7 +124,7 @@ class TestBench:
         cols, acc = DEC.decode(self.pair, pr, rngs, self.cfg.blocks_per_prompt, rule=rule)
         g = self.cfg.block_size
         reached = cols["block_position"] <= np.repeat(acc.reshape(-1), g)
-        tv, _ = paired._slot_distortion(self.pair, cols, reached, rule)
+        tv, _ = ngram_free.slot_distortion(self.pair, cols, reached, rule)
         free = (acc + 1.0).mean(axis=1)
         return {"offline": plain, "trajectory": weighted[0], "free": free,
                 "tv": {"offline": off.tv_per_token, "trajectory": est.tv_per_token,

@@ -19,7 +19,7 @@ Each concern has its own subclass, defined next to the code that raises it:
 - ``evolve.search.config.ConfigError``: a run's configuration;
 - ``evolve.data.tokens.DataError``: a data set, split or shard;
 - ``evolve.data.sources.ngram.TraceConfigError``,
-  ``evolve.data.sources.hf_models.HFTraceError``: recording traces;
+  ``evolve.data.sources.hf.models.HFTraceError``: recording traces;
 - ``evolve.io.paths.RunError``, ``evolve.runs.schema.SchemaError``,
   ``evolve.io.jsonio.JsonError``: run directories and their files;
 - ``evolve.lang.treeio.TreeError``: a tree's text;

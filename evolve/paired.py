@@ -4,7 +4,7 @@ Every rule decodes the same prompts with the same uniforms (common random
 numbers: each prompt owns a generator, and all its uniforms are drawn up front
 by the decoder), each from its own trajectory, with the pair that made the
 traces: the n-gram pair (``evolve.data.decode``) or a Hugging Face pair
-(``evolve.data.sources.hf_free``). Per rule:
+(``evolve.data.sources.hf.free``). Per rule:
 
 - tokens per target call, with a standard error clustered by sequence (the
   blocks of one sequence are not independent; sequences are);
@@ -35,107 +35,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.data import decode as DEC
 from evolve.data import emission as EM
-from evolve.data import lookahead_emission as LE
-from evolve.data.sources import hf_free
 from evolve.data.sources import ngram as NG
+from evolve.data.sources.registry import source_of_pair
 from evolve.rules.adapters import as_rule
-from dataclasses import replace
-from evolve.simulate import rows_probs
 from evolve.simulate import decoding_bytes
 from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
 
-CHUNK = 20_000          # rows of full distributions evaluated at once (memory)
 Z95 = 1.959963984540054
-
-
-def seeded_pair(pair: NG.LMPair, seed: int) -> NG.LMPair:
-    cfg = replace(pair.config, seed=int(np.random.SeedSequence((seed, 7)).generate_state(1)[0]))
-    return NG.LMPair(pair.target, pair.draft, pair.corpus, pair.lm_files, pair.draft_files,
-                     pair.pools, cfg)
 
 
 # A rule that reads the lookahead inputs: its emission is estimated
 # (``evolve.data.lookahead_emission``) at this many reached slots, drawn at random,
-# each with this many sampled futures per candidate.
+# each with this many sampled futures per candidate (n-gram pair only).
 LOOKAHEAD_SLOTS = 2000
 LOOKAHEAD_FUTURES = 32
-
-
-def _lookahead_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule,
-                          seed: int, slots: int, futures: int):
-    """Estimated TV and KL at a random sample of the reached slots (each weighing
-    1 / its sampling probability in the per-sequence sums), and what was estimated."""
-    idx = np.flatnonzero(reached)
-    rng = np.random.default_rng((seed, 11))
-    pick = np.sort(rng.choice(idx.size, size=min(idx.size, slots), replace=False))
-    rows = idx[pick]
-    tv, kl, tv_half = LE.estimate_slots(pair, rule, cols, rows, futures, seed)
-    note = {"kind": "estimate", "slots": int(rows.size), "reached": int(idx.size),
-            "futures": futures, "slot_tv_mean": float(tv.mean()) if tv.size else 0.0,
-            "slot_tv_mean_half_futures": float(tv_half.mean()) if tv.size else 0.0,
-            "why": "the rule reads the lookahead inputs: its emitted distribution at a "
-                   "slot depends on the drafts after it, estimated over sampled later "
-                   "drafts at a random sample of the reached slots"}
-    weight = np.full(rows.size, idx.size / max(rows.size, 1))
-    return rows, tv, kl, weight, note
-
-
-def _slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
-    """Exact TV and KL of the emitted token at every reached drafted position, for a
-    rule that reads no lookahead input (``evolve.data.emission``)."""
-    idx = np.flatnonzero(reached)
-    tv = np.empty(idx.size)
-    kl = np.empty(idx.size)
-    look = DEC.lookahead_features(cols["slot_tv"], pair.config.block_size)
-    for s in range(0, idx.size, CHUNK):
-        r = idx[s:s + CHUNK]
-        p, q = rows_probs(pair, cols["context"][r])
-        tv[s:s + r.size], kl[s:s + r.size] = EM.slot_distortion(
-            p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k,
-            {f: v[r] for f, v in look.items()})
-    return tv, kl
-
-
-def _loglik(pair: NG.LMPair, hist: np.ndarray, lens: np.ndarray, start: int):
-    """Per sequence: summed log p and log q of the generated text, and its length."""
-    C = pair.context_len
-    n = hist.shape[0]
-    seq = np.concatenate([np.full(int(L) - start, i) for i, L in enumerate(lens)])
-    pos = np.concatenate([np.arange(start, int(L)) for L in lens])
-    lp = np.zeros(n)
-    lq = np.zeros(n)
-    for s in range(0, seq.size, CHUNK):
-        i, t = seq[s:s + CHUNK], pos[s:s + CHUNK]
-        ctx = hist[i[:, None], t[:, None] - C + np.arange(C)[None, :]]
-        tok = hist[i, t].astype(np.int64)
-        rows = np.arange(i.size)
-        np.add.at(lp, i, np.log(pair.target.probs(ctx)[rows, tok]))
-        np.add.at(lq, i, np.log(pair.draft.probs(ctx)[rows, tok]))
-    return lp, lq, (lens - start).astype(np.float64)
 
 
 def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
              lookahead_slots: int = LOOKAHEAD_SLOTS,
              lookahead_futures: int = LOOKAHEAD_FUTURES) -> dict:
     """Free-running decoding of one rule; per-sequence sums (see ``compare``). ``pair``
-    is the n-gram pair or an ``evolve.data.sources.hf_free.FreePair``. A rule that
-    reads the lookahead inputs has its distortion estimated on the n-gram pair
-    (``lookahead_slots`` sampled slots, ``lookahead_futures`` futures per candidate;
-    ``distortion`` says so) and not measured on a Hugging Face pair (None)."""
+    is the pair a trace source rebuilt (``evolve.data.sources.registry``), which
+    decodes. A rule that reads the lookahead inputs has its distortion estimated where
+    the source can (``lookahead_slots`` sampled slots, ``lookahead_futures`` futures per
+    candidate; ``distortion`` says so) and not measured where it cannot (None)."""
     rule = as_rule(rule)
-    look = EM.reads_lookahead(rule)
-    if isinstance(pair, NG.LMPair):
-        raw = _ngram_run(pair, rule, split, prompts, blocks, seed,
-                         (lookahead_slots, lookahead_futures) if look else None)
-    else:
-        raw = hf_free.free_running(pair, rule, split, prompts, blocks, seed)
-        if look:
-            raw["distortion"] = {
-                "kind": "not measured",
-                "why": "the rule reads the lookahead inputs, whose emitted distribution "
-                       "is estimated on the n-gram pair only"}
+    raw = source_of_pair(pair).free_running(
+        pair, rule, split, prompts, blocks, seed,
+        (lookahead_slots, lookahead_futures) if EM.reads_lookahead(rule) else None)
     accepted = raw["accepted"]
     n = accepted.shape[0]
     seq = raw["sequence"]
@@ -151,26 +79,6 @@ def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
         "acceptance": [float((accepted >= j + 1).sum() / max(1, (accepted >= j).sum()))
                        for j in range(pair.config.block_size)],
     }
-
-
-def _ngram_run(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int,
-               seed: int, lookahead=None) -> dict:
-    g = pair.config.block_size
-    pr, rngs = NG.prompt_starts(seeded_pair(pair, seed), split, prompts)
-    cols, accepted, hist, lens = DEC.decode(pair, pr, rngs, blocks, rule=rule, record=True,
-                                            history=True)
-    reached = cols["block_position"] <= np.repeat(accepted.reshape(-1), g)
-    lp, lq, emitted = _loglik(pair, hist, lens, pr.shape[1])
-    out = {"accepted": accepted, "logp": lp, "logq": lq, "emitted": emitted}
-    if lookahead is not None:
-        rows, tv, kl, weight, note = _lookahead_distortion(pair, cols, reached, rule, seed,
-                                                           *lookahead)
-        return {**out, "sequence": cols["sequence"][rows],
-                "block_position": cols["block_position"][rows], "tv": tv, "kl": kl,
-                "weight": weight, "distortion": note}
-    tv, kl = _slot_distortion(pair, cols, reached, rule)
-    return {**out, "sequence": cols["sequence"][reached],
-            "block_position": cols["block_position"][reached], "tv": tv, "kl": kl}
 
 
 def _mean_se(x: np.ndarray) -> tuple[float, float]:

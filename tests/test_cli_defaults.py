@@ -30,3 +30,23 @@ def test_run_help_states_the_configurations_defaults():
         assert name in defaults, f"--help states a default for {name}, not a Config field"
         assert text == str(defaults[name]) or text == f"{defaults[name]:g}", \
             (name, text, defaults[name])
+
+
+def test_run_help_lists_every_objective_with_its_own_help():
+    """--help spells the objectives out (it loads no kernel): the same names and help."""
+    from evolve.cli.runs import OBJECTIVE_HELP
+    from evolve.objectives import OBJECTIVES
+    assert OBJECTIVE_HELP == "; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) + "."
+
+
+def test_the_command_line_loads_no_kernel_or_optional_library():
+    """`import evolve.cli` (what `evolve --help` and every command start with) loads
+    neither Numba nor torch, DEAP, sympy or matplotlib: a command loads what it runs."""
+    import subprocess
+    import sys
+    heavy = ("numba", "torch", "deap", "sympy", "matplotlib", "distributed", "transformers")
+    code = ("import sys, evolve.cli; "
+            f"print(sorted(m for m in {heavy!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    assert out == "[]", out

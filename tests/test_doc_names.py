@@ -259,12 +259,12 @@ def test_the_check_finds_stale_names():
     all_py = _all_files()
     gone = ("as in ``evolve.fitness``; see ``evolve/kernels.py``, evolve.traces, "
             "evolve.spec.SpecArrays, evolve.data.load_npz, (see kernels.population_counts), "
-            "``kernels.fixed.nothing``, tests/nokit.TINY, docs/nowhere.md, fitness.py, "
+            "``kernels.fixed.nothing``, tests/nokit.TINY, docs/nowhere.md, fitnesses.py, "
             "``runner.no_such_function``")
     assert stale_names(gone, all_py) == [
         "evolve.fitness", "evolve.traces", "evolve.spec.SpecArrays", "evolve.data.load_npz",
         "kernels.population_counts", "kernels.fixed.nothing", "runner.no_such_function",
-        "evolve/kernels.py", "tests/nokit.TINY", "docs/nowhere.md", "fitness.py"]
+        "evolve/kernels.py", "tests/nokit.TINY", "docs/nowhere.md", "fitnesses.py"]
     here = ("``evolve.kernels.layout.sums_layout``, evolve.data.tokens.load_npz, "
             "evolve.api.RunResult, (see kernels.fixed.total), evolve/kernels/tokens.py, "
             "tests/tracekit.TINY, docs/results.md., heuristics/history/, numpy_eval.py, "

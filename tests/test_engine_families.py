@@ -338,7 +338,8 @@ def test_hf_decoder_draws_after_a_rejection_from_p_without_the_draft(tmp_path, m
     engine's rule judged every draft."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from evolve.data.sources import hf, hf_decode, hf_prompts
+    from evolve.data.sources import hf
+    from evolve.data.sources.hf import decode as hf_decode, prompts as hf_prompts
     from tests import hfkit
     target, draft = hfkit.tiny_pair(tmp_path)
     corpus = hfkit.write_corpus(tmp_path / "corpus", 6, "line {j} of {i}: return x + {j}\n")

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("isolated")
 INTERNAL = {
     "evolve.io.lock.Busy": "the lock's control flow: every holder turns it into a "
                              "RunError or a command's one line naming the directory",
-    "evolve.data.sources.hf_models._Unpickling": "the unpickler's refusal inside a model "
+    "evolve.data.sources.hf.models._Unpickling": "the unpickler's refusal inside a model "
                                                  "load, turned into HFTraceError there",
 }
 # Packages a module may need that a minimal install lacks (the module is then skipped).

@@ -1,4 +1,4 @@
-"""The KV caches kept across blocks (evolve.data.sources.hf_cache): every logit the
+"""The KV caches kept across blocks (evolve.data.sources.hf.cache): every logit the
 cached reads give equals an uncached forward pass of the same model over the row's
 history alone, after rollbacks (rejected drafts left as holes) and with left-padded
 prompts of different lengths, for GPT-2 and a Llama-style model (float64 weights, so
@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from evolve.data.sources.hf_cache import Cached, Layout  # noqa: E402
+from evolve.data.sources.hf.cache import Cached, Layout  # noqa: E402
 
 VOCAB, G, BLOCKS = 64, 3, 5
 TOL = 1e-9             # float64 weights: cached and uncached differ by rounding only
@@ -98,9 +98,9 @@ def test_llama_pair_recording_is_a_direct_forward_pass_of_each_context():
     """The whole recorder on a Llama-style pair (float64 weights): every recorded p(x)
     and q(x) equals the softmax of an uncached pass over the row's recorded context,
     prompts of different lengths in one batch, across rejections."""
-    from evolve.data.sources import hf_decode
+    from evolve.data.sources.hf import decode as hf_decode
     from evolve.data.sources.hf import HFTraceConfig
-    from evolve.data.sources.hf_models import HFPair, describe_model
+    from evolve.data.sources.hf.models import HFPair, describe_model
     target, draft = _llama(), _gpt2()            # any two causal LMs of one vocabulary
     blocks, n = 4, 5
     cfg = HFTraceConfig(target="t", draft="d", block_size=G, top_k=4, context_len=64,

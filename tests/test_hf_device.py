@@ -1,4 +1,4 @@
-"""The decoder's per-position computations on the device (evolve.data.sources.hf_device)
+"""The decoder's per-position computations on the device (evolve.data.sources.hf.device)
 against their numpy definitions in evolve.data.decode: the same quantities to float64
 rounding, and the same integers (samples, candidates, counts) exactly."""
 
@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from evolve.data import decode as D  # noqa: E402
-from evolve.data.sources import hf_device as DV  # noqa: E402
+from evolve.data.sources.hf import device as DV  # noqa: E402
 from evolve.rules.adapters import named_rule  # noqa: E402
 
 TOL = 1e-12
@@ -154,7 +154,7 @@ def test_lookahead_on_the_device_is_the_numpy_one_bit_for_bit(g):
 
 def test_a_lookahead_rule_decides_and_is_tracked_as_in_numpy():
     from evolve.data import emission as EM
-    from evolve.data.sources import hf_decode
+    from evolve.data.sources.hf import decode as hf_decode
     from evolve.rules.adapters import tree_rule
     rule = tree_rule(AHEAD_TREE)
     B, g, V, k = 6, 4, 30, 5

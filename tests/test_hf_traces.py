@@ -13,7 +13,8 @@ pytest.importorskip("transformers")
 
 from evolve.data import traces as T  # noqa: E402
 from evolve.data.decode import slot_features  # noqa: E402
-from evolve.data.sources import hf, hf_decode, hf_prompts  # noqa: E402
+from evolve.data.sources import hf# noqa: E402
+from evolve.data.sources.hf import decode as hf_decode, prompts as hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from tests import hfkit, rulefns  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402

@@ -19,7 +19,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from evolve.data.sources import hf, hf_models, hf_prompts, ngram  # noqa: E402
+from evolve.data.sources import hf, ngram# noqa: E402
+from evolve.data.sources.hf import models as hf_models, prompts as hf_prompts  # noqa: E402
 from evolve.io.lock import DirLock  # noqa: E402
 from tests import clikit, hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402

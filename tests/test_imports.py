@@ -200,3 +200,21 @@ def test_every_function_local_import_says_why_it_is_lazy():
                 bare.append(f"{path.relative_to(ROOT)}:{line}: {text.strip()}")
     assert not bare, "function-local imports without a '# lazy: <why>' comment:\n" + \
         "\n".join(bare)
+
+
+def module_graph() -> dict[str, dict[str, set[str]]]:
+    """``graph[a][b]``: module ``a`` imports module ``b`` (anywhere in its source); an
+    import of a module's own parent package is not an edge (see the module doc)."""
+    modules = _modules()
+    return {m: {t: {f"{m} -> {t}"} for t in _targets(m, p, modules)
+                if not m.startswith(t + ".")}
+            for m, p in modules.items()}
+
+
+def test_no_module_import_cycle():
+    """Not only packages: no two modules import each other, directly or around a
+    circle (a circle hides which one is built on which)."""
+    graph = module_graph()
+    assert "evolve.objectives.speculative" in graph
+    found = cycles(graph)
+    assert not found, "module import cycles:\n" + "\n".join(_describe(graph, c) for c in found)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from evolve import paired
+from evolve.data.sources import ngram as NG, ngram_free
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
 from evolve.data import lookahead_emission as LE
@@ -183,7 +184,7 @@ def test_paired_comparison_of_a_rule_that_reads_the_lookahead():
     # drafts, the tilt of reaching the slot) at the sampled reached slots, not the
     # emission with the path's later slots for every candidate
     raw = paired.run_rule(pair, rules["ahead"], "test", 8, 2, 5, 12, 4)
-    pr, rngs = paired.NG.prompt_starts(paired.seeded_pair(pair, 5), "test", 8)
+    pr, rngs = NG.prompt_starts(ngram_free.seeded_pair(pair, 5), "test", 8)
     cols, acc = DEC.decode(pair, pr, rngs, 2, rule=rules["ahead"], record=True)
     g = pair.config.block_size
     reached = np.flatnonzero(cols["block_position"] <= np.repeat(acc.reshape(-1), g))
@@ -205,7 +206,8 @@ def test_paired_comparison_of_a_rule_that_reads_the_lookahead():
 def test_hf_pair_free_running_with_a_lookahead_rule(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    from evolve.data.sources import hf, hf_decode, hf_free, hf_prompts
+    from evolve.data.sources import hf
+    from evolve.data.sources.hf import decode as hf_decode, free as hf_free, prompts as hf_prompts
     from tests import hfkit
     target, draft = hfkit.tiny_pair(tmp_path)
     corpus = hfkit.write_corpus(tmp_path / "corpus", 6, "row {j} of file {i}: def g(x): return x\n")

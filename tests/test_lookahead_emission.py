@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evolve import paired
+from evolve.data.sources import ngram as NG
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
 from evolve.data import lookahead_emission as LE
@@ -25,7 +25,7 @@ AHEAD = "pmin(1.0, pdiv(target_prob, mul(sub(1.0, mul(0.2, ahead)), draft_prob))
 @pytest.fixture(scope="module")
 def decoded():
     pair = tracekit.pair()
-    prompts, rngs = paired.NG.prompt_starts(pair, "test", 6)
+    prompts, rngs = NG.prompt_starts(pair, "test", 6)
     cols, acc = DEC.decode(pair, prompts, rngs, 3, rule=None, record=True)
     return pair, cols
 

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from evolve import paired
 from evolve.cli import main
-from evolve.data.sources import ngram as NG
+from evolve.data.sources import ngram as NG, ngram_free
 from evolve.rules.adapters import named_rule
 from tests import tracekit
 
@@ -61,7 +61,7 @@ def test_free_running_distortion_is_the_exact_output_distance():
     rule = named_rule("leniency", 0.8)[0]
     raw = paired.run_rule(pair, rule, "test", 8, 2, 5)
     # one reached slot by hand
-    sim_pair = paired.seeded_pair(pair, 5)
+    sim_pair = ngram_free.seeded_pair(pair, 5)
     pr, rngs = NG.prompt_starts(sim_pair, "test", 8)
     cols, acc = DEC.decode(pair, pr, rngs, 2, rule=rule, record=True)
     r = 0                                       # block position 0 is always reached

@@ -11,13 +11,14 @@ from evolve.cli.common import fail
 def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: int,
                 same_corpus: bool, out, json_mode: bool) -> None:
     from evolve import paired    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.sources import hf_free    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.registry import source_of_pair
     from evolve.simulate import SizeError    # lazy: start-up (a command loads only what it runs)
     cfg = pair.config
+    src = source_of_pair(pair)
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
-    if isinstance(pair, hf_free.FreePair):      # before any decoding: one line, no output
-        prompts = hf_free.check(pair, split, prompts, blocks)
-        pair.meter = out.meter
+    # before any decoding: one line, no output
+    prompts = src.prepare_comparison(pair, split, prompts, blocks, out.meter)
     prompts = cfg.prompts(split) if prompts is None else int(prompts)
     t0 = time.perf_counter()
     try:        # the sizes again, now that an hf prompts file has given its count
@@ -26,16 +27,10 @@ def compare_cmd(pair, rules: dict, data_dir, split: str, prompts, blocks, seed: 
     except SizeError as e:
         fail(e.cli_message())
     except Exception as e:       # out of memory on the models' device while decoding
-        if not isinstance(pair, hf_free.FreePair):
+        why = src.memory_error(pair, e)
+        if why is None:
             raise
-        # lazy: start-up (a command loads only what it runs)
-        from evolve.data.sources import hf_models
-        from evolve.errors import first_line    # lazy: start-up (a command loads only what it runs)
-        torch, _ = hf_models.require_libs()
-        if not hf_models.out_of_memory(torch, e):
-            raise
-        fail(f"--prompts {prompts}, --blocks {blocks}: out of memory on "
-             f"{pair.pair.device} decoding ({first_line(e, 200)}); use fewer --prompts or "
+        fail(f"--prompts {prompts}, --blocks {blocks}: {why}; use fewer --prompts or "
              "--blocks, or a smaller --batch-size when recording")
     doc = {"data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
            "seconds": round(time.perf_counter() - t0, 3)}

@@ -22,8 +22,12 @@ TRACE_DEFAULTS = {"seed": 0, "block_size": 4, "top_k": 16, "temperature": 1.0,
 SPLIT_NAMES = ("train", "valid", "test")
 
 
+# configuration fields whose option has another name
+OPTION_OF = {"prompts_file": "--prompts", "corpus_dir": "--corpus"}
+
+
 def _option_of(field: str) -> str:
-    return "--" + field.replace("_", "-")
+    return OPTION_OF.get(field) or "--" + field.replace("_", "-")
 
 
 # -------------------------------------------------------------- data trace
@@ -80,43 +84,33 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                rows_per_shard, backend, target, draft, device, dtype, batch_size, prompts_file,
                corpus_dir, prompt_len, context_len):
     """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
-    from evolve.data.sources import hf, ngram    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.registry import SOURCES
     out = Path(out) if out else default_traces()
     tm = term()
     need(max_files is None or max_files >= 4, "--max-files", max_files,
           "at least 4 (the models and three prompt pools need files)")
     need(max_bytes_per_file is None or max_bytes_per_file >= 1, "--max-bytes-per-file",
           max_bytes_per_file, "at least 1")
-    hf_only = {"--target": target, "--draft": draft, "--prompts": prompts_file,
-               "--corpus": corpus_dir}
+    source = SOURCES[backend]
+    options = {"seed": seed, "block_size": block_size, "top_k": top_k,
+               "temperature": temperature, "blocks_per_prompt": blocks_per_prompt,
+               "train_prompts": train_prompts, "valid_prompts": valid_prompts,
+               "test_prompts": test_prompts, "max_files": max_files,
+               "max_bytes_per_file": max_bytes_per_file, "target": target, "draft": draft,
+               "prompt_len": prompt_len, "context_len": context_len, "device": device,
+               "dtype": dtype, "batch_size": batch_size,
+               "prompts_file": None if prompts_file is None else str(prompts_file),
+               "corpus_dir": None if corpus_dir is None else str(corpus_dir)}
     try:
-        if backend == "hf":
-            if target is None or draft is None:
-                fail("--backend hf needs both --target and --draft (a directory or hub id)")
-            cfg = hf.HFTraceConfig(
-                target=target, draft=draft, seed=seed, block_size=block_size, top_k=top_k,
-                temperature=temperature, blocks_per_prompt=blocks_per_prompt,
-                prompt_len=prompt_len, train_prompts=train_prompts,
-                valid_prompts=valid_prompts, test_prompts=test_prompts,
-                context_len=context_len, device=device, dtype=dtype, batch_size=batch_size,
-                prompts_file=None if prompts_file is None else str(prompts_file),
-                corpus_dir=None if corpus_dir is None else str(corpus_dir),
-                max_files=max_files, max_bytes_per_file=max_bytes_per_file)
-        else:
-            given = [k for k, v in hf_only.items() if v is not None]
-            if given:
-                fail(f"{given[0]}: only with --backend hf")
-            cfg = ngram.TraceConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                     temperature=temperature, blocks_per_prompt=blocks_per_prompt,
-                                     train_prompts=train_prompts, valid_prompts=valid_prompts,
-                                     test_prompts=test_prompts, max_files=max_files,
-                                     max_bytes_per_file=max_bytes_per_file)
-        cfg.validate()
+        cfg = source.config(options)
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")
-    if rows_per_shard is not None and backend != "ngram":
-        fail("--rows-per-shard: only with --backend ngram (shard hf traces with "
-             "`evolve data shard`)")
+    if rows_per_shard is not None and not source.shardable:
+        fail(f"--rows-per-shard: only with --backend "
+             + " or ".join(s.name for s in SOURCES.values() if s.shardable)
+             + f" (shard {backend} traces with `evolve data shard`)")
     if os.path.lexists(out) and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     # The recording owns --out (an OS lock, dropped however the process ends): a second
@@ -130,7 +124,7 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                 from evolve.cli.shards import trace_to_shards
                 trace_to_shards(cfg, out, rows_per_shard, force)
             else:
-                _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature)
+                _record(cfg, source, out, force, tm, seed, block_size, top_k, temperature)
     except BaseException as e:
         if isinstance(e, Busy):       # --out is another recording's now, even if this
             fail(f"--out {out}: another process is recording traces into this directory; "
@@ -141,7 +135,7 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
         raise
 
 
-def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
+def _record(cfg, source, out, force, tm, seed, block_size, top_k, temperature):
     """Build and write the splits, with ``out`` locked: a file of another configuration is
     refused before the build (the build would differ), every built file is checked
     before any is written, and with --force each replaced file is kept in previous/."""
@@ -156,12 +150,11 @@ def _record(cfg, backend, out, force, tm, seed, block_size, top_k, temperature):
             if os.path.lexists(path) and _recorded_config(path) != cfg.to_dict():
                 raise DataError(f"{path}: exists and differs; pass --force to overwrite")
     t0 = time.perf_counter()
-    if backend == "ngram":   # the hf build says so once its models have loaded
+    if not source.loads_models:     # one that loads models says so once they are loaded
         tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
                 f"temperature {temperature:g}) ...")
     try:
-        built = (hf.build_splits(cfg, progress=tm.note, meter=tm.meter) if backend == "hf"
-                 else ngram.build_splits(cfg, None, progress=tm.note))
+        built = source.build(cfg, progress=tm.note, meter=tm.meter)
     except ngram.TraceConfigError as e:
         fail(f"{_option_of(e.field)}: {e.detail}")
     except hf.HFTraceError as e:     # a pair that cannot be used: the line says why

@@ -36,51 +36,19 @@ def _load_split(data_dir: Path, split: str):
 
 
 def _pair_for(ts, out):
-    """The draft/target pair rebuilt from a split's recorded configuration: the n-gram
-    pair, or for hf traces the recorded Hugging Face models and prompt source."""
-    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
-    src = ts.meta.get("source", ts.name)
-    if ts.backend == "hf":
-        # lazy: start-up (a command loads only what it runs)
-        from evolve.data.sources import hf_free
-        fp = hf_free.load(ts, src)
-        same = hf_free.corpus_matches(fp, ts)
-        if not same:
-            out.note(f"warning: {src} was recorded from another prompt corpus (another "
-                     "Python version?); the prompt pools differ from the recorded ones")
-        return fp, same
-    try:
-        cfg = ngram.config_of(ts)
-    except (KeyError, TypeError, ValueError) as e:
-        raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
-    try:
-        pair = ngram.build_pair(cfg)
-    except (KeyError, TypeError, ValueError, IndexError) as e:
-        raise DataError(f"{src}: meta.json's trace config cannot be rebuilt "
-                        f"({type(e).__name__}: {first_line(e, 200)})") from None
-    recorded = (ts.meta.get("models") or {}).get("corpus_crc32")
-    same = recorded is None or recorded == pair.corpus.fingerprint()
-    if not same:
-        out.note(f"warning: {src} was built from another corpus (another Python version?); "
-                  "the rebuilt models differ from the ones that made the traces")
-    return pair, same
+    """The draft/target pair that recorded a split, rebuilt by its source
+    (``evolve.data.sources.registry``), and whether its corpus is the recorded one."""
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.registry import source_of
+    return source_of(ts).pair_of(ts, out.note)
 
 
 def _config_of(ts):
-    """The recorded trace configuration of a split (n-gram or hf), or DataError (one
-    line): read before anything is built, to check the sizes asked for."""
-    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
-    src = ts.meta.get("source", ts.name)
-    try:
-        if ts.backend == "hf":
-            # lazy: start-up (a command loads only what it runs)
-            from evolve.data.sources import hf
-            return hf.config_of(ts)
-        from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
-        return ngram.config_of(ts)
-    except (KeyError, TypeError, ValueError) as e:
-        raise DataError(f"{src}: meta.json has no usable trace config ({e})") from None
+    """The recorded trace configuration of a split, or DataError (one line): read
+    before anything is built, to check the sizes asked for."""
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.registry import source_of
+    return source_of(ts).config_of(ts)
 
 
 def _check_sizes(check, *args) -> None:
@@ -264,7 +232,9 @@ def simulate_cmd(heuristic, param, run, compare, data_dir, split, prompts, block
     else:
         rule, info = _run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
-    if ts.backend != "ngram":
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.registry import source_of
+    if not source_of(ts).single_rule_check:
         # lazy: start-up (a command loads only what it runs)
         from evolve.data.tokens import DataError
         raise DataError(f"{data_dir / split}.npz: recorded by the {ts.backend} backend; "

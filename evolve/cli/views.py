@@ -11,7 +11,6 @@ import numpy as np
 
 from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS, INPUTS
-from evolve.tasks import champion_task
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
@@ -107,6 +106,7 @@ VIEWS = {"tokens": TokenView(), "traces": TraceView()}
 
 def view_of(champion: dict) -> ChampionView:
     """The view of a champion's data world (the generic one for a world without its own)."""
+    from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
     return VIEWS.get(champion_task(champion).name) or ChampionView()
 
 
@@ -231,6 +231,7 @@ def show_inspect(info: dict, term) -> None:
         if ch.get("simplified") and ch["simplified"] != ch["expression"]:
             term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
+        from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
         inputs = ALL_INPUTS if champion_task(ch).trace_inputs else INPUTS
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
                     f"{ch.get('generation')}; inputs: "
@@ -364,6 +365,7 @@ def jsonable(obj):
 
 def show_starts(ch: dict, term) -> None:
     """The starts of a run of several (``--starts``): the chosen one and the spread."""
+    from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
     key = champion_task(ch).figure
     rows = []
     for st in ch["starts"]:

@@ -24,7 +24,7 @@ later slots along another draft would differ). A rule that reads them where the
 caller passed none is refused (``EvolveError`` naming ``lookahead``), never fed zeros.
 Pair-independent: the n-gram simulation and paired comparison
 (``evolve.simulate``, ``evolve.paired``) and the Hugging Face decoder
-(``evolve.data.sources.hf_decode``) all use these functions.
+(``evolve.data.sources.hf.decode``) all use these functions.
 """
 
 from __future__ import annotations

@@ -12,10 +12,10 @@ OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, S
 
 
 def bind(config) -> Objective:
-    """The objective a run optimises, chosen once from its configuration: the named
-    one (``config.objective``), or with ``config.trajectory`` the speed objective
-    scored on the rule's own trajectory (``Config.validate`` allows it with speed
-    only)."""
+    """The objective a run optimises, chosen once from its configuration (a
+    ``Config``): the one its ``objective`` names, or with ``trajectory`` set the
+    speed objective scored on the rule's own trajectory (``Config.validate`` allows
+    that with speed only)."""
     if getattr(config, "trajectory", False):
         return SPEED_TRAJECTORY
     return OBJECTIVES[config.objective]

@@ -155,6 +155,8 @@ class LMPair:
     pools: dict                            # split -> indices of its prompt files
     config: TraceConfig
 
+    source = "ngram"              # evolve.data.sources.registry
+
     @property
     def context_len(self) -> int:
         return self.config.context_len

@@ -1,5 +1,5 @@
 """Per-position computations of the Hugging Face decoder, on the models' device in
-torch float64 (``evolve.data.sources.hf_decode`` calls them every block).
+torch float64 (``evolve.data.sources.hf.decode`` calls them every block).
 
 Each function is the torch form of a numpy definition in ``evolve.data.decode``
 with the same semantics (the numpy one is the reference the tests compare

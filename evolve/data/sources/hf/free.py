@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.data.sources import hf
-from evolve.data.sources import hf_decode as HD
-from evolve.data.sources import hf_prompts as P
+from evolve.data.sources.hf import decode as HD
+from evolve.data.sources.hf import prompts as P
 from evolve.data.tokens import DataError
 
 
@@ -32,6 +32,7 @@ class FreePair:
     texts: dict | None
     corpus: object | None
     meter: object = None     # meter(label, total, unit): a counting bar (evolve.cli.render)
+    source = "hf"            # evolve.data.sources.registry (a class attribute, not a field)
 
     @property
     def config(self) -> hf.HFTraceConfig:

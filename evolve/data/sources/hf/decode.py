@@ -8,7 +8,7 @@ For a batch of sequences (prompts of any lengths, left-padded), each block:
 2. the target reads the pending token and the g drafts in ONE forward pass from
    its KV cache, giving ``p`` at the ``g`` drafted positions and the bonus position;
 3. the drafts after the first rejection become holes in both caches
-   (``evolve.data.sources.hf_cache``): nothing is re-read, ever.
+   (``evolve.data.sources.hf.cache``): nothing is re-read, ever.
 
 Acceptance is the standard rule ``u_j < min(1, p_j(x_j) / q_j(x_j))`` (or, for
 free-running comparisons, a given rule on the draft's top-k tokens); the
@@ -27,7 +27,7 @@ Probabilities are softmax(logits / temperature) in float64 (logits of any
 model dtype), floored at the smallest normal double.
 
 Everything per position is computed on the device in float64
-(``evolve.data.sources.hf_device``), sampling included, with the uniforms drawn
+(``evolve.data.sources.hf.device``), sampling included, with the uniforms drawn
 up front per prompt exactly as before; the recorded columns leave the device
 once per batch. A rule other than the standard one is numpy code: each block,
 its B g rows of features go to the host and its thresholds come back; tracking
@@ -42,9 +42,9 @@ import numpy as np
 
 from evolve.data.decode import residual_kind, sequence_major
 from evolve.data.emission import slot_distortion
-from evolve.data.sources import hf_device as DV
-from evolve.data.sources.hf_cache import Cached, Layout
-from evolve.data.sources.hf_device import rejection_residual   # called by this name
+from evolve.data.sources.hf import device as DV
+from evolve.data.sources.hf.cache import Cached, Layout
+from evolve.data.sources.hf.device import rejection_residual   # called by this name
 from evolve.data.traces import CONTEXT_PAD
 from evolve.lang.features import LOOKAHEAD_INPUT_NAMES
 

@@ -16,13 +16,9 @@ import contextlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evolve.errors import EvolveError, first_line
 from evolve.io import jsonio
-
-if TYPE_CHECKING:          # annotations only: hf imports this module
-    from evolve.data.sources.hf import HFTraceConfig
 
 INSTALL_HINT = "pip install -e '.[hf]'"
 DEVICES = ("cpu", "cuda", "auto")
@@ -54,7 +50,7 @@ class HFPair:
     tokenizer: object
     vocab: int
     device: str
-    config: HFTraceConfig
+    config: "HFTraceConfig"          # evolve.data.sources.hf (which builds on this module)
     info: dict
 
 
@@ -232,7 +228,7 @@ def max_positions(model) -> int | None:
     return None
 
 
-def shared_vocab(cfg: HFTraceConfig, tok_t, tok_d, vt: int, vd: int) -> int:
+def shared_vocab(cfg: "HFTraceConfig", tok_t, tok_d, vt: int, vd: int) -> int:
     """The vocabulary both models use, or HFTraceError naming both models.
 
     Tokenizers must agree in size and on a probe text's ids; output layers may be
@@ -264,7 +260,7 @@ def describe_model(name: str, model) -> dict:
             "logits": logits_size(model), "max_positions": max_positions(model)}
 
 
-def load_pair(cfg: HFTraceConfig) -> HFPair:
+def load_pair(cfg: "HFTraceConfig") -> HFPair:
     """Load both models and the tokenizer; refuse pairs of different vocabularies."""
     torch, transformers = require_libs()
     cfg.validate()

@@ -1,4 +1,4 @@
-"""KV caches kept across blocks for a batch of sequences (``evolve.data.sources.hf_decode``).
+"""KV caches kept across blocks for a batch of sequences (``evolve.data.sources.hf.decode``).
 
 One column layout serves the batch and both models: column c of every row holds
 one token, ``mask[:, c]`` says whether it belongs to the row's history, and

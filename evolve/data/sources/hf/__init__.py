@@ -3,7 +3,7 @@
 ``evolve data trace --backend hf --target PATH_OR_ID --draft PATH_OR_ID``: any
 pair that ``transformers.AutoModelForCausalLM.from_pretrained`` loads (a local
 directory, or a hub id the user's machine can fetch or has cached) and that
-shares one vocabulary. The decoder (``evolve.data.sources.hf_decode``) runs
+shares one vocabulary. The decoder (``evolve.data.sources.hf.decode``) runs
 real speculative decoding with the standard rule and records every drafted
 position in trace schema v3 (v2 and the slot features), exactly the fields the
 n-gram pair writes, so every objective, ``evolve tradeoff`` and
@@ -19,12 +19,12 @@ pair's corpus and held-out pools (the files ``neural_pair`` models never saw).
 Determinism: every prompt owns a child of ``SeedSequence(seed)`` and draws all
 its uniforms up front (draft samples, acceptance, resample), sampling is
 inverse-CDF on float64 probabilities (on the models' device,
-``evolve.data.sources.hf_device``), so on one device, dtype and batch size the
+``evolve.data.sources.hf.device``), so on one device, dtype and batch size the
 files are byte-identical for the same configuration.
 
 torch and transformers are imported inside functions: the core install does not
 need them (``pip install '.[hf]'``). Nothing read from disk is executed: the
-models load through ``evolve.data.sources.hf_models`` (safetensors only, no code
+models load through ``evolve.data.sources.hf.models`` (safetensors only, no code
 from the model directory).
 
 Everything that can be checked before the models load is: the configuration
@@ -44,12 +44,12 @@ from evolve.data import traces as T
 from evolve.data.sources import ngram
 from evolve.data.tokens import MAX_SPLIT_BYTES
 
-from evolve.data.sources.hf_models import (INSTALL_HINT, HFPair, HFTraceError,  # noqa: F401
+from evolve.data.sources.hf.models import (INSTALL_HINT, HFPair, HFTraceError,  # noqa: F401
                                           DEVICES, DTYPES, load_pair,
                                           out_of_memory, require_libs)
 from evolve.errors import first_line
-from evolve.data.sources import hf_prompts as P
-from evolve.data.sources import hf_decode
+from evolve.data.sources.hf import prompts as P
+from evolve.data.sources.hf import decode as hf_decode
 
 SPLITS = T.SPLITS
 MAX_WIDTH = 1 << 20      # top_k and context_len: what a trace file may declare
