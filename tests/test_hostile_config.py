@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 import evolve
 from evolve.runs import runner, schema
 from evolve.io import jsonio
+from evolve.lang.features import ALL_INPUT_NAMES
 from evolve.runs.rundir import RunDir, RunError
 from evolve.search.config import MAX_INT, MAX_POPULATION, Config, ConfigError
 from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
@@ -87,6 +88,8 @@ BOUNDARIES = {
     "lookahead": [{"lookahead": False}, {"lookahead": True, "objective": "speed"},
                   {"lookahead": True, "objective": "pareto", "population": 40}],
     "device": [{"device": "cpu"}, {"device": "cuda"}],
+    "inputs": [{"inputs": ""}, {"inputs": "draft_prob"},
+               {"inputs": ",".join(ALL_INPUT_NAMES), "objective": "speed", "lookahead": True}],
 }
 
 # Just beyond: refused at the start, and refused by the reader too (one bound).
