@@ -1,6 +1,8 @@
 """`python benchmarks/speed.py --smoke`: the machinery works end to end. Nothing
 here is timed and no speed target is asserted; the numbers are only checked for
-shape."""
+shape. The smokes take about a minute, so they are marked slow (`make test` and CI
+run them; `make test-fast` does not). The Operon reference is optional: without
+pyoperon its section says it was skipped."""
 
 import importlib.util
 import json
@@ -48,6 +50,7 @@ def test_script_usage_errors():
     assert proc.returncode == 2 and "engine-child SPEC_JSON" in proc.stderr
 
 
+@pytest.mark.slow
 def test_smoke_document_structure(smoke):
     assert smoke["format"] == bench.FORMAT and smoke["mode"] == "smoke"
     m = smoke["machine"]
@@ -58,6 +61,7 @@ def test_smoke_document_structure(smoke):
         assert section in smoke, section
 
 
+@pytest.mark.slow
 def test_smoke_operon_and_trace_sections(smoke):
     """Section 7 either ran (values checked, both mixes timed on 1 and 2 threads) or
     says why not; section 8 timed both kernels on one population, no target judged."""
@@ -77,6 +81,7 @@ def test_smoke_operon_and_trace_sections(smoke):
     assert len(judged) == 5 and all(t["met"] is None for t in judged)
 
 
+@pytest.mark.slow
 def test_smoke_population_counts_checked_equal(smoke):
     pop = smoke["population"]
     check = pop["counts_check"]
@@ -90,6 +95,7 @@ def test_smoke_population_counts_checked_equal(smoke):
     assert pop["ratio"] > 0 and pop["kernel"]["threads"] == smoke["machine"]["numba_threads"]
 
 
+@pytest.mark.slow
 def test_smoke_run_champion_startup_njit(smoke):
     run = smoke["run"]
     gens = bench.SMOKE.run_generations
@@ -112,6 +118,7 @@ def test_smoke_run_champion_startup_njit(smoke):
     assert smoke["njit"]["compile_ms_median"] > 0
 
 
+@pytest.mark.slow
 def test_smoke_never_judges_targets(smoke):
     assert len(smoke["targets"]) == len(bench.TARGETS)
     assert all(t["met"] is None for t in smoke["targets"])
@@ -119,11 +126,13 @@ def test_smoke_never_judges_targets(smoke):
     assert len(whole_run) == 1 and whole_run[0]["op"] == ">=" and whole_run[0]["target"] >= 10
 
 
+@pytest.mark.slow
 def test_targets_are_judged_outside_smoke(smoke):
     judged = bench._targets(smoke, checked=True)
     assert all(isinstance(t["met"], bool) for t in judged)
 
 
+@pytest.mark.slow
 def test_table_renders_from_the_document(smoke, capsys):
     from evolve.cli.render import Terminal
     bench.show(smoke, Terminal())
@@ -189,6 +198,7 @@ def test_row_level_share_counts_subtrees_of_per_position_inputs():
     assert row_level_share([treeio.parse("psqrt(target_entropy)")]) == 1.0
 
 
+@pytest.mark.slow
 def test_trace_speed_smoke(tmp_path):
     """`python benchmarks/trace_speed.py --smoke --before DIR`: both kernels score the
     same trees, the run section runs both checkouts (here this one twice) and finds
