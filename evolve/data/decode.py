@@ -197,7 +197,8 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8
 # --------------------------------------------------------------- decoding
 
 def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
-           rule=None, record: bool = True, pos0=None, history: bool = False):
+           rule=None, record: bool = True, pos0=None, history: bool = False,
+           greedy: bool = False):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -205,6 +206,14 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     is applied to drafts among the draft's top-k bytes, the standard rule to the
     others (an engine's knob, ``judges_every_draft``, to every draft, with its
     own residual). ``pos0`` (per prompt) offsets the ``position`` feature.
+
+    ``greedy``: greedy speculative decoding. The draft proposes its argmax at each
+    position; the standard rule keeps a draft iff it is the target's argmax, and the
+    token after the accepted prefix is the target's argmax there. A rule decides the
+    drafts that are not the target's argmax (a mismatch is kept iff u < its clipped
+    threshold, as in the seed); matches are always kept. Only rules with the standard
+    residual decode greedily (ValueError otherwise). The records' ``baseline_accepts``
+    is then the greedy standard decision (the draft is the target's argmax).
 
     Returns ``(columns, accepted)``: the v1 + v2 + v3 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
@@ -222,11 +231,14 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
          else np.zeros((0, blocks, 2 * g + 1)))
     pos0 = np.zeros(n, dtype=np.int64) if pos0 is None else np.asarray(pos0, dtype=np.int64)
+    if greedy and residual_kind(rule) != STANDARD:
+        raise ValueError(f"rule {getattr(rule, 'name', rule)!r}: greedy decoding takes rules "
+                         "with the standard residual (the correction is the target's argmax)")
     parts, accepted, hists, lengths = [], [], [], []
     for s0 in range(0, n, batch):
         cols, n_acc, hist, lens = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
                                                 blocks, g, k, C, s0, rule, record,
-                                                pos0[s0:s0 + batch])
+                                                pos0[s0:s0 + batch], greedy)
         parts.append(cols)
         accepted.append(n_acc)
         if history:
@@ -240,7 +252,7 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     return cols, acc
 
 
-def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False):
     B = prompts.shape[0]
     L0 = prompts.shape[1]
     hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=np.uint8)
@@ -260,7 +272,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         Q = np.empty((B, g, VOCAB))
         for j in range(g):
             Q[:, j] = pair.draft.probs(ext[:, j:j + C])
-            ext[:, C + j] = sample_rows(Q[:, j], U[:, t, j])
+            ext[:, C + j] = (np.argmax(Q[:, j], axis=1) if greedy
+                             else sample_rows(Q[:, j], U[:, t, j]))
         ctxs = np.stack([ext[:, j:j + C] for j in range(g + 1)], axis=1)      # (B, g+1, C)
         P = pair.target.probs(ctxs.reshape(B * (g + 1), C)).reshape(B, g + 1, VOCAB)
         X = ext[:, C:].astype(np.int64)                                       # (B, g)
@@ -271,16 +284,25 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0):
         Qg = Q.reshape(B * g, VOCAB)
         if record or rule is not None:
             cs = candidate_summary(Pg, Qg, k)
-        a_x = (np.minimum(1.0, px / qx) if rule is None
-               else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
+        if greedy:      # matches kept, a rule judges the mismatches
+            match = X == np.argmax(P[:, :g], axis=2)
+            a_x = (match.astype(np.float64) if rule is None else np.where(
+                match, 1.0, drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs)))
+        else:
+            a_x = (np.minimum(1.0, px / qx) if rule is None
+                   else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
         acc = rand < a_x
         n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
         accepted[:, t] = n_acc
         # the byte after the accepted prefix: residual at the first rejection, else bonus
         Pn = P[rows, n_acc]
-        Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
-        Rn = rejection_residual(residual_kind(rule), Pn, Qn, X[rows, np.minimum(n_acc, g - 1)])
-        new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
+        if greedy:      # the target's argmax (at a rejection and after the last draft)
+            new = np.argmax(Pn, axis=1)
+        else:
+            Qn = np.where((n_acc < g)[:, None], Q[rows, np.minimum(n_acc, g - 1)], 0.0)
+            Rn = rejection_residual(residual_kind(rule), Pn, Qn,
+                                    X[rows, np.minimum(n_acc, g - 1)])
+            new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
         out = np.concatenate([X, new[:, None]], axis=1)
         out[rows, n_acc] = new
         for j in range(g + 1):

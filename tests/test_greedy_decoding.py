@@ -1,0 +1,72 @@
+"""Greedy speculative decoding (evolve.data.decode.decode(greedy=True)): with the
+standard rule the text is the target's own greedy text, whatever the draft proposes
+(lossless); a rule decides the mismatches only; the records' standard decisions are
+'the draft is the target's argmax'."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evolve.data import decode as DEC
+from evolve.data.sources import ngram as NG
+from evolve.lang import treeio
+from evolve.rules.adapters import named_rule, tree_rule
+from tests import tracekit
+
+
+def _target_greedy(pair, prompts, n: int) -> np.ndarray:
+    """The target alone, argmax byte by byte, ``n`` bytes after each prompt."""
+    C = pair.context_len
+    hist = prompts.copy()
+    for _ in range(n):
+        nxt = np.argmax(pair.target.probs(hist[:, -C:]), axis=1).astype(np.uint8)
+        hist = np.concatenate([hist, nxt[:, None]], axis=1)
+    return hist[:, prompts.shape[1]:]
+
+
+@pytest.fixture(scope="module")
+def setup():
+    pair = tracekit.pair()
+    prompts, rngs = NG.prompt_starts(pair, "test", 12)
+    return pair, prompts, rngs
+
+
+def _decode(pair, prompts, rule=None, blocks=6):
+    rngs = [np.random.default_rng(i) for i in range(len(prompts))]
+    return DEC.decode(pair, prompts, rngs, blocks, rule=rule, record=True, history=True,
+                      greedy=True)
+
+
+def test_standard_greedy_speculative_decoding_is_the_targets_greedy_text(setup):
+    pair, prompts, _ = setup
+    cols, acc, hist, lens = _decode(pair, prompts)
+    L0 = prompts.shape[1]
+    n = int((lens - L0).min())
+    assert n >= 6
+    want = _target_greedy(pair, prompts, n)
+    np.testing.assert_array_equal(hist[:, L0:L0 + n], want)
+    # the draft proposes its argmax; the standard decision is "the target's argmax too"
+    assert np.array_equal(cols["baseline_accepts"], cols["token"] == cols["target_top"])
+    assert (cols["draft_prob"] == cols["q_max"]).all()
+    assert 0 < acc.mean() < pair.config.block_size       # some kept, some rejected
+
+
+def test_a_rule_decides_only_the_mismatches(setup):
+    pair, prompts, _ = setup
+    never = tree_rule(treeio.parse("0.0"), "never")
+    cols, acc, hist, lens = _decode(pair, prompts, never)
+    base = _decode(pair, prompts)
+    np.testing.assert_array_equal(acc, base[1])            # matches are kept regardless
+    always = tree_rule(treeio.parse("1.0"), "always")
+    _, acc_all, _, _ = _decode(pair, prompts, always)
+    assert (acc_all == pair.config.block_size).all()       # every mismatch kept too
+    lenient = named_rule("leniency", 0.5)[0]
+    _, acc_len, _, _ = _decode(pair, prompts, lenient)
+    assert acc_len.sum() >= base[1].sum()
+
+
+def test_target_only_rules_are_refused_greedy(setup):
+    pair, prompts, _ = setup
+    with pytest.raises(ValueError, match="standard residual"):
+        _decode(pair, prompts, named_rule("sglang_acc", 0.5)[0])
