@@ -223,7 +223,8 @@ def test_a_cluster_split_on_the_device_is_one_line(torch_on_cpu):
     """Shards on a Dask cluster are scored by its workers: the device refuses them in
     one line naming the parameter; anything else is refused too."""
     class Remote:
-        backend = object()          # no shards in this process
+        def local_arrays(self):     # a ClusterSplit whose shards are on the workers
+            return None
     with pytest.raises(gpu.DeviceError) as e:
         on_device.trace_evaluator(Remote(), "train", "cuda")
     msg = str(e.value)

@@ -29,11 +29,19 @@ class LocalShards:
         self.shards = [worker.load_shard(p, split.meta) for p in split.shard_paths()]
         self.comm_seconds = 0.0
 
+    def map_shards(self, fn, per_shard_args: list, *args) -> list:
+        """``fn(shard, per_shard_args[i], *args)`` for every shard i, in shard order."""
+        return [fn(s, own, *args) for s, own in zip(self.shards, per_shard_args)]
+
     def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
         payload = worker.programs_payload(progs)
         return fixed.total(worker.score(s, payload, with_kl, 0, b, tail_cap) for s, b in
                            zip(self.shards, per_shard(self.split, blocks))
                            if b is None or b.size)
+
+    def local_arrays(self) -> list:
+        """Every shard's kernel arrays (``SpecArrays``), held in this process."""
+        return [s.sa for s in self.shards]
 
 
 class DaskShards:
@@ -134,6 +142,17 @@ class DaskShards:
                                "often than distributed.scheduler.allowed-failures allows; "
                                "stopping")
         raise exc
+
+    def map_shards(self, fn, per_shard_args: list, *args) -> list:
+        """``fn(shard, per_shard_args[i], *args)`` for every shard i, each on the worker
+        that holds the shard, in shard order, within the call's limits (``_wait``)."""
+        futs = [self.client.submit(fn, f, own, *args, pure=False)
+                for f, own in zip(self.futures, per_shard_args)]
+        return self._wait(futs, "scoring")
+
+    def local_arrays(self) -> None:
+        """None: the shards are held by the workers, not in this process."""
+        return None
 
     def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
         t0 = time.perf_counter()

@@ -224,6 +224,11 @@ class ClusterSplit:
                          shape.n * shape.k,
                          batch=lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap))
 
+    def local_arrays(self):
+        """Every shard's SpecArrays when the shards are held in this process (else None:
+        on a cluster the workers hold them)."""
+        return self.backend.local_arrays()
+
     def spec_arrays(self):
         """The whole split's SpecArrays in this process (finishing reports only)."""
         if self._arrays is None:

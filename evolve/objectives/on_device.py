@@ -43,17 +43,17 @@ def trace_evaluator(split, name: str, device: str, tail_cap: float = TAIL_OFF,
     if isinstance(split, ArraySplit):
         dev = gpu.torch_device(device)
         return _evaluator(split.spec_arrays(), name, dev, device, tail_cap, None, with_kl)
-    shards = getattr(getattr(split, "backend", None), "shards", None)
-    if shards is None and hasattr(split, "backend"):
+    local = getattr(split, "local_arrays", None)
+    if local is None:
+        raise gpu.DeviceError.of("device", f"{device!r} scores trace splits in memory or "
+                                 f"sharded, not a {type(split).__name__}")
+    sas = local()
+    if sas is None:
         raise gpu.DeviceError.of("device", f"{device!r} scores sharded traces in this "
                                  "process; on a Dask cluster its workers score them on "
                                  "'cpu' (use device 'cpu' with a cluster)")
-    if shards is None:
-        raise gpu.DeviceError.of("device", f"{device!r} scores trace splits in memory or "
-                                 f"sharded, not a {type(split).__name__}")
     dev = gpu.torch_device(device)
-    return _sharded(split, Shards([s.sa for s in shards], dev), name, device, tail_cap,
-                    None, with_kl)
+    return _sharded(split, Shards(sas, dev), name, device, tail_cap, None, with_kl)
 
 
 def _evaluator(sa, name, dev, device, tail_cap, blocks, with_kl=False) -> Evaluator:

@@ -143,23 +143,18 @@ class TrajectoryEvaluator(Evaluator):
 
 
 def shard_sums(backend, progs, sb: SplitBlocks, with_kl: bool, tail_cap: float):
-    """The exact sums over every shard of a sharded split (``evolve.cluster.backends``:
-    the shards in this process, or on a Dask cluster), added as integers."""
+    """The exact sums over every shard of a sharded split, scored where the shards are
+    (``evolve.cluster.backends``: ``map_shards``, in this process or on a Dask cluster),
+    added as integers."""
     from evolve.kernels import fixed      # lazy: start-up (Numba)
     # the programs as plain arrays, as ``evolve.cluster.worker.programs_payload`` sends them
     payload = (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
-    if hasattr(backend, "client"):          # a Dask cluster: one task per shard
-        futs = [backend.client.submit(shard_task, f, payload, blocks, sb.n_index, with_kl,
-                                      backend.threads, tail_cap, pure=False)
-                for f, blocks in zip(backend.futures, sb.parts)]
-        results = backend._wait(futs, "scoring")
-    else:
-        results = [shard_task(s, payload, blocks, sb.n_index, with_kl, 0, tail_cap)
-                   for s, blocks in zip(backend.shards, sb.parts)]
+    results = backend.map_shards(shard_task, sb.parts, payload, sb.n_index, with_kl,
+                                 getattr(backend, "threads", 0), tail_cap)
     return (fixed.total(r[0] for r in results), fixed.total(r[1] for r in results))
 
 
-def shard_task(shard, payload, blocks, n_index: int, with_kl: bool, threads: int = 0,
+def shard_task(shard, blocks, payload, n_index: int, with_kl: bool, threads: int = 0,
                tail_cap: float = TAIL_OFF):
     """Both sums of every program on one loaded shard (``cluster.worker.Shard``); what
     a worker runs."""
