@@ -1,0 +1,95 @@
+"""Critical-token labels, mined as AutoJudge mines them.
+
+A drafted token the standard rule could reject (greedy decoding: it is not the
+target's argmax; sampling: p(x) < q(x)) is *critical* when accepting it changes the
+task's answer. For every such row of a standard-rule recording: the draft's token is
+substituted at the row's context, the target continues to the end of the answer,
+and the answer is extracted (``answer_of``); the same is done without the
+substitution (greedy: the target's argmax there; sampling: the target's own draw, from
+the same uniforms as the substituted continuation afterwards, so the two differ only
+by the substitution). The label is 1 when the two answers differ, 0 when they agree.
+
+The continuations of many rows are batched: one forward pass of the target per
+generated position over the whole batch (``pair.target.probs`` on (B, C) histories,
+the interface of ``evolve.data.decode``). ``mine`` returns the labels and what mining
+cost: the rows labelled, the target's forward passes (rows x positions) and seconds.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from evolve.data.decode import sample_rows
+
+UNLABELED = -1
+BATCH = 2048
+
+
+def could_reject(cols: dict, greedy: bool) -> np.ndarray:
+    """The rows a label is needed for: the standard rule could reject their draft."""
+    if greedy:
+        return np.asarray(cols["token"]) != np.asarray(cols["target_top"])
+    return np.asarray(cols["target_prob"]) < np.asarray(cols["draft_prob"])
+
+
+def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new: int,
+                  pad: int = 0) -> tuple[list, int]:
+    """The texts after continuing every history (B, L) with the target until
+    ``done_of(text)`` or ``max_new`` more tokens (greedy: argmax; else inverse-CDF with
+    ``uniforms`` (B, max_new)); leading ``pad`` bytes are not text. Returns the texts and
+    the forward passes spent (rows x positions)."""
+    C = pair.context_len
+    B = hist.shape[0]
+    texts = [bytes(h).lstrip(bytes([pad])) for h in hist]
+    done = np.array([bool(done_of(t)) for t in texts], dtype=bool)
+    passes = 0
+    for step in range(max_new):
+        live = np.flatnonzero(~done)
+        if live.size == 0:
+            break
+        window = hist[live, -C:]
+        P = pair.target.probs(window)
+        passes += live.size
+        nxt = (np.argmax(P, axis=1) if greedy else sample_rows(P, uniforms[live, step]))
+        hist = np.concatenate([hist, np.full((B, 1), pad, dtype=np.uint8)], axis=1)
+        hist[live, -1] = nxt.astype(np.uint8)
+        for i, b in zip(live, nxt):
+            texts[i] += bytes([int(b)])
+            if done_of(texts[i]):
+                done[i] = True
+    return texts, passes
+
+
+def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
+         pad: int = 0, batch: int = BATCH) -> tuple[np.ndarray, dict]:
+    """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed; cost) of
+    a recording's columns ``cols`` (``context`` (N, C) the bytes before each drafted
+    row, ``token``, ``target_top``, ``target_prob``, ``draft_prob``)."""
+    t0 = time.perf_counter()
+    rows = np.flatnonzero(could_reject(cols, greedy))
+    labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
+    passes = 0
+    for s in range(0, rows.size, batch):
+        r = rows[s:s + batch]
+        ctx = np.asarray(cols["context"][r], dtype=np.uint8)
+        u = np.random.default_rng((seed, s)).random((r.size, max_new + 1))
+        sub = np.concatenate([ctx, np.asarray(cols["token"][r], np.uint8)[:, None]], axis=1)
+        if greedy:
+            own = np.concatenate([ctx, np.asarray(cols["target_top"][r], np.uint8)[:, None]],
+                                 axis=1)
+        else:           # the target's own draw at the row, then the same uniforms
+            P = pair.target.probs(ctx[:, -pair.context_len:])
+            passes += r.size
+            own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(np.uint8)[:, None]],
+                                 axis=1)
+        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, max_new, pad)
+        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, max_new, pad)
+        passes += pa + pb
+        labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
+    seconds = time.perf_counter() - t0
+    cost = {"rows": int(rows.size), "critical": int((labels == 1).sum()),
+            "target_forward_rows": int(passes), "seconds": round(seconds, 3),
+            "continuation": "greedy" if greedy else "seeded sampling", "max_new": max_new}
+    return labels, cost
