@@ -2,5 +2,7 @@
 
 - ``files``: task files (JSON lines: prompt, answer, optional split) and ``Problem``;
 - ``checker``: the final answer of a text (after a delimiter, or a regex group)
-  compared exactly or as a number with the reference.
+  compared exactly or as a number with the reference;
+- ``story``, ``grammar``, ``arithmetic``: the built-in synthetic task, arithmetic
+  word problems with worked steps in varied wording and a ``#### <answer>`` line.
 """
