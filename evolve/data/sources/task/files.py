@@ -43,12 +43,7 @@ class Problem:
 
 def read_tasks(path: str | os.PathLike) -> list[Problem]:
     """The problems of a task file, in file order (DataError naming file, line, field)."""
-    data = jsonio.read_capped(path, "task file", MAX_TASK_FILE_BYTES, DataError)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}: line {line}: not UTF-8 (byte {e.start})") from None
+    text = jsonio.read_text(path, "task file", MAX_TASK_FILE_BYTES, DataError)
     problems = []
     for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
