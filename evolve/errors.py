@@ -17,7 +17,8 @@ that parameter from instead ("--runs-dir: an empty value is not allowed",
 Each concern has its own subclass, defined next to the code that raises it:
 
 - ``evolve.search.config.ConfigError``: a run's configuration;
-- ``evolve.data.tokens.DataError``: a data set, split or shard;
+- ``evolve.data.tokens.DataError``: a data set, split or shard (a task file too);
+- ``evolve.data.sources.task.checker.CheckerError``: an answer checker's setting;
 - ``evolve.data.sources.ngram.TraceConfigError``,
   ``evolve.data.sources.hf.models.HFTraceError``: recording traces;
 - ``evolve.io.paths.RunError``, ``evolve.runs.schema.SchemaError``,

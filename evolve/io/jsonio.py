@@ -89,6 +89,19 @@ def read_capped(path: str | os.PathLike, what: str, limit: int, error=JsonError,
     return b"".join(chunks)
 
 
+def read_text(path: str | os.PathLike, what: str, limit: int, error=JsonError, *,
+              where: str | None = None) -> str:
+    """A regular file of at most ``limit`` bytes (``read_capped``) as UTF-8 text; a
+    byte that is not UTF-8 is ``error`` naming its line."""
+    raw = read_capped(path, what, limit, error, where=where)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        name = path if where is None else where
+        raise error(f"{name}: line {line}: not UTF-8 text ({e.reason})") from None
+
+
 def _constant(name: str):
     raise ValueError(f"non-finite number {name} is not allowed")
 

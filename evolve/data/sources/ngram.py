@@ -70,6 +70,26 @@ class ConfigFields:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def need(self, cond, name: str, what: str) -> None:
+        """TraceConfigError naming the field ``name`` (its value and ``what`` is
+        expected) unless ``cond``."""
+        if not cond:
+            raise TraceConfigError(name, f"{getattr(self, name)!r} is invalid; {what}")
+
+    def check_types(self, floats=(), optional=()) -> None:
+        """Every field a whole number, those in ``floats`` finite numbers, those in
+        ``optional`` whole numbers or None (a config read back from a file may hold
+        anything)."""
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in floats:
+                self.need(isinstance(v, (int, float)) and not isinstance(v, bool)
+                          and math.isfinite(v), f.name, "expected a finite number")
+            else:
+                self.need((v is None and f.name in optional) or
+                          (isinstance(v, int) and not isinstance(v, bool)), f.name,
+                          "expected a whole number")
+
     @classmethod
     def from_dict(cls, d: dict):
         known = {f.name for f in fields(cls)}
@@ -101,19 +121,9 @@ class TraceConfig(ConfigFields):
     max_bytes_per_file: int | None = None
 
     def validate(self) -> None:
-        def need(cond, name, what):
-            if not cond:
-                raise TraceConfigError(name, f"{getattr(self, name)!r} is invalid; {what}")
-        # types first (a config read back from a file may hold anything)
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if f.name in ("draft_fraction", "temperature", "heldout_fraction"):
-                need(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
-                     f.name, "expected a finite number")
-            else:
-                need((v is None and f.name.startswith("max_")) or
-                     (isinstance(v, int) and not isinstance(v, bool)), f.name,
-                     "expected a whole number")
+        need = self.need
+        self.check_types(floats=("draft_fraction", "temperature", "heldout_fraction"),
+                         optional=("max_files", "max_bytes_per_file"))
         need(0 <= self.seed < 2 ** 63, "seed", "expected an integer >= 0")
         need(self.prompt_len <= MAX_PROMPT_LEN, "prompt_len", f"expected <= {MAX_PROMPT_LEN}")
         for name in ("max_files", "max_bytes_per_file"):

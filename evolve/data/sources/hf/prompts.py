@@ -46,12 +46,7 @@ def read_prompts_file(path: str | os.PathLike, seed: int) -> dict:
     one JSON reader's limits; texts must be Unicode (a lone surrogate such as
     ``"\\ud800"`` is refused). Every refusal is a DataError naming the file and line."""
     src = str(path)
-    raw = jsonio.read_capped(path, "prompts file", MAX_PROMPTS_BYTES, DataError)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{src}: line {line}: not UTF-8 text ({e.reason})") from None
+    text = jsonio.read_text(path, "prompts file", MAX_PROMPTS_BYTES, DataError)
     out = {s: [] for s in SPLITS}
     free = []
     for i, line in enumerate(text.split("\n"), 1):

@@ -1,0 +1,114 @@
+"""Answer checking: the final answer of a generated text, compared with a reference.
+
+Two ways to find the final answer in a text:
+
+- ``DelimiterChecker`` (GSM8K's ``#### 42``): the text after the LAST occurrence of
+  the delimiter, up to the end of that line, blank space around it dropped;
+- ``RegexChecker``: a group of a regular expression at its LAST match in the text
+  (the group named ``answer`` if the pattern has one, else group 1 if it has
+  groups, else the whole match; or the group given), blank space dropped.
+
+No delimiter, no match or an empty answer: no answer, which is wrong.
+
+``same_answer(answer, reference)`` compares the two, both with surrounding blank
+space dropped. When both are numbers as ``NUMBER`` reads them, they are compared
+as exact decimals: an optional sign (``+`` or ``-``), an integer part of ASCII
+digits (``1234``, ``0042``) or of digits grouped by commas in threes (``1,234``,
+``12,345,678``; ``12,34`` is not a number), then optionally a point and any digits
+(``42.``, ``42.0``, ``42.50``). So ``1,234`` = ``1234`` = ``1234.0`` = ``+1234``,
+``42`` = ``042`` = ``42.``, ``-0`` = ``0``, ``0.5`` = ``0.50``; ``0.1`` != ``0.10001``
+(no tolerance). Anything else (``.5`` without its integer part, ``1e3``, ``$5``,
+``50%``, ``5 apples``, other scripts' digits, a number of more than 100 characters)
+is compared as text, exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from evolve.errors import EvolveError, show
+
+NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?", re.ASCII)
+MAX_NUMBER_CHARS = 100      # longer digit strings are compared as text
+
+
+class CheckerError(EvolveError):
+    """A checker's setting that cannot work (an empty delimiter, a pattern that does
+    not compile or lacks the group): one line naming the parameter."""
+
+
+def as_number(text: str) -> Decimal | None:
+    """The exact decimal value of ``text`` if it is a number as ``NUMBER`` reads it
+    (surrounding blank space dropped), else None."""
+    t = text.strip()
+    if len(t) > MAX_NUMBER_CHARS or NUMBER.fullmatch(t) is None:
+        return None
+    return Decimal(t.replace(",", ""))
+
+
+def same_answer(answer: str, reference: str) -> bool:
+    """Whether an extracted answer equals the reference: as exact decimals when both
+    are numbers, else as text (surrounding blank space dropped)."""
+    a, r = as_number(answer), as_number(reference)
+    if a is not None and r is not None:
+        return a == r
+    return answer.strip() == reference.strip()
+
+
+class Checker:
+    """``extract(text)``: the final answer of a text, or None; ``check(text,
+    reference)``: whether it is there and equals the reference."""
+
+    def extract(self, text: str) -> str | None:
+        raise NotImplementedError
+
+    def check(self, text: str, reference: str) -> bool:
+        answer = self.extract(text)
+        return answer is not None and same_answer(answer, reference)
+
+
+class DelimiterChecker(Checker):
+    """The answer is the rest of the line after the last ``delimiter``."""
+
+    def __init__(self, delimiter: str = "####"):
+        if not isinstance(delimiter, str) or not delimiter.strip():
+            raise CheckerError.of("delimiter", f"{show(delimiter)} is empty; expected a "
+                                  "non-blank string such as '####'")
+        self.delimiter = delimiter
+
+    def extract(self, text: str) -> str | None:
+        at = text.rfind(self.delimiter)
+        if at < 0:
+            return None
+        answer = text[at + len(self.delimiter):].split("\n", 1)[0].strip()
+        return answer or None
+
+
+class RegexChecker(Checker):
+    """The answer is a group of ``pattern`` at its last match."""
+
+    def __init__(self, pattern: str, group: int | str | None = None):
+        try:
+            self.regex = re.compile(pattern)
+        except (re.error, TypeError) as e:
+            raise CheckerError.of("pattern", f"{show(pattern)} is not a regular expression "
+                                  f"({e})") from None
+        if group is None:
+            group = ("answer" if "answer" in self.regex.groupindex
+                     else 1 if self.regex.groups else 0)
+        known = isinstance(group, str) and group in self.regex.groupindex or (
+            isinstance(group, int) and not isinstance(group, bool)
+            and 0 <= group <= self.regex.groups)
+        if not known:
+            raise CheckerError.of("group", f"{show(group)} is not a group of the pattern "
+                                  f"{show(pattern)} ({self.regex.groups} groups)")
+        self.group = group
+
+    def extract(self, text: str) -> str | None:
+        last = None
+        for last in self.regex.finditer(text):
+            pass
+        if last is None or last.group(self.group) is None:
+            return None
+        return last.group(self.group).strip() or None
