@@ -198,7 +198,7 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8
 
 def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
            rule=None, record: bool = True, pos0=None, history: bool = False,
-           greedy: bool = False):
+           greedy: bool = False, end: int | None = None):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -212,8 +212,14 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     token after the accepted prefix is the target's argmax there. A rule decides the
     drafts that are not the target's argmax (a mismatch is kept iff u < its clipped
     threshold, as in the seed); matches are always kept. Only rules with the standard
-    residual decode greedily (ValueError otherwise). The records' ``baseline_accepts``
-    is then the greedy standard decision (the draft is the target's argmax).
+    residual decode greedily (ValueError otherwise). The records keep the schema's
+    ``baseline_accepts`` (rand_value < min(1, p/q)); the greedy standard decision is
+    ``token == target_top``.
+
+    ``end``: a token that ends a sequence (a task's answer). A sequence stops once a
+    block has emitted it, and decoding stops when every sequence has (at most
+    ``blocks`` blocks). The records then hold the column ``live`` (the row's block
+    began before its sequence ended), and blocks after the end count -1 accepted.
 
     Returns ``(columns, accepted)``: the v1 + v2 + v3 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
@@ -238,7 +244,7 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     for s0 in range(0, n, batch):
         cols, n_acc, hist, lens = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
                                                 blocks, g, k, C, s0, rule, record,
-                                                pos0[s0:s0 + batch], greedy)
+                                                pos0[s0:s0 + batch], greedy, end)
         parts.append(cols)
         accepted.append(n_acc)
         if history:
@@ -252,7 +258,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     return cols, acc
 
 
-def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False):
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False,
+                  end=None):
     B = prompts.shape[0]
     L0 = prompts.shape[1]
     hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=np.uint8)
@@ -261,11 +268,18 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
     rows = np.arange(B)
     rec: dict[str, list] = {}
     accepted = np.zeros((B, blocks), dtype=np.int64)
+    done = np.zeros(B, dtype=bool)             # the sequence has emitted ``end``
+    ran = 0
 
     def put(name, arr):
         rec.setdefault(name, []).append(arr)
 
     for t in range(blocks):
+        if end is not None and done.all():
+            accepted[:, t:] = -1
+            break
+        ran = t + 1
+        live = ~done
         gen_before = lens - L0 + pos0
         ext = np.zeros((B, C + g), dtype=np.uint8)
         ext[:, :C] = hist[rows[:, None], lens[:, None] - C + np.arange(C)[None, :]]
@@ -305,20 +319,34 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
             new = sample_rows(np.where((n_acc < g)[:, None], Rn, Pn), U[:, t, 2 * g])
         out = np.concatenate([X, new[:, None]], axis=1)
         out[rows, n_acc] = new
+        emit = j_upto(n_acc, g) & live[:, None]      # an ended sequence emits nothing
         for j in range(g + 1):
-            m = j <= n_acc
+            m = emit[:, j]
             hist[m, lens[m] + j] = out[m, j]
-        lens = lens + n_acc + 1
+        if end is not None:     # an ended sequence keeps its text; its blocks count -1
+            accepted[:, t] = np.where(live, n_acc, -1)
+            lens = lens + np.where(live, n_acc + 1, 0)
+            done = done | (live & ((out == end) & emit).any(axis=1))
+        else:
+            lens = lens + n_acc + 1
         if not record:
             continue
-        # records for the g drafted positions
-        for f, v in block_records(Pg, Qg, X, qx, px, rand, acc, cs, gen_before,
+        # records for the g drafted positions (the schema's standard decisions)
+        schema_acc = rand < np.minimum(1.0, px / qx) if greedy else acc
+        for f, v in block_records(Pg, Qg, X, qx, px, rand, schema_acc, cs, gen_before,
                                   seq0 + rows, t).items():
             put(f, v)
         put("context", ctxs[:, :g].reshape(B * g, C))
+        if end is not None:
+            put("live", np.repeat(live, g))
     if not record:
         return None, accepted, hist, lens
-    return sequence_major(rec, blocks, B, g), accepted, hist, lens
+    return sequence_major(rec, ran, B, g), accepted, hist, lens
+
+
+def j_upto(n_acc: np.ndarray, g: int) -> np.ndarray:
+    """(B, g + 1): True at the emitted places of a block, 0 .. n_acc."""
+    return np.arange(g + 1)[None, :] <= np.asarray(n_acc)[:, None]
 
 
 
