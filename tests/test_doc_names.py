@@ -53,6 +53,8 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/traces-full",             # make results-engines (top-k 256)
     "datasets/neural-traces-full",      # make results-engines-neural (top-k 256)
     "datasets/my-traces",               # an example of the user's own output
+    "datasets/task",                    # evolve data task (default output)
+    "datasets/task-results",            # make results-task
     "benchmarks/results.json",          # python benchmarks/speed.py
     "benchmarks/results-smoke.json",    # python benchmarks/speed.py --smoke
     "benchmarks/startup-results.json",  # python benchmarks/startup.py

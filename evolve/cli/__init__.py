@@ -1,8 +1,8 @@
 """The `evolve` command: one function per command, no numerics here.
 
 Commands live in ``data`` (token splits), ``traces`` (traces, simulation,
-trade-off) and ``runs`` (run, inspect, runs, benchmark); ``render`` owns the
-terminal. Heavy modules (numba, deap) are imported inside commands so that
+trade-off), ``tasks`` (task traces, task accuracy) and ``runs`` (run, inspect, runs,
+benchmark); ``render`` owns the terminal. Heavy modules (numba, deap) are imported inside commands so that
 ``evolve --help`` starts fast.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from evolve.cli import data, export, runs, shards, trace_data, traces
+from evolve.cli import data, export, runs, shards, tasks, trace_data, traces
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -22,8 +22,10 @@ def main():
 main.add_command(data.data_group)
 data.data_group.add_command(trace_data.data_trace)
 data.data_group.add_command(shards.data_shard)
+data.data_group.add_command(tasks.data_task)
 for command in (runs.run_cmd, runs.benchmark_cmd, runs.inspect_cmd, runs.runs_cmd,
-                traces.simulate_cmd, traces.tradeoff_cmd, export.export_cmd):
+                traces.simulate_cmd, tasks.compare_task_cmd, traces.tradeoff_cmd,
+                export.export_cmd):
     main.add_command(command)
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ OBJECTIVE_HELP = ("expected: the seed metric with expected counts (noise-free; t
                   "seed: the original benchmark's metric; speed: tokens per target call "
                   "within --budget-tv (traces); speed_kl: tokens per target call within "
                   "--budget-kl (mean KL per token; traces); pareto: NSGA-II over tokens per "
-                  "call and TV (traces).")
+                  "call and TV (traces); task_speed: tokens per target call within "
+                  "--budget-critical (accepted critical tokens per answer; task traces); "
+                  "task_seed: the seed's metric on critical-token labels (task traces).")
 
 
 @click.command("benchmark")
@@ -59,6 +61,9 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
               help="Objectives speed, pareto: mean TV per token allowed [0.02].")
 @click.option("--budget-kl", "kl_budget", type=float, default=None,
               help="Objective speed_kl: mean KL per token allowed [0.01].")
+@click.option("--budget-critical", "critical_budget", type=float, default=None,
+              help="Objective task_speed: accepted critical tokens per answer allowed (about "
+                   "the accuracy drop) [0.01].")
 @click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
               help="Objectives speed, speed_kl: mean slot TV allowed at any block "
                    "position [1, no cap].")
@@ -113,7 +118,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_position_cap,
+def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, critical_budget,
+            tv_position_cap,
             tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
             seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, lookahead,
             inputs, engine, name,
@@ -130,7 +136,8 @@ def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, tv_p
              "init_max_height": init_max_height,
              "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
              "device": device, "starts": starts, "batch_blocks": batch_blocks,
-             "tv_budget": tv_budget, "kl_budget": kl_budget, "tv_position_cap": tv_position_cap,
+             "tv_budget": tv_budget, "kl_budget": kl_budget, "critical_budget": critical_budget,
+             "tv_position_cap": tv_position_cap,
              "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor,
              "lookahead": lookahead, "inputs": inputs}
     given["ess_floor"] = number("--ess-floor", ess_floor)

@@ -101,7 +101,68 @@ class TraceView(ChampionView):
         show_trace_inspect(info, term)
 
 
-VIEWS = {"tokens": TokenView(), "traces": TraceView()}
+def show_task_champion(ch: dict, term) -> None:
+    """A task champion beside the rule families tuned on valid to its critical budget,
+    all reported on test, and where it stands."""
+    budget = ch.get("critical_budget")
+    cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
+            ("test critical/answer", "right"), ("test false rejects/token", "right"),
+            ("valid tokens/call", "right"), ("valid critical/answer", "right")]
+    t, v = ch["metrics"]["test"], ch["metrics"]["valid"]
+    rows = [["champion *", "", _fmt(t["tokens_per_call"]), _fmt(t["critical_per_answer"], 4),
+             _fmt(t["false_rejects_per_token"], 5), _fmt(v["tokens_per_call"]),
+             _fmt(v["critical_per_answer"], 4)]]
+    for name, rep in (ch.get("baselines_tuned_on_valid") or {}).items():
+        if rep is None:
+            rows.append([name, "", "no parameter fits the budget", "", "", "", ""])
+            continue
+        rows.append([name, "" if rep["param"] is None else f"{rep['param']:.4g}",
+                     _fmt(rep["test"]["tokens_per_call"]),
+                     _fmt(rep["test"]["critical_per_answer"], 4),
+                     _fmt(rep["test"]["false_rejects_per_token"], 5),
+                     _fmt(rep["valid"]["tokens_per_call"]),
+                     _fmt(rep["valid"]["critical_per_answer"], 4)])
+    order = [rows[0]] + sorted(rows[1:], key=lambda r: -float(r[2]) if r[3] else 1e9)
+    term.table(f"{ch.get('decoding', '')} decoding, critical budget {budget}: rule families "
+               "tuned on valid, all reported on test", cols, order,
+               ["bold"] + [None] * (len(order) - 1))
+    show_standing(ch, term)
+
+
+class TaskView(ChampionView):
+    def result(self, result, term, data_dir):
+        show_task_champion(result["champion"], term)
+        term.result("not written back: export a task champion from its run "
+                    "(evolve export RUN ...)")
+
+    def inspect(self, info, term):
+        show_task_champion(info["champion"], term)
+
+
+VIEWS = {"tokens": TokenView(), "traces": TraceView(), "task": TaskView()}
+
+
+def show_task_comparison(doc: dict, term) -> None:
+    """The paired free-running task accuracy of ``evolve simulate-task``."""
+    ref = doc["reference"]
+    cols = [("rule", "left"), ("accuracy", "right"), ("tokens/call", "right")]
+    rows = [[name, f"{r['accuracy']:.4f} ± {_fmt(r['accuracy_se'])}",
+             f"{r['tokens_per_call']:.4f} ± {_fmt(r['tokens_se'])}"]
+            for name, r in doc["rules"].items()]
+    term.table(f"{doc['decoding']} decoding of {doc['problems']} {doc['split']} problems, the "
+               "same problems and uniforms for every rule", cols, rows)
+    if doc["versus_reference"]:
+        cols = [(f"rule minus {ref}", "left"), ("accuracy", "right"), ("95% interval", "right"),
+                ("tokens/call", "right"), ("95% interval", "right")]
+        rows = []
+        for name, d in doc["versus_reference"].items():
+            a, t = d["accuracy"], d["tokens_per_call"]
+            rows.append([name, f"{a['difference']:+.4f}",
+                         f"[{a['ci95'][0]:+.4f}, {a['ci95'][1]:+.4f}]",
+                         f"{t['difference']:+.4f}",
+                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]"])
+        term.table("paired differences (by problem)", cols, rows)
+    term.result(f"({doc['seconds']:.1f} s)")
 
 
 def view_of(champion: dict) -> ChampionView:

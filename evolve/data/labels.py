@@ -10,7 +10,7 @@ the same uniforms as the substituted continuation afterwards, so the two differ 
 by the substitution). The label is 1 when the two answers differ, 0 when they agree.
 
 The continuations of many rows are batched: one forward pass of the target per
-generated position over the whole batch (``pair.target.probs`` on (B, C) histories,
+generated position over the whole batch (the target's ``probs`` on (B, C) histories,
 the interface of ``evolve.data.decode``). ``mine`` returns the labels and what mining
 cost: the rows labelled, the target's forward passes (rows x positions) and seconds.
 """

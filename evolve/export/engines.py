@@ -56,7 +56,7 @@ def engine_inputs(engine: str, objective: str) -> str:
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine {engine!r}")
     obj = OBJECTIVES.get(objective)
-    traces = obj is None or obj.traces       # an unknown objective is refused by Config
+    traces = obj is None or obj.trace_inputs      # an unknown objective is refused by Config
     names = PROVIDES[ENGINE_FORMATS[engine]]
     return ",".join(n for n in names if traces or n in INPUT_NAMES)
 

@@ -5,10 +5,12 @@ See ``evolve.objectives.base`` for what an objective provides.
 
 from evolve.objectives.base import TOKENS, TRACES, Evaluator, Objective
 from evolve.objectives.speculative import PARETO, SPEED, SPEED_KL
+from evolve.objectives.task_objectives import TASK_SEED, TASK_SPEED
 from evolve.objectives.tokens import EXPECTED, SEED
 from evolve.objectives.trajectory_objective import SPEED_TRAJECTORY
 
-OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, SPEED_KL, PARETO)}
+OBJECTIVES: dict[str, Objective] = {o.name: o for o in (EXPECTED, SEED, SPEED, SPEED_KL, PARETO,
+                                                        TASK_SPEED, TASK_SEED)}
 
 
 def bind(config) -> Objective:

@@ -23,6 +23,7 @@ from evolve.lang import treeio
 
 TOKENS = "tokens"      # data kinds: token splits (datasets/), or speculative-decoding traces
 TRACES = "traces"
+TASK = "task"            # tasks with checked answers (evolve.tasks.task)
 
 
 class Evaluator:
@@ -93,6 +94,12 @@ class Objective:
     @property
     def traces(self) -> bool:
         return self.data == TRACES
+
+    @property
+    def trace_inputs(self) -> bool:
+        """Its rules read the trace inputs (block position, p_max, q_max, the slot
+        features): the trace objectives, and those of other worlds that say so."""
+        return self.traces
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         """The split's evaluator (``config``: the run's, for what the kernel must sum)."""

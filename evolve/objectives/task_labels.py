@@ -14,7 +14,10 @@ outside), the block keeps drafts while the rule accepts. Over the acceptance coi
   (a_k - s_k)+ beyond it; that is a *false accept* when the token is critical and a
   harmless extra acceptance otherwise;
 - a *false reject* is a harmless token the standard rule could reject (s_k < 1) and
-  the rule rejects: probability 1 - a_k.
+  the rule rejects: probability 1 - a_k;
+- critical accepts per answer (per problem the blocks decode): about the share of
+  answers a rule changes, when one critical acceptance changes an answer, which is
+  what a critical token is.
 
 Every expectation is exact given the recorded blocks (as the trace objectives are:
 the blocks are the standard rule's). Rows the standard rule never rejects (s = 1)
@@ -35,7 +38,7 @@ from evolve.data.decode import clipped
 
 UNLABELED = -1
 SUMS = ("blocks", "tokens", "reached", "accepted", "critical_accepted", "harmless_extra",
-        "false_rejects")
+        "false_rejects", "answers")
 
 
 @dataclass(frozen=True)
@@ -50,6 +53,7 @@ class TaskArrays:
     inside: np.ndarray
     outside: np.ndarray
     critical: np.ndarray
+    answers: int = 0            # the problems (answers) the blocks decode
 
     @property
     def n_blocks(self) -> int:
@@ -80,6 +84,7 @@ def sums(h, ta: TaskArrays) -> np.ndarray:
     out[:, 4] = (extra * (c == 1)).sum(axis=(1, 2))
     out[:, 5] = (extra * (c == 0)).sum(axis=(1, 2))
     out[:, 6] = (reach * (1.0 - a) * ((c == 0) & could)).sum(axis=(1, 2))
+    out[:, 7] = ta.answers
     return out
 
 
@@ -89,8 +94,11 @@ def measures(rows: np.ndarray) -> dict:
     rows = np.atleast_2d(rows)
     i = {k: j for j, k in enumerate(SUMS)}
     tok, reached = rows[:, i["tokens"]], rows[:, i["reached"]]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        per_answer = rows[:, i["critical_accepted"]] / rows[:, i["answers"]]
     return {"tokens_per_call": tok / rows[:, i["blocks"]],
             "critical_per_token": rows[:, i["critical_accepted"]] / tok,
+            "critical_per_answer": per_answer,
             "harmless_extra_per_token": rows[:, i["harmless_extra"]] / tok,
             "false_rejects_per_token": rows[:, i["false_rejects"]] / tok,
             "accept_rate": rows[:, i["accepted"]] / reached,

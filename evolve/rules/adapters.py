@@ -166,12 +166,13 @@ class UnknownRule(RuleError, KeyError):
         super().__init__(message, "name")
 
 
-def named_rule(name: str, param: float | None = None):
+def named_rule(name: str, param: float | None = None, greedy: bool = False):
     """``(rule, info)`` of a rule of the rules table (``evolve.rules.table``) at
     ``param`` (default: the rule's own). An unknown name raises ``UnknownRule`` (a
     KeyError), a parameter that does not fit ``RuleError`` (a ValueError); both
     are ``RuleError`` with ``field`` "name" or "param", and their messages name the
-    rule and the value, never an option."""
+    rule and the value, never an option. ``greedy``: the rule as greedy task decoding
+    takes it (``Rule.task_tree``)."""
     if name not in RULES:
         raise UnknownRule(f"unknown rule {show(name)} (rules: {', '.join(RULES)})")
     r = RULES[name]
@@ -187,7 +188,7 @@ def named_rule(name: str, param: float | None = None):
         if value not in r.range:             # the table's stated range
             raise RuleError(f"{name} {r.param}={value!r} is invalid; expected "
                             f"{r.range.text(r.param)}", "param")
-    rule = TreeRule(parse(r.tree(value)), r.label(value))
+    rule = TreeRule(parse(r.task_tree(value, greedy)), r.label(value))
     rule.residual = r.residual
     rule.scope = r.scope
     info = {"kind": "rule", "name": name, "param": value, "param_name": r.param,

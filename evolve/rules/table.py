@@ -52,7 +52,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from evolve.objectives.base import TOKENS, TRACES
+from evolve.objectives.base import TASK, TOKENS, TRACES
 from evolve.lang import primitives as P
 from evolve.lang.treeio import parse
 
@@ -60,7 +60,7 @@ RATIO = "pmin(1.0, pdiv(target_prob, draft_prob))"
 STANDARD = "standard"
 WITHOUT_DRAFT = "target_without_draft"
 RESIDUALS = (STANDARD, WITHOUT_DRAFT)
-ENGINES = ("transformers", "sglang")
+ENGINES = ("transformers", "sglang")     # whose knobs `evolve tradeoff --engine` shows
 # SGLang's chain drafting at the traces' draft length (the families model topk = 1)
 SGLANG_CHAIN = (" --speculative-num-steps {g} --speculative-eagle-topk 1 "
                 "--speculative-num-draft-tokens {g1}; requests with temperature={t}, "
@@ -108,6 +108,16 @@ class Rule:
     setting: str | None = None
     decoding: str | None = None     # the engine's settings that the scope fixes ({g}, {t})
     range: Range = Range()      # the values the parameter may take (default: >= 0)
+    worlds: tuple = ("traces", "task")   # the data worlds whose runs and reports tune it
+
+    def task_tree(self, value: float | None = None, greedy: bool = False) -> str:
+        """The tree a task world decodes with: in greedy decoding the standard rule's
+        part of a rule (``RATIO``, min(1, t/d)) is greedy's standard rule, 0 for a draft
+        that is not the target's argmax (the KL judge is then strict where the target
+        is sure, as its paper's greedy form; fuzzy SD and CACTUS fall back to exact
+        matching); in sampling, ``tree``."""
+        t = self.tree(value)
+        return t.replace(RATIO, "0.0") if greedy else t
 
     def tree(self, value: float | None = None) -> str:
         """The rule's tree text at ``value`` (default: the rule's default)."""
@@ -154,7 +164,7 @@ THRESHOLD_GRID = tuple(round(1.0 - 0.05 * i, 2) for i in range(20))
 
 RULES: dict[str, Rule] = {r.name: r for r in (
     Rule("standard_rejection", RATIO, "speculative sampling: accept with min(1, t/d)",
-         lenient=True, family=True),
+         lenient=True, family=True, worlds=("traces",)),
     Rule("always_accept", "pmax(1.0, 1.0)", "accept every drafted token"),
     Rule("conservative", "ite(lt(target_prob, draft_prob), 0.0, 1.0)",
          "accept only where t >= d"),
@@ -199,6 +209,22 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          param="T", default=0.1,
          grid=(0.0, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0),
          lenient=True, family=True),
+    # The training-free KL judge (arXiv 2601.04766): strict where the target is sure
+    # (p_max > 0.9), else keep the draft when KL(q || p) at the slot is below T.
+    Rule("kl_judge", f"ite(lt(0.9, p_max), {RATIO}, ite(lt(slot_kl_qp, {{p}}), 1.0, {RATIO}))",
+         "KL judge: min(1, t/d) where p_max > 0.9, else accept if KL(q || p) < T",
+         param="T", default=0.5,
+         grid=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0),
+         lenient=True, family=True, worlds=("task",)),
+    # TensorRT-LLM's relaxed acceptance (greedy, mtpKernels.cu): keep a draft among the
+    # target's top relaxed_topk whose probability is at least the top-1's minus delta;
+    # with relaxed_topk at the vocabulary the top-k condition always holds.
+    Rule("trtllm_relaxed", "ite(lt(target_prob, sub(p_max, {p})), 0.0, 1.0)",
+         "TensorRT-LLM relaxed acceptance: keep if t >= p_max - delta (greedy)",
+         param="delta", default=0.1,
+         grid=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
+         family=True, engine="tensorrt-llm", range=UNIT, worlds=("task",),
+         setting="relaxed_topk=<vocabulary size>, relaxed_delta={p}"),
     # The engines' own lossy knobs (docs/export.md cites each engine's source).
     Rule("hf_ensemble", "pmin(1.0, add(sub(1.0, {p}), mul({p}, pdiv(target_prob, "
          "draft_prob))))",
@@ -220,7 +246,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single 1 "
                  "--speculative-accept-threshold-acc {p}",
-         decoding=SGLANG_CHAIN, range=Range(0.0, 1.0, low_open=True)),
+         decoding=SGLANG_CHAIN, range=Range(0.0, 1.0, low_open=True), worlds=("traces",)),
     Rule("sglang_single", "ite(lt(target_prob, {p}), target_prob, 1.0)",
          "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
          "resample from t without the draft",
@@ -229,7 +255,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single {p} "
                  "--speculative-accept-threshold-acc 1", range=UNIT,
-         decoding=SGLANG_CHAIN),
+         decoding=SGLANG_CHAIN, worlds=("traces",)),
 )}
 
 # The baselines --seed-baselines puts into the first population, in this order:
@@ -238,6 +264,7 @@ SEEDS = (("standard_rejection", None), ("always_accept", None), ("conservative",
          ("top_token_match", None), ("ratio_floor_0.3", None), ("position_aware", None),
          ("entropy_aware", None), ("leniency", 0.5))
 TRACE_SEEDS = (("ears", 0.3), ("ears", 0.1), ("leniency", 0.9))
+TASK_SEEDS = TRACE_SEEDS + (("kl_judge", 1.0), ("trtllm_relaxed", 0.2), ("fuzzy_sd", 0.1))
 
 
 def rules(data: str = TOKENS) -> list[Rule]:
@@ -245,19 +272,19 @@ def rules(data: str = TOKENS) -> list[Rule]:
     return [r for r in RULES.values() if data == TRACES or r.data == TOKENS]
 
 
-def families() -> list[str]:
-    """The rules ``evolve tradeoff`` sweeps and tunes on traces."""
-    return [r.name for r in RULES.values() if r.family]
+def families(world: str = "traces") -> list[str]:
+    """The rules a world's runs and reports tune (``evolve tradeoff`` on traces)."""
+    return [r.name for r in RULES.values() if r.family and world in r.worlds]
 
 
-def engine_families(engine: str | None = None) -> list[str]:
+def engine_families(engine: str | None = None, world: str = "traces") -> list[str]:
     """The families that are an engine's own knob (of ``engine``, or of any)."""
     return [r.name for r in RULES.values() if r.family and r.engine is not None
-            and (engine is None or r.engine == engine)]
+            and world in r.worlds and (engine is None or r.engine == engine)]
 
 
 def seed_trees(data: str) -> list[str]:
-    seeds = SEEDS + (TRACE_SEEDS if data == TRACES else ())
+    seeds = SEEDS + {TRACES: TRACE_SEEDS, TASK: TASK_SEEDS}.get(data, ())
     return [RULES[name].tree(value) for name, value in seeds]
 
 

@@ -23,7 +23,6 @@ class SchemaError(EvolveError):
 BOUND = 1e12            # no number a run writes comes near it; plots stay finite
 STATUSES = ("finished", "interrupted", "failed")
 HISTORY_NUMBERS = ("best_train", "best_valid", "mean_size")
-TRACE_METRICS = ("tokens_per_call", "tv_per_token", "kl_per_token")
 RESUME_FLAGS = ("--no-writeback", "--force")
 RESUME_OPTIONS = ("--cluster", "--scheduler", "--device")     # each with a value
 MAX_RESUME_CHARS = 4096
@@ -134,9 +133,11 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
     g = doc.get("generation")
     _need(g is None or (is_int(g) and g >= 0), where, "generation", g, "a whole number >= 0")
     if "tv_budget" in doc or "baselines_tuned_on_valid" in doc:
-        budget = doc.get("tv_budget")
-        _need(budget is None or is_number(budget), where, "tv_budget", budget,
-              "a finite number")
+        for name in ("tv_budget", "critical_budget"):
+            budget = doc.get(name)
+            _need(budget is None or is_number(budget), where, name, budget,
+                  "a finite number")
+        tuned_keys = champion_task(doc).tuned_metric_keys
         tuned = doc.get("baselines_tuned_on_valid") or {}
         _need(isinstance(tuned, dict), where, "baselines_tuned_on_valid", tuned, "an object")
         note = doc.get("estimate")
@@ -150,7 +151,7 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
             _need(rep.get("param") is None or is_number(rep["param"]), where,
                   f"{field}.param", rep.get("param"), "a finite number or null")
             for split in ("valid", "test"):
-                _check_metrics(rep.get(split), where, f"{field}.{split}", TRACE_METRICS)
+                _check_metrics(rep.get(split), where, f"{field}.{split}", tuned_keys)
     if "scope" in doc:
         check_scope(doc["scope"], where)
     st = doc.get("standing")
@@ -186,9 +187,14 @@ def check_scope(sc, where: str) -> dict:
     return sc
 
 
+def champion_task(doc: dict):
+    """The task (``evolve.tasks``) of this champion, by its objective."""
+    from evolve.tasks import champion_task as task    # lazy: start-up (Numba, NumPy)
+    return task(doc)
+
+
 def champion_metric_keys(doc: dict) -> tuple:
     """The metrics every split of this champion holds (its objective's task's)."""
-    from evolve.tasks import champion_task    # lazy: start-up (loads Numba, NumPy)
     return champion_task(doc).metric_keys
 
 

@@ -81,7 +81,8 @@ class Config:
       allowed), ``kl_budget`` (``speed_kl``: mean KL per token allowed),
       ``tv_position_cap`` and ``tv_p99_cap`` (``speed``, ``speed_kl``: mean slot TV
       at any block position, and the reach-weighted 99th percentile of slot TV;
-      1 is no cap).
+      1 is no cap); on task traces ``critical_budget`` (``task_speed``: accepted
+      critical tokens per answer allowed).
     - Execution: ``threads`` (kernel threads; 0: all cores), ``starts``
       (independent starts with seeds ``seed`` .. ``seed + starts - 1``; the
       champion is the best on valid), ``checkpoint_every`` (generations between
@@ -130,6 +131,7 @@ class Config:
     ess_floor: float = 0.1      # trajectory: effective sequences / sequences at least this
     lookahead: bool = False     # traces: offer next_tv and ahead (scored by an estimate)
     inputs: str = ""            # comma-separated input names the search may use ("": all offered)
+    critical_budget: float = 0.01   # task_speed: accepted critical tokens per answer allowed
     device: str = "cpu"         # where populations are evaluated (not part of a run's identity)
 
     @classmethod
@@ -153,6 +155,8 @@ class Config:
         need(0.0 <= self.tv_position_cap <= 1.0, "tv_position_cap", "expected a TV in [0, 1]")
         need(0.0 <= self.tv_p99_cap <= 1.0, "tv_p99_cap", "expected a TV in [0, 1]")
         need(0.0 <= self.tv_budget <= 1.0, "tv_budget", "expected a TV per token in [0, 1]")
+        need(0.0 <= self.critical_budget <= 100.0, "critical_budget",
+             "expected accepted critical tokens per answer, in [0, 100]")
         need(not OBJECTIVES[self.objective].multi or self.population % 4 == 0, "population",
              f"objective {self.objective} (NSGA-II) needs a multiple of 4")
         need(1 <= self.tournament <= self.population, "tournament",
@@ -211,7 +215,7 @@ class Config:
         twice = next((n for n in names if names.count(n) > 1), None)
         if twice is not None:
             raise ConfigError.of("inputs", f"{twice!r} is named twice")
-        traces = OBJECTIVES[self.objective].traces
+        traces = OBJECTIVES[self.objective].trace_inputs
         other = next((n for n in names if n not in INPUT_NAMES), None)
         if other is not None and not traces:
             raise ConfigError.of("inputs", f"{other!r} exists on traces; objective "

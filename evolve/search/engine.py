@@ -49,13 +49,14 @@ class Evolution:
         # the slot inputs only where both splits have them: every trace split's shape
         # says why it lacks them ("" when it has them; evolve.objectives.spec.SpecArrays)
         missing = ([e.arrays.missing for e in (self.train, self.valid)]
-                   if self.objective.traces else ["token splits have no slot features"])
+                   if self.objective.trace_inputs else ["token splits have no slot features"])
         if config.lookahead and any(missing):
             why = next(m for m in missing if m)
             raise ConfigError.of("lookahead", "the lookahead inputs are computed from the slot "
                                  "features, which these traces lack"
                                  + (f" ({why})" if len(why) > 1 else ""))
-        offered = P.offered_inputs(self.objective.traces, not any(missing), config.lookahead)
+        offered = P.offered_inputs(self.objective.trace_inputs, not any(missing),
+                                   config.lookahead)
         only = config.input_list()
         absent = next((n for n in only or () if n not in offered), None)
         if absent is not None:
@@ -65,7 +66,7 @@ class Evolution:
                                  + (f"; {why}" if absent in P.SLOT_INPUT_NAMES and why else ""))
         # the inputs this search may use, in table order (recorded in each checkpoint)
         self.inputs = tuple(n for n in offered if only is None or n in only)
-        self.pset = P.make_pset(self.objective.traces, not any(missing), config.lookahead,
+        self.pset = P.make_pset(self.objective.trace_inputs, not any(missing), config.lookahead,
                                 only=self.inputs)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
@@ -127,7 +128,7 @@ class Evolution:
             return gp.mutNodeReplacement(ind, pset=self.pset)
         if r < 0.85:
             return gp.mutShrink(ind)
-        if self.objective.traces and r < 0.95:
+        if self.objective.trace_inputs and r < 0.95:
             return operators.mut_scale_constant(ind)
         return gp.mutEphemeral(ind, mode="one")
 

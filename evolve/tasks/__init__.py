@@ -1,8 +1,9 @@
 """Data worlds by name: one module each, one line here.
 
 A data world is what a run evolves on and what its champion is judged by: token
-splits (``evolve.tasks.tokens``) or speculative-decoding traces
-(``evolve.tasks.traces``). Everything that differs between worlds is a method of
+splits (``evolve.tasks.tokens``), speculative-decoding traces
+(``evolve.tasks.traces``) or tasks with checked answers and critical-token labels
+(``evolve.tasks.task``). Everything that differs between worlds is a method of
 its ``Task``; the runner, multi-start runs, the run reports, the command line and
 export ask the task and never test which world they are in. An objective names
 its world by ``Objective.data``, the key of ``TASKS``.
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 from evolve.objectives import OBJECTIVES
 from evolve.tasks.base import Finished, Task
+from evolve.tasks.task import TaskTask
 from evolve.tasks.tokens import TokenTask
 from evolve.tasks.traces import TraceTask
 
-TASKS: dict[str, Task] = {"tokens": TokenTask(), "traces": TraceTask()}
+TASKS: dict[str, Task] = {"tokens": TokenTask(), "traces": TraceTask(), "task": TaskTask()}
 
 
 def task_of(objective) -> Task:

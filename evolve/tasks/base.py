@@ -34,6 +34,8 @@ class Task:
     writes_back: str = ""           # how a champion gets there (said when none has)
     figure: str = "fitness"         # the metric starts are summarised by on test
     metric_keys: tuple = ()         # every split's metrics in champion.json hold these
+    tuned_metric_keys: tuple = ("tokens_per_call", "tv_per_token", "kl_per_token")
+    #                                 ... and those of its baselines_tuned_on_valid
 
     def default_data(self) -> Path:
         """Where the world's splits are when no --data is given."""

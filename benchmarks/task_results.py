@@ -1,0 +1,403 @@
+"""Acceptance rules judged by the answers they change: the task world's results.
+
+On the built-in arithmetic task and its pair (``evolve data task``), for greedy and
+for sampled decoding, at accuracy budgets of 1% and 3% (the accuracy drop against
+lossless speculative decoding of the same pair):
+
+1. every rule family of the task world (``evolve.rules.table.families("task")``) and
+   the learned judge (a logistic regression on the train labels,
+   ``evolve.rules.judge``) is tuned on valid by free-running task accuracy
+   (``evolve.task_compare.tune``: every grid value decoded on the valid problems with
+   the same uniforms as the lossless rule, the most tokens per call within the budget
+   kept; lenient families bisected towards their first infeasible value);
+2. the search (``evolve run --objective task_speed``, multi-start) evolves a rule on
+   the train labels with the critical budget per answer set to the accuracy budget,
+   chosen on valid by the same objective; the champion then goes a fraction alpha of
+   the way from the standard rule to itself (``evolve.task_compare.between``), alpha
+   tuned on valid free-running like a family's parameter, since critical tokens per
+   answer on the recorded path and the accuracy drop free-running are not the same
+   number (the results say how far apart they are);
+3. every tuned rule, the champion and the lossless rule decode the test problems with
+   the same uniforms (``evolve.task_compare.compare``): accuracy, tokens per call,
+   and paired differences from the lossless rule and from the best tuned baseline,
+   with 95% intervals.
+
+Figures go to ``benchmarks/task_results.json``; ``--page`` rewrites the section of
+docs/results.md and the picture ``docs/img/task_results.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import evolve  # noqa: E402
+from evolve import task_compare as TC  # noqa: E402
+from evolve.data import traces  # noqa: E402
+from evolve.data.sources.task import pair as TP  # noqa: E402
+from evolve.data.sources.task import record  # noqa: E402
+from evolve.io import paths  # noqa: E402
+from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
+from evolve.lang import treeio  # noqa: E402
+from evolve.objectives.task_objectives import TaskData, metrics_of  # noqa: E402
+from evolve.rules import judge  # noqa: E402
+from evolve.rules.adapters import TreeRule, named_rule  # noqa: E402
+from evolve.rules.table import RULES, families  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "task_results.json"
+PAGE = ROOT / "docs" / "results.md"
+PICTURE = ROOT / "docs" / "img" / "task_results.png"
+SECTION = "task-results"
+BUDGETS = (0.01, 0.03)
+MODES = ("greedy", "sample")
+SIZES = {"greedy": (1000, 500, 1000), "sample": (600, 400, 800)}   # train, valid, test
+ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+JUDGE = "learned judge"
+LOSSLESS = "lossless"
+STYLE_NAMES = {LOSSLESS: "standard_rejection", "evolved": "champion"}
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
+                              capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def recorded(data: Path, mode: str, sizes, seed: int) -> tuple:
+    """The task traces of ``data`` (recorded there first when missing) and the pair."""
+    if not all((data / f"{s}.npz").exists() for s in ("train", "valid", "test")):
+        cfg = TP.TaskPairConfig(seed=seed, train_prompts=sizes[0], valid_prompts=sizes[1],
+                                test_prompts=sizes[2])
+        pair = TP.build_pair(cfg)
+        data.mkdir(parents=True, exist_ok=True)
+        for split in ("train", "valid", "test"):
+            t = time.perf_counter()
+            record.save(record.record_split(pair, split, mode, seed), data)
+            print(f"{mode}: recorded {split} ({time.perf_counter() - t:.0f} s)",
+                  file=sys.stderr)
+    meta = traces.read_file_meta(data / "test.npz")
+    if meta.get("decoding") != mode:
+        raise SystemExit(f"{data}: the traces are {meta.get('decoding')}, not {mode}")
+    pair = TP.build_pair(TP.TaskPairConfig.from_dict(meta["config"]))
+    splits = {s: record.load(data, s) for s in ("train", "valid", "test")}
+    return splits, pair
+
+
+def _family(name: str, greedy: bool):
+    """(params in tuning order, lenient, the decoder rule of a param)."""
+    r = RULES[name]
+    params = list(r.grid) if r.param is not None else [None]
+    return params, bool(r.lenient), (lambda p: named_rule(name, p, greedy)[0])
+
+
+def tune_all(pair, tds: dict, ref_valid: dict, greedy: bool, budgets, progress) -> dict:
+    """Every family and the learned judge tuned on valid by free-running accuracy, per
+    budget: label -> budget -> {param, valid summary, drop, tried}."""
+    out = {}
+    for name in families("task"):
+        params, lenient, make = _family(name, greedy)
+        cache: dict = {}
+        out[name] = {}
+        for b in budgets:
+            progress(f"tuning {name} on valid to an accuracy drop of {b:g}")
+            out[name][b] = TC.tune(pair, make, params, b, ref_valid, "valid", greedy,
+                                   lenient=lenient, cache=cache)
+    model = judge.fit(tds["train"])
+    cache = {}
+    out[JUDGE] = {}
+    for b in budgets:
+        progress(f"tuning {JUDGE} on valid to an accuracy drop of {b:g}")
+        out[JUDGE][b] = TC.tune(pair, lambda lam: judge.rule(model, lam, greedy),
+                                list(judge.GRID), b, ref_valid, "valid", greedy,
+                                lenient=True, cache=cache)
+    out[JUDGE]["weights"] = model.to_dict()
+    return out, model
+
+
+def evolve_champion(data: Path, runs_dir: Path, budget: float, a, mode: str) -> dict:
+    name = f"{mode}-b{budget:g}-{int(time.time())}"
+    opts = dict(objective="task_speed", critical_budget=budget, starts=a.starts, seed=a.seed,
+                population=a.population, generations=a.generations, seed_baselines=True,
+                tournament=3)
+    res = evolve.run(data_dir=data, runs_dir=runs_dir, name=name, writeback=False, **opts)
+    ch = res.champion
+    cmd = (f"evolve run --objective task_speed --budget-critical {budget:g} --starts "
+           f"{a.starts} --seed {a.seed} --population {a.population} --generations "
+           f"{a.generations} --seed-baselines --tournament 3 --data {_shown(data)}")
+    return {"command": cmd, "run": _shown(res.path), "tree": ch["tree"],
+            "expression": ch["expression"], "chosen_seed": ch["chosen_seed"],
+            "standing": ch.get("standing"), "over_starts": ch.get("over_starts"),
+            "starts": [{"seed": s["seed"], "tree": s["tree"], "valid_score": s["valid_score"],
+                        "test": s["test"]} for s in ch["starts"]],
+            "metrics": ch["metrics"]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES))
+    ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--population", type=int, default=300)
+    ap.add_argument("--generations", type=int, default=30)
+    ap.add_argument("--data", type=Path, default=paths.DATA_DIR / "task-results",
+                    help="where each mode's traces are recorded (<data>/<mode>)")
+    ap.add_argument("--runs-dir", type=Path, default=paths.RUNS_DIR / "task-results")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--page", action="store_true",
+                    help="rewrite the section of docs/results.md and its picture")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
+                    help="only print (and with --page write) the tables of a results file")
+    a = ap.parse_args(argv)
+    if a.render is not None:
+        doc = json.loads(a.render.read_text())
+        if a.page:
+            write_page(doc)
+        print(markdown(doc))
+        return 0
+    sizes = dict(SIZES)
+    if a.quick:
+        a.starts, a.population, a.generations = 2, 30, 2
+        sizes = {m: (60, 30, 30) for m in MODES}
+    t0 = time.perf_counter()
+    doc = {"commit": _commit(),
+           "command": " ".join(["python benchmarks/task_results.py",
+                                *(argv if argv is not None else sys.argv[1:])]),
+           "settings": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
+           "sizes": sizes, "modes": {}}
+
+    def say(text):
+        print(f"[{time.perf_counter() - t0:6.0f} s] {text}", file=sys.stderr)
+
+    a.runs_dir.mkdir(parents=True, exist_ok=True)
+    for mode in a.modes:
+        greedy = mode == "greedy"
+        data = a.data / mode
+        splits, pair = recorded(data, mode, sizes[mode], a.seed)
+        tds = {k: TaskData(v) for k, v in splits.items()}
+        say(f"{mode}: the lossless rule on valid and test")
+        ref_valid = TC.run_rule(pair, None, "valid", None, greedy)
+        tuned, model = tune_all(pair, tds, ref_valid, greedy, BUDGETS, lambda t: say(
+            f"{mode}: {t}"))
+        per_budget = []
+        for b in BUDGETS:
+            say(f"{mode}: budget {b:g}: evolving ({a.starts} starts)")
+            champ = evolve_champion(data, a.runs_dir, b, a, mode)
+            nodes = treeio.parse(champ["tree"])
+            tree_rule = TreeRule(nodes, "champion")
+            cache: dict = {}
+            say(f"{mode}: budget {b:g}: the champion's alpha on valid")
+            alpha = TC.tune(pair, lambda al: TC.between(tree_rule, al, greedy), list(ALPHAS),
+                            b, ref_valid, "valid", greedy, lenient=True, cache=cache)
+            champ["alpha"] = alpha
+            # offline on test: critical tokens per answer on the recorded path
+            offline = {}
+            rules = {LOSSLESS: None}
+            for name, per in tuned.items():
+                if name == "weights" or not isinstance(per, dict):
+                    continue
+                t = per.get(b)
+                if t is None or t["param"] is None:
+                    continue
+                label = f"{name} (tuned)"
+                rules[label] = (judge.rule(model, t["param"], greedy) if name == JUDGE
+                                else named_rule(name, t["param"], greedy)[0])
+            best = max(((k, per[b]) for k, per in tuned.items()
+                        if isinstance(per, dict) and per.get(b) and per[b]["param"] is not None),
+                       key=lambda kv: kv[1]["summary"]["tokens_per_call"], default=None)
+            if alpha["param"] is not None:
+                rules["evolved"] = TC.between(tree_rule, alpha["param"], greedy)
+            say(f"{mode}: budget {b:g}: {len(rules)} rules decode the test problems")
+            free = TC.compare(pair, rules, "test", None, greedy)
+            if best is not None and "evolved" in rules:
+                ref_label = f"{best[0]} (tuned)"
+                raw_b = TC.run_rule(pair, rules[ref_label], "test", None, greedy)
+                raw_e = TC.run_rule(pair, rules["evolved"], "test", None, greedy)
+                free["evolved_minus_best"] = {"best": ref_label, **TC.paired(raw_e, raw_b)}
+            for label, rule in rules.items():
+                if label == LOSSLESS:
+                    continue
+                if label == "evolved":
+                    h = matrix_thresholds(treeio.linearise([nodes]), tds["test"].X)[0]
+                    h = TC.between_thresholds(h, tds["test"].X, alpha["param"], greedy)
+                elif label == f"{JUDGE} (tuned)":
+                    h = judge.thresholds(model, tds["test"], tuned[JUDGE][b]["param"])
+                else:
+                    name = label[:-len(" (tuned)")]
+                    h = matrix_thresholds(treeio.linearise([treeio.parse(
+                        RULES[name].task_tree(tuned[name][b]["param"], greedy))]),
+                        tds["test"].X)[0]
+                offline[label] = metrics_of(tds["test"].thresholds_sums(h))
+            per_budget.append({"budget": b, "champion": champ, "best_tuned": None if best is None
+                               else best[0], "free_running_test": free,
+                               "offline_test": offline})
+        doc["modes"][mode] = {
+            "data": _shown(data), "valid_lossless_accuracy": float(ref_valid["correct"].mean()),
+            "tuned": {k: ({str(b): v[b] for b in BUDGETS} if k != JUDGE else
+                          {**{str(b): v[b] for b in BUDGETS}, "weights": v["weights"]})
+                      for k, v in tuned.items()},
+            "budgets": per_budget,
+            "labels": {s: {"rows": int(len(splits[s])),
+                           "labelled": int((splits[s].critical >= 0).sum()),
+                           "critical": int((splits[s].critical == 1).sum()),
+                           "mined": splits[s].labels_meta.get("mined")}
+                       for s in ("train", "valid", "test")}}
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    a.out.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
+    say(f"{a.out}: written")
+    if a.page:
+        write_page(doc)
+    print(markdown(doc))
+    return 0
+
+
+def _json(o):
+    if isinstance(o, (np.floating, np.integer)):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(type(o))
+
+
+def _pm(x, se) -> str:
+    return f"{x:.3f} ± {se:.3f}"
+
+
+def _ci(d: dict, scale: float = 1.0, digits: int = 3) -> str:
+    lo, hi = d["ci95"]
+    return f"{d['difference'] * scale:+.{digits}f} [{lo * scale:+.{digits}f}, {hi * scale:+.{digits}f}]"
+
+
+def markdown(doc: dict) -> str:
+    lines = [f"Generated by `{doc['command']}` at commit {doc['commit']} "
+             f"({doc.get('seconds', 0) / 60:.0f} minutes on 2 shared cores); figures in "
+             "`benchmarks/task_results.json`.", ""]
+    for mode, m in doc["modes"].items():
+        sz = doc["sizes"][mode]
+        lines += [f"**{mode.capitalize()} decoding** ({sz[0]:,} train / {sz[1]:,} valid / "
+                  f"{sz[2]:,} test problems; lossless accuracy on valid "
+                  f"{m['valid_lossless_accuracy']:.3f}).", ""]
+        for pb in m["budgets"]:
+            b, free = pb["budget"], pb["free_running_test"]
+            ch = pb["champion"]
+            lines += [f"Accuracy budget {b:g} (each rule tuned on valid to an accuracy drop "
+                      f"of at most {b:g}; test, {free['problems']:,} problems, the same "
+                      "uniforms for every rule):", "",
+                      "| rule | parameter (valid) | accuracy | tokens/call | accuracy minus "
+                      "lossless (95%) | tokens/call minus lossless (95%) | critical per "
+                      "answer, recorded path |",
+                      "|---|---|---|---|---|---|---|"]
+            for label, s in free["rules"].items():
+                if label == LOSSLESS:
+                    param, vs, off = "", None, None
+                else:
+                    name = label[:-len(" (tuned)")] if label.endswith(" (tuned)") else None
+                    if label == "evolved":
+                        param = f"alpha {ch['alpha']['param']:.4g}"
+                    else:
+                        param = f"{m['tuned'][name][str(b)]['param']:.4g}"
+                    vs = free["versus_reference"][label]
+                    off = pb["offline_test"].get(label)
+                bold = "**" if label in ("evolved", f"{pb['best_tuned']} (tuned)") else ""
+                lines.append(
+                    f"| {bold}{label}{bold} | {param} | {_pm(s['accuracy'], s['accuracy_se'])} "
+                    f"| {_pm(s['tokens_per_call'], s['tokens_se'])} | "
+                    f"{'(reference)' if vs is None else _ci(vs['accuracy'])} | "
+                    f"{'' if vs is None else _ci(vs['tokens_per_call'])} | "
+                    f"{'' if off is None else format(off['critical_per_answer'], '.4f')} |")
+            no_fit = [k for k, v in m["tuned"].items() if v[str(b)]["param"] is None]
+            if no_fit:
+                lines += ["", f"No parameter fits the budget on valid: {', '.join(no_fit)}."]
+            e = free.get("evolved_minus_best")
+            lines += [""]
+            if e is not None:
+                lines.append(
+                    f"- evolved minus the best tuned baseline on valid ({e['best']}), paired on "
+                    f"test: tokens per call {_ci(e['tokens_per_call'])}, accuracy "
+                    f"{_ci(e['accuracy'])}.")
+            tpcs = [s["test"]["tokens_per_call"] for s in ch["starts"]]
+            lines.append(
+                f"- evolved: `{ch['expression']}` (seed {ch['chosen_seed']} of "
+                f"{len(ch['starts'])}; offline test tokens per call over starts: median "
+                f"{np.median(tpcs):.3f}, min {min(tpcs):.3f}, max {max(tpcs):.3f}; its "
+                f"standing on valid: {(ch.get('standing') or {}).get('verdict', '?')}), "
+                f"alpha {ch['alpha']['param'] if ch['alpha']['param'] is not None else 'none fits'}"
+                f" on valid; `{ch['command']}`.")
+            lines.append("")
+        lab = m["labels"]["train"]
+        mined = lab.get("mined") or {}
+        lines += [f"Labels ({mode}): {lab['labelled']:,} of {lab['rows']:,} train drafts the "
+                  f"standard rule could reject, {lab['critical']:,} critical; mining took "
+                  f"{mined.get('target_forward_rows', 0):,} target rows in "
+                  f"{mined.get('seconds', 0):.0f} s.", ""]
+    return "\n".join(lines)
+
+
+def write_page(doc: dict, path: Path = PAGE) -> None:
+    text = path.read_text()
+    BEGIN, END = f"<!-- {SECTION}:begin -->", f"<!-- {SECTION}:end -->"
+    if BEGIN not in text or END not in text:
+        raise SystemExit(f"{path}: the markers {BEGIN} ... {END} are missing")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + markdown(doc) + "\n" + END + tail)
+    picture(doc, PICTURE)
+
+
+def picture(doc: dict, path: Path) -> None:
+    """Tokens per call against accuracy drop (test, 95% intervals), a panel per mode
+    and budget."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from evolve.rules.styles import styles_of
+    panels = [(mode, pb) for mode, m in doc["modes"].items() for pb in m["budgets"]]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
+    for ax, (mode, pb) in zip(axes[0], panels):
+        free = pb["free_running_test"]
+        for label, s in free["rules"].items():
+            vs = free["versus_reference"].get(label)
+            drop, lo, hi = 0.0, 0.0, 0.0
+            if vs is not None:
+                drop = -vs["accuracy"]["difference"]
+                lo, hi = -vs["accuracy"]["ci95"][1], -vs["accuracy"]["ci95"][0]
+            name = label[:-len(" (tuned)")] if label.endswith(" (tuned)") else label
+            st = styles_of([STYLE_NAMES.get(name, name)])[STYLE_NAMES.get(name, name)]
+            ax.errorbar([drop], [s["tokens_per_call"]], xerr=[[drop - lo], [hi - drop]],
+                        yerr=[[1.96 * s["tokens_se"]], [1.96 * s["tokens_se"]]],
+                        fmt=st.marker, color=st.colour, label=label, capsize=2,
+                        ms=9 if name == "evolved" else 5)
+        ax.axvline(pb["budget"], ls="--", color="0.5", lw=1)
+        ax.set_title(f"{mode}, accuracy budget {pb['budget']:g}")
+        ax.set_xlabel("accuracy drop vs lossless (test)")
+        ax.set_ylabel("tokens per target call")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8,
+               frameon=False)
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

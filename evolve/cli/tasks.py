@@ -1,0 +1,148 @@
+"""``evolve data task`` (task traces with critical-token labels) and ``evolve simulate-task``
+(the paired free-running task accuracy of rules: the sibling of ``evolve simulate
+--compare`` on tasks)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from evolve.cli.common import fail, friendly_errors, json_option, need, runs_dir_option, term
+from evolve.errors import EvolveError, shorten, show
+
+MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
+
+
+def _default_dir() -> Path:
+    from evolve.io.paths import DATA_DIR    # lazy: start-up (a command loads only what it runs)
+    return DATA_DIR / "task"
+
+
+@click.command("task")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Directory for train/valid/test and their labels (default: datasets/task).")
+@click.option("--decoding", type=str, default="greedy", show_default=True,
+              help="greedy (the draft's argmax, kept iff it is the target's) or sample.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="The problems, the draft's training and the decoding.")
+@click.option("--block-size", type=int, default=4, show_default=True, help="Drafts per block.")
+@click.option("--top-k", type=int, default=16, show_default=True,
+              help="Draft candidates stored per drafted position.")
+@click.option("--train-prompts", type=int, default=1000, show_default=True)
+@click.option("--valid-prompts", type=int, default=300, show_default=True)
+@click.option("--test-prompts", type=int, default=300, show_default=True)
+@click.option("--force", is_flag=True, help="Overwrite existing task traces.")
+@friendly_errors
+def data_task(out, decoding, seed, block_size, top_k, train_prompts, valid_prompts,
+              test_prompts, force):
+    """Record the built-in arithmetic task: every problem decoded with the standard rule
+    up to its answer, and each draft it could reject labelled critical or not."""
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.ngram import TraceConfigError
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.task import pair as TP
+    from evolve.data.sources.task import record    # lazy: start-up (a command loads only what it runs)
+    need(decoding in MODES, "--decoding", decoding, " or ".join(MODES))
+    out = Path(out) if out else _default_dir()
+    if out.exists() and not out.is_dir():
+        fail(f"--out {out}: exists and is not a directory")
+    have = [s for s in ("train", "valid", "test") if (out / f"{s}.npz").exists()]
+    if have and not force:
+        fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite")
+    try:
+        cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
+                                train_prompts=train_prompts, valid_prompts=valid_prompts,
+                                test_prompts=test_prompts)
+        cfg.validate()
+        tm = term()
+        t0 = time.perf_counter()
+        pair = TP.build_pair(cfg)
+    except TraceConfigError as e:
+        fail(f"--{e.field.replace('_', '-')}: {e.detail}")
+    tm.note(f"task pair built ({time.perf_counter() - t0:.1f} s); recording {decoding} "
+            "decoding and mining labels ...")
+    out.mkdir(parents=True, exist_ok=True)
+    for split in ("train", "valid", "test"):
+        t = time.perf_counter()
+        ts = record.record_split(pair, split, decoding, seed)
+        record.save(ts, out)
+        c = ts.labels_meta["mined"]
+        tm.note(f"{out / split}.npz: {len(ts):,} drafted rows of {cfg.prompts(split):,} "
+                f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "
+                f"({c['target_forward_rows']:,} target rows, {c['seconds']:.1f} s); "
+                f"{time.perf_counter() - t:.1f} s")
+
+
+def _task_rule(text: str, runs_parent: Path, greedy: bool):
+    """A --compare rule: lossless, NAME, NAME:PARAM (in greedy decoding, the rule's
+    greedy form: ``evolve.rules.table.Rule.task_tree``) or run:RUN."""
+    from evolve.cli.traces import _rule_of    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.rules.adapters import RuleError, named_rule
+    if text == "lossless":
+        return None, {"label": "lossless"}
+    rule, info = _rule_of(text, runs_parent)
+    if greedy and info.get("kind") == "rule":
+        try:
+            rule, info = named_rule(info["name"], info["param"], greedy=True)
+        except RuleError as e:
+            fail(f"--compare: {show(text)}: {shorten(str(e), 300)}")
+    return rule, info
+
+
+@click.command("simulate-task")
+@click.option("--compare", "rules", multiple=True, required=True, metavar="RULE",
+              help="lossless, NAME, NAME:PARAM or run:RUN (repeatable; the first is the "
+                   "reference).")
+@click.option("--data", "data_dir", type=click.Path(path_type=Path), default=None,
+              help="Task traces whose pair decodes (default: datasets/task).")
+@click.option("--split", default="test", show_default=True)
+@click.option("--prompts", type=int, default=None, help="Problems (default: the split's).")
+@click.option("--decoding", type=str, default=None,
+              help="greedy or sample (default: the traces').")
+@runs_dir_option
+@json_option
+@friendly_errors
+def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_mode):
+    """Paired free-running task accuracy: every rule decodes the same problems with the
+    same uniforms up to the answer; accuracy, tokens per call, and differences from the
+    first rule with 95% intervals."""
+    from evolve import task_compare    # lazy: start-up (a command loads only what it runs)
+    from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.task import pair as TP
+    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
+    data_dir = Path(data_dir) if data_dir else _default_dir()
+    need(split in ("train", "valid", "test"), "--split", split, "train, valid or test")
+    need(decoding is None or decoding in MODES, "--decoding", decoding, " or ".join(MODES))
+    need(prompts is None or prompts >= 1, "--prompts", prompts, "a whole number >= 1")
+    meta = traces.read_file_meta(data_dir / f"{split}.npz")
+    if not isinstance(meta, dict) or meta.get("backend") != "task":
+        fail(f"--data {data_dir}: not task traces (record them with `evolve data task`)")
+    parent = paths.runs_dir(runs_dir)
+    greedy = (decoding or meta.get("decoding")) == "greedy"
+    chosen = {}
+    for text in dict.fromkeys(rules):
+        try:
+            rule, info = _task_rule(text, parent, greedy)
+        except EvolveError as e:
+            fail(f"--compare: {show(text)}: {shorten(str(e), 300)}")
+        chosen[info["label"]] = rule
+    try:
+        pair = TP.build_pair(TP.TaskPairConfig.from_dict(meta["config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        fail(f"{data_dir / split}.npz: meta.json's task config cannot be rebuilt ({e})")
+    if prompts is not None and prompts > len(pair.problems[split]):
+        fail(f"--prompts: {prompts} is invalid; the {split} split has "
+             f"{len(pair.problems[split])} problems")
+    out = term(json_mode)
+    t0 = time.perf_counter()
+    res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note)
+    res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1))
+    if json_mode:
+        out.print_json(views.jsonable(res))
+        return
+    views.show_task_comparison(res, out)

@@ -1,0 +1,128 @@
+"""Objectives on task traces with critical-token labels (``evolve data task``).
+
+``task_speed``  tokens per target call where the accepted critical tokens (beyond the
+                standard rule) per answer are within ``--budget-critical`` (about the
+                share of answers the rule may change: 0.01 for a 1% accuracy drop);
+                a rule over it scores below 1, less the further it is over
+                (``fitness.speed_fitness``).
+``task_seed``   the seed's metric on the labels: a false accept is an accepted critical
+                token, a false reject a rejected harmless one (``task_labels.seed_fitness``).
+
+Both are exact given the recorded blocks (``evolve.objectives.task_labels``). A
+population is scored by the token kernel's thresholds of every drafted row
+(``evolve.kernels.tokens.matrix_thresholds``) and the labels' block sums. The inputs
+are those of traces with slot features (twelve: no lookahead).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data.decode import slot_columns
+from evolve.lang import treeio
+from evolve.lang.features import N_SLOT_INPUTS, SLOT_INPUT_NAMES
+from evolve.objectives import task_labels as TL
+from evolve.objectives.base import TASK, Evaluator, Objective
+from evolve.objectives.fitness import speed_fitness
+
+
+
+def drafted_matrix(cols: dict) -> np.ndarray:
+    """The (12, N) float64 input matrix of the drafted rows (each row's own token), in
+    the inputs' table order (``evolve.lang.features``)."""
+    slots = slot_columns(cols)
+    rows = [cols["draft_prob"], cols["target_prob"], cols["position"], cols["draft_entropy"],
+            cols["target_entropy"], cols["token"] == cols["target_top"],
+            cols["block_position"], cols["p_max"], cols["q_max"],
+            *(slots[f] for f in SLOT_INPUT_NAMES)]
+    X = np.vstack([np.asarray(r, dtype=np.float64) for r in rows])
+    assert X.shape[0] == N_SLOT_INPUTS
+    return np.ascontiguousarray(X)
+
+
+class TaskData:
+    """A task split as the objectives read it: the input matrix ``X`` of its drafted
+    rows and the ``task_labels.TaskArrays`` of its decisions and labels."""
+
+    def __init__(self, task_split):
+        c = task_split.traces.columns
+        greedy = task_split.meta["decoding"] == "greedy"
+        g = int(task_split.meta["block_size"])
+        self.X = drafted_matrix(c)
+        if greedy:
+            s = (c["token"] == c["target_top"]).astype(np.float64)
+            inside, outside = s < 1.0, np.ones_like(s)
+        else:
+            s = np.minimum(1.0, c["target_prob"] / c["draft_prob"])
+            inside, outside = np.asarray(c["draft_cand"]) >= 0, s
+        answers = int(np.unique(np.asarray(c["sequence"])).size)
+        self.arrays = TL.TaskArrays(g, s, inside, outside, np.asarray(task_split.critical),
+                                    answers)
+        self.n = s.size
+        self.g = g
+        self.greedy = greedy
+        self.missing = ""         # task traces are schema v3: the slot features are there
+
+    @property
+    def n_blocks(self) -> int:
+        return self.arrays.n_blocks
+
+    def sums(self, progs) -> np.ndarray:
+        from evolve.kernels.tokens import matrix_thresholds   # lazy: start-up (Numba)
+        return TL.sums(matrix_thresholds(progs, self.X), self.arrays)
+
+    def thresholds_sums(self, h) -> np.ndarray:
+        """The sums of thresholds already computed (a rule that is not a tree)."""
+        return TL.sums(h, self.arrays)
+
+
+def metrics_of(rows) -> dict:
+    """A split's metrics from one program's ``task_labels.sums`` row."""
+    m = {k: float(v[0]) for k, v in TL.measures(np.atleast_2d(rows)).items()}
+    m["fitness"] = float(TL.seed_fitness({k: np.array([v]) for k, v in m.items()})[0])
+    return m
+
+
+class TaskObjective(Objective):
+    data = TASK
+    trace_inputs = True        # the twelve inputs of traces with slot features
+
+    def __init__(self, name: str, help: str, seed_metric: bool):
+        self.name = name
+        self.help = help
+        self.weights = (1.0,)
+        self.seed_metric = seed_metric
+
+    def evaluator(self, split, name: str, config=None) -> Evaluator:
+        td = TaskData(split)
+        return Evaluator(name, td.sums, td, td.n)
+
+    def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
+        m = TL.measures(ev.rows(trees, deap_trees))
+        if self.seed_metric:
+            v = TL.seed_fitness(m)
+        else:
+            v = speed_fitness(m["tokens_per_call"], m["critical_per_answer"],
+                              config.critical_budget)
+        return np.atleast_1d(np.asarray(v, dtype=np.float64))[:, None]
+
+    def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
+        progs = treeio.linearise([nodes])
+        out = {}
+        for k, split in splits.items():
+            ev = evaluators.get(k)
+            td = ev.arrays if ev is not None else TaskData(split)
+            out[k] = metrics_of(td.sums(progs))
+        return out
+
+    def split_score(self, m: dict, config) -> float:
+        if self.seed_metric:
+            return float(m["fitness"])
+        return float(speed_fitness(m["tokens_per_call"], m["critical_per_answer"],
+                                   config.critical_budget))
+
+
+TASK_SPEED = TaskObjective("task_speed", "tokens per target call within --budget-critical "
+                           "(accepted critical tokens per answer; task traces)", False)
+TASK_SEED = TaskObjective("task_seed", "the seed's metric on critical-token labels (task "
+                          "traces)", True)

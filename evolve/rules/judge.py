@@ -1,0 +1,116 @@
+"""A learned judge, as AutoJudge learns one: a logistic regression of the critical-token
+labels on the rule inputs, fit on train, that accepts a draft the standard rule could
+reject when its predicted probability of being critical is below a threshold λ.
+
+AutoJudge's classifier reads the models' hidden states; this one reads the twelve
+probability features every rule here reads (``evolve.objectives.task_objectives``:
+draft and target probability, position, entropies, top-token match, block position,
+p_max, q_max and the slot's TV and KLs), standardised, with an intercept. The fit is
+Newton's method on the L2-regularised log-likelihood (a few dozen features: a small
+dense system, no library needed). The rule's threshold of a row is 1 (accept) where
+P(critical) < λ and the standard rule's otherwise, so it is lenient, and λ is tuned on
+valid to a critical budget like any family (``evolve.rules.task_tuning``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from evolve.lang.features import SLOT_SIGNATURE
+from evolve.objectives import task_labels as TL
+from evolve.rules.adapters import vector_rule
+
+L2 = 1e-2
+NEWTON_STEPS = 50
+GRID = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
+BISECT_STEPS = 20
+
+
+@dataclass(frozen=True)
+class Judge:
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray        # intercept first
+
+    def probability(self, X: np.ndarray) -> np.ndarray:
+        """P(critical) of every row of an input matrix (12, N)."""
+        Z = (X.T - self.mean) / self.scale
+        return 1.0 / (1.0 + np.exp(-(self.weights[0] + Z @ self.weights[1:])))
+
+    def to_dict(self) -> dict:
+        return {"inputs": list(SLOT_SIGNATURE), "mean": self.mean.tolist(),
+                "scale": self.scale.tolist(), "weights": self.weights.tolist(),
+                "l2": L2}
+
+
+def fit(td) -> Judge:
+    """The regression on the labelled rows of a task split (``TaskData``)."""
+    labelled = td.arrays.critical != TL.UNLABELED
+    X = td.X[:, labelled].T
+    y = (td.arrays.critical[labelled] == 1).astype(np.float64)
+    mean = X.mean(axis=0) if X.size else np.zeros(td.X.shape[0])
+    scale = X.std(axis=0) if X.size else np.ones(td.X.shape[0])
+    scale = np.where(scale > 0, scale, 1.0)
+    A = np.column_stack([np.ones(len(y)), (X - mean) / scale])
+    w = np.zeros(A.shape[1])
+    reg = np.full(A.shape[1], L2)
+    reg[0] = 0.0
+    for _ in range(NEWTON_STEPS):
+        p = 1.0 / (1.0 + np.exp(-(A @ w)))
+        grad = A.T @ (p - y) + reg * w
+        H = (A * (p * (1 - p))[:, None]).T @ A + np.diag(reg + 1e-9)
+        step = np.linalg.solve(H, grad)
+        w -= step
+        if np.abs(step).max() < 1e-10:
+            break
+    return Judge(mean, scale, w)
+
+
+def _standard(X: np.ndarray, greedy: bool) -> np.ndarray:
+    return np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
+
+
+def thresholds(model: Judge, td, lam: float) -> np.ndarray:
+    """The rule's thresholds of a split's rows: 1 where P(critical) < λ, else the
+    standard rule's (greedy: 0, a draft that is not the target's argmax is rejected;
+    sampling: min(1, t/d))."""
+    return np.where(model.probability(td.X) < lam, 1.0, _standard(td.X, td.greedy))
+
+
+def tune(model: Judge, td, budget: float):
+    """(λ, the valid sums row) with the most tokens per call within the budget, or None."""
+    rows = np.vstack([td.thresholds_sums(thresholds(model, td, lam)) for lam in GRID])
+    m = TL.measures(rows)
+    ok = m["critical_per_answer"] <= budget
+    fit_ = np.flatnonzero(ok)
+    if fit_.size == 0:
+        return None
+    i = max(fit_, key=lambda j: (m["tokens_per_call"][j], -m["critical_per_answer"][j], -j))
+    best, row = GRID[i], rows[i]
+    if i + 1 < len(GRID) and not ok[i + 1]:
+        lo, hi = GRID[i], GRID[i + 1]
+        for _ in range(BISECT_STEPS):
+            mid = 0.5 * (lo + hi)
+            r = td.thresholds_sums(thresholds(model, td, mid))
+            mm = TL.measures(r)
+            if mm["critical_per_answer"][0] <= budget:
+                lo = mid
+                if mm["tokens_per_call"][0] > TL.measures(row)["tokens_per_call"][0]:
+                    best, row = mid, r[0]
+            else:
+                hi = mid
+    return float(best), np.atleast_2d(row)[0]
+
+
+def _judge_thresholds(F: dict, model: Judge, lam: float, greedy: bool) -> np.ndarray:
+    X = np.vstack([np.asarray(F[name], dtype=np.float64) for name in SLOT_SIGNATURE])
+    return np.where(model.probability(X) < lam, 1.0, _standard(X, greedy))
+
+
+def rule(model: Judge, lam: float, greedy: bool):
+    """The judge at λ as a decoder rule (``evolve.rules.adapters.VectorRule``): it
+    decides free-running as ``thresholds`` decides offline."""
+    return vector_rule(_judge_thresholds, f"learned_judge(lambda={lam:g})", model=model,
+                       lam=lam, greedy=greedy)

@@ -1,0 +1,174 @@
+"""The arbiter on tasks: paired free-running task accuracy of acceptance rules.
+
+Every rule decodes the same problems of a split with the same uniforms (each problem
+owns a generator; the decoder draws its uniforms up front), from its own trajectory,
+greedily or by sampling, each problem up to the end of its answer
+(``evolve.data.decode.decode(end=...)``). Per rule: task accuracy (the checker against
+the reference answers), tokens per target call (tokens up to the end of the answer
+over the target calls it took) with standard errors by problem. Each rule is compared
+with the first (the reference, usually the lossless rule) by paired differences per
+problem: the accuracy drop and the tokens per call gained, each with a 95% interval.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data.decode import clipped, decode
+from evolve.data.sources.task import grammar
+from evolve.data.sources.task.pair import prompts_of
+from evolve.data.sources.task.record import CHECKER, max_new_of
+from evolve.rules.adapters import as_rule, vector_rule
+
+Z95 = 1.959963984540054
+
+
+def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool) -> dict:
+    """Per problem: ``correct`` (bool), ``tokens`` (up to and including the end of the
+    answer) and ``calls`` (target calls it took), and the answers."""
+    rule = None if rule is None else as_rule(rule)
+    H, rngs = prompts_of(pair, split, prompts)
+    problems = pair.problems[split][:len(H)]
+    C = pair.context_len
+    _, acc, hist, lens = decode(pair, H, rngs, max_new_of(pair, split), rule=rule,
+                                record=False, history=True, greedy=greedy, end=grammar.PAD)
+    calls = (acc >= 0).sum(axis=1).astype(np.float64)
+    correct, tokens, answers = [], [], []
+    for i, p in enumerate(problems):
+        text = hist[i, C:lens[i]].tobytes()
+        cut = text.find(bytes([grammar.PAD]))
+        body = text if cut < 0 else text[:cut]
+        tokens.append(len(text) if cut < 0 else cut + 1)
+        answer = CHECKER.extract(body.decode("latin-1"))
+        answers.append(answer)
+        correct.append(answer is not None and CHECKER.check(body.decode("latin-1"), p.answer))
+    return {"correct": np.array(correct, dtype=bool), "tokens": np.array(tokens, np.float64),
+            "calls": calls, "answers": answers}
+
+
+def _mean_se(x) -> tuple[float, float]:
+    x = np.asarray(x, dtype=np.float64)
+    return float(x.mean()), (float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else np.nan)
+
+
+def _ratio_se(num, den) -> tuple[float, float]:
+    """sum(num) / sum(den), with a standard error by problem (linearised)."""
+    r = num.sum() / den.sum()
+    n = num.size
+    if n < 2:
+        return float(r), float("nan")
+    resid = num - r * den
+    return float(r), float(np.sqrt((resid ** 2).sum() * n / (n - 1)) / den.sum())
+
+
+def summary(r: dict) -> dict:
+    acc, acc_se = _mean_se(r["correct"])
+    tpc, tpc_se = _ratio_se(r["tokens"], r["calls"])
+    return {"accuracy": acc, "accuracy_se": acc_se, "tokens_per_call": tpc,
+            "tokens_se": tpc_se, "problems": int(r["correct"].size)}
+
+
+def paired(a: dict, b: dict) -> dict:
+    """Rule a minus rule b, paired by problem (same problems, same uniforms)."""
+    d = a["correct"].astype(np.float64) - b["correct"].astype(np.float64)
+    acc, acc_se = _mean_se(d)
+    ra, rb = a["tokens"].sum() / a["calls"].sum(), b["tokens"].sum() / b["calls"].sum()
+    lin = ((a["tokens"] - ra * a["calls"]) / a["calls"].mean()
+           - (b["tokens"] - rb * b["calls"]) / b["calls"].mean())
+    n = lin.size
+    se = float(lin.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
+    return {"accuracy": {"difference": acc, "se": acc_se,
+                         "ci95": [acc - Z95 * acc_se, acc + Z95 * acc_se]},
+            "tokens_per_call": {"difference": float(ra - rb), "se": se,
+                                "ci95": [float(ra - rb) - Z95 * se, float(ra - rb) + Z95 * se]}}
+
+
+def compare(pair, rules: dict, split: str = "test", prompts: int | None = None,
+            greedy: bool = True, progress=None) -> dict:
+    """Every rule of ``rules`` (label -> rule; None is the lossless rule) on the same
+    problems and uniforms; summaries, and paired differences from the first."""
+    say = progress or (lambda text: None)
+    raw = {}
+    for label, rule in rules.items():
+        say(f"{label}: decoding {prompts or len(pair.problems[split])} {split} problems "
+            f"({'greedy' if greedy else 'sampled'})")
+        raw[label] = run_rule(pair, rule, split, prompts, greedy)
+    labels = list(rules)
+    ref = labels[0]
+    return {"split": split, "decoding": "greedy" if greedy else "sample",
+            "problems": int(raw[ref]["correct"].size), "reference": ref,
+            "rules": {k: summary(v) for k, v in raw.items()},
+            "versus_reference": {k: paired(raw[k], raw[ref]) for k in labels[1:]}}
+
+
+# ------------------------------------------------------------ tuning by task accuracy
+
+def drop_of(raw: dict, ref: dict) -> float:
+    """The accuracy drop of a rule against the reference on the same problems."""
+    return float(ref["correct"].mean() - raw["correct"].mean())
+
+
+def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
+         greedy: bool = True, lenient: bool = True, bisect_steps: int = 4,
+         prompts: int | None = None, cache: dict | None = None) -> dict:
+    """A rule family tuned by free-running task accuracy: ``make(param)`` decodes
+    ``split`` for every param (in the family's grid order, strict to lenient when
+    ``lenient``) and the one with the most tokens per call whose accuracy drop against
+    ``ref`` (the lossless rule's ``run_rule`` on the same problems) is within
+    ``budget`` is kept (ties: the smaller drop, then the earlier); for a lenient
+    family the step to the next, infeasible grid value is bisected ``bisect_steps``
+    times. ``cache`` (param -> (summary, drop)) keeps decodes for another budget.
+    Returns {param, summary, drop, tried: [(param, tokens/call, drop)]} or
+    {param: None, ...} when no param fits."""
+    tried, best = [], None
+    cache = {} if cache is None else cache
+
+    def consider(p):
+        nonlocal best
+        if p not in cache:
+            raw = run_rule(pair, make(p), split, prompts, greedy)
+            cache[p] = (summary(raw), drop_of(raw, ref))
+        s, d = cache[p]
+        tried.append((p, s["tokens_per_call"], d))
+        ok = d <= budget + 1e-12
+        if ok and (best is None or (s["tokens_per_call"], -d) > (best[1]["tokens_per_call"],
+                                                                   -best[2])):
+            best = (p, s, d)
+        return ok
+
+    fits = [consider(p) for p in params]
+    if best is not None and lenient and len(params) > 1:
+        i = list(params).index(best[0])
+        if i + 1 < len(params) and not fits[i + 1]:
+            lo, hi = params[i], params[i + 1]
+            for _ in range(bisect_steps):
+                mid = 0.5 * (lo + hi)
+                if consider(mid):
+                    lo = mid
+                else:
+                    hi = mid
+    if best is None:
+        return {"param": None, "summary": None, "drop": None, "tried": tried}
+    return {"param": best[0], "summary": best[1], "drop": best[2], "tried": tried}
+
+
+def _between(F: dict, h_rule, alpha: float, greedy: bool) -> np.ndarray:
+    std = (np.zeros_like(np.asarray(F["draft_prob"], dtype=np.float64)) if greedy else
+           np.minimum(1.0, np.asarray(F["target_prob"]) / np.asarray(F["draft_prob"])))
+    return std + alpha * (clipped(h_rule.many(F)) - std)
+
+
+def between(rule, alpha: float, greedy: bool):
+    """The rule a fraction ``alpha`` of the way from the standard rule to ``rule``: its
+    acceptance is s + alpha (a - s), with s the standard rule's (greedy: 0 for a draft
+    that is not the target's argmax) and a ``rule``'s clipped threshold. alpha 0 is
+    lossless, 1 is ``rule``; between, it is lenient in alpha. A decoder rule."""
+    return vector_rule(_between, f"{getattr(rule, 'name', 'rule')} x {alpha:g}",
+                       h_rule=as_rule(rule), alpha=alpha, greedy=greedy)
+
+
+def between_thresholds(h, X: np.ndarray, alpha: float, greedy: bool) -> np.ndarray:
+    """``between``'s thresholds offline, from a rule's thresholds ``h`` of the drafted
+    rows of an input matrix ``X`` (``task_objectives.drafted_matrix``)."""
+    std = np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
+    return std + alpha * (clipped(h) - std)

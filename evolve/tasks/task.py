@@ -1,0 +1,92 @@
+"""Tasks with checked answers (datasets/task/): traces with critical-token labels.
+
+Splits are ``evolve.data.sources.task.record`` TaskSplits (traces of a task decoded
+by the standard rule, greedy or sampled, and a label per draft the standard rule
+could reject); champions are scored by the task objectives
+(``evolve.objectives.task_objectives``), reported beside every rule family tuned to
+the run's critical budget on valid (``evolve.rules.task_tuning``), and judged by
+task accuracy free-running (``evolve.task_compare``). A champion is not written back:
+export it from its run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.data.sources.task import record
+from evolve.data.tokens import DataError
+from evolve.io.paths import DATA_DIR
+from evolve.objectives import bind
+from evolve.objectives.task_objectives import TaskData
+from evolve.rules import task_tuning
+from evolve.tasks.base import Task
+
+TASK_DIR = DATA_DIR / "task"
+HEADER_KEYS = ("tokens_per_call", "critical_per_answer")
+
+
+class TaskTask(Task):
+    name = "task"
+    trace_inputs = True
+    figure = "tokens_per_call"
+    metric_keys = ("tokens_per_call", "critical_per_answer", "critical_per_token",
+                   "false_rejects_per_token", "accept_rate", "fitness")
+    tuned_metric_keys = ("tokens_per_call", "critical_per_answer", "critical_per_token")
+
+    def default_data(self) -> Path:
+        return TASK_DIR
+
+    def load_splits(self, config, data_dir: Path, session=None) -> dict:
+        if session is not None and session.distributed:
+            raise DataError("--cluster/--scheduler: task traces are scored in this process "
+                            "(they are not sharded)")
+        if not Path(data_dir).is_dir():
+            raise DataError(f"{data_dir}: no task traces (record them with `evolve data task`)")
+        return {s: record.load(data_dir, s) for s in ("train", "valid", "test")}
+
+    def report(self, result) -> dict:
+        """The rule families tuned on valid to the run's critical budget (reported on
+        test), and where the champion stands against them and the standard rule."""
+        cfg, metrics = result.config, result.metrics
+        objective = bind(cfg)
+        tds = {k: (result.evaluators[k].arrays if k in result.evaluators
+                   else TaskData(result.splits[k])) for k in ("train", "valid", "test")}
+        tuned = task_tuning.tuned_all(tds, cfg.critical_budget)
+        std = tuned[task_tuning.STANDARD]["valid"]
+        score = objective.split_score(metrics["valid"], cfg)
+        best = max(((k, v) for k, v in tuned.items() if v is not None),
+                   key=lambda kv: kv[1]["valid"]["tokens_per_call"], default=None)
+        if score < 1.0:
+            verdict, why = "infeasible", (f"over the run's budget on valid (critical per "
+                                          f"answer {metrics['valid']['critical_per_answer']:.5f}"
+                                          f" > {cfg.critical_budget:g})")
+        elif score < std["tokens_per_call"]:
+            verdict, why = "infeasible", (f"below the lossless rule on valid ({score:.4f} vs "
+                                          f"{std['tokens_per_call']:.4f} tokens per call)")
+        elif best is not None and best[1]["valid"]["tokens_per_call"] > score:
+            verdict, why = "loses", (f"{best[0]}, tuned to the same budget, decodes more on "
+                                     f"valid ({best[1]['valid']['tokens_per_call']:.4f} vs "
+                                     f"{score:.4f} tokens per call)")
+        else:
+            verdict, why = "wins", (f"beats the lossless rule and every rule family tuned "
+                                    f"to critical {cfg.critical_budget:g} on valid "
+                                    f"({score:.4f} tokens per call)")
+        champion = {"critical_budget": cfg.critical_budget, "baselines_tuned_on_valid": tuned,
+                    "decoding": result.splits["valid"].meta["decoding"],
+                    "standing": {"verdict": verdict, "why": why, "valid_score": score,
+                                 "standard_rejection": std["tokens_per_call"],
+                                 "best_tuned": None if best is None else
+                                 {"rule": best[0], "param": best[1]["param"],
+                                  "tokens_per_call": best[1]["valid"]["tokens_per_call"]}}}
+        return {"champion": champion, "files": {}}
+
+    def header_metrics(self, m: dict) -> dict:
+        return {k: m[k] for k in HEADER_KEYS}
+
+    def runs_columns(self, metrics: dict) -> dict:
+        return {f"{split}_{key}": metrics[split][key]
+                for split in ("valid", "test") for key in HEADER_KEYS}
+
+    def runs_text(self, row: dict, split: str) -> str:
+        return (f"{row[f'{split}_tokens_per_call']:.3f} tok/call, "
+                f"critical/answer {row[f'{split}_critical_per_answer']:.4f}")
