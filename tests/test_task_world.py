@@ -1,0 +1,301 @@
+"""The task world end to end (evolve/data/sources/task/record.py,
+evolve/objectives/task_objectives.py, evolve/rules/judge.py, evolve/task_compare.py,
+evolve/tasks/task.py, `evolve data task`, `evolve simulate-task`): recorded traces and
+labels round-trip and are refused when they do not belong together; the task
+objectives equal a slow per-block reference that reads every input by name; lossless
+speculative decoding of the task emits the target's own greedy text; a rule between
+the standard rule and another is each of them at its ends; tuning by free-running
+accuracy keeps the most tokens within the budget; the learned judge decides
+free-running as it decides offline; the commands run a run and a comparison."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evolve import task_compare as TC
+from evolve.data.sources.task import grammar
+from evolve.data.sources.task import greedy as GR
+from evolve.data.sources.task import pair as TP
+from evolve.data.sources.task import record
+from evolve.data.tokens import DataError
+from evolve.lang import treeio
+from evolve.lang.features import SLOT_SIGNATURE
+from evolve.objectives import OBJECTIVES
+from evolve.objectives.task_objectives import TaskData, metrics_of
+from evolve.rules import judge
+from evolve.rules.adapters import named_rule
+from evolve.rules.table import RATIO, RULES
+from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
+
+pytestmark = pytest.mark.usefixtures("isolated")
+
+SMALL = TP.TaskPairConfig(train_prompts=60, valid_prompts=24, test_prompts=24)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return TP.build_pair(SMALL)
+
+
+@pytest.fixture(scope="module")
+def recorded(pair, tmp_path_factory):
+    """Greedy task traces of SMALL, recorded and saved."""
+    d = tmp_path_factory.mktemp("task")
+    for split in ("train", "valid", "test"):
+        record.save(record.record_split(pair, split, "greedy", 0), d)
+    return d
+
+
+@pytest.fixture(scope="module")
+def sampled(pair, tmp_path_factory):
+    d = tmp_path_factory.mktemp("task-sample")
+    record.save(record.record_split(pair, "valid", "sample", 0), d)
+    return d
+
+
+def _copy(src: Path, dst: Path) -> Path:
+    shutil.copytree(src, dst)
+    return dst
+
+
+# ------------------------------------------------------------ traces and labels
+
+def test_recorded_traces_and_labels_round_trip(pair, recorded):
+    ts = record.load(recorded, "valid")
+    again = record.record_split(pair, "valid", "greedy", 0)
+    assert ts.meta["decoding"] == "greedy" and ts.meta["backend"] == "task"
+    for f, v in again.traces.columns.items():
+        np.testing.assert_array_equal(ts.traces.columns[f], v, err_msg=f)
+    np.testing.assert_array_equal(ts.critical, again.critical)
+    assert (ts.critical == 1).any() and (ts.critical == 0).any()
+    assert ts.labels_meta["mined"]["target_forward_rows"] > 0
+
+
+def test_labels_of_other_traces_are_refused(recorded, tmp_path):
+    d = _copy(recorded, tmp_path / "d")
+    shutil.copy(d / "test.labels.npz", d / "valid.labels.npz")
+    with pytest.raises(DataError, match=r"valid\.labels\.npz: field 'traces_sha256' does not "
+                                        r"match valid\.npz"):
+        record.load(d, "valid")
+
+
+def test_missing_labels_and_a_wrong_version_are_refused(recorded, tmp_path):
+    from evolve.data import tokens as D
+    d = _copy(recorded, tmp_path / "d")
+    meta, crit = record._read_labels(d / "valid.labels.npz")
+    D.write_npz(d / "valid.labels.npz", dict(meta, labels_version=99),
+                {"critical.npy": crit})
+    with pytest.raises(DataError, match="field 'labels_version' is 99; expected 1"):
+        record.load(d, "valid")
+    bad = crit.copy()
+    bad[np.flatnonzero(bad >= 0)[0]] = -1
+    D.write_npz(d / "valid.labels.npz", meta, {"critical.npy": bad})
+    with pytest.raises(DataError, match="field 'critical' row .*no label for a draft"):
+        record.load(d, "valid")
+    bad = crit.copy()
+    bad[3] = 2
+    D.write_npz(d / "valid.labels.npz", meta, {"critical.npy": bad})
+    with pytest.raises(DataError, match="field 'critical' row 3: 2 is not -1, 0 or 1"):
+        record.load(d, "valid")
+    (d / "valid.labels.npz").unlink()
+    with pytest.raises(DataError, match="the labels of valid.npz are missing"):
+        record.load(d, "valid")
+
+
+# ------------------------------------------------------------ the objectives
+
+# a rule that reads inputs of every kind, so a column out of place changes it
+PROBE = "pmin(1.0, add(mul(p_max, slot_tv), mul(0.1, add(block_position, q_max))))"
+
+
+def _probe_by_name(c: dict) -> np.ndarray:
+    from evolve.data.decode import slot_columns
+    slots = slot_columns(c)
+    return np.minimum(1.0, c["p_max"] * slots["slot_tv"]
+                      + 0.1 * (c["block_position"] + c["q_max"]))
+
+
+def _slow_sums(h, c, critical, g, greedy):
+    """Per block, by loops: the expected tokens, and the accepted critical and harmless
+    extras beyond the standard rule."""
+    a_rule = np.clip(np.nan_to_num(h, nan=0.0), 0.0, 1.0)
+    tokens = crit = harmless = 0.0
+    n = len(h)
+    for b in range(n // g):
+        reach = 1.0
+        for j in range(b * g, b * g + g):
+            if greedy:
+                s = 1.0 if c["token"][j] == c["target_top"][j] else 0.0
+                a = 1.0 if s == 1.0 else a_rule[j]
+            else:
+                s = min(1.0, c["target_prob"][j] / c["draft_prob"][j])
+                a = a_rule[j] if c["draft_cand"][j] >= 0 else s
+            extra = reach * max(a - s, 0.0)
+            crit += extra * (critical[j] == 1)
+            harmless += extra * (critical[j] == 0)
+            reach *= a
+            tokens += reach
+        tokens += 1.0
+    return tokens / (n // g), crit, harmless
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_task_objectives_equal_a_slow_reference_reading_inputs_by_name(mode, recorded,
+                                                                       sampled):
+    ts = record.load(recorded if mode == "greedy" else sampled, "valid")
+    c, g = ts.traces.columns, int(ts.meta["block_size"])
+    td = TaskData(ts)
+    assert td.X.shape[0] == len(SLOT_SIGNATURE)
+    m = OBJECTIVES["task_speed"].metrics(treeio.parse(PROBE), {"valid": ts}, {})["valid"]
+    tpc, crit, harmless = _slow_sums(_probe_by_name(c), c, ts.critical, g, mode == "greedy")
+    answers = np.unique(c["sequence"]).size
+    assert m["tokens_per_call"] == pytest.approx(tpc, rel=1e-12)
+    assert m["critical_per_answer"] == pytest.approx(crit / answers, rel=1e-12, abs=1e-15)
+    assert crit > 0 and harmless > 0
+
+
+def test_the_greedy_form_of_a_family_has_no_sampling_ratio():
+    for name in ("kl_judge", "fuzzy_sd", "cactus"):
+        assert RATIO in RULES[name].tree(1.0)
+        assert RATIO not in RULES[name].task_tree(1.0, greedy=True)
+        assert RULES[name].task_tree(1.0, greedy=False) == RULES[name].tree(1.0)
+
+
+# ------------------------------------------------------------ free-running
+
+def test_lossless_greedy_speculative_decoding_is_the_target_s_greedy_text(pair):
+    raw = TC.run_rule(pair, None, "test", None, greedy=True)
+    H, _ = TP.prompts_of(pair, "test")
+    texts, _ = GR.generate(pair.target, H, record.max_new_of(pair, "test"))
+    answers = [record.CHECKER.extract(t.decode("latin-1")) for t in texts]
+    assert raw["answers"] == answers
+    assert raw["correct"].mean() >= 0.9
+    assert (raw["tokens"] / raw["calls"]).mean() > 1.0
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_rule_between_is_the_standard_rule_at_0_and_the_rule_at_1(pair, greedy):
+    rule = named_rule("kl_judge", 5.0, greedy)[0]
+    lossless = TC.run_rule(pair, None, "valid", 12, greedy)
+    full = TC.run_rule(pair, rule, "valid", 12, greedy)
+    at0 = TC.run_rule(pair, TC.between(rule, 0.0, greedy), "valid", 12, greedy)
+    at1 = TC.run_rule(pair, TC.between(rule, 1.0, greedy), "valid", 12, greedy)
+    for k in ("tokens", "calls"):
+        np.testing.assert_array_equal(at0[k], lossless[k])
+        np.testing.assert_array_equal(at1[k], full[k])
+    assert not np.array_equal(full["calls"], lossless["calls"])
+
+
+def test_tuning_keeps_the_most_tokens_within_the_budget_and_bisects(monkeypatch):
+    """A fake decoder: the param p accepts p more tokens per call and loses p / 10 of
+    the answers (so a budget of 0.03 allows p <= 0.3)."""
+    n = 100
+    ref = {"correct": np.ones(n, bool), "tokens": np.full(n, 20.0), "calls": np.full(n, 10.0)}
+
+    def fake(pair, p, split, prompts, greedy):
+        wrong = int(np.ceil(100 * p / 10 - 1e-9))
+        return {"correct": np.arange(n) >= wrong, "tokens": np.full(n, 20.0 + 10 * p),
+                "calls": np.full(n, 10.0)}
+
+    monkeypatch.setattr(TC, "run_rule", fake)
+    out = TC.tune(None, lambda p: p, [0.0, 0.2, 0.5, 0.8], 0.03, ref, lenient=False)
+    assert out["param"] == 0.2 and out["drop"] == pytest.approx(0.02)
+    out = TC.tune(None, lambda p: p, [0.0, 0.2, 0.5, 0.8], 0.03, ref, bisect_steps=6)
+    assert 0.2 < out["param"] <= 0.3 and out["drop"] <= 0.03 + 1e-12
+    assert out["summary"]["tokens_per_call"] == pytest.approx(2.0 + out["param"])
+    assert TC.tune(None, lambda p: p, [0.5, 0.8], 0.03, ref)["param"] is None
+
+
+# ------------------------------------------------------------ the learned judge
+
+def test_the_judge_learns_the_labels_and_decides_free_running_as_offline(recorded):
+    td = TaskData(record.load(recorded, "train"))
+    model = judge.fit(td)
+    labelled = td.arrays.critical >= 0
+    p = model.probability(td.X)[labelled]
+    y = td.arrays.critical[labelled] == 1
+    assert p[y].mean() > p[~y].mean() + 0.05          # it ranks critical drafts higher
+    lam = float(np.quantile(p, 0.5))
+    feats = {name: td.X[i] for i, name in enumerate(SLOT_SIGNATURE)}
+    for greedy in (True, False):
+        td.greedy = greedy
+        offline = judge.thresholds(model, td, lam)
+        np.testing.assert_array_equal(judge.rule(model, lam, greedy).many(feats), offline)
+        assert set(np.unique(offline[(model.probability(td.X) < lam)])) == {1.0}
+    td.greedy = True                                # as recorded
+    lam0, row = judge.tune(model, td, 0.0)          # the standard rule fits any budget
+    assert metrics_of(row)["critical_per_answer"] == 0.0
+
+
+# ------------------------------------------------------------ the TV bound
+
+def test_past_the_standard_rule_each_unit_of_acceptance_costs_a_unit_of_tv():
+    """For any p, q, acceptance a in [0, 1] and residual r, the emitted e = q a +
+    (1 - A) r has TV(e, p) >= A - (1 - TV(p, q)), A = sum q a; the standard rule
+    with its residual has A = 1 - TV(p, q) and e = p."""
+    rng = np.random.default_rng(0)
+    worst = np.inf
+    for _ in range(20000):
+        V = int(rng.integers(2, 9))
+        p, q, r = (rng.dirichlet(np.full(V, rng.choice([0.2, 1.0, 5.0]))) for _ in range(3))
+        a = rng.random(V) ** rng.choice([0.3, 1.0, 3.0])
+        if rng.random() < 0.3:
+            a = np.minimum(1.0, a + np.minimum(1.0, p / q))        # above the standard rule
+        A = (q * a).sum()
+        e = q * a + (1 - A) * r
+        tv = 0.5 * np.abs(e - p).sum()
+        bound = A - (1 - 0.5 * np.abs(p - q).sum())
+        worst = min(worst, tv - bound)
+    assert worst >= -1e-12
+    p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+    a = np.minimum(1.0, p / q)
+    A = (q * a).sum()
+    resid = np.maximum(p - q, 0) / np.maximum(p - q, 0).sum()
+    assert A == pytest.approx(1 - 0.5 * np.abs(p - q).sum())
+    np.testing.assert_allclose(q * a + (1 - A) * resid, p, atol=1e-12)
+
+
+# ------------------------------------------------------------ the commands
+
+@pytest.mark.slow
+def test_record_run_and_compare_from_the_command_line(tmp_path):
+    data = tmp_path / "task"
+    r = invoke("data", "task", "--out", data, "--train-prompts", 40, "--valid-prompts", 16,
+               "--test-prompts", 16)
+    assert r.exit_code == 0, r.output
+    r = invoke("data", "task", "--out", data, "--train-prompts", 40)
+    one_line_error(r, "--out", "exists", "--force")
+    runs = tmp_path / "runs"
+    r = invoke("run", "--objective", "task_speed", "--budget-critical", 0.05, "--data", data,
+               "--generations", 2, "--population", 30, "--seed-baselines", "--name", "t",
+               "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    ch = json.loads((runs / "t" / "champion.json").read_text())
+    assert ch["critical_budget"] == 0.05 and ch["standing"]["verdict"] in (
+        "wins", "loses", "infeasible")
+    assert "learned_judge" in ch["baselines_tuned_on_valid"]
+    r = invoke("inspect", "t", "--runs-dir", runs)
+    assert r.exit_code == 0, r.output
+    r = invoke("simulate-task", "--data", data, "--runs-dir", runs, "--compare", "lossless",
+               "--compare", "run:t", "--compare", "kl_judge:2", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert set(doc["rules"]) == {"lossless", "run t", "kl_judge(T=2)"}
+    assert doc["problems"] == 16 and doc["decoding"] == "greedy"
+    for v in doc["versus_reference"].values():
+        lo, hi = v["accuracy"]["ci95"]
+        assert lo <= v["accuracy"]["difference"] <= hi
+    r = invoke("simulate-task", "--data", data, "--compare", "lossless", "--prompts", 17)
+    one_line_error(r, "--prompts", "17", "16 problems")
+
+
+def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):
+    r = invoke("simulate-task", "--data", tmp_path, "--compare", "lossless")
+    one_line_error(r, "test.npz")
+    r = invoke("simulate-task", "--data", recorded, "--compare", "nosuch:1")
+    one_line_error(r, "--compare", "nosuch")
