@@ -258,6 +258,13 @@ def test_past_the_standard_rule_each_unit_of_acceptance_costs_a_unit_of_tv():
     resid = np.maximum(p - q, 0) / np.maximum(p - q, 0).sum()
     assert A == pytest.approx(1 - 0.5 * np.abs(p - q).sum())
     np.testing.assert_allclose(q * a + (1 - A) * resid, p, atol=1e-12)
+    for _ in range(1000):               # a lenient rule with that residual: the bound, exactly
+        p, q = rng.dirichlet(np.ones(6)), rng.dirichlet(np.ones(6))
+        a = np.minimum(1.0, p / (rng.uniform(0.05, 1.0) * q))
+        A, tv_pq = (q * a).sum(), 0.5 * np.abs(p - q).sum()
+        resid = np.maximum(p - q, 0) / np.maximum(p - q, 0).sum()
+        e = q * a + (1 - A) * resid
+        assert 0.5 * np.abs(e - p).sum() == pytest.approx(A - (1 - tv_pq), abs=1e-12)
 
 
 # ------------------------------------------------------------ the commands
@@ -299,3 +306,15 @@ def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):
     one_line_error(r, "test.npz")
     r = invoke("simulate-task", "--data", recorded, "--compare", "nosuch:1")
     one_line_error(r, "--compare", "nosuch")
+
+
+def test_a_task_run_on_a_device_or_a_cluster_is_refused_in_one_line(recorded, tmp_path):
+    pytest.importorskip("torch")
+    r = invoke("run", "--objective", "task_speed", "--data", recorded, "--generations", 1,
+               "--population", 10, "--device", "cuda", "--runs-dir", tmp_path,
+               env={"EVOLVE_TORCH_DEVICE": "cpu"})
+    one_line_error(r, "device", "task traces are scored on the CPU")
+    r = invoke("run", "--objective", "task_speed", "--data", recorded, "--generations", 1,
+               "--population", 10, "--cluster", "local:1", "--runs-dir", tmp_path)
+    one_line_error(r, "task traces are scored in this process")
+    assert not any(tmp_path.iterdir())

@@ -42,7 +42,7 @@ from evolve.objectives.spec import TAIL_SHARE, population_results
 from evolve.objectives.splits import as_split, spec_arrays
 from evolve.lang import codegen, treeio
 from evolve.kernels.tokens import matrix_thresholds
-from evolve.objectives import on_device, spec
+from evolve.objectives import placement, spec
 from evolve.objectives.spec import objectives_from_sums
 
 
@@ -57,10 +57,7 @@ class TraceObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
-        if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same sums
-            return on_device.trace_evaluator(as_split(split), name, config.device, cap,
-                                             self.kl)
-        return as_split(split).evaluator(name, with_kl=self.kl, tail_cap=cap)
+        return placement.trace_evaluator(split, name, config, cap, self.kl)
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):

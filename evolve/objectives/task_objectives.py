@@ -21,6 +21,7 @@ import numpy as np
 from evolve.data.decode import slot_columns
 from evolve.lang import treeio
 from evolve.lang.features import N_SLOT_INPUTS, SLOT_INPUT_NAMES
+from evolve.objectives import placement
 from evolve.objectives import task_labels as TL
 from evolve.objectives.base import TASK, Evaluator, Objective
 from evolve.objectives.fitness import speed_fitness
@@ -94,6 +95,7 @@ class TaskObjective(Objective):
         self.seed_metric = seed_metric
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
+        placement.cpu_only(config, "task traces")
         td = TaskData(split)
         return Evaluator(name, td.sums, td, td.n)
 

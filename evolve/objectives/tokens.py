@@ -17,7 +17,7 @@ from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.objectives import metrics as M
 from evolve.objectives.base import TOKENS, Evaluator, Objective
 from evolve.lang import treeio
-from evolve.objectives import on_device
+from evolve.objectives import placement
 
 
 class TokenObjective(Objective):
@@ -29,12 +29,7 @@ class TokenObjective(Objective):
         self.help = help
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
-        from evolve.kernels.tokens import SplitArrays, population_counts  # lazy: start-up
-        arrays = SplitArrays(split)
-        if getattr(config, "device", "cpu") != "cpu":   # the torch kernels, same counts
-            return on_device.token_evaluator(arrays, name, config.device)
-        return Evaluator(name, lambda progs: population_counts(progs, arrays), arrays,
-                         arrays.n)
+        return placement.token_evaluator(split, name, config)
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
         c = ev.rows(trees, deap_trees)
