@@ -63,16 +63,19 @@ def data_task(out, decoding, seed, block_size, top_k, train_prompts, valid_promp
         fail(f"--{e.field.replace('_', '-')}: {e.detail}")
     tm.note(f"task pair built ({time.perf_counter() - t0:.1f} s); recording {decoding} "
             "decoding and mining labels ...")
-    out.mkdir(parents=True, exist_ok=True)
-    for split in ("train", "valid", "test"):
+    recorded = {}
+    for split in ("train", "valid", "test"):      # all recorded before any file is written
         t = time.perf_counter()
-        ts = record.record_split(pair, split, decoding, seed)
-        record.save(ts, out)
+        recorded[split] = ts = record.record_split(pair, split, decoding, seed)
         c = ts.labels_meta["mined"]
-        tm.note(f"{out / split}.npz: {len(ts):,} drafted rows of {cfg.prompts(split):,} "
+        tm.note(f"{split}: {len(ts):,} drafted rows of {cfg.prompts(split):,} "
                 f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "
                 f"({c['target_forward_rows']:,} target rows, {c['seconds']:.1f} s); "
                 f"{time.perf_counter() - t:.1f} s")
+    out.mkdir(parents=True, exist_ok=True)
+    for ts in recorded.values():
+        record.save(ts, out)
+    tm.note(f"{out}: train, valid and test traces and their labels written")
 
 
 def _task_rule(text: str, runs_parent: Path, greedy: bool):
