@@ -50,7 +50,6 @@ import json
 import math
 import os
 import platform
-import random
 import shutil
 import statistics
 import subprocess
@@ -70,7 +69,7 @@ import numpy as np  # noqa: E402
 
 from evolve.data import tokens as data  # noqa: E402
 from evolve.lang import primitives as P  # noqa: E402
-from evolve.lang import treeio  # noqa: E402
+from evolve.lang import randtrees, treeio  # noqa: E402
 from evolve.objectives import metrics as F  # noqa: E402
 from evolve.io import paths  # noqa: E402
 
@@ -154,23 +153,8 @@ def _subset(ds: data.Dataset, rows: int | None) -> data.Dataset:
 
 
 def random_trees(pset, n: int, min_h: int, max_h: int, seed: int, distinct: bool = False):
-    """DEAP trees from genHalfAndHalf under a fixed seed (the global random state
-    is restored afterwards)."""
-    from deap import gp
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        out, seen = [], set()
-        while len(out) < n:
-            t = gp.PrimitiveTree(gp.genHalfAndHalf(pset, min_=min_h, max_=max_h))
-            if distinct:
-                if str(t) in seen:
-                    continue
-                seen.add(str(t))
-            out.append(t)
-        return out
-    finally:
-        random.setstate(state)
+    """DEAP trees from genHalfAndHalf under a fixed seed (``evolve.lang.randtrees``)."""
+    return randtrees.deap_trees(pset, n, seed, min_h, max_h, distinct)
 
 
 def numpy_columns(ds: data.Dataset) -> tuple:

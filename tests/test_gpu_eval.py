@@ -5,7 +5,6 @@ it for the end-to-end tests)."""
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
@@ -14,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from evolve.kernels import fixed                                         # noqa: E402
+from evolve.lang.randtrees import random_trees                             # noqa: E402
 from evolve.kernels import speculative as spec_kernels                    # noqa: E402
 from evolve.kernels import tokens as tok_kernels                          # noqa: E402
 from evolve.kernels.gpu import interp                                     # noqa: E402
@@ -28,19 +28,6 @@ from tests.test_kernels import edge_dataset                               # noqa
 
 CPU = torch.device("cpu")
 C = P.OP_CONST
-
-
-def random_trees(n, seed, trace=False, min_h=1, max_h=6):
-    """Trees of the real primitive set (DEAP's half-and-half), as node lists."""
-    from deap import gp
-    pset = P.make_pset(trace=trace)
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        return [treeio.from_deap(gp.PrimitiveTree(gp.genHalfAndHalf(pset, min_h, max_h)))
-                for _ in range(n)]
-    finally:
-        random.setstate(state)
 
 
 def raw(tokens_list):

@@ -1,6 +1,5 @@
 """The population kernel against the slow references (tests/naive.py)."""
 
-import random
 
 import numpy as np
 import pytest
@@ -10,25 +9,11 @@ from hypothesis import strategies as st
 from evolve.data import tokens as data
 from evolve.objectives import metrics as fitness
 from evolve.lang import treeio
+from evolve.lang.randtrees import random_trees  # noqa: F401 (tests import it from here)
 from evolve.lang import primitives as P
 from evolve.kernels.tokens import SplitArrays, population_counts, population_thresholds
 from evolve.objectives.tokens import threshold_counts
 from tests import naive
-
-
-def random_trees(n, seed, min_h=1, max_h=6):
-    from deap import gp
-    pset = P.make_pset()
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        out = []
-        for _ in range(n):
-            expr = gp.genHalfAndHalf(pset, min_=min_h, max_=max_h)
-            out.append(treeio.from_deap(gp.PrimitiveTree(expr)))
-        return out
-    finally:
-        random.setstate(state)
 
 
 def assert_same_bits(a, b):

@@ -2,7 +2,6 @@
 
 import dataclasses
 import itertools
-import random
 
 import numpy as np
 import pytest
@@ -16,7 +15,7 @@ from evolve import simulate as S
 from evolve.objectives import spec
 from evolve.kernels import speculative as spec_kernels
 from evolve.data import decode as DEC
-from evolve.lang import treeio
+from evolve.lang import randtrees, treeio
 from evolve.lang import primitives as P
 from heuristics import baselines as HB
 from tests import tracekit
@@ -253,14 +252,7 @@ def _program(tokens):
 
 
 def _random_trees(n, seed):
-    from deap import gp
-    pset = P.make_pset()
-    state = random.getstate()
-    random.seed(seed)
-    try:
-        return [str(gp.PrimitiveTree(gp.genHalfAndHalf(pset, 1, 5))) for _ in range(n)]
-    finally:
-        random.setstate(state)
+    return [str(t) for t in randtrees.deap_trees(P.make_pset(), n, seed, 1, 5)]
 
 
 def test_kernel_matches_numpy_reference(sa):
