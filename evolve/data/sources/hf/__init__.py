@@ -48,7 +48,7 @@ from evolve.data.sources.hf.models import (INSTALL_HINT, HFPair, HFTraceError,  
                                           DEVICES, DTYPES, load_pair,
                                           out_of_memory, require_libs)
 from evolve.errors import first_line
-from evolve.data.sources.hf import prompts as P
+from evolve.data.sources.hf import prompts as HP
 from evolve.data.sources.hf import decode as hf_decode
 
 SPLITS = T.SPLITS
@@ -174,7 +174,7 @@ def read_prompts(cfg: HFTraceConfig):
     configured counts (``HFTraceConfig.check_counts``)."""
     texts = corpus = None
     if cfg.prompts_file is not None:
-        texts = P.read_prompts_file(cfg.prompts_file, cfg.seed)
+        texts = HP.read_prompts_file(cfg.prompts_file, cfg.seed)
         for s in SPLITS:
             if len(texts[s]) > ngram.MAX_PROMPTS:
                 raise ngram.TraceConfigError("prompts", f"{cfg.prompts_file!r} is invalid; its "
@@ -184,7 +184,7 @@ def read_prompts(cfg: HFTraceConfig):
         source = {"kind": "file", "path": cfg.prompts_file,
                   "counts": {s: len(texts[s]) for s in SPLITS}}
     else:
-        corpus = P.load_corpus(cfg)
+        corpus = HP.load_corpus(cfg)
         source = {"kind": "corpus", "dir": cfg.corpus_dir or "python stdlib (n-gram corpus)",
                   "files": len(corpus), "crc32": corpus.fingerprint()}
     return texts, corpus, source
@@ -203,7 +203,7 @@ def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
     if cfg.top_k > pair.vocab:
         raise ngram.TraceConfigError("top_k", f"{cfg.top_k!r} is invalid; expected 1.."
                                      f"{pair.vocab} (the vocabulary)")
-    prompts = {s: P.split_prompts(pair, s, texts, corpus) for s in SPLITS}
+    prompts = {s: HP.split_prompts(pair, s, texts, corpus) for s in SPLITS}
     for s in SPLITS:
         hf_decode.check_lengths(pair, prompts[s][0], cfg.blocks_per_prompt)
     if progress:

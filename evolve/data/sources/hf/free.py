@@ -21,7 +21,7 @@ import numpy as np
 
 from evolve.data.sources import hf
 from evolve.data.sources.hf import decode as HD
-from evolve.data.sources.hf import prompts as P
+from evolve.data.sources.hf import prompts as HP
 from evolve.data.tokens import DataError
 
 
@@ -66,7 +66,7 @@ def check(fp: FreePair, split: str, prompts: int | None, blocks: int) -> int:
         if have < 2:
             raise DataError(f"{cfg.prompts_file}: the {split} split has {have} prompts; a "
                             "comparison needs at least 2")
-        longest = max(len(P.encode(fp.pair.tokenizer, t)) for t in fp.texts[split])
+        longest = max(len(HP.encode(fp.pair.tokenizer, t)) for t in fp.texts[split])
         n = have if prompts is None else prompts
     else:
         longest = cfg.prompt_len
@@ -87,7 +87,7 @@ def corpus_matches(fp: FreePair, ts) -> bool:
 def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed: int) -> dict:
     """Decode ``prompts`` prompts of ``split`` (draw ``seed``) for ``blocks`` blocks with
     ``rule``; accepted counts, reached positions' distortion, per-sequence log-likelihoods."""
-    ids, rngs = P.split_prompts(fp.pair, split, fp.texts, fp.corpus, n=prompts, draw=seed)
+    ids, rngs = HP.split_prompts(fp.pair, split, fp.texts, fp.corpus, n=prompts, draw=seed)
     total = len(ids) * blocks * fp.config.block_size
     label = str(getattr(rule, "name", "") or "rule")
     with (fp.meter(label, total, "drafted tokens") if fp.meter
