@@ -112,7 +112,7 @@ def tune_all(pair, tds: dict, ref_valid: dict, greedy: bool, budgets, progress) 
     """Every family and the learned judge tuned on valid by free-running accuracy, per
     budget: label -> budget -> {param, valid summary, drop, tried}."""
     out = {}
-    for name in families("task"):
+    for name in families("task", "greedy" if greedy else "sample"):
         params, lenient, make = _family(name, greedy)
         cache: dict = {}
         out[name] = {}

@@ -109,6 +109,7 @@ class Rule:
     decoding: str | None = None     # the engine's settings that the scope fixes ({g}, {t})
     range: Range = Range()      # the values the parameter may take (default: >= 0)
     worlds: tuple = ("traces", "task")   # the data worlds whose runs and reports tune it
+    decodings: tuple = ("greedy", "sample")   # task world: the decodings the rule exists in
 
     def task_tree(self, value: float | None = None, greedy: bool = False) -> str:
         """The tree a task world decodes with: in greedy decoding the standard rule's
@@ -224,6 +225,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          param="delta", default=0.1,
          grid=(0.0, 0.01, 0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0),
          family=True, engine="tensorrt-llm", range=UNIT, worlds=("task",),
+         decodings=("greedy",),
          setting="relaxed_topk=<vocabulary size>, relaxed_delta={p}"),
     # The engines' own lossy knobs (docs/export.md cites each engine's source).
     Rule("hf_ensemble", "pmin(1.0, add(sub(1.0, {p}), mul({p}, pdiv(target_prob, "
@@ -233,7 +235,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          grid=(1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0),
          lenient=True, family=True, scope="vocabulary", tail="ensemble",
          engine="transformers",
-         setting="assistant_ensemble_weight={p}", range=UNIT,
+         setting="assistant_ensemble_weight={p}", range=UNIT, decodings=("sample",),
          decoding=", do_sample=True, temperature={t}, top_k=0, top_p=1.0; on "
                   "assistant_model.generation_config: num_assistant_tokens={g}, "
                   "num_assistant_tokens_schedule='constant', "
@@ -246,7 +248,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single 1 "
                  "--speculative-accept-threshold-acc {p}",
-         decoding=SGLANG_CHAIN, range=Range(0.0, 1.0, low_open=True), worlds=("traces",)),
+         decoding=SGLANG_CHAIN, range=Range(0.0, 1.0, low_open=True), decodings=("sample",)),
     Rule("sglang_single", "ite(lt(target_prob, {p}), target_prob, 1.0)",
          "SGLang target-only, chain drafts: keep if t >= t_single, else with t (t_acc = 1); "
          "resample from t without the draft",
@@ -255,7 +257,7 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, residual=WITHOUT_DRAFT, scope="vocabulary", engine="sglang",
          setting="--speculative-accept-threshold-single {p} "
                  "--speculative-accept-threshold-acc 1", range=UNIT,
-         decoding=SGLANG_CHAIN, worlds=("traces",)),
+         decoding=SGLANG_CHAIN, decodings=("sample",)),
 )}
 
 # The baselines --seed-baselines puts into the first population, in this order:
@@ -272,9 +274,11 @@ def rules(data: str = TOKENS) -> list[Rule]:
     return [r for r in RULES.values() if data == TRACES or r.data == TOKENS]
 
 
-def families(world: str = "traces") -> list[str]:
-    """The rules a world's runs and reports tune (``evolve tradeoff`` on traces)."""
-    return [r.name for r in RULES.values() if r.family and world in r.worlds]
+def families(world: str = "traces", decoding: str | None = None) -> list[str]:
+    """The rules a world's runs and reports tune (``evolve tradeoff`` on traces); on
+    tasks, of one decoding ("greedy" or "sample": an engine's knob exists in one)."""
+    return [r.name for r in RULES.values() if r.family and world in r.worlds
+            and (decoding is None or decoding in r.decodings)]
 
 
 def engine_families(engine: str | None = None, world: str = "traces") -> list[str]:

@@ -90,7 +90,7 @@ def tuned_all(tds: dict, budget: float) -> dict:
     out = {STANDARD: {"rule": STANDARD, "param": None, "budget": budget, **{
         k: metrics_of(tds[k].thresholds_sums(standard_thresholds(tds[k])))
         for k in ("valid", "test")}}}
-    for name in families("task"):
+    for name in families("task", "greedy" if tds["valid"].greedy else "sample"):
         t = tune(name, tds["valid"], budget)
         if t is None:
             out[name] = None
