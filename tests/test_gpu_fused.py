@@ -1,0 +1,211 @@
+"""The fused interpreter (``evolve.kernels.gpu.fused``, Triton) gives the Numba kernels'
+values, counts and 128-bit trace sums bit for bit. No GPU here: the kernels run in
+Triton's interpreter (``TRITON_INTERPRET=1``, numpy on the CPU, switched on by
+``gpu.fused_for`` on torch's CPU device); on a machine with a GPU the same tests run the
+compiled kernels on it. The interpreter runs a kernel instruction by instruction in
+Python, so sizes are small: a trace program costs about 0.1 s per drafted position."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:
+    pytest.skip("triton is not installed", allow_module_level=True)
+if not torch.cuda.is_available():
+    # Triton decides for every function, its own included, when it is imported
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+import evolve                                                             # noqa: E402
+from evolve.kernels import gpu                                            # noqa: E402
+from evolve.kernels import speculative as spec_kernels                    # noqa: E402
+from evolve.kernels import tokens as tok_kernels                          # noqa: E402
+from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa: E402
+from evolve.kernels.gpu import traces as gpu_traces                       # noqa: E402
+from evolve.lang import primitives as P                                   # noqa: E402
+from evolve.lang import treeio                                            # noqa: E402
+from evolve.objectives.spec import SpecArrays                             # noqa: E402
+from tests import tracekit                                                # noqa: E402
+from tests.clikit import invoke, isolated, one_line_error  # noqa: E402,F401 (isolated: a fixture)
+from tests.test_gpu_eval import edge_programs, random_trees, raw, same_bits  # noqa: E402
+from tests.test_kernels import edge_dataset                               # noqa: E402
+
+C = P.OP_CONST
+DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.fixture(scope="module")
+def fused():
+    """The fused kernels: compiled on a GPU, else in Triton's interpreter."""
+    return gpu.fused_for(DEV, "fused")
+
+
+def primitive_programs():
+    """Every primitive on inputs, on 1e-300 and on -0.0, and -0.0 itself."""
+    progs = []
+    for p in P.PRIMITIVES:
+        args = [(5,), (0,), (1,)][:p.arity] if p.name == "ite" else [(j,) for j in range(p.arity)]
+        progs.append(list(reversed(args)) + [(p.opcode,)])
+        progs.append([(C, 1e-300)] * (p.arity - 1) + [(3,), (p.opcode,)])
+        progs.append([(C, -0.0)] * (p.arity - 1) + [(2,), (p.opcode,)])
+    progs += [[(C, -0.0)], [(C, 0.0), (P.OP["neg"],)], [(0,), (C, -0.0), (P.OP["mul"],)]]
+    return raw(progs)
+
+
+# ------------------------------------------------------------ token splits
+
+def test_every_primitive_and_edge_program_gives_the_numba_values(fused):
+    """Thresholds, bit for bit (-0.0 and NaN included), on the edge split (NaN, inf, 0,
+    1e-300, 1e300 inputs), and the counts: every primitive alone, then the hand-made
+    edge programs (NaN and inf made on purpose, ~0 divisions, huge exponents, stacks
+    40 deep, which spill out of the registers)."""
+    arrays = tok_kernels.SplitArrays(edge_dataset())
+    for programs in (primitive_programs(), edge_programs()):
+        same_bits(gpu_tokens.population_thresholds(programs, arrays, DEV, kernel="fused"),
+                  tok_kernels.population_thresholds(programs, arrays))
+        assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV,
+                                                           kernel="fused"),
+                              tok_kernels.population_counts(programs, arrays))
+
+
+def test_token_counts_equal_the_numba_kernel(small_splits, fused):
+    """Random trees of the real primitive set on a token split: in one launch (two tiles
+    of one work item) and in chunks of 97 rows (a partial tile each, counts added
+    across launches)."""
+    programs = treeio.linearise(random_trees(40, 5))
+    arrays = tok_kernels.SplitArrays(small_splits["valid"])
+    want = tok_kernels.population_counts(programs, arrays)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV, kernel="fused"),
+                          want)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV, chunk_rows=97,
+                                                       kernel="fused"), want)
+
+
+def test_work_items_of_several_tiles_and_a_small_grid(small_splits, fused):
+    """Tiles of 64 rows, several per work item and several items per thread block of
+    the persistent grid, with the values stored and the counts added from each."""
+    programs = treeio.linearise(random_trees(6, 8))
+    arrays = tok_kernels.SplitArrays(small_splits["train"])
+    ds = gpu_tokens.device_split(arrays, DEV)
+    X, U, rand, base, std_q = ds.chunk(0, ds.n)
+    progs = fused.Programs(programs, DEV)
+    out = torch.zeros((len(programs), 6), dtype=torch.int64, device=DEV)
+    fused.token_counts(progs, X, U, rand, base, std_q, out, block=64)
+    assert np.array_equal(out.cpu().numpy(), tok_kernels.population_counts(programs, arrays))
+    H = torch.empty((len(programs), ds.n), dtype=torch.float64, device=DEV)
+    fused.token_values(progs, X, U, H, block=64)
+    same_bits(H.cpu().numpy(), tok_kernels.population_thresholds(programs, arrays))
+
+
+# ------------------------------------------------------------ trace splits
+
+@pytest.fixture(scope="module")
+def sa():
+    return SpecArrays.from_split(tracekit.split("valid"))
+
+
+def _trace_programs(n):
+    return treeio.linearise(random_trees(n, 9, trace=True) + [treeio.parse("p_max")])
+
+
+def test_trace_sums_with_kl_on_minibatches_in_chunks_and_batches(sa, fused):
+    """The 128-bit sums, KL and a tail cap included, integer for integer: a minibatch of
+    150 blocks in chunks of 100 (gathered on the device) and batches of 3 programs."""
+    programs = _trace_programs(5)
+    blocks = np.sort(np.random.default_rng(0).choice(sa.n_blocks, 150, replace=False))
+    got = gpu_traces.population_sums(programs, sa, DEV, with_kl=True, tail_cap=0.05,
+                                     blocks=blocks, chunk_blocks=100, batch_programs=3,
+                                     kernel="fused")
+    assert np.array_equal(got, spec_kernels.population_sums(programs, sa.blocks(blocks),
+                                                            with_kl=True, tail_cap=0.05))
+
+
+def test_trace_sums_of_edge_programs_over_several_tiles(sa, fused):
+    """Thresholds that are NaN, inf, negative or above 1 (clipped as the Numba kernel
+    clips them), a program deep enough to spill, without KL or tail: 70 blocks in tiles
+    of 32 (the last one partial), several tiles per thread block."""
+    op = P.OP
+    deep = [(0,)]
+    for j in range(7):
+        deep = [(1 + j % 4,)] + deep + [((op["add"], op["mul"], op["pdiv"])[j % 3],)]
+    programs = raw([[(C, 0.0), (0,), (op["pdiv"],)],                       # 0 / q: 0 or 1
+                    [(1,), (0,), (C, np.inf), (C, 0.0), (op["mul"],), (op["ite"],)],  # NaN ? q : p
+                    [(0,), (C, -3.0), (op["mul"],)],                        # negative
+                    [(C, 1e308), (C, 1e308), (op["mul"],)],                 # inf
+                    deep])
+    part = sa.blocks(np.arange(70))
+    cols = fused.candidate_major(gpu_traces.device_split(part, DEV))
+    acc = torch.zeros((4, len(programs), 5 + 3 * sa.g + 1), dtype=torch.int64, device=DEV)
+    fused.trace_sums(fused.Programs(programs, DEV), cols, sa.g, sa.k, acc, 0, len(programs),
+                     block=32)
+    assert np.array_equal(gpu_traces.finish(acc.cpu().numpy()),
+                          spec_kernels.population_sums(programs, part, with_kl=False))
+
+
+# ------------------------------------------------------------ choosing the kernel
+
+def test_the_probe_passes_and_catches_other_bits(fused, monkeypatch):
+    assert fused.probe(DEV) == ""
+    real = fused.token_values
+
+    def one_ulp_off(progs, X, U, out, block=fused.TOKEN_BLOCK):
+        real(progs, X, U, out, block)
+        out[3, 7] = torch.nextafter(out[3, 7], out[3, 7] + 1)
+    monkeypatch.setattr(fused, "token_values", one_ulp_off)
+    why = fused.probe(DEV)
+    assert "\n" not in why and "other bits" in why and "on 1 of" in why, why
+
+
+def test_the_kernel_is_chosen_once_and_can_be_forced(monkeypatch, fused):
+    cpu = torch.device("cpu")
+    monkeypatch.delenv(gpu.KERNEL, raising=False)
+    assert gpu.kernel_for(cpu) == "torch"             # the fused kernels need CUDA
+    monkeypatch.setenv(gpu.KERNEL, "torch")
+    assert gpu.fused_for(cpu) is None
+    monkeypatch.setenv(gpu.KERNEL, "fused")
+    assert gpu.kernel_for(cpu) == "fused" and gpu.fused_for(cpu) is fused
+    monkeypatch.setenv(gpu.KERNEL, "numba")
+    with pytest.raises(gpu.DeviceError, match="EVOLVE_GPU_KERNEL: 'numba' is invalid"):
+        gpu.kernel_for(cpu)
+    with pytest.raises(ValueError, match="kernel: 'x'"):
+        gpu.fused_for(cpu, "x")
+    # on CUDA, a failed probe is one warning and the torch kernels score
+    monkeypatch.delenv(gpu.KERNEL)
+    monkeypatch.setattr(gpu, "_READY", {})
+    monkeypatch.setattr(fused, "interpreted", lambda: False)
+    monkeypatch.setattr(fused, "probe", lambda dev: "the fused kernels give other bits")
+    with pytest.warns(RuntimeWarning, match="other bits.*torch kernels"):
+        assert gpu.kernel_for(torch.device("cuda")) == "torch"
+    assert gpu.kernel_for(torch.device("cuda")) == "torch"     # probed once
+
+
+def test_forced_fused_without_triton_or_a_bad_kernel_is_one_line(tmp_path, small_data_dir,
+                                                                  monkeypatch, isolated):
+    monkeypatch.setenv(gpu.OVERRIDE, "cpu")
+    monkeypatch.setenv(gpu.KERNEL, "fused")
+    monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--data", small_data_dir,
+               "--runs-dir", tmp_path / "runs", "--no-writeback")
+    one_line_error(r, "--device", "needs triton", "EVOLVE_GPU_KERNEL=torch")
+    monkeypatch.setenv(gpu.KERNEL, "fast")
+    r = invoke("run", "--generations", 1, "--device", "cuda", "--data", small_data_dir,
+               "--runs-dir", tmp_path / "runs", "--no-writeback")
+    one_line_error(r, "EVOLVE_GPU_KERNEL", "'fast'")
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_token_run_on_the_fused_kernels_is_the_cpu_run(tmp_path, small_data_dir, fused,
+                                                         monkeypatch, isolated):
+    from tests.test_gpu_runs import view
+    opts = dict(generations=2, population=16, seed=4, writeback=False,
+                data_dir=small_data_dir, runs_dir=tmp_path)
+    cpu = evolve.run(name="cpu", **opts)
+    monkeypatch.setenv(gpu.OVERRIDE, DEV.type)
+    monkeypatch.setenv(gpu.KERNEL, "fused")
+    dev = evolve.run(name="dev", device="cuda", **opts)
+    assert view(dev) == view(cpu)
