@@ -7,6 +7,7 @@ Python, so sizes are small: a trace program costs about 0.1 s per drafted positi
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 
@@ -73,6 +74,33 @@ def test_every_primitive_and_edge_program_gives_the_numba_values(fused):
                               tok_kernels.population_counts(programs, arrays))
 
 
+def _halfway_arguments() -> list:
+    """Arguments x of exp whose x / ln 2 rounds to exactly n + 1/2 (round half to even
+    and round half up disagree there)."""
+    from tests.test_gpu_eval import _halfway_arguments as halfway
+    return halfway()
+
+
+def test_exp_log_and_sqrt_of_computed_values(fused):
+    """plog, pexp and psqrt of computed values (of inputs they are read from the split's
+    precomputed columns), bit for bit the Numba interpreter's: random arguments, exact
+    halfway cases of exp's range reduction, subnormals, 0, inf and NaN."""
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.uniform(-800, 60, 3000), rng.normal(0, 3, 3000),
+                        np.exp(rng.uniform(-745, 709, 3000)), _halfway_arguments(),
+                        [0.0, -0.0, 1e-320, -745.13, 709.78, 49.999999, 50.0, np.nan, np.inf,
+                         -np.inf, 1e-12, 1.0000000000000002, 51.0, 5e-324]])
+    X = np.stack([x, x[::-1].copy()])
+    one = (C, 1.0)
+    programs = raw([[one, (0,), (P.OP["mul"],), (P.OP[f],)] for f in ("plog", "pexp", "psqrt")])
+    out = torch.empty((len(programs), x.size), dtype=torch.float64, device=DEV)
+    Xd = torch.as_tensor(X, device=DEV)
+    fused.token_values(fused.Programs(programs, DEV), Xd,
+                       torch.as_tensor(tok_kernels.derived_columns(X), device=DEV), out,
+                       block=1024)
+    same_bits(out.cpu().numpy(), tok_kernels.matrix_thresholds(programs, X))
+
+
 def test_token_counts_equal_the_numba_kernel(small_splits, fused):
     """Random trees of the real primitive set on a token split: in one launch (two tiles
     of one work item) and in chunks of 97 rows (a partial tile each, counts added
@@ -127,24 +155,50 @@ def test_trace_sums_with_kl_on_minibatches_in_chunks_and_batches(sa, fused):
 
 def test_trace_sums_of_edge_programs_over_several_tiles(sa, fused):
     """Thresholds that are NaN, inf, negative or above 1 (clipped as the Numba kernel
-    clips them), a program deep enough to spill, without KL or tail: 70 blocks in tiles
-    of 32 (the last one partial), several tiles per thread block."""
+    clips them), a program deep enough to spill, KL without a tail, on blocks where a
+    quarter of the candidates have p = 0 (with a zero threshold, KL terms 0 log 0/0):
+    70 blocks in tiles of 32 (the last one partial), several tiles per thread block."""
     op = P.OP
     deep = [(0,)]
     for j in range(7):
         deep = [(1 + j % 4,)] + deep + [((op["add"], op["mul"], op["pdiv"])[j % 3],)]
-    programs = raw([[(C, 0.0), (0,), (op["pdiv"],)],                       # 0 / q: 0 or 1
+    programs = raw([[(0,), (C, 0.0), (op["pdiv"],)],                       # 0 / q: 0
                     [(1,), (0,), (C, np.inf), (C, 0.0), (op["mul"],), (op["ite"],)],  # NaN ? q : p
                     [(0,), (C, -3.0), (op["mul"],)],                        # negative
                     [(C, 1e308), (C, 1e308), (op["mul"],)],                 # inf
+                    [(C, np.inf), (0,), (op["mul"],)],             # inf, NaN where q is 0
+                    [(C, 0.0), (C, 1e308), (C, 1e308), (op["mul"],), (op["mul"],)],  # NaN
                     deep])
     part = sa.blocks(np.arange(70))
+    zero = np.random.default_rng(3).random(part.cp.size) < 0.25    # candidates with p = 0
+    part = dataclasses.replace(part, cp=np.where(zero, 0.0, part.cp))
     cols = fused.candidate_major(gpu_traces.device_split(part, DEV))
     acc = torch.zeros((4, len(programs), 5 + 3 * sa.g + 1), dtype=torch.int64, device=DEV)
     fused.trace_sums(fused.Programs(programs, DEV), cols, sa.g, sa.k, acc, 0, len(programs),
-                     block=32)
+                     with_kl=True, block=32)
     assert np.array_equal(gpu_traces.finish(acc.cpu().numpy()),
-                          spec_kernels.population_sums(programs, part, with_kl=False))
+                          spec_kernels.population_sums(programs, part, with_kl=True))
+
+
+def test_a_tail_cap_equal_to_a_slot_tv_is_a_tie(sa, fused):
+    """The tail counts slots with TV strictly above the cap: caps equal to a reached
+    slot's TV (from the numpy reference) give the Numba kernel's sums."""
+    from evolve.objectives import spec
+    part = sa.blocks(np.arange(24))
+    one = treeio.linearise([treeio.parse("p_max")])
+    h = tok_kernels.matrix_thresholds(one, part.X)[0]
+    ties = 0
+    for cap in np.unique(np.asarray(spec.position_terms(part, h).tv).reshape(-1)).tolist():
+        want = spec_kernels.population_sums(one, part, with_kl=False, tail_cap=cap)
+        below = spec_kernels.population_sums(one, part, with_kl=False,
+                                             tail_cap=float(np.nextafter(cap, -1.0)))
+        if not np.array_equal(want, below):
+            ties += 1
+            assert np.array_equal(gpu_traces.population_sums(one, part, DEV, tail_cap=cap,
+                                                             kernel="fused"), want)
+            if ties == 2:
+                break
+    assert ties == 2
 
 
 # ------------------------------------------------------------ choosing the kernel

@@ -33,7 +33,7 @@ kernels, one IEEE operation per step: kernels are launched with
 ``enable_fp_fusion=False`` (no fused multiply-add; ptxas gets ``--fmad=false``);
 float64 division and square root are correctly rounded on every GPU; ``exp_poly``
 rounds half to even with the 1.5 * 2^52 trick (exact for its reduced argument,
-|x / ln 2| < 1100) and keeps the sign of a zero as ``np.rint``; negation is a
+|x / ln 2| < 1100); negation is a
 multiplication by -1 (exact; some Triton releases negate by 0 - x, which loses -0.0);
 python-float constants are typed float64 against float64 tensors (Triton >= 3.0).
 The protected operators keep their NaN meaning (``where`` on ordered comparisons;
@@ -140,8 +140,7 @@ def _exp_poly(x):
     """heuristics.ops.exp_poly (x not NaN)."""
     x = tl.where(x < EXP_LO, EXP_LO, tl.where(x > EXP_HI, EXP_HI, x))
     t = x * INV_LN2
-    k = (t + RINT) - RINT
-    k = tl.where(k == 0.0, t * 0.0, k)          # np.rint keeps the sign of a zero
+    k = (t + RINT) - RINT            # (a zero's sign, which np.rint keeps, changes no result)
     r = (x - k * LN2_HI) - k * LN2_LO
     p = r * (E2 + r * (E3 + r * (E4 + r * (E5 + r * (E6 + r * (E7 + r * (
         E8 + r * (E9 + r * (E10 + r * (E11 + r * (E12 + r * E13)))))))))))
