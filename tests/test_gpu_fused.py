@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -263,3 +268,56 @@ def test_a_token_run_on_the_fused_kernels_is_the_cpu_run(tmp_path, small_data_di
     monkeypatch.setenv(gpu.KERNEL, "fused")
     dev = evolve.run(name="dev", device="cuda", **opts)
     assert view(dev) == view(cpu)
+
+
+# ------------------------------------------------------------ compiled for a GPU
+
+COMPILE = textwrap.dedent("""
+    import json, re, sys
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from evolve.kernels.gpu import fused as F
+    TYPES = dict(ops="*i32", consts="*fp64", starts="*i64", lengths="*i64", n_progs="i32",
+                 X="*fp64", sx="i64", U="*fp64", su="i64", nin="i32", n="i32",
+                 rand="*fp64", base="*i1", std_q="*i64", spill="*fp64", depth="i32",
+                 tiles="i32", per_item="i32", n_items="i32", next_item="*i32", nb="i32",
+                 g="i32", k="i32", lq="*fp64", lp="*fp64", lr="*fp64", lrow="*fp64",
+                 ldc="*i64", lsx="*fp64", acc="*i64", plane="i64", width="i32",
+                 num0="i32", reach0="i32", tvp0="i32", tail_col="i32", cap="fp64",
+                 hbuf="*fp64")
+    arch, fusion = int(sys.argv[1]), sys.argv[2] == "1"
+    found = {}
+    for fn, out, meta in ((F._token_kernel, "*i64", dict(TALLY=True, USE_U=True, BLOCK=256)),
+                          (F._token_kernel, "*fp64", dict(TALLY=False, USE_U=True, BLOCK=256)),
+                          (F._trace_kernel, "", dict(WITH_KL=True, BLOCK=128))):
+        sig = {a: "constexpr" if a in meta else (out if a == "out" else TYPES[a])
+               for a in fn.arg_names}
+        k = triton.compile(ASTSource(fn, sig, meta), target=GPUTarget("cuda", arch, 32),
+                           options=dict(num_warps=4, enable_fp_fusion=fusion))
+        ptx = k.asm["ptx"]
+        for pat in ("fma.rn.f64", "div.rn.f64", "sqrt.rn.f64", "approx.f64", "div.full"):
+            found[pat] = found.get(pat, 0) + len(re.findall(re.escape(pat), ptx))
+    print(json.dumps(found))
+""")
+
+
+def _compiled_ptx(arch: int, fusion: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1])]
+                                        + sys.path)
+    r = subprocess.run([sys.executable, "-c", COMPILE, str(arch), "1" if fusion else "0"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the other tests run them compiled")
+def test_the_kernels_compile_for_a_gpu_without_fused_multiply_adds():
+    """The compiled path, which the interpreter does not take: all three kernels compile
+    for an H100 (sm_90, Triton's own ptxas, no GPU needed) with IEEE division and square
+    root and no float64 FMA; with fusion allowed the same check finds FMAs."""
+    got = _compiled_ptx(90, fusion=False)
+    assert got["fma.rn.f64"] == 0 and got["approx.f64"] == 0 and got["div.full"] == 0, got
+    assert got["div.rn.f64"] >= 6 and got["sqrt.rn.f64"] >= 2, got
+    assert _compiled_ptx(90, fusion=True)["fma.rn.f64"] > 0

@@ -8,11 +8,11 @@ shifts them down, a binary operation shifts them up), deeper slots spill to a sm
 per-block scratch (rare: only programs more than four deep reach it). A thread
 block runs one program at a time, so every thread takes the same branch at every
 opcode (the opcode is a scalar the whole block reads), and its rows are contiguous
-(the loads are coalesced). The grid is persistent (a few blocks per multiprocessor,
-each taking work items ``pid, pid + grid, ...``): an item is one program over a chunk
-of rows (tokens) or over a tile of whole trace blocks (traces); consecutive items
-are different programs on the same rows, so the blocks running at once read the
-same input columns from L2.
+(the loads are coalesced). The grid is persistent (as many thread blocks as the
+multiprocessors hold, each taking the next work item from an atomic counter until none
+is left): an item is one program over a chunk of rows (tokens) or over a tile of whole
+trace blocks (traces); consecutive items are different programs on the same rows, so
+the blocks running at once read the same input columns from L2.
 
 Token kernel: each thread tallies its rows' six counts in int64 registers, summed
 over the item's tiles; the block reduces them (``tl.sum``) and adds them to the
@@ -33,9 +33,9 @@ kernels, one IEEE operation per step: kernels are launched with
 ``enable_fp_fusion=False`` (no fused multiply-add; ptxas gets ``--fmad=false``);
 float64 division and square root are correctly rounded on every GPU; ``exp_poly``
 rounds half to even with the 1.5 * 2^52 trick (exact for its reduced argument,
-|x / ln 2| < 1100); negation is a
-multiplication by -1 (exact; some Triton releases negate by 0 - x, which loses -0.0);
-python-float constants are typed float64 against float64 tensors (Triton >= 3.0).
+|x / ln 2| < 1100); negation is a multiplication by -1 (exact; some Triton releases
+negate by 0 - x, which loses -0.0); python-float constants are typed float64 against
+float64 tensors (Triton >= 3.0).
 The protected operators keep their NaN meaning (``where`` on ordered comparisons;
 ``!=`` is unordered). Without a GPU, Triton's interpreter (``TRITON_INTERPRET=1``)
 runs the same kernels on numpy, which is how the tests check them
@@ -130,7 +130,8 @@ REGISTERS = 4            # stack slots held in registers; deeper ones spill
 TOKEN_BLOCK = 256        # rows per tile of the token kernel (two per thread)
 TRACE_BLOCK = 128        # trace blocks per tile of the trace kernel (one per thread)
 WARPS = 4
-BLOCKS_PER_SM = 8        # resident thread blocks per multiprocessor of the persistent grid
+BLOCKS_PER_SM = 16       # thread blocks launched per multiprocessor (at most 16 of 128 threads
+                         # fit one; those that do not fit start late and find fewer items)
 
 
 # ------------------------------------------------------------------ the primitives
@@ -284,15 +285,17 @@ def _run(ops, consts, start, length, X, sx, U, su, nin, rows, mask, spill, lanes
 
 @triton.jit
 def _token_kernel(ops, consts, starts, lengths, n_progs, X, sx, U, su, nin, n, rand, base,
-                  std_q, out, spill, depth, tiles, per_item, n_items,
+                  std_q, out, spill, depth, tiles, per_item, n_items, next_item,
                   TALLY: tl.constexpr, USE_U: tl.constexpr, BLOCK: tl.constexpr):
-    """Items pid, pid + grid, ...: item i is program i % n_progs over tiles
-    (i // n_progs) * per_item ... of BLOCK rows. TALLY: add the six counts of
-    ``kernels.tokens._tally`` to out (P, 6) int64; else store the values in out (P, n)."""
+    """Work items taken in order from the counter ``next_item``: item i is program
+    i % n_progs over tiles (i // n_progs) * per_item ... of BLOCK rows. TALLY: add the
+    six counts of ``kernels.tokens._tally`` to out (P, 6) int64; else store the values
+    in out (P, n)."""
     pid = tl.program_id(0)
     lanes = tl.arange(0, BLOCK)
     mine = spill + tl.cast(pid, tl.int64) * depth * BLOCK
-    for item in range(pid, n_items, tl.num_programs(0)):
+    item = tl.atomic_add(next_item, 1)
+    while item < n_items:
         p = item % n_progs
         t0 = (item // n_progs) * per_item
         t1 = tl.minimum(t0 + per_item, tiles)
@@ -331,6 +334,7 @@ def _token_kernel(ops, consts, starts, lengths, n_progs, X, sx, U, su, nin, n, r
             tl.atomic_add(o + 3, tl.sum(e0, axis=0))
             tl.atomic_add(o + 4, tl.sum(e1, axis=0))
             tl.atomic_add(o + 5, tl.sum(e2, axis=0))
+        item = tl.atomic_add(next_item, 1)
 
 
 # ------------------------------------------------------------------ trace kernel
@@ -358,19 +362,19 @@ def _emit(acc, col, plane, v, mask):
     b = lf - a * TWO32
     hh = tl.floor(hf * INV23)
     hl = hf - hh * TWO23
-    sign = 1 - 2 * neg.to(tl.int64)
-    tl.atomic_add(acc + col, tl.sum(hh.to(tl.int64) * sign, axis=0))
-    tl.atomic_add(acc + plane + col, tl.sum(hl.to(tl.int64) * sign, axis=0))
-    tl.atomic_add(acc + 2 * plane + col, tl.sum(a.to(tl.int64) * sign, axis=0))
-    tl.atomic_add(acc + 3 * plane + col, tl.sum(b.to(tl.int64) * sign, axis=0))
+    sign = (1 - 2 * neg.to(tl.int64))[None, :]
+    limb = tl.arange(0, 4)[:, None]                    # one reduction for the four limbs
+    parts = tl.where(limb == 0, hh[None, :], tl.where(limb == 1, hl[None, :], tl.where(
+        limb == 2, a[None, :], b[None, :]))).to(tl.int64) * sign
+    tl.atomic_add(acc + col + tl.arange(0, 4) * plane, tl.sum(parts, axis=1))
 
 
 @triton.jit
 def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, lp, lr, lrow,
                   ldc, lsx, acc, plane, width, num0, reach0, tvp0, tail_col, cap, spill, depth,
-                  hbuf, n_items, WITH_KL: tl.constexpr, BLOCK: tl.constexpr):
-    """Items pid, pid + grid, ...: item i is program i % n_progs over trace blocks
-    (i // n_progs) * BLOCK ..., one thread per block. Columns are candidate-major over
+                  hbuf, n_items, next_item, WITH_KL: tl.constexpr, BLOCK: tl.constexpr):
+    """Work items taken in order from the counter ``next_item``: item i is program
+    i % n_progs over trace blocks (i // n_progs) * BLOCK ..., one thread per block. Columns are candidate-major over
     the chunk's nb blocks: X (nin, g k, nb); lq, lp, lr (g k, nb); lrow (constants, g,
     nb); ldc, lsx (g, nb). acc: the batch's int64 limb sums, program p's sum j of limb l
     at acc + l * plane + p * width + j."""
@@ -381,7 +385,8 @@ def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, l
     gk = g * k
     sx = tl.cast(gk, tl.int64) * nb
     gnb = tl.cast(g, tl.int64) * nb
-    for item in range(pid, n_items, tl.num_programs(0)):
+    item = tl.atomic_add(next_item, 1)
+    while item < n_items:
         p = item % n_progs
         blk = tl.cast(item // n_progs, tl.int64) * BLOCK + lanes
         mask = blk < nb
@@ -449,6 +454,7 @@ def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, l
         _emit(acc, pc + S_EXTRA, plane, exb, mask)
         _emit(acc, pc + S_TOKENS_SQ, plane, tok * tok, mask)
         _emit(acc, pc + tail_col, plane, tail, mask)
+        item = tl.atomic_add(next_item, 1)
 
 
 # ------------------------------------------------------------------ launching
@@ -485,11 +491,18 @@ class Programs:
 
 
 def _grid(dev, items: int) -> int:
-    """Thread blocks of the persistent grid: BLOCKS_PER_SM per multiprocessor (8 on the
-    interpreter), at most one per item."""
+    """Thread blocks to launch: as many as a multiprocessor can hold (BLOCKS_PER_SM; 8 on
+    the interpreter), at most one per item. Blocks take items from a counter, so a block
+    that starts late takes fewer, and the items running at once are consecutive: the
+    same rows for different programs."""
     sms = torch.cuda.get_device_properties(dev).multi_processor_count \
         if dev.type == "cuda" else 1
     return max(1, min(int(items), sms * BLOCKS_PER_SM))
+
+
+def _counter(dev):
+    """The work-item counter of one launch (int32, 0)."""
+    return torch.zeros(1, dtype=torch.int32, device=dev)
 
 
 def _launch(kernel, grid: int, *args, **meta) -> None:
@@ -521,7 +534,8 @@ def _token_launch(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
         rand = base = std_q = out      # not read
     _launch(_token_kernel, grid, progs.ops, progs.consts, progs.starts, progs.lengths, progs.n,
             X, X.stride(0), U, U.stride(0), X.shape[0], m, rand, base, std_q, out, spill,
-            progs.depth, tiles, per_item, items, TALLY=tally, USE_U=True, BLOCK=block)
+            progs.depth, tiles, per_item, items, _counter(progs.device), TALLY=tally,
+            USE_U=True, BLOCK=block)
 
 
 def token_counts(progs: Programs, X, U, rand, base, std_q, out, block: int = TOKEN_BLOCK) -> None:
@@ -570,7 +584,7 @@ def trace_sums(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: i
             progs.lengths[p0:p1], n, X, X.shape[0], nb, g, k, lq, lp, lr, lrow, ldc, lsx,
             acc[:, p0:p1], acc.stride(0), L.width, L.acc_num.start, L.reach.start,
             L.tv_pos.start, L.tail, float(cap), spill, progs.depth, hbuf, items,
-            WITH_KL=bool(with_kl), BLOCK=block)
+            _counter(progs.device), WITH_KL=bool(with_kl), BLOCK=block)
 
 
 # ------------------------------------------------------------------ the probe
