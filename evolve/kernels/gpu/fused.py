@@ -143,8 +143,9 @@ def _exp_poly(x):
     t = x * INV_LN2
     k = (t + RINT) - RINT            # (a zero's sign, which np.rint keeps, changes no result)
     r = (x - k * LN2_HI) - k * LN2_LO
-    p = r * (E2 + r * (E3 + r * (E4 + r * (E5 + r * (E6 + r * (E7 + r * (
-        E8 + r * (E9 + r * (E10 + r * (E11 + r * (E12 + r * E13)))))))))))
+    q = E12 + r * E13                # Horner's scheme from the innermost term out
+    p = r * (E2 + r * (E3 + r * (E4 + r * (E5 + r * (E6 + r * (E7 + r * (E8 + r * (
+        E9 + r * (E10 + r * (E11 + r * q))))))))))
     y = 1.0 + (r + r * p)
     ki = k.to(tl.int64)
     k1 = ki >> 1
@@ -164,8 +165,9 @@ def _log_poly(x):
     f = m - 1.0
     s = f / (2.0 + f)
     z = s * s
-    R = z * (L1 + z * (L2 + z * (L3 + z * (L4 + z * (L5 + z * (L6 + z * (
-        L7 + z * (L8 + z * (L9 + z * L10)))))))))
+    q = L9 + z * L10                 # Horner's scheme from the innermost term out
+    R = z * (L1 + z * (L2 + z * (L3 + z * (L4 + z * (L5 + z * (L6 + z * (L7 + z * (
+        L8 + z * q))))))))
     y = e * LN2_HI + (f - (s * (f - R) - e * LN2_LO))
     return tl.where(x == INF, x, y)
 
