@@ -52,9 +52,8 @@ TARGETS = {"token_node_evals_per_s": 3e11, "trace_generation_speedup": 30.0}   #
 
 
 def _median_time(fn, repeats: int, sync) -> float:
-    """The median seconds of ``repeats`` calls of fn after one untimed call."""
-    fn()                                     # compile or load, upload, warm the caches
-    sync()
+    """The median seconds of ``repeats`` calls of fn (its first call, which compiles,
+    uploads and warms the caches, was the check of its results)."""
     ts = []
     for _ in range(max(1, repeats)):
         t = time.perf_counter()
@@ -95,7 +94,8 @@ def _repeats(args, kernel: str) -> int:
 
 
 def _identical(section: str, kernels, run, want) -> None:
-    """Each kernel's first result (also its warm-up) equals the Numba kernel's, or stop."""
+    """Each kernel's first result (also its warm-up: it compiles, uploads and fills the
+    caches) equals the Numba kernel's, or stop."""
     for kern in kernels:
         if not np.array_equal(run(kern), want):
             raise SystemExit(f"gpu_eval: the {kern} {section} results differ from the Numba "

@@ -579,7 +579,9 @@ def trace_sums(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: i
         return
     L = layout.sums_layout(g)
     items = n * -(-nb // block)
-    grid = _grid(progs.device, items)
+    per_block = 8 * (progs.depth + k) * block        # a thread block's scratch, bytes
+    grid = max(1, min(_grid(progs.device, items),
+                      gpu.memory_budget(progs.device) // (4 * per_block)))
     spill = torch.empty(grid * progs.depth * block, dtype=torch.float64, device=progs.device)
     hbuf = torch.empty(grid * k * block, dtype=torch.float64, device=progs.device)
     _launch(_trace_kernel, grid, progs.ops, progs.consts, progs.starts[p0:p1],
