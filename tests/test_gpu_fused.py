@@ -274,29 +274,39 @@ def test_a_token_run_on_the_fused_kernels_is_the_cpu_run(tmp_path, small_data_di
 
 COMPILE = textwrap.dedent("""
     import json, re, sys
+    import torch
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton.runtime.jit import mangle_type
+    from evolve.kernels import layout
     from evolve.kernels.gpu import fused as F
-    TYPES = dict(ops="*i32", consts="*fp64", starts="*i64", lengths="*i64", n_progs="i32",
-                 X="*fp64", sx="i64", U="*fp64", su="i64", nin="i32", n="i32",
-                 rand="*fp64", base="*i1", std_q="*i64", spill="*fp64", depth="i32",
-                 tiles="i32", per_item="i32", n_items="i32", next_item="*i32", nb="i32",
-                 g="i32", k="i32", lq="*fp64", lp="*fp64", lr="*fp64", lrow="*fp64",
-                 ldc="*i64", lsx="*fp64", acc="*i64", plane="i64", width="i32",
-                 num0="i32", reach0="i32", tvp0="i32", tail_col="i32", cap="fp64",
-                 hbuf="*fp64")
+    from evolve.lang import treeio
     arch, fusion = int(sys.argv[1]), sys.argv[2] == "1"
+    cpu, f64, i64 = torch.device("cpu"), torch.float64, torch.int64
+    progs = F.Programs(treeio.linearise(F._probe_programs()), cpu)
+    X, U = torch.rand((6, 1000), dtype=f64), torch.rand((18, 1000), dtype=f64)
+    calls = [F.token_call(progs, X, U, torch.zeros((progs.n, 6), dtype=i64),
+                          torch.rand(1000, dtype=f64), torch.zeros(1000, dtype=torch.bool),
+                          torch.zeros(1000, dtype=i64)),
+             F.token_call(progs, X, U, torch.empty((progs.n, 1000), dtype=f64))]
+    g, k, nb = 4, 16, 200
+    cols = (torch.rand((9, g * k, nb), dtype=f64),
+            *(torch.rand((g * k, nb), dtype=f64) for _ in range(3)),
+            torch.rand((layout.N_ROW_CONSTANTS, g, nb), dtype=f64),
+            torch.zeros((g, nb), dtype=i64), torch.rand((g, nb), dtype=f64))
+    acc = torch.zeros((4, progs.n, layout.width(g)), dtype=i64)
+    calls += [F.trace_call(progs, cols, g, k, acc, 0, progs.n, 0.05, kl) for kl in (0, 1)]
     found = {}
-    for fn, out, meta in ((F._token_kernel, "*i64", dict(TALLY=True, USE_U=True, BLOCK=256)),
-                          (F._token_kernel, "*fp64", dict(TALLY=False, USE_U=True, BLOCK=256)),
-                          (F._trace_kernel, "", dict(WITH_KL=True, BLOCK=128))):
-        sig = {a: "constexpr" if a in meta else (out if a == "out" else TYPES[a])
-               for a in fn.arg_names}
-        k = triton.compile(ASTSource(fn, sig, meta), target=GPUTarget("cuda", arch, 32),
-                           options=dict(num_warps=4, enable_fp_fusion=fusion))
+    for call in calls:              # each kernel with the argument types of its launch
+        args = iter(call.args)
+        sig = {a: "constexpr" if a in call.meta else mangle_type(next(args))
+               for a in call.kernel.arg_names}
+        k = triton.compile(ASTSource(call.kernel, sig, call.meta),
+                           target=GPUTarget("cuda", arch, 32),
+                           options=dict(num_warps=F.WARPS, enable_fp_fusion=fusion))
         ptx = k.asm["ptx"]
-        for pat in ("fma.rn.f64", "div.rn.f64", "sqrt.rn.f64", "approx.f64", "div.full"):
+        for pat in ("fma.rn.f64", "div.rn.f64", "sqrt.rn.f64", "f32", "approx"):
             found[pat] = found.get(pat, 0) + len(re.findall(re.escape(pat), ptx))
     print(json.dumps(found))
 """)
@@ -314,10 +324,12 @@ def _compiled_ptx(arch: int, fusion: bool) -> dict:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the other tests run them compiled")
 def test_the_kernels_compile_for_a_gpu_without_fused_multiply_adds():
-    """The compiled path, which the interpreter does not take: all three kernels compile
-    for an H100 (sm_90, Triton's own ptxas, no GPU needed) with IEEE division and square
-    root and no float64 FMA; with fusion allowed the same check finds FMAs."""
+    """The compiled path, which the interpreter does not take: the kernels compile, with
+    the argument types of their launches, for an H100 (sm_90, Triton's own ptxas, no GPU
+    needed), with IEEE division and square root, no float64 FMA and no float32 at all
+    (a float argument would be float32: the tail cap goes by memory); with fusion
+    allowed the same check finds FMAs."""
     got = _compiled_ptx(90, fusion=False)
-    assert got["fma.rn.f64"] == 0 and got["approx.f64"] == 0 and got["div.full"] == 0, got
+    assert got["fma.rn.f64"] == 0 and got["f32"] == 0 and got["approx"] == 0, got
     assert got["div.rn.f64"] >= 6 and got["sqrt.rn.f64"] >= 2, got
     assert _compiled_ptx(90, fusion=True)["fma.rn.f64"] > 0

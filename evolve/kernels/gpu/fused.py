@@ -373,13 +373,14 @@ def _emit(acc, col, plane, v, mask):
 
 @triton.jit
 def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, lp, lr, lrow,
-                  ldc, lsx, acc, plane, width, num0, reach0, tvp0, tail_col, cap, spill, depth,
+                  ldc, lsx, acc, plane, width, num0, reach0, tvp0, tail_col, cap_at, spill,
+                  depth,
                   hbuf, n_items, next_item, WITH_KL: tl.constexpr, BLOCK: tl.constexpr):
     """Work items taken in order from the counter ``next_item``: item i is program
     i % n_progs over trace blocks (i // n_progs) * BLOCK ..., one thread per block. Columns are candidate-major over
     the chunk's nb blocks: X (nin, g k, nb); lq, lp, lr (g k, nb); lrow (constants, g,
     nb); ldc, lsx (g, nb). acc: the batch's int64 limb sums, program p's sum j of limb l
-    at acc + l * plane + p * width + j."""
+    at acc + l * plane + p * width + j. cap_at: the tail cap (one float64)."""
     pid = tl.program_id(0)
     lanes = tl.arange(0, BLOCK)
     mine = spill + tl.cast(pid, tl.int64) * depth * BLOCK
@@ -387,6 +388,7 @@ def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, l
     gk = g * k
     sx = tl.cast(gk, tl.int64) * nb
     gnb = tl.cast(g, tl.int64) * nb
+    cap = tl.load(cap_at)
     item = tl.atomic_add(next_item, 1)
     while item < n_items:
         p = item % n_progs
@@ -507,12 +509,6 @@ def _counter(dev):
     return torch.zeros(1, dtype=torch.int32, device=dev)
 
 
-def _launch(kernel, grid: int, *args, **meta) -> None:
-    """One launch with no fused multiply-add (the Numba kernels round every product)."""
-    with np.errstate(all="ignore"):   # the interpreter computes both sides of a where in numpy
-        kernel[(grid,)](*args, num_warps=WARPS, enable_fp_fusion=False, **meta)
-
-
 def _check_device(dev) -> None:
     if dev.type != "cuda" and not interpreted():
         raise gpu.DeviceError.of("device", f"the fused kernels run on torch device "
@@ -520,12 +516,28 @@ def _check_device(dev) -> None:
                                  "TRITON_INTERPRET=1 before Triton is imported")
 
 
-def _token_launch(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
-                  block: int = TOKEN_BLOCK) -> None:
-    _check_device(progs.device)
+class Call:
+    """One launch: ``kernel[(grid,)](*args, **meta)``, with no fused multiply-add (the
+    Numba kernels round every product). Every argument is a tensor or an int: Triton
+    passes a Python float as float32, so a float64 scalar (the tail cap) goes by memory."""
+
+    def __init__(self, kernel, grid: int, args: tuple, meta: dict):
+        self.kernel, self.grid, self.args, self.meta = kernel, grid, args, meta
+
+    def launch(self) -> None:
+        _check_device(self.args[0].device)
+        with np.errstate(all="ignore"):   # the interpreter computes both sides of a where
+            self.kernel[(self.grid,)](*self.args, num_warps=WARPS, enable_fp_fusion=False,
+                                      **self.meta)
+
+
+def token_call(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
+               block: int = TOKEN_BLOCK) -> Call | None:
+    """The launch of ``token_counts`` (with rand, base, std_q) or ``token_values``
+    (without), None when there is nothing to score."""
     m = int(X.shape[1])
     if not progs.n or not m:
-        return
+        return None
     tiles = -(-m // block)
     per_item = min(TILES_PER_ITEM, tiles)
     items = progs.n * -(-tiles // per_item)
@@ -534,23 +546,28 @@ def _token_launch(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
     tally = rand is not None
     if not tally:
         rand = base = std_q = out      # not read
-    _launch(_token_kernel, grid, progs.ops, progs.consts, progs.starts, progs.lengths, progs.n,
-            X, X.stride(0), U, U.stride(0), X.shape[0], m, rand, base, std_q, out, spill,
-            progs.depth, tiles, per_item, items, _counter(progs.device), TALLY=tally,
-            USE_U=True, BLOCK=block)
+    return Call(_token_kernel, grid, (
+        progs.ops, progs.consts, progs.starts, progs.lengths, progs.n, X, X.stride(0), U,
+        U.stride(0), X.shape[0], m, rand, base, std_q, out, spill, progs.depth, tiles,
+        per_item, items, _counter(progs.device)),
+        dict(TALLY=tally, USE_U=True, BLOCK=block))
 
 
 def token_counts(progs: Programs, X, U, rand, base, std_q, out, block: int = TOKEN_BLOCK) -> None:
     """Add the six counts of every program over the rows of X (inputs x rows on the
     device; U = ``interp.derived(X)``, rand, base, std_q: those rows' columns) to out,
     int64 (P, 6) on the device (``kernels.tokens.population_counts``'s integers)."""
-    _token_launch(progs, X, U, out, rand, base, std_q, block)
+    call = token_call(progs, X, U, out, rand, base, std_q, block)
+    if call is not None:
+        call.launch()
 
 
 def token_values(progs: Programs, X, U, out, block: int = TOKEN_BLOCK) -> None:
     """Every program's values over the rows of X into out, float64 (P, rows) on the
     device (``kernels.tokens.matrix_thresholds``'s bits)."""
-    _token_launch(progs, X, U, out, block=block)
+    call = token_call(progs, X, U, out, block=block)
+    if call is not None:
+        call.launch()
 
 
 def candidate_major(part) -> tuple:
@@ -565,30 +582,40 @@ def candidate_major(part) -> tuple:
     return X, lq, lp, lr, lrow, ldc, lsx
 
 
+def trace_call(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: int,
+               cap: float = TAIL_OFF, with_kl: bool = False,
+               block: int = TRACE_BLOCK) -> Call | None:
+    """The launch of ``trace_sums``, None when there is nothing to score."""
+    X, lq, lp, lr, lrow, ldc, lsx = cols
+    nb = int(ldc.shape[1])
+    n = p1 - p0
+    if n <= 0 or not nb:
+        return None
+    L = layout.sums_layout(g)
+    items = n * -(-nb // block)
+    per_block = 8 * (progs.depth + k) * block        # a thread block's scratch, bytes
+    grid = max(1, min(_grid(progs.device, items),
+                      gpu.memory_budget(progs.device) // (4 * per_block)))
+    dev = progs.device
+    spill = torch.empty(grid * progs.depth * block, dtype=torch.float64, device=dev)
+    hbuf = torch.empty(grid * k * block, dtype=torch.float64, device=dev)
+    return Call(_trace_kernel, grid, (
+        progs.ops, progs.consts, progs.starts[p0:p1], progs.lengths[p0:p1], n, X, X.shape[0],
+        nb, g, k, lq, lp, lr, lrow, ldc, lsx, acc[:, p0:p1], acc.stride(0), L.width,
+        L.acc_num.start, L.reach.start, L.tv_pos.start, L.tail,
+        torch.full((1,), float(cap), dtype=torch.float64, device=dev), spill, progs.depth,
+        hbuf, items, _counter(dev)), dict(WITH_KL=bool(with_kl), BLOCK=block))
+
+
 def trace_sums(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: int,
                cap: float = TAIL_OFF, with_kl: bool = False, block: int = TRACE_BLOCK) -> None:
     """Add the limb sums of programs p0..p1 over a chunk's blocks (``candidate_major``
     columns) to acc, int64 (4, P, layout.width(g)) on the device, as
     ``traces._limbs(block_values(...)).sum(-1)`` adds them (the Numba kernel's
     integers once ``traces.finish``-ed)."""
-    _check_device(progs.device)
-    X, lq, lp, lr, lrow, ldc, lsx = cols
-    nb = int(ldc.shape[1])
-    n = p1 - p0
-    if n <= 0 or not nb:
-        return
-    L = layout.sums_layout(g)
-    items = n * -(-nb // block)
-    per_block = 8 * (progs.depth + k) * block        # a thread block's scratch, bytes
-    grid = max(1, min(_grid(progs.device, items),
-                      gpu.memory_budget(progs.device) // (4 * per_block)))
-    spill = torch.empty(grid * progs.depth * block, dtype=torch.float64, device=progs.device)
-    hbuf = torch.empty(grid * k * block, dtype=torch.float64, device=progs.device)
-    _launch(_trace_kernel, grid, progs.ops, progs.consts, progs.starts[p0:p1],
-            progs.lengths[p0:p1], n, X, X.shape[0], nb, g, k, lq, lp, lr, lrow, ldc, lsx,
-            acc[:, p0:p1], acc.stride(0), L.width, L.acc_num.start, L.reach.start,
-            L.tv_pos.start, L.tail, float(cap), spill, progs.depth, hbuf, items,
-            _counter(progs.device), WITH_KL=bool(with_kl), BLOCK=block)
+    call = trace_call(progs, cols, g, k, acc, p0, p1, cap, with_kl, block)
+    if call is not None:
+        call.launch()
 
 
 # ------------------------------------------------------------------ the probe
