@@ -48,8 +48,8 @@ CPU_BUDGET = 256 * 2 ** 20            # torch on the CPU (tests): 256 MiB of scr
 
 
 class DeviceError(EvolveError):
-    """A device that cannot be used (no torch, no CUDA device, out of its memory);
-    one line naming the parameter ``device``."""
+    """A device that cannot be used (no torch, no CUDA device, out of its memory, the
+    fused kernels forced without Triton); one line naming the parameter ``device``."""
 
 
 def check_name(device) -> None:

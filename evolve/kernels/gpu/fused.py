@@ -495,8 +495,8 @@ class Programs:
 
 
 def _grid(dev, items: int) -> int:
-    """Thread blocks to launch: as many as a multiprocessor can hold (BLOCKS_PER_SM; 8 on
-    the interpreter), at most one per item. Blocks take items from a counter, so a block
+    """Thread blocks to launch: as many as the multiprocessors can hold (BLOCKS_PER_SM
+    each; one multiprocessor's worth on the interpreter), at most one per item. Blocks take items from a counter, so a block
     that starts late takes fewer, and the items running at once are consecutive: the
     same rows for different programs."""
     sms = torch.cuda.get_device_properties(dev).multi_processor_count \
