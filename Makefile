@@ -4,6 +4,9 @@ PYTHON ?= python3
 # torch is installed on its own first so that the CPU build pinned here is the one
 # used (a plain `torch` requirement may pull a multi-GB CUDA build).
 TORCH ?= torch==2.13.0
+# Triton runs the fused GPU kernels (evolve/kernels/gpu/fused.py); the CPU torch wheel does
+# not bring it, and the tests check those kernels without a GPU in Triton's interpreter.
+TRITON ?= triton==3.9.0
 # The Operon reference of the speed benchmark, without the scikit-learn wrapper's
 # dependencies (scikit-learn, scipy, pandas): `import pyoperon` needs none of them, and
 # with scipy present every process that loads Numba's cached array code imports
@@ -18,7 +21,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet '$(TORCH)'
+	$(BIN)/python -m pip install --quiet '$(TORCH)' '$(TRITON)'
 	$(BIN)/python -m pip install --quiet -e '.[test,hf,gpu,cluster,docs]'
 	$(BIN)/python -m pip install --quiet --no-deps '$(PYOPERON)'
 	touch $(STAMP)

@@ -1,28 +1,34 @@
 """Population evaluation on a torch device against the Numba kernels, measured in one
 run: node evaluations per second of the token kernel and one generation of the trace
-kernel, with the results compared bit for bit before any timing.
+kernel, by each device kernel (the fused Triton one and the torch one), with every
+kernel's results compared bit for bit with the Numba kernel's before any timing.
 
 A script of the source checkout, not part of the ``evolve`` package::
 
-    python benchmarks/gpu_eval.py [--device cuda|cpu] [--token-rows N] [--trees N]
-                                  [--drafted N] [--population N] [--repeats N]
+    python benchmarks/gpu_eval.py [--device cuda|cpu] [--kernels fused,torch]
+                                  [--token-rows N] [--trees N] [--drafted N]
+                                  [--population N] [--repeats N] [--torch-repeats N]
                                   [--torch-threads N] [--smoke] [--json FILE]
 
 1. token  The speed benchmark's random population (``benchmarks/speed.py``: token
           primitives, heights 2..6, its seed; ``--trees``) over the token train split
           tiled to ``--token-rows`` rows: ``evolve.kernels.tokens.population_counts``
           on all Numba threads against ``evolve.kernels.gpu.tokens.population_counts``
-          on the torch device. Node evaluations count every node times every row;
-          also the torch operations (each one pass over the rows) per node.
+          on the torch device with each of ``--kernels``. Node evaluations count every
+          node times every row; for the torch kernel also its operations (each one pass
+          over the rows) per node.
 2. trace  One generation of ``--population`` random trace-rule trees (trace
           primitives, heights 2..6) over n-gram traces of about ``--drafted`` drafted
           tokens (``evolve.data.sources.ngram``, the train split): the sums of
           ``--objective speed`` (``population_sums``, no KL) by the Numba kernel on
           all threads against ``evolve.kernels.gpu.traces.population_sums``.
 
-``--device cpu`` runs the torch code on the CPU (figures "torch on CPU", not GPU
-figures); the default is cuda when torch sees a CUDA device. ``--smoke`` uses tiny
-sizes (tests/test_gpu_bench.py runs it) and checks the results but no target.
+``--device cpu`` runs the device kernels on the CPU (figures "torch on CPU", not GPU
+figures; the fused kernel there runs in Triton's interpreter, far slower than anything,
+so it is measured only when ``--kernels`` names it); the default is cuda when torch sees
+a CUDA device, with both kernels. ``--smoke`` uses tiny sizes (tests/test_gpu_bench.py
+runs it) and checks the results but no target. ``python benchmarks/gpu_check.py`` runs
+this with the Hugging Face figures in one table.
 """
 
 from __future__ import annotations
@@ -42,19 +48,19 @@ for _p in (ROOT, ROOT / "benchmarks"):      # `import evolve`; the speed benchma
 
 import numpy as np  # noqa: E402
 
-TARGETS = {"token_node_evals_per_s": 1e11, "trace_generation_speedup": 30.0}   # on an H100
+TARGETS = {"token_node_evals_per_s": 3e11, "trace_generation_speedup": 30.0}   # on an H100
 
 
-def _median_time(fn, repeats: int, sync) -> tuple[float, object]:
-    out = fn()                               # compile or load, upload, warm the caches
-    sync()
+def _median_time(fn, repeats: int, sync) -> float:
+    """The median seconds of ``repeats`` calls of fn (its first call, which compiles,
+    uploads and warms the caches, was the check of its results)."""
     ts = []
-    for _ in range(repeats):
+    for _ in range(max(1, repeats)):
         t = time.perf_counter()
-        out = fn()
+        fn()
         sync()
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts), out
+    return statistics.median(ts)
 
 
 def _trees(pset, n: int, seed: int):
@@ -83,6 +89,19 @@ def ops_per_node(fn, nodes: int) -> float:
     return count[0] / nodes
 
 
+def _repeats(args, kernel: str) -> int:
+    return args.torch_repeats if kernel == "torch" and args.torch_repeats else args.repeats
+
+
+def _identical(section: str, kernels, run, want) -> None:
+    """Each kernel's first result (also its warm-up: it compiles, uploads and fills the
+    caches) equals the Numba kernel's, or stop."""
+    for kern in kernels:
+        if not np.array_equal(run(kern), want):
+            raise SystemExit(f"gpu_eval: the {kern} {section} results differ from the Numba "
+                             "kernel's")
+
+
 def token_section(args, dev, sync) -> dict:
     from evolve.data import tokens
     from evolve.io.paths import DATA_DIR
@@ -97,19 +116,25 @@ def token_section(args, dev, sync) -> dict:
     split = tk.SplitArrays(tokens.Dataset(**cols, name="train"))
     progs = _trees(P.make_pset(), args.trees, FULL.pop_seed)
     nodes = int(progs.lengths.sum())
-    cpu_s, want = _median_time(lambda: tk.population_counts(progs, split), args.repeats,
-                               lambda: None)
-    dev_s, got = _median_time(lambda: gt.population_counts(progs, split, dev), args.repeats,
-                              sync)
-    if not np.array_equal(got, want):
-        raise SystemExit("gpu_eval: the torch token counts differ from the Numba kernel's")
-    per_node = ops_per_node(lambda: gt.population_counts(progs, split, dev,
-                                                         chunk_rows=split.n), nodes)
-    return {"trees": len(progs), "nodes": nodes, "rows": split.n, "numba_s": cpu_s,
-            "torch_ops_per_node": per_node,
-            "torch_s": dev_s, "numba_node_evals_per_s": nodes * split.n / cpu_s,
-            "torch_node_evals_per_s": nodes * split.n / dev_s, "torch_over_numba": cpu_s / dev_s,
-            "identical": True}
+
+    def run(kern):
+        return gt.population_counts(progs, split, dev, kernel=kern)
+    _identical("token", args.kernels, run, tk.population_counts(progs, split))
+    out = {"trees": len(progs), "nodes": nodes, "rows": split.n, "identical": True,
+           "kernels": list(args.kernels)}
+    out["numba_s"] = _median_time(lambda: tk.population_counts(progs, split), args.repeats,
+                                  lambda: None)
+    out["numba_node_evals_per_s"] = nodes * split.n / out["numba_s"]
+    for kern in args.kernels:
+        sec = _median_time(lambda: run(kern), _repeats(args, kern), sync)
+        out[f"{kern}_s"] = sec
+        out[f"{kern}_node_evals_per_s"] = nodes * split.n / sec
+        out[f"{kern}_over_numba"] = out["numba_s"] / sec
+    if "torch" in args.kernels:
+        out["torch_ops_per_node"] = ops_per_node(
+            lambda: gt.population_counts(progs, split, dev, chunk_rows=split.n,
+                                         kernel="torch"), nodes)
+    return out
 
 
 def trace_section(args, dev, sync) -> dict:
@@ -127,32 +152,59 @@ def trace_section(args, dev, sync) -> dict:
     progs = _trees(P.make_pset(trace=True), args.population, 7)
     nodes = int(progs.lengths.sum())
     rows = sa.n * sa.k
-    cpu_s, want = _median_time(lambda: speculative.population_sums(progs, sa, with_kl=False),
-                               args.repeats, lambda: None)
-    dev_s, got = _median_time(lambda: gtr.population_sums(progs, sa, dev), args.repeats, sync)
-    if not np.array_equal(got, want):
-        raise SystemExit("gpu_eval: the torch trace sums differ from the Numba kernel's")
-    return {"population": len(progs), "nodes": nodes, "drafted_tokens": sa.n,
-            "candidate_rows": rows, "block_size": sa.g, "top_k": sa.k, "build_s": built,
-            "numba_generation_s": cpu_s, "torch_generation_s": dev_s,
-            "generation_speedup": cpu_s / dev_s,
-            "numba_node_evals_per_s": nodes * rows / cpu_s,
-            "torch_node_evals_per_s": nodes * rows / dev_s, "identical": True}
+
+    def run(kern):
+        return gtr.population_sums(progs, sa, dev, kernel=kern)
+    _identical("trace", args.kernels, run,
+               speculative.population_sums(progs, sa, with_kl=False))
+    out = {"population": len(progs), "nodes": nodes, "drafted_tokens": sa.n,
+           "candidate_rows": rows, "block_size": sa.g, "top_k": sa.k, "build_s": built,
+           "identical": True, "kernels": list(args.kernels)}
+    out["numba_generation_s"] = _median_time(
+        lambda: speculative.population_sums(progs, sa, with_kl=False), args.repeats,
+        lambda: None)
+    out["numba_node_evals_per_s"] = nodes * rows / out["numba_generation_s"]
+    for kern in args.kernels:
+        sec = _median_time(lambda: run(kern), _repeats(args, kern), sync)
+        out[f"{kern}_generation_s"] = sec
+        out[f"{kern}_node_evals_per_s"] = nodes * rows / sec
+        out[f"{kern}_speedup"] = out["numba_generation_s"] / sec
+    if "torch" in args.kernels:                      # the names earlier results used
+        out["generation_speedup"] = out["torch_speedup"]
+    return out
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=("cuda", "cpu"), default=None)
+    ap.add_argument("--kernels", default=None,
+                    help="device kernels, comma-separated: fused, torch (default: both on "
+                         "cuda, torch on cpu)")
     ap.add_argument("--token-rows", type=int, default=4_000_000)
     ap.add_argument("--trees", type=int, default=1000)
     ap.add_argument("--drafted", type=int, default=1_000_000)
     ap.add_argument("--population", type=int, default=1000)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--torch-repeats", type=int, default=None,
+                    help="timed calls of the torch kernel (default: --repeats)")
     ap.add_argument("--torch-threads", type=int, default=None,
                     help="torch's CPU threads (torch on CPU only; default: torch's own)")
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def kernel_list(text, dev) -> tuple:
+    from evolve.kernels.gpu import KERNELS
+    names = tuple(text.split(",")) if text else (KERNELS if dev.type == "cuda" else ("torch",))
+    bad = [k for k in names if k not in KERNELS]
+    if bad:
+        raise SystemExit(f"gpu_eval: --kernels: {bad[0]!r} is not one of {', '.join(KERNELS)}")
+    return names
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     if args.smoke:
         args.token_rows, args.trees, args.drafted, args.population, args.repeats = (
             3000, 20, 2048, 20, 1)
@@ -162,6 +214,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.torch_threads)
     name = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(name)
+    args.kernels = kernel_list(args.kernels, dev)
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     doc = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda"
            else "torch on CPU (not a GPU figure)",
@@ -171,14 +224,17 @@ def main(argv=None) -> int:
     tok, tr = doc["token"], doc["trace"]
     print(f"device: {doc['device']}; Numba threads {doc['numba_threads']}, "
           f"torch threads {doc['torch_threads']}")
+    line = ", ".join(f"{k} {tok[f'{k}_node_evals_per_s']:.3g} ({tok[f'{k}_over_numba']:.2f}x)"
+                     for k in args.kernels)
     print(f"token kernel, {tok['trees']} trees x {tok['rows']:,} rows: "
-          f"Numba {tok['numba_node_evals_per_s']:.3g} node evals/s, torch "
-          f"{tok['torch_node_evals_per_s']:.3g} ({tok['torch_over_numba']:.2f}x), identical; "
-          f"{tok['torch_ops_per_node']:.2f} torch operations per node")
+          f"Numba {tok['numba_node_evals_per_s']:.3g} node evals/s, {line}, identical"
+          + (f"; {tok['torch_ops_per_node']:.2f} torch operations per node"
+             if "torch" in args.kernels else ""))
+    line = ", ".join(f"{k} {tr[f'{k}_generation_s']:.3g} s ({tr[f'{k}_speedup']:.2f}x)"
+                     for k in args.kernels)
     print(f"trace generation, {tr['population']} trees x {tr['drafted_tokens']:,} drafted "
           f"tokens ({tr['candidate_rows']:,} candidate rows): Numba "
-          f"{tr['numba_generation_s']:.3g} s, torch {tr['torch_generation_s']:.3g} s "
-          f"({tr['generation_speedup']:.2f}x), identical")
+          f"{tr['numba_generation_s']:.3g} s, {line}, identical")
     if dev.type == "cuda" and not args.smoke:
         print(f"targets (H100): token >= {TARGETS['token_node_evals_per_s']:.0e} node "
               f"evals/s, trace generation >= {TARGETS['trace_generation_speedup']:.0f}x")

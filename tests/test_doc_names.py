@@ -58,6 +58,8 @@ WRITTEN_AT_RUN_TIME = {
     "benchmarks/results.json",          # python benchmarks/speed.py
     "benchmarks/results-smoke.json",    # python benchmarks/speed.py --smoke
     "benchmarks/startup-results.json",  # python benchmarks/startup.py
+    "benchmarks/wheels",                # python benchmarks/gpu_wheels.py
+    "benchmarks/.gpu-site",             # python benchmarks/gpu_check.py installs there
 }
 BARE_ALLOWED = {
     "champion.py",       # written into every run directory

@@ -25,7 +25,7 @@ INTERNAL = {
                                                  "load, turned into HFTraceError there",
 }
 # Packages a module may need that a minimal install lacks (the module is then skipped).
-OPTIONAL = {"dask", "distributed", "torch", "transformers", "matplotlib", "sympy"}
+OPTIONAL = {"dask", "distributed", "torch", "transformers", "matplotlib", "sympy", "triton"}
 
 
 def package_exceptions() -> dict:

@@ -1,5 +1,5 @@
 """`evolve benchmark --device cuda` (``evolve.runs.device_bench``): every rule's tree
-scored and timed by the torch token kernel gives the CPU benchmark's metrics exactly;
+scored and timed by the device token kernel gives the CPU benchmark's metrics exactly;
 the output says which device timed the rows; a hand-edited evolved.py is timed on the
 CPU by its own code; a missing torch or device, or an unknown name, is one line.
 

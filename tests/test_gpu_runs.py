@@ -210,7 +210,8 @@ def test_bad_device_names_and_the_trajectory_are_refused(tmp_path, small_data_di
 def test_the_cpu_path_never_imports_torch(small_data_dir):
     code = ("import sys, evolve; evolve.run(generations=1, population=10, writeback=False, "
             f"data_dir={str(small_data_dir)!r}, runs_dir=sys.argv[1]); "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+            "assert 'torch' not in sys.modules, 'torch imported'; "
+            "assert 'triton' not in sys.modules, 'triton imported'")
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.executable, "-c", code, d], capture_output=True, text=True)

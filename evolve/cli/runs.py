@@ -28,7 +28,7 @@ OBJECTIVE_HELP = ("expected: the seed metric with expected counts (noise-free; t
               help="Timing repeats per heuristic and split (median reported).")
 @click.option("--device", type=str, default="cpu", show_default=True,
               help="Time the compiled per-rule functions on cpu, or each rule's tree with "
-                   "the torch token kernel on cuda (the same metrics; pip install '.[gpu]').")
+                   "the device token kernel on cuda (the same metrics; pip install '.[gpu]').")
 @json_option
 @friendly_errors
 def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):

@@ -1,13 +1,14 @@
 """`evolve benchmark --device cuda`: every heuristic's tree scored and timed by the
-torch token kernel (``evolve.kernels.gpu.tokens``) on a torch device.
+device token kernel (``evolve.kernels.gpu.tokens``: the fused Triton kernel, or the
+torch one, as ``gpu.kernel_for`` chooses) on a torch device.
 
 A baseline's tree comes from the rules table (``evolve.rules.table``); the
 installed ``heuristics/evolved.py``'s from its ``METADATA`` literal, used only when
 the module's function is exactly the code generated from that tree
 (``evolved_tree``), else that row is timed on the CPU by its compiled function and
 ``fallback`` says why. The metrics come from the kernel's integer counts
-(``Counts.from_raw``), the same numbers as the compiled functions' on the CPU (the
-torch kernel equals the Numba population kernel bit for bit, which equals the
+(``Counts.from_raw``), the same numbers as the compiled functions' on the CPU (both
+device kernels equal the Numba population kernel bit for bit, which equals the
 generated code). The timed work is one kernel call on a split whose columns are on
 the device already (as in a run; a split larger than the memory budget is streamed
 from the host, as in a run, and ``streamed`` names it), between two
@@ -32,7 +33,8 @@ from heuristics import ops, registry
 from evolve.io.paths import heuristics_dir
 
 CPU_TIMING = {"device": "cpu", "by": "compiled per-rule functions (Numba)"}
-TORCH_TIMING = "torch token kernel, the split's columns on the device"
+DEVICE_TIMING = {"fused": "fused token kernel (Triton), the split's columns on the device",
+                 "torch": "torch token kernel, the split's columns on the device"}
 
 
 class DeviceBench:
@@ -58,8 +60,8 @@ class DeviceBench:
         else:
             where = str(self.dev)
             name = f"{self.dev.type}, torch threads: {torch.get_num_threads()}"
-        out = {"device": self.device, "by": TORCH_TIMING, "torch_device": where,
-               "name": name, "fallback": self.fallback}
+        out = {"device": self.device, "by": DEVICE_TIMING[gpu.kernel_for(self.dev)],
+               "torch_device": where, "name": name, "fallback": self.fallback}
         if self.streamed:
             out["streamed"] = sorted(self.streamed)
         return out

@@ -33,7 +33,7 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int,
     """Every heuristic (``heuristics``: these names only) on the token splits of
     ``data_dir``: metrics and eval_ms, the median of ``repeats`` timings. On ``device``
     "cpu" each compiled per-rule function is timed; on "cuda" each tree is scored and
-    timed by the torch token kernel on the device (``evolve.runs.device_bench``), the
+    timed by the device token kernel (``evolve.runs.device_bench``), the
     same metrics. ``timing`` says which device timed the rows."""
     gpu.check_name(device)
     all_names = registry.names()

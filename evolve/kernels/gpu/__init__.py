@@ -1,11 +1,19 @@
-"""Population evaluation with torch, on a CUDA device: the same results, bit for bit,
-as the Numba kernels (``evolve.kernels.tokens``, ``evolve.kernels.speculative``).
+"""Population evaluation on a CUDA device: the same results, bit for bit, as the Numba
+kernels (``evolve.kernels.tokens``, ``evolve.kernels.speculative``).
 
-``device="cpu"`` (the default everywhere) never imports torch; ``device="cuda"``
-evaluates every population with the torch code of ``evolve.kernels.gpu.interp``
-(the interpreter and the primitive set, one torch operation per arithmetic step),
+``device="cpu"`` (the default everywhere) never imports torch or Triton;
+``device="cuda"`` evaluates every population with one of two kernels (``kernel_for``):
+
+- ``fused``: the fused interpreter in Triton (``evolve.kernels.gpu.fused``), one
+  launch per population and chunk of rows, each thread interpreting the programs on
+  its rows with the stack in registers; chosen on a CUDA device when Triton imports
+  and its compiled kernels pass ``fused.probe`` (the Numba interpreter's bits on every
+  primitive at the edges), once per process;
+- ``torch``: the fallback, the torch code of ``evolve.kernels.gpu.interp`` (the
+  interpreter and the primitive set, one torch operation per arithmetic step).
+
 ``evolve.kernels.gpu.tokens`` (the token counts) and ``evolve.kernels.gpu.traces``
-(the trace kernel's exact sums). ``evolve.kernels.gpu.stream`` decides where a
+(the trace kernel's exact sums) run either. ``evolve.kernels.gpu.stream`` decides where a
 split's columns live: on the device once (resident), or on the host (pinned on CUDA),
 copied chunk by chunk when they take more than half the memory budget. The code is
 device-agnostic: the tests run it on torch's CPU device and compare it with the Numba
@@ -17,18 +25,26 @@ so that the whole ``--device cuda`` path runs on a machine without a GPU; it tak
 ``cpu``, ``cuda`` and ``cuda:N`` only, and ``cuda`` ones need that CUDA device.
 ``EVOLVE_TORCH_MEMORY`` sets the memory budget in bytes (see ``memory_budget``). Both
 are checked by ``torch_device``, so a bad value is one line before any work.
+``EVOLVE_GPU_KERNEL`` (``fused`` or ``torch``) forces a kernel; ``fused`` on torch's CPU
+device runs it in Triton's interpreter (``TRITON_INTERPRET=1``, set here before the
+kernels are first imported), which is how the tests check it without a GPU.
 
 This module imports nothing heavy: the command line checks ``--device`` with it.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
+import sys
+import warnings
 
 from evolve.errors import EvolveError, show
 
 DEVICES = ("cpu", "cuda")
+KERNELS = ("fused", "torch")
+KERNEL = "EVOLVE_GPU_KERNEL"          # forces one of KERNELS (default: fused when it can run)
 OVERRIDE = "EVOLVE_TORCH_DEVICE"      # tests: the torch device "cuda" stands for
 MEMORY = "EVOLVE_TORCH_MEMORY"        # the memory budget in bytes
 CPU_BUDGET = 256 * 2 ** 20            # torch on the CPU (tests): 256 MiB of scratch
@@ -36,8 +52,8 @@ OVERRIDE_NAME = re.compile(r"cpu|cuda(:[0-9]{1,3})?", re.ASCII)
 
 
 class DeviceError(EvolveError):
-    """A device that cannot be used (no torch, no CUDA device, out of its memory);
-    one line naming the parameter ``device``."""
+    """A device that cannot be used (no torch, no CUDA device, out of its memory, the
+    fused kernels forced without Triton); one line naming the parameter ``device``."""
 
 
 def check_name(device) -> None:
@@ -49,7 +65,7 @@ def check_name(device) -> None:
 
 def check(device) -> None:
     """A one-line DeviceError naming ``device`` unless it can evaluate here: a known
-    name, and for "cuda" torch and a CUDA device (no torch import for "cpu")."""
+    name, and for "cuda" what ``torch_device`` checks (no torch import for "cpu")."""
     check_name(device)
     if device != "cpu":
         torch_device(device)
@@ -57,7 +73,8 @@ def check(device) -> None:
 
 def torch_device(device: str):
     """The torch device that evaluates for ``device`` ("cuda"): checked once here,
-    with a one-line DeviceError when torch or a CUDA device is missing."""
+    with a one-line DeviceError when torch or a CUDA device is missing, or
+    ``EVOLVE_GPU_KERNEL`` is not a kernel (or forces "fused" without Triton)."""
     check_name(device)
     if device == "cpu":
         raise DeviceError.of("device", "'cpu' is evaluated by the Numba kernels, not torch")
@@ -65,6 +82,7 @@ def torch_device(device: str):
         import torch  # lazy: torch is an optional dependency (the gpu extra)
     except ImportError:
         raise DeviceError.of("device", "'cuda' needs torch (pip install '.[gpu]')") from None
+    _forced_kernel()
     override = os.environ.get(OVERRIDE)
     dev = _override(torch, override) if override else None
     if dev is None or dev.type == "cuda":
@@ -113,6 +131,19 @@ def memory_setting() -> int | None:
     return value
 
 
+def _forced_kernel() -> str:
+    """EVOLVE_GPU_KERNEL ("" when unset), checked: one of KERNELS, and Triton installed
+    when it forces "fused" (without importing it)."""
+    forced = os.environ.get(KERNEL, "")
+    if forced and forced not in KERNELS:
+        raise DeviceError(f"{KERNEL}: {forced!r} is invalid; expected one of "
+                          f"{', '.join(KERNELS)}")
+    if forced == "fused" and importlib.util.find_spec("triton") is None:
+        raise DeviceError.of("device", f"'cuda' with {KERNEL}=fused needs triton "
+                             f"(pip install triton), or set {KERNEL}=torch")
+    return forced
+
+
 def memory_budget(dev) -> int:
     """Bytes of device memory one evaluation may use for its scratch: EVOLVE_TORCH_MEMORY
     if set, else a third of the CUDA device's free memory (256 MiB on the CPU). A split's
@@ -145,3 +176,66 @@ def guarded(fn, device: str):
             raise DeviceError.of("device", f"{device!r} ran out of memory ({line[:160]}); "
                                  f"set {MEMORY} lower, or resume on 'cpu'") from None
     return call
+
+
+_READY: dict = {}       # str(torch device) -> whether the fused kernels passed their probe
+
+
+def kernel_for(dev) -> str:
+    """Which kernels score populations on torch device ``dev``: "fused" (Triton,
+    ``evolve.kernels.gpu.fused``) on a CUDA device where Triton imports and the compiled
+    kernels pass ``fused.probe`` (checked once per process and device; a failed probe
+    is one warning, and the torch kernels score), else "torch". ``EVOLVE_GPU_KERNEL``
+    forces either; forced "fused" without Triton is a one-line DeviceError."""
+    forced = _forced_kernel()
+    if forced == "torch":
+        return "torch"
+    if forced == "fused":
+        _fused(dev)
+        return "fused"
+    if dev.type != "cuda":
+        return "torch"
+    key = str(dev)
+    if key not in _READY:
+        _READY[key] = _probe(dev)
+    return "fused" if _READY[key] else "torch"
+
+
+def fused_for(dev, kernel: str | None = None):
+    """The module of the fused kernels (``evolve.kernels.gpu.fused``) when they score on
+    torch device ``dev`` (``kernel_for``, or ``kernel``: "fused" or "torch"), else None."""
+    if kernel not in (None,) + KERNELS:
+        raise ValueError(f"kernel: {kernel!r} is invalid; expected one of {', '.join(KERNELS)}")
+    return _fused(dev) if (kernel or kernel_for(dev)) == "fused" else None
+
+
+def _fused(dev):
+    """The module of the fused kernels; on a device other than CUDA in Triton's
+    interpreter, switched on here when Triton is not yet imported (Triton decides it
+    for every function, its own included, when it is imported)."""
+    if dev.type != "cuda" and "triton" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        from evolve.kernels.gpu import fused  # lazy: triton, only where the fused kernels run
+    except ImportError as e:
+        raise DeviceError.of("device", f"'cuda' with {KERNEL}=fused needs triton ({e}; pip "
+                             f"install triton), or set {KERNEL}=torch") from None
+    if dev.type != "cuda" and not fused.interpreted():
+        raise DeviceError.of("device", f"the fused kernels run on torch device {dev.type!r} "
+                             "only in Triton's interpreter: set TRITON_INTERPRET=1 before "
+                             "Triton is imported")
+    return fused
+
+
+def _probe(dev) -> bool:
+    try:
+        from evolve.kernels.gpu import fused  # lazy: triton, only on a CUDA device
+    except ImportError:
+        return False                            # no Triton: the torch kernels, silently
+    if fused.interpreted():
+        return False                            # TRITON_INTERPRET=1: far slower than torch
+    why = fused.probe(dev)
+    if why:
+        warnings.warn(f"device 'cuda': {why}; populations are scored by the torch kernels",
+                      RuntimeWarning, stacklevel=2)
+    return not why

@@ -1,4 +1,6 @@
-"""The token kernel in torch: ``evolve.kernels.tokens.population_counts``, bit for bit.
+"""The token kernel on a device: ``evolve.kernels.tokens.population_counts``, bit for bit,
+by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in torch
+(``gpu.kernel_for`` chooses).
 
 A split's columns, and plog, pexp and psqrt of its inputs (as the Numba kernel's
 ``SplitArrays.derived``), are the split's device columns (``device_split``, made once
@@ -6,7 +8,8 @@ and cached on the ``SplitArrays``). When they fit ``stream.RESIDENT_SHARE`` of t
 memory budget they are put on the device once (resident); otherwise they stay on the
 host, rows first (pinned on CUDA), and each row chunk's inputs are copied to the
 device once per population, plog, pexp and psqrt computed there (``evolve.kernels.gpu.stream``).
-A population is scored program by program over row chunks that fit the memory budget
+A population is scored over row chunks that fit the memory budget (one launch of the
+fused kernel per chunk, or program by program in torch)
 (``evolve.kernels.gpu.memory_budget``; ``chunk_rows`` forces a size), with the tally
 of ``kernels.tokens._tally``: integer counts and the expected sums in fixed point
 (``layout.EXPECTED_SCALE``), exact and order-free, so any chunking, resident or
@@ -98,39 +101,51 @@ def _step(programs, ds: DeviceTokens, dev, chunk_rows) -> int:
     return chunk_size(programs, dev, chunk_rows, ds.bytes_per_row if ds.streaming else 0)
 
 
-def population_counts(programs, arrays, dev, chunk_rows: int | None = None) -> np.ndarray:
-    """Counts for every program, int64 (P, 6), as ``kernels.tokens.population_counts``."""
+def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
+                      kernel: str | None = None) -> np.ndarray:
+    """Counts for every program, int64 (P, 6), as ``kernels.tokens.population_counts``;
+    by the fused kernels or the torch ones (``gpu.kernel_for``; ``kernel`` forces one)."""
     _check_inputs(programs, arrays)
     out = np.zeros((len(programs), 6), dtype=np.int64)
     if not len(programs):
         return out
     ds = device_split(arrays, dev)
     step = _step(programs, ds, dev, chunk_rows)
-    progs = interp.program_lists(programs)
+    fused = gpu.fused_for(dev, kernel)
+    progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     acc = torch.zeros((len(programs), 6), dtype=torch.int64, device=dev)
     for r0 in range(0, ds.n, step):
         X, U, rand, base, std_q = ds.chunk(r0, min(ds.n, r0 + step))    # once per chunk
+        if fused is not None:
+            fused.token_counts(progs, X, U, rand, base, std_q, acc)
+            continue
         for p, (ops, consts) in enumerate(progs):
             acc[p] += tally(interp.run(ops, consts, X, U), rand, base, std_q)
     out[:] = acc.cpu().numpy()
     return out
 
 
-def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None) -> np.ndarray:
+def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None,
+                          kernel: str | None = None) -> np.ndarray:
     """Every program's thresholds, float64 (P, n), as ``kernels.tokens.population_thresholds``
-    (gathered on the host chunk by chunk)."""
+    (gathered on the host chunk by chunk); kernels as ``population_counts``."""
     _check_inputs(programs, arrays)
     ds = device_split(arrays, dev)
     out = np.empty((len(programs), ds.n), dtype=np.float64)
     if not len(programs):
         return out
     step = _step(programs, ds, dev, chunk_rows)
-    progs = interp.program_lists(programs)
+    fused = gpu.fused_for(dev, kernel)
+    progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     for r0 in range(0, ds.n, step):
         r1 = min(ds.n, r0 + step)
         X, U = ds.chunk(r0, r1)[:2]
-        H = torch.empty((len(progs), r1 - r0), dtype=torch.float64, device=dev)
-        for p, (ops, consts) in enumerate(progs):
-            H[p] = interp.run(ops, consts, X, U)
+        H = torch.empty((len(programs), r1 - r0), dtype=torch.float64, device=dev)
+        if fused is not None:
+            fused.token_values(progs, X, U, H)
+        else:
+            for p, (ops, consts) in enumerate(progs):
+                H[p] = interp.run(ops, consts, X, U)
         out[:, r0:r1] = H.cpu().numpy()
     return out
+

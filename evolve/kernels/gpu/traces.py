@@ -1,4 +1,7 @@
-"""The trace kernel in torch: ``evolve.kernels.speculative.population_sums``, bit for bit.
+"""The trace kernel on a device: ``evolve.kernels.speculative.population_sums``, bit for
+bit, by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in
+torch (``gpu.kernel_for`` chooses; what follows is the torch one's way, and where a
+split's columns live for both).
 
 A split's candidate inputs and per-candidate and per-row constants (the kernel's own
 ``Prepared`` constants, back in block order) are put on the device once
@@ -268,10 +271,11 @@ def sizes(programs, d: DeviceTrace, dev, chunk_blocks, batch_programs) -> tuple:
 
 def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = TAIL_OFF,
                     blocks=None, chunk_blocks: int | None = None,
-                    batch_programs: int | None = None) -> np.ndarray:
+                    batch_programs: int | None = None, kernel: str | None = None) -> np.ndarray:
     """Exact sums for every program, int64 (P, layout.width(g), 2), as
     ``kernels.speculative.population_sums`` (with ``with_kl=False`` the kl sum is 0 and
-    its logarithms are skipped), over every block of ``sa`` or over ``blocks``."""
+    its logarithms are skipped), over every block of ``sa`` or over ``blocks``; by the
+    fused kernels or the torch ones (``gpu.kernel_for``; ``kernel`` forces one)."""
     _check_inputs(programs, sa)
     d = device_split(sa, dev)
     if blocks is not None:
@@ -281,11 +285,18 @@ def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = 
     if not P_ or not d.shape.n_blocks:
         return out
     nb, pb = sizes(programs, d, dev, chunk_blocks, batch_programs)
-    progs = interp.program_lists(programs)
+    fused = gpu.fused_for(dev, kernel)
+    progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     acc = torch.zeros((4, P_, layout.width(g)), dtype=torch.int64, device=dev)
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     for b0 in range(0, d.shape.n_blocks, nb):
         part = d.select(b0, min(d.shape.n_blocks, b0 + nb))    # streaming: copied here, once
+        if fused is not None:
+            cols = fused.candidate_major(part)
+            for p0 in range(0, P_, pb):
+                fused.trace_sums(progs, cols, g, k, acc, p0, min(P_, p0 + pb), float(tail_cap),
+                                 bool(with_kl))
+            continue
         m = part.shape.n_blocks
         X = part.X.reshape(part.X.shape[0], m * g * k)
         U = interp.derived(X)           # plog, pexp, psqrt of the chunk's inputs, once
