@@ -3,6 +3,11 @@
 Results go to stdout, progress and notes to stderr. When stderr is not a
 terminal, progress becomes plain lines; ``NO_COLOR`` is honoured (rich reads
 it); ``--json`` prints one JSON document on stdout and nothing else there.
+
+Tables keep every character of every cell: when stdout is not a terminal (a file,
+a pipe) a table is printed at its natural width, however wide, and a line of text
+is never broken; on a terminal too narrow for a table its cells wrap onto further
+lines (at spaces, else anywhere) instead of being cut to an ellipsis.
 """
 
 from __future__ import annotations
@@ -33,15 +38,23 @@ def printable(text, keep_newlines: bool = False) -> str:
     return _CONTROL.sub(esc, str(text))
 
 
+# The width of stdout when it is not a terminal: wider than any table, which rich then
+# prints at its natural width (tables do not expand; text lines are not padded).
+PIPED_WIDTH = 10_000
+
+
 class Terminal:
     def __init__(self, json_mode: bool = False):
         from rich.console import Console    # lazy: start-up (rich loads only where it is used)
         self.json_mode = json_mode
-        # Not a terminal and no COLUMNS: wide enough that tables are never cut.
+        # stdout not a terminal: tables at their natural width, text never broken
+        self.piped = not sys.stdout.isatty()
+        # (notes on stderr: the terminal's width, or COLUMNS, or 160)
         width = None if (sys.stdout.isatty() or os.environ.get("COLUMNS")) else 160
+        out_width = PIPED_WIDTH if self.piped else width
         # no markup, emoji codes or highlighting is ever applied to text: what a file
         # holds is printed as it is (after ``printable``)
-        self.out = Console(highlight=False, soft_wrap=False, width=width, emoji=False,
+        self.out = Console(highlight=False, soft_wrap=False, width=out_width, emoji=False,
                            markup=False)
         self.err = Console(stderr=True, highlight=False, width=width, emoji=False,
                            markup=False)
@@ -57,7 +70,7 @@ class Terminal:
                        soft_wrap=True)   # one line, however long
 
     def result(self, text: str) -> None:
-        if not self.json_mode:
+        if not self.json_mode:       # (piped: a long line stays one line)
             self.out.print(printable(text, keep_newlines=True), markup=False)
 
     def print_json(self, obj) -> None:
@@ -74,12 +87,12 @@ class Terminal:
         from rich.text import Text    # lazy: start-up (rich loads only where it is used)
         t = Table(title=Text(printable(title)), title_justify="left", show_edge=False,
                   pad_edge=False)
-        for header, justify in columns:
-            t.add_column(Text(printable(header)), justify=justify, no_wrap=True)
+        for header, justify in columns:     # too narrow a terminal: cells wrap, never cut
+            t.add_column(Text(printable(header)), justify=justify, overflow="fold")
         for i, row in enumerate(rows):   # Text: a cell's text is never read as markup
             t.add_row(*[Text(printable(c)) for c in row],
                       style=(styles[i] if styles else None))
-        self.out.print(t)
+        self.out.print(t)      # (piped: PIPED_WIDTH, so at the table's natural width)
 
     # --- progress -------------------------------------------------------
     def progress(self, total: int, start: int = 0):
