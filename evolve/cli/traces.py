@@ -348,8 +348,11 @@ def tradeoff_cmd(data_dir, budgets, run_names, runs_dir, png, max_tv, trajectory
     png_path = None
     if png is not None:
         try:
-            pictures.render_png(series, png, title=f"{data_dir}: test split "
-                              f"(g = {res['block_size']}, k = {res['top_k']})")
+            tuned = [(r["rule"], r["test"]["tv_per_token"], r["test"]["tokens_per_call"],
+                      r["test"].get("tokens_se")) for e in res["budgets"] for r in e["rows"]
+                     if r["test"] is not None and r["kind"] != "extra"]
+            pictures.render_png(series, png, f"{data_dir}: test split (g = "
+                                f"{res['block_size']}, k = {res['top_k']})", budgets, tuned)
         except RuntimeError as e:       # matplotlib missing
             fail(f"--png: {e}")
         except OSError as e:            # the directory went away, a full disk, ...
