@@ -374,7 +374,8 @@ def test_tradeoff_table_and_png(tmp_path, tiny_dir):
     assert set(rows) == set(families())
     assert "no parameter fits" not in rows["standard_rejection"] + rows["leniency"] + rows["ears"]
     assert "tokens per call" in out and "TV per token" in out    # the terminal picture
-    assert out.splitlines()[-2].startswith("s ")                  # its legend
+    legend = out.splitlines()[-2]                                 # its legend: the
+    assert "S standard_rejection" in legend and "t typical_acceptance" in legend   # styles
     assert f"picture: {png}" in out
 
 
