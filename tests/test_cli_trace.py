@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import evolve.api.record as REC
 import evolve.cli.trace_data as CT
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES, families
@@ -110,11 +111,11 @@ def test_a_refused_recording_leaves_the_directory_another_one_holds(tmp_path, mo
             pass
 
         def __enter__(self):
-            raise CT.Busy(str(out))
+            raise REC.Busy(str(out))
 
         def __exit__(self, *exc):
             return False
-    monkeypatch.setattr(CT, "DirLock", HeldElsewhere)
+    monkeypatch.setattr(REC, "DirLock", HeldElsewhere)
     one_line_error(invoke("data", "trace", "--out", out, *TINY_OPTIONS), "--out", str(out),
                    "another process")
     assert out.is_dir()

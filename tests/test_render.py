@@ -109,3 +109,42 @@ def test_a_table_redirected_to_a_file_by_the_shell(tmp_path):
                    shell=True, check=True, env=env, cwd=tmp_path, timeout=120)
     text = out.read_text()
     assert name in text and "(0.987654 * d)" in text and "…" not in text, text
+
+
+def _record(g: int) -> dict:
+    return {"generation": g, "best_train": 0.5, "median_train": 0.4, "best_valid": 0.5,
+            "mean_size": 7.0, "timing": {"evals_per_s": 1000.0}}
+
+
+def test_the_first_eta_does_not_count_compilation(monkeypatch):
+    """Generation 0 took 100 s (the kernels compiling), each later one 3 s: the ETA at
+    generation 1 of 20 is 19 x 3 s, not 100 s a generation (the run's first estimate
+    said 'eta 255s' for a run of 20 s)."""
+    from evolve.cli import render
+    clock = iter([100.0, 103.0, 106.0])
+    monkeypatch.setattr(render.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(sys, "stdout", _Stream(False))
+    notes = []
+    term = Terminal()
+    monkeypatch.setattr(term, "note", notes.append)
+    with term.progress(20) as bar:
+        for g in range(3):
+            bar.update(_record(g))
+    assert notes[0].endswith("eta after the next generation"), notes
+    assert notes[1].endswith("eta 57s"), notes          # 19 generations x 3 s
+    assert notes[2].endswith("eta 54s"), notes
+
+
+def test_a_line_meter_speaks_at_least_every_ten_seconds():
+    """A long step counted by a LineMeter: a line whenever 10 s have passed since the
+    last, naming what is under way, none in between."""
+    from evolve.api.progress import LineMeter
+    now = [0.0]
+    said = []
+    m = LineMeter(said.append, "tradeoff", 4, "steps", clock=lambda: now[0])
+    for t, what in ((3.0, "sweeping a"), (11.0, "sweeping b"), (12.0, "tuning a"),
+                    (25.0, "tuning b")):
+        now[0] = t
+        m.advance(1, what)
+    assert said == ["tradeoff: 2/4 steps (sweeping b), 0.18 steps/s, 11 s, eta 11 s",
+                    "tradeoff: 4/4 steps (tuning b), 0.16 steps/s, 25 s, eta 0 s"]

@@ -104,16 +104,20 @@ class Terminal:
 
 
 class _Meter:
-    """Work counted in units (drafted tokens): a live rich bar with the rate and ETA
-    on a terminal; otherwise a plain line at most every PLAIN_EVERY seconds (none
+    """Work counted in units (drafted tokens, steps): a live rich bar with the rate, what
+    is under way and the ETA on a terminal; otherwise the plain lines of
+    ``evolve.api.progress.LineMeter`` (at most one every ``PLAIN_EVERY`` seconds, none
     when the work is done sooner: the caller's own line reports it)."""
     PLAIN_EVERY = 10.0
 
     def __init__(self, term: Terminal, label: str, total: int, unit: str):
+        from evolve.api.progress import LineMeter    # lazy: start-up (a command loads only what it runs)
         self.term, self.label, self.total, self.unit = term, label, max(1, total), unit
         self.live = term.err.is_terminal and not term.json_mode
+        self._plain = None if (self.live or term.json_mode) else \
+            LineMeter(term.note, label, total, unit, every=self.PLAIN_EVERY)
         self.done = 0
-        self.t0 = self.last_plain = time.perf_counter()
+        self.t0 = time.perf_counter()
         self._bar = None
 
     def __enter__(self):
@@ -124,9 +128,10 @@ class _Meter:
             self._bar = Progress(TextColumn(printable(self.label)), MofNCompleteColumn(),
                                  BarColumn(), TextColumn("{task.fields[rate]}"),
                                  TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[what]}"),
                                  console=self.term.err, transient=True)
             self._bar.__enter__()
-            self._task = self._bar.add_task(self.label, total=self.total, rate="")
+            self._task = self._bar.add_task(self.label, total=self.total, rate="", what="")
         return self
 
     def __exit__(self, *exc):
@@ -134,46 +139,54 @@ class _Meter:
             self._bar.__exit__(*exc)
         return False
 
-    def advance(self, n: int) -> None:
-        self.done += n
-        now = time.perf_counter()
-        rate = self.done / max(now - self.t0, 1e-9)
+    def set_total(self, total: int) -> None:
+        self.total = max(1, total)
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done,
-                             rate=f"{rate:,.0f} {self.unit}/s")
-            return
-        if self.term.json_mode or now - self.last_plain < self.PLAIN_EVERY:
-            return
-        self.last_plain = now
-        eta = (self.total - self.done) / max(rate, 1e-9)
-        self.term.note(f"{self.label}: {self.done:,}/{self.total:,} {self.unit}, "
-                       f"{rate:,.0f} {self.unit}/s, eta {eta:.0f} s")
+            self._bar.update(self._task, total=self.total)
+        elif self._plain is not None:
+            self._plain.set_total(total)
+
+    def advance(self, n: int = 0, what: str | None = None) -> None:
+        self.done += n
+        if self._bar is not None:
+            rate = self.done / max(time.perf_counter() - self.t0, 1e-9)
+            fields = {"rate": f"{rate:,.0f} {self.unit}/s"}
+            if what is not None:
+                fields["what"] = printable(what)
+            self._bar.update(self._task, completed=self.done, **fields)
+        elif self._plain is not None:
+            self._plain.advance(n, what)
 
 
 class _Progress:
-    """Generation progress: a live rich bar on a terminal, plain lines otherwise."""
+    """Generation progress: a live rich bar on a terminal, plain lines otherwise (the
+    first and last generation, then at most one every 2 s, and every 50th). The ETA
+    starts from the first generation reported, not from the start: that generation's
+    time holds the kernels' compilation and the data's first pass, which would make
+    the first estimates of a short run many times too long; until a second generation
+    is done there is none."""
 
     def __init__(self, term: Terminal, total: int, start: int):
         self.term = term
         self.total = total
         self.start = start
         self.live = term.err.is_terminal and not term.json_mode
-        self.t0 = time.perf_counter()
         self.last_plain = 0.0
+        self.base = None          # (time, generation) of the first record
         self._bar = None
 
     def __enter__(self):
         if self.live:
             # lazy: start-up (rich loads only where it is used)
             from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                       TimeElapsedColumn, TimeRemainingColumn)
+                                       TimeElapsedColumn)
             self._bar = Progress(TextColumn("gen"), MofNCompleteColumn(), BarColumn(),
                                  TextColumn("{task.fields[info]}"), TimeElapsedColumn(),
-                                 TextColumn("eta"), TimeRemainingColumn(),
+                                 TextColumn("{task.fields[eta]}"),
                                  console=self.term.err, transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task("evolve", total=self.total, completed=self.start,
-                                            info="")
+                                            info="", eta="")
         return self
 
     def __exit__(self, *exc):
@@ -181,19 +194,29 @@ class _Progress:
             self._bar.__exit__(*exc)
         return False
 
+    def eta(self, g: int, now: float) -> float | None:
+        """Seconds left at generation ``g``: the time per generation since the first
+        record times the generations left (None before a second record)."""
+        if self.base is None:
+            self.base = (now, g)
+            return None
+        t0, g0 = self.base
+        return None if g <= g0 else (now - t0) / (g - g0) * (self.total - g)
+
     def update(self, record: dict) -> None:
         g = record["generation"]
+        now = time.perf_counter()
+        eta = self.eta(g, now)
+        eta_text = "eta after the next generation" if eta is None else f"eta {eta:.0f}s"
         info = (f"train {record['best_train']:.4f} (median {record['median_train']:.4f}) "
                 f"valid {record['best_valid']:.4f} size {record['mean_size']:.1f} "
                 f"{record['timing']['evals_per_s']:.0f} evals/s")
         if self._bar is not None:
-            self._bar.update(self._task, completed=g, info=info)
+            self._bar.update(self._task, completed=g, info=info, eta=eta_text)
             return
         if self.term.json_mode:
             return
-        now = time.perf_counter()
         if g in (0, self.total) or now - self.last_plain >= 2.0 or g % 50 == 0:
-            done = max(1, g - self.start)
-            eta = (now - self.t0) / done * (self.total - g)
-            self.term.note(f"gen {g}/{self.total} {info} eta {eta:.0f}s")
+            self.term.note(f"gen {g}/{self.total} {info} "
+                           + ("done" if g == self.total else eta_text))
             self.last_plain = now
