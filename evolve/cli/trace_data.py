@@ -69,8 +69,14 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                valid_prompts, test_prompts, max_files, max_bytes_per_file, force,
                rows_per_shard, backend, target, draft, device, dtype, batch_size, prompts_file,
                corpus_dir, prompt_len, context_len):
-    """Build train/valid/test speculative-decoding traces (what they hold, how they are
-    made and their schema: the guide's "Traces" section, or `evolve data trace --help`)."""
+    """Build train/valid/test speculative-decoding traces.
+
+    A draft/target pair decodes prompts in blocks of --block-size drafted tokens; every
+    drafted position is recorded with the draft's --top-k candidates and both models'
+    probabilities, from which the trace objectives (evolve run --objective speed,
+    evolve tradeoff) are exact. The default pair is a byte-level n-gram pair trained
+    here on the Python standard library's source (about 3 s); --backend hf records
+    your own Hugging Face pair. Then: evolve run --objective speed --data OUT."""
     from evolve.api import record    # lazy: start-up (a command loads only what it runs)
     tm = term()
     options = {"seed": seed, "block_size": block_size, "top_k": top_k,
