@@ -1,7 +1,11 @@
 """The Python API beyond runs (``evolve.api``): ``evolve.Rule``, ``evolve.tradeoff``,
 ``evolve.compare``, ``evolve.trace`` and ``evolve.export``, each the same front door the
 command line goes through (same defaults, same one-line errors naming the parameter
-where the command line names its option), with results as plain records."""
+where the command line names its option), with results as plain records.
+
+Also guarantee 25 of docs/reliability.md, Configuration from any caller
+(test_tradeoff_refuses_bad_arguments_in_one_line): see tests/test_hostile_config.py.
+"""
 
 import dataclasses
 import json

@@ -5,6 +5,9 @@ the source tree; the installed ``evolve`` then runs the main commands there, wit
 default locations of an installed package (``runs/`` and ``heuristics/`` of the working
 directory: write-back never changes the installed package). Slow: the virtualenv installs the
 core dependencies (from pip's cache when they are there).
+
+Also guarantee 34 of docs/reliability.md, What an export decides is what was scored: see
+tests/test_faithful.py.
 """
 
 from __future__ import annotations
@@ -125,7 +128,7 @@ def run_readme(bindir: Path, python: str, work: Path, env_extra: dict | None = N
                               f"{p.stderr[-3000:]}"
     assert (work / "tradeoff.png").read_bytes()[:4] == b"\x89PNG"
     assert "def speculative_sampling(" in (work / "rule_hf.py").read_text()
-    assert len(p.stdout.splitlines()) >= 6, p.stdout       # every print of the example
+    assert len(p.stdout.splitlines()) >= 5, p.stdout       # every print of the example
 
 
 @pytest.mark.slow
