@@ -138,7 +138,7 @@ def test_the_readme_tour_and_api_example_run_after_a_wheel_install(venv, tmp_pat
     work = tmp_path / "empty"
     work.mkdir()
     run_readme(venv / "bin", str(venv / "bin" / "python"), work)
-    assert {"datasets", "runs", "heuristics"} <= {p.name for p in work.iterdir()}
+    assert {"datasets", "runs", "rule_hf.py"} <= {p.name for p in work.iterdir()}
 
 
 @pytest.mark.slow
