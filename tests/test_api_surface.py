@@ -317,3 +317,19 @@ def test_tradeoff_piped_prints_progress_lines(tiny_dir, monkeypatch):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("tradeoff: ")]
     assert any("(sweeping leniency on test)" in ln for ln in lines), r.stderr
     assert any("(tuning ears to TV 0.02 on valid)" in ln for ln in lines), r.stderr
+
+
+def test_compare_tells_its_progress_inside_each_rule(tiny_dir, monkeypatch):
+    """Free-running decoding of one rule takes about 50 s at 8,192 prompts: its batches of
+    decoding, log-likelihoods and distortion are counted, so a line comes at least every
+    10 s (here after every step)."""
+    from evolve.api import progress
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    seen = []
+    evolve.compare(["standard_rejection", "leniency:0.8"], data_dir=tiny_dir, prompts=4,
+                   blocks=2, progress=seen.append)
+    for what in ("decoding", "log-likelihoods", "the emitted tokens' distortion"):
+        assert any(s.startswith("leniency(l=0.8): ") and f"({what})" in s for s in seen), seen
+    last = [s for s in seen if s.startswith("leniency(l=0.8): ")][-1]
+    done, total = last.split(": ")[1].split(" ")[0].split("/")
+    assert done == total, last

@@ -15,12 +15,14 @@ and bad arguments, are one-line errors naming the parameter, before any decoding
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolve import paired, simulate
 from evolve.api.named import rule_of
+from evolve.api.progress import LineMeter
 from evolve.data import traces
 from evolve.data.sources.registry import source_of, source_of_pair
 from evolve.errors import EvolveError, show
@@ -88,8 +90,8 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
     A rule is a ``Rule``, or text: ``NAME`` or ``NAME:PARAM`` of the rules table, or
     ``run:RUN`` (a run under ``runs_dir``). ``prompts`` (default: the split's) and
     ``blocks`` (default: as recorded) size the decoding; ``seed`` draws the prompts and
-    uniforms. ``progress``: a callable given a line per rule decoded (``print``);
-    ``meter``: the command line's bar for a Hugging Face pair's decoding."""
+    uniforms. ``progress``: a callable given a line per rule decoded and, during one,
+    at most every 10 s (``print``); ``meter``: the command line's bar instead."""
     if isinstance(rules, (str, bytes)) or not hasattr(rules, "__iter__"):
         raise CompareError.of("rules", f"{show(rules)} is invalid; expected a list of at "
                                        "least two rules")
@@ -108,6 +110,8 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
         if value is not None:
             simulate.check_bound(name, value, most)
     say = progress or (lambda text: None)
+    if meter is None and progress is not None:
+        meter = functools.partial(LineMeter, progress)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     ts = traces.load(data_dir / f"{split}.npz", name=split)
     cfg = source_of(ts).config_of(ts)    # sizes checked before the rules' runs or the models
@@ -128,7 +132,7 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
     t0 = time.perf_counter()
     try:        # the sizes again, now that an hf prompts file has given its count
         res = paired.compare(pair, named, split=split, prompts=prompts, blocks=blocks,
-                             seed=seed, progress=say)
+                             seed=seed, progress=say, meter=meter)
     except simulate.SizeError:
         raise
     except Exception as e:       # out of memory on the models' device while decoding

@@ -19,10 +19,10 @@ class LineMeter:
     way); a line goes to ``say`` at most every ``every`` seconds, none when the work
     ends sooner (the caller's own line reports it then). Also a context manager."""
 
-    def __init__(self, say, label: str, total: int, unit: str, every: float = EVERY_S,
+    def __init__(self, say, label: str, total: int, unit: str, every: float | None = None,
                  clock=time.perf_counter):
         self.say, self.label, self.total, self.unit = say, label, max(1, total), unit
-        self.every, self.clock = every, clock
+        self.every, self.clock = EVERY_S if every is None else every, clock
         self.done = 0
         self.what = ""
         self.t0 = self.last = clock()
