@@ -27,6 +27,14 @@ LENIENT = "pmin(1.0, pdiv(target_prob, mul(0.8, draft_prob)))"
 SLOT = "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.5, slot_tv)))"
 
 
+def _exported(rule, fmt):
+    """The module `evolve export --format fmt` writes for ``rule``, loaded here."""
+    import types
+    mod = types.ModuleType(f"exported_{fmt}")
+    exec(compile(rule.source(fmt), f"<export {fmt}>", "exec"), mod.__dict__)
+    return mod
+
+
 def _features(n=500, seed=0):
     rng = np.random.default_rng(seed)
     q, p = rng.uniform(1e-4, 1, n), rng.uniform(1e-4, 1, n)
@@ -58,9 +66,11 @@ def test_a_rule_reads_like_a_formula_and_thresholds_like_its_export():
     assert np.array_equal(h, np.minimum(1.0, F["target_prob"] / (0.8 * F["draft_prob"])))
     assert np.array_equal(rule.threshold(draft_prob=F["draft_prob"],
                                          target_prob=F["target_prob"]), h)
-    exported = rule.numpy()                      # the module `evolve export` writes
+    exported = _exported(rule, "numpy")          # the module `evolve export` writes
     args = [F[n] for n in exported.INPUTS]
     assert np.allclose(exported.threshold(*args), h, rtol=0, atol=1e-15)
+    here = rule.numpy()                          # its interface, evaluated here
+    assert here.INPUTS == exported.INPUTS and np.array_equal(here.threshold(*args), h)
     import sympy
     t, d = sympy.Symbol("t", real=True), sympy.Symbol("d", real=True)
     assert sympy.simplify(rule.sympy() - sympy.Min(1, t / (0.8 * d))) == 0
@@ -75,9 +85,12 @@ def test_a_scoped_rule_decides_as_its_exports_do():
     F = _features()
     rank = np.random.default_rng(1).integers(0, 40, len(F["draft_prob"]))
     a = rule.acceptance(F, draft_rank=rank)
-    mod = rule.numpy()
+    mod = _exported(rule, "numpy")
     want = mod.acceptance(rank, *[F[n] for n in mod.INPUTS])
     assert np.allclose(a, want, rtol=0, atol=1e-15)
+    here = rule.numpy()
+    assert here.TOP_K == mod.TOP_K == 16 and here.SCOPE == mod.SCOPE
+    assert np.array_equal(here.acceptance(rank, *[F[n] for n in here.INPUTS]), a)
     std = np.minimum(1.0, F["target_prob"] / F["draft_prob"])
     assert np.array_equal(a[rank >= 16], std[rank >= 16])
     assert not np.array_equal(a[rank < 16], std[rank < 16])
@@ -121,11 +134,18 @@ def test_a_run_champion_is_a_rule_with_its_scope_and_metrics(tmp_path):
     assert rule.metrics["test"]["tokens_per_call"] == 2.5
     assert rule.name == "run r1" and "SCOPE = {" in rule.source("numpy")
     torch = pytest.importorskip("torch")
-    mod = rule.torch()
     F = _features(50)
     rank = np.arange(50) % 20
-    got = mod.acceptance(torch.as_tensor(rank), *[torch.as_tensor(F[n]) for n in mod.INPUTS])
-    assert np.allclose(got.numpy(), rule.acceptance(F, draft_rank=rank), rtol=0, atol=1e-12)
+    want = rule.acceptance(F, draft_rank=rank)
+    for mod in (rule.torch(), _exported(rule, "torch")):      # here, and as exported
+        got = mod.acceptance(torch.as_tensor(rank),
+                             *[torch.as_tensor(F[n]) for n in mod.INPUTS])
+        assert np.allclose(got.numpy(), want, rtol=0, atol=1e-12), mod
+    t = rule.torch()
+    u = torch.rand(50, dtype=torch.float64)
+    assert torch.equal(t.accept(u, *[torch.as_tensor(F[n]) for n in t.INPUTS],
+                                draft_rank=torch.as_tensor(rank)),
+                       u < torch.as_tensor(want))
 
 
 def test_named_rules_come_from_the_table():

@@ -5,7 +5,7 @@
     print(rule)                                     # min(1, (t / d)), the formula
     rule.threshold({"draft_prob": q, "target_prob": p, ...})   # numpy arrays, any shape
     rule.acceptance(features, draft_rank=ranks)     # the probability it was scored with
-    rule.sympy(), rule.numpy(), rule.torch()        # the formula, the exported modules
+    rule.sympy(), rule.numpy(), rule.torch()        # the formula; the exports' interface
     rule.source("hf")                               # what `evolve export --format hf` writes
     rule.metrics["test"], rule.scope
 
@@ -16,14 +16,14 @@ splits) and its ``metrics`` per split. ``acceptance`` decides as the exports do
 (``evolve.export.scope``): the rule inside its scope, clip(threshold, 0, 1) with NaN as
 0; the standard rule min(1, target_prob / draft_prob) for drafts ranked at or beyond
 ``top_k``; a rule of a top-k scope refuses a call without the ranks. ``numpy()`` and
-``torch()`` are the modules ``evolve export --format numpy|torch`` writes, made in
-memory from the parsed tree by the same generator, so what you call is what you would
-deploy.
+``torch()`` give the interface of the modules ``evolve export --format numpy|torch``
+writes, evaluated in this process by the project's own evaluators (no generated text
+is run); ``source(format)`` is the text an export writes, and tests hold the two to
+the same decisions.
 """
 
 from __future__ import annotations
 
-import types
 from collections.abc import Mapping
 
 import numpy as np
@@ -225,25 +225,98 @@ class Rule:
             return patch_source(self.nodes, meta, title)
         return export_source(self.nodes, format, meta, title)
 
-    def _module(self, fmt: str) -> types.ModuleType:
-        source = self.source(fmt)
-        module = types.ModuleType(f"evolve_rule_{fmt}")
-        module.__file__ = f"<evolve.Rule {fmt} export>"
-        # the generator's own text from the parsed tree (what `evolve export` writes)
-        exec(compile(source, module.__file__, "exec"), module.__dict__)
-        return module
+    def numpy(self) -> "RuleFunctions":
+        """The rule with the interface of its numpy export (``INPUTS``, ``SCOPE``,
+        ``threshold(*inputs)``, ``acceptance(draft_rank, *inputs)``, ``accept(u, *inputs,
+        draft_rank=...)``, ``draft_rank``), evaluated here by the numpy reference
+        (``evolve.lang.numpy_eval``), in float64."""
+        return RuleFunctions(self, "numpy")
 
-    def numpy(self) -> types.ModuleType:
-        """The numpy export as a module: ``threshold``, ``acceptance``, ``accept``,
-        ``draft_rank`` and the scope's constants."""
-        return self._module("numpy")
-
-    def torch(self) -> types.ModuleType:
-        """The torch export as a module (needs torch): ``threshold``, ``acceptance`` and
-        ``accept`` over tensors of any shape, on their device."""
-        return self._module("torch")
+    def torch(self) -> "RuleFunctions":
+        """The same interface over torch tensors on their device (needs torch), evaluated
+        by the project's torch interpreter (``evolve.kernels.gpu.interp``: the Numba
+        kernels' thresholds bit for bit), in float64."""
+        return RuleFunctions(self, "torch")
 
     def to_dict(self) -> dict:
         """tree, expression, inputs, scope and metrics as plain data."""
         return {"name": self.name, "tree": self.tree, "expression": self.expression,
                 "inputs": list(self.inputs), "scope": self.scope, "metrics": self.metrics}
+
+
+class RuleFunctions:
+    """A rule with the interface of its exported module (``evolve.export.scope``), over
+    numpy arrays or torch tensors: ``INPUTS`` (the positional inputs, as the export's
+    signature), ``SCOPE``, ``TOP_K``, ``BLOCK_SIZE``, ``TEMPERATURE``, ``threshold``,
+    ``acceptance``, ``accept`` and ``draft_rank``."""
+
+    def __init__(self, rule: Rule, lib: str):
+        self.rule, self.lib = rule, lib
+        self.INPUTS = P.signature_of(rule.nodes, codegen.uses_trace_inputs(rule.nodes))
+        sc = rule.scope or {}
+        self.SCOPE, self.TOP_K = rule.scope, sc.get("top_k")
+        self.BLOCK_SIZE, self.TEMPERATURE = sc.get("block_size"), sc.get("temperature")
+        if lib == "torch":
+            import torch    # lazy: only the torch form needs it (the gpu extra)
+            from evolve.kernels.gpu import interp    # lazy: as above
+            self._torch, self._interp = torch, interp
+            (self._ops, self._consts), = interp.program_lists(treeio.linearise([rule.nodes]))
+
+    def __repr__(self) -> str:
+        return f"<{self.lib} functions of {self.rule!r}>"
+
+    def threshold(self, *inputs):
+        """The threshold of every element (inputs in ``INPUTS`` order, broadcast)."""
+        if len(inputs) != len(self.INPUTS):
+            raise RuleInputError.of("inputs", f"{len(inputs)} given; expected "
+                                              f"{', '.join(self.INPUTS)}")
+        if self.lib == "numpy":
+            return self.rule.threshold(dict(zip(self.INPUTS, inputs)))
+        torch = self._torch
+        given = [x for x in inputs if torch.is_tensor(x)]
+        device = given[0].device if given else torch.device("cpu")
+        ts = [torch.as_tensor(x, device=device) for x in inputs]
+        shape = torch.broadcast_shapes(*(t.shape for t in ts))
+        n = 1
+        for d in shape:
+            n *= d
+        X = torch.zeros((len(P.INPUT_INDEX), n), dtype=torch.float64, device=device)
+        for name, t in zip(self.INPUTS, ts):
+            X[P.INPUT_INDEX[name]] = t.broadcast_to(shape).reshape(-1).to(torch.float64)
+        return self._interp.run(self._ops, self._consts, X).reshape(shape)
+
+    def acceptance(self, draft_rank, *inputs):
+        """The acceptance probability the rule was scored with (see ``Rule.acceptance``)."""
+        if self.lib == "numpy":
+            return self.rule.acceptance(dict(zip(self.INPUTS, inputs)), draft_rank)
+        torch = self._torch
+        h = self.threshold(*inputs)
+        a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
+        if self.TOP_K is None:
+            return a
+        f = dict(zip(self.INPUTS, inputs))
+        q = torch.as_tensor(f["draft_prob"], device=h.device).to(h.dtype)
+        p = torch.as_tensor(f["target_prob"], device=h.device).to(h.dtype)
+        std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
+        return torch.where(torch.as_tensor(draft_rank, device=h.device) < self.TOP_K, a, std)
+
+    def accept(self, u, *inputs, draft_rank=None):
+        """True where the drafted token is accepted: u < acceptance (``draft_rank`` needed
+        for a rule of a top-k scope)."""
+        if self.TOP_K is not None and draft_rank is None:
+            raise RuleInputError.of("draft_rank", f"needed: the rule was scored on drafts "
+                                    f"among the draft's top {self.TOP_K}")
+        a = self.acceptance(0 if draft_rank is None else draft_rank, *inputs)
+        if self.lib == "numpy":
+            return np.asarray(u) < a
+        return self._torch.as_tensor(u, device=a.device) < a
+
+    def draft_rank(self, q, token):
+        """The rank of each drafted token under ``q`` (see ``Rule.draft_rank``)."""
+        if self.lib == "numpy":
+            return Rule.draft_rank(q, token)
+        torch = self._torch
+        token = torch.as_tensor(token, device=q.device).long()
+        qx = torch.gather(q, -1, token[..., None])
+        ids = torch.arange(q.shape[-1], device=q.device)
+        return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(dim=-1)

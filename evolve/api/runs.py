@@ -73,6 +73,9 @@ class Quiet:
     def note(self, text: str) -> None:
         pass
 
+    def step(self, text: str) -> None:
+        pass
+
     def progress(self, total: int, start: int = 0):
         return self
 

@@ -64,6 +64,11 @@ class Terminal:
         self.err.print(printable(text, keep_newlines=True), markup=False,
                        soft_wrap=True)   # commands stay copyable
 
+    def step(self, text: str) -> None:
+        """A step of a long command under way (stderr), as progress is: none with --json."""
+        if not self.json_mode:
+            self.note(text)
+
     def error(self, text: str) -> None:
         first = str(text).splitlines()[0] if str(text).strip() else "unknown error"
         self.err.print(f"error: {printable(first)}", markup=False, style="bold red",

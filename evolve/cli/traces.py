@@ -36,8 +36,8 @@ def _load_split(data_dir: Path, split: str):
 
 @click.command("simulate")
 @click.option("--heuristic", "heuristic", default=None, metavar="NAME",
-              help="A rule of the rules table (evolve/rules/table.py), e.g. standard_rejection "
-                   "or leniency (with --param).")
+              help="A rule of the rules table (an unknown name lists them), e.g. "
+                   "standard_rejection or leniency (with --param).")
 @click.option("--param", type=float, default=None,
               help="The family's parameter (leniency l, ears beta, typical eps, bild alpha, "
                    "hf_ensemble w; default: the family's own).")
