@@ -97,3 +97,18 @@ def test_a_picture_without_budgets_is_one_panel(tmp_path):
     again = tmp_path / "q.png"
     pictures.render_png(SERIES, again, "no budget")
     assert path.read_bytes() == again.read_bytes()                  # same figure, same bytes
+
+
+def test_every_figure_of_the_docs_is_drawn_by_the_committed_script(tmp_path):
+    """docs/img/ holds exactly what `make figures` (benchmarks/figures.py) draws from the
+    committed results, and every picture a page shows is one of them."""
+    import re
+    from pathlib import Path
+    from benchmarks import figures
+    root = Path(__file__).resolve().parents[1]
+    assert figures.main(["--out", str(tmp_path)]) == 0
+    drawn = {p.name for p in tmp_path.glob("*.png")}
+    assert drawn == {p.name for p in (root / "docs" / "img").glob("*.png")}
+    shown = {m for page in (root / "docs").glob("*.md")
+             for m in re.findall(r"\]\(img/([\w.-]+\.png)\)", page.read_text())}
+    assert shown and shown <= drawn, shown - drawn
