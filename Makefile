@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-engines results-engines-neural results-task neural-pair neural-traces install clean
+.PHONY: docs figures run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-engines results-engines-neural results-task neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ bench-smoke: $(STAMP)
 # The documentation site, built strictly (a broken link or API reference fails), into site/
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
+# The documentation's figures (docs/img/), drawn from the committed results JSON under
+# benchmarks/ (nothing is measured here; each figure names its source)
+figures: $(STAMP)
+	$(BIN)/python benchmarks/figures.py
 
 data: $(STAMP)
 	$(BIN)/evolve data generate --force

@@ -54,16 +54,17 @@ LOOKAHEAD_FUTURES = 32
 
 def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
              lookahead_slots: int = LOOKAHEAD_SLOTS,
-             lookahead_futures: int = LOOKAHEAD_FUTURES) -> dict:
+             lookahead_futures: int = LOOKAHEAD_FUTURES, meter=None) -> dict:
     """Free-running decoding of one rule; per-sequence sums (see ``compare``). ``pair``
     is the pair a trace source rebuilt (``evolve.data.sources.registry``), which
     decodes. A rule that reads the lookahead inputs has its distortion estimated where
     the source can (``lookahead_slots`` sampled slots, ``lookahead_futures`` futures per
-    candidate; ``distortion`` says so) and not measured where it cannot (None)."""
+    candidate; ``distortion`` says so) and not measured where it cannot (None).
+    ``meter`` (``meter(label, total, unit)``) counts the progress where the source can."""
     rule = as_rule(rule)
     raw = source_of_pair(pair).free_running(
         pair, rule, split, prompts, blocks, seed,
-        (lookahead_slots, lookahead_futures) if EM.reads_lookahead(rule) else None)
+        (lookahead_slots, lookahead_futures) if EM.reads_lookahead(rule) else None, meter)
     accepted = raw["accepted"]
     n = accepted.shape[0]
     seq = raw["sequence"]
@@ -179,7 +180,7 @@ def check_comparison(prompts: int, blocks: int, rules: int, block_size: int, top
 def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
             blocks: int = 16, seed: int = 1, progress=None,
             lookahead_slots: int = LOOKAHEAD_SLOTS,
-            lookahead_futures: int = LOOKAHEAD_FUTURES) -> dict:
+            lookahead_futures: int = LOOKAHEAD_FUTURES, meter=None) -> dict:
     """Every rule of ``rules`` (label -> rule) decoded free-running on the same
     prompts and uniforms; summaries, and paired differences from the first.
     Settings beyond the bounds or this machine's memory raise
@@ -193,7 +194,7 @@ def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
     for label, rule in rules.items():
         say(f"{label}: {prompts} prompts x {blocks} blocks, free-running")
         raw[label] = run_rule(pair, rule, split, prompts, blocks, seed, lookahead_slots,
-                              lookahead_futures)
+                              lookahead_futures, meter)
     labels = list(rules)
     ref = labels[0]
     return {"split": split, "block_size": g, "prompts": prompts, "blocks": blocks,

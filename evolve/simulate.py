@@ -55,7 +55,7 @@ MAX_REPS = 1_000_000
 VOCAB = 256
 BASE_BYTES = 256 << 20          # batches, the models' working arrays, the interpreter
 PROMPT_BYTES = 4096             # a prompt's generator and seed sequence
-DECODE_BATCH = 256              # prompts decoded at once (evolve.data.decode.decode's batch)
+DECODE_BATCH = DEC.BATCH        # prompts decoded at once (evolve.data.decode.decode)
 FALLBACK_MEMORY = 16 << 30      # when the machine's memory cannot be read
 
 

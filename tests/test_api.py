@@ -1,4 +1,9 @@
-"""The Python API: evolve.run and evolve.load_run."""
+"""The Python API: evolve.run and evolve.load_run.
+
+Also guarantee 25 of docs/reliability.md, Configuration from any caller
+(test_load_run_of_what_is_not_a_path_is_one_line,
+test_tradeoff_refuses_bad_arguments_in_one_line): see tests/test_hostile_config.py.
+"""
 
 import math
 

@@ -50,3 +50,36 @@ def test_the_command_line_loads_no_kernel_or_optional_library():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]", out
+
+
+def test_the_guide_tables_every_run_option_with_the_configurations_default():
+    """docs/guide.md's tables of `evolve run` options: every option is a row, and each
+    default the table states for a configuration field is Config's own."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "docs" / "guide.md").read_text()
+    section = text.split("### `evolve run` options", 1)[1].split("\n### ", 1)[0]
+    rows = [[c.strip() for c in r.strip().strip("|").split("|")]
+            for r in section.splitlines() if r.startswith("| `--")]
+    listed = set(re.findall(r"`(--[a-z0-9-]+)", " ".join(r[0] for r in rows)))
+    assert {p.opts[0] for p in run_cmd.params} <= listed, \
+        sorted({p.opts[0] for p in run_cmd.params} - listed)
+    config = Config()
+    checked = 0
+    for r in rows:
+        keywords = re.findall(r"`(\w+)`", r[1])
+        defaults = [d.strip() for d in r[2].split(",")]
+        if len(keywords) != len(defaults):
+            continue
+        for key, stated in zip(keywords, defaults):
+            if not hasattr(config, key) or key in ("inputs",):
+                continue
+            value = getattr(config, key)
+            first = stated.split()[0] if stated else ""
+            if isinstance(value, bool):
+                assert first == ("on" if value else "off"), (key, stated)
+            elif isinstance(value, (int, float)):
+                assert first in (str(value), f"{value:g}"), (key, stated, value)
+            else:
+                assert first == value, (key, stated, value)
+            checked += 1
+    assert checked >= 20, checked

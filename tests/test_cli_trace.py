@@ -1,5 +1,24 @@
 """`evolve data trace`, `evolve simulate` and `evolve tradeoff` through click's CliRunner,
-on tiny trace splits (tests/tracekit.TINY)."""
+on tiny trace splits (tests/tracekit.TINY).
+
+Guarantee 22 of docs/reliability.md, A trace recording owns its output directory:
+
+`evolve data trace` (both backends, .npz output, and straight into shards with
+`--rows-per-shard`) takes an exclusive OS lock (`evolve/io/lock.py`) on `--out` for
+the whole recording; a second recording into the same directory meanwhile is refused
+with one line, exit code 2, and writes nothing; it also leaves `--out` alone when it
+had made that directory itself a moment before the other recording locked it (it
+used to remove it, empty, from under the other recording). Two real recordings
+started together: one records, the other is refused, and the directory ends with the
+three complete splits
+(`test_a_refused_recording_leaves_the_directory_another_one_holds`,
+`test_two_recordings_into_one_directory_at_once`). `--force` overwrites only splits
+that differ and first keeps each replaced file as `<out>/previous/<split>-<sha256
+prefix>.npz` (a hard link where possible), as `data generate --force` does. Tests:
+`test_a_second_recording_into_a_locked_directory_is_refused`,
+`test_force_keeps_the_replaced_traces_in_previous`,
+`test_trace_into_shards_owns_its_output_directory`.
+"""
 
 import json
 from pathlib import Path
@@ -7,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import evolve.api.record as REC
 import evolve.cli.trace_data as CT
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES, families
@@ -110,11 +130,11 @@ def test_a_refused_recording_leaves_the_directory_another_one_holds(tmp_path, mo
             pass
 
         def __enter__(self):
-            raise CT.Busy(str(out))
+            raise REC.Busy(str(out))
 
         def __exit__(self, *exc):
             return False
-    monkeypatch.setattr(CT, "DirLock", HeldElsewhere)
+    monkeypatch.setattr(REC, "DirLock", HeldElsewhere)
     one_line_error(invoke("data", "trace", "--out", out, *TINY_OPTIONS), "--out", str(out),
                    "another process")
     assert out.is_dir()
@@ -374,7 +394,8 @@ def test_tradeoff_table_and_png(tmp_path, tiny_dir):
     assert set(rows) == set(families())
     assert "no parameter fits" not in rows["standard_rejection"] + rows["leniency"] + rows["ears"]
     assert "tokens per call" in out and "TV per token" in out    # the terminal picture
-    assert out.splitlines()[-2].startswith("s ")                  # its legend
+    legend = out.splitlines()[-2]                                 # its legend: the
+    assert "S standard_rejection" in legend and "t typical_acceptance" in legend   # styles
     assert f"picture: {png}" in out
 
 

@@ -1,7 +1,11 @@
 """Sharded evaluation (evolve.cluster): in-process and on a 2-worker Dask cluster,
 1, 2 and 3 shards give the history, champion and checkpoint of the .npz run; a
 cluster that cannot be reached is one line; a worker killed mid-run is retried
-or stops the run cleanly, and --resume continues exactly."""
+or stops the run cleanly, and --resume continues exactly.
+
+Also guarantee 29 of docs/reliability.md, Trace schema v3: slot features, checked like
+the rest: see tests/test_hostile.py.
+"""
 
 import json
 import os

@@ -221,7 +221,10 @@ def test_tuned_sglang_setting_is_within_budget_and_pasteable(full_dir):
     r = invoke("tradeoff", "--data", full_dir, "--budget", 0.03, "--engine", "sglang", "--json")
     assert r.exit_code == 0, r.output
     rows = json.loads(r.stdout)["budgets"][0]["rows"]
-    assert {x["rule"] for x in rows} == set(engine_families("sglang"))
+    # only the engine's knobs were swept, with standard rejection and the oracle beside
+    assert {x["rule"] for x in rows} == set(engine_families("sglang")) | {
+        "standard_rejection", "knapsack_oracle"}
+    rows = [x for x in rows if x.get("engine") == "sglang"]
     for x in rows:
         assert x["fits_valid"] and x["valid"]["tv_per_token"] <= 0.03
         assert x["setting"].startswith("--speculative-accept-threshold-single ")
@@ -240,8 +243,12 @@ def test_tradeoff_table_shows_engine_settings(tiny_dir):
     assert "needs top-k = vocabulary" in out
     one = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--engine", "transformers",
                  "--json")
-    rows = json.loads(one.stdout)["budgets"][0]["rows"]
-    assert [x["rule"] for x in rows] == ["hf_ensemble"]
+    doc = json.loads(one.stdout)
+    rows = doc["budgets"][0]["rows"]
+    assert sorted(x["rule"] for x in rows) == ["hf_ensemble", "knapsack_oracle",
+                                               "standard_rejection"]
+    assert set(doc["series"]) == {"hf_ensemble", "standard_rejection"}   # nothing else swept
+    rows = [x for x in rows if x["rule"] == "hf_ensemble"]
     # the weight, and the settings that decode as it was scored: the traces' draft
     # length (a constant one, no confidence cut-off) and temperature, no truncation
     g = tracekit.TINY.block_size
@@ -253,7 +260,9 @@ def test_tradeoff_table_shows_engine_settings(tiny_dir):
     # the own-trajectory estimate assumes the top-k rule: not given for an engine's knob
     traj = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--engine", "transformers",
                   "--trajectory", "--json")
-    assert "trajectory" not in json.loads(traj.stdout)["budgets"][0]["rows"][0]["test"]
+    knob = next(x for x in json.loads(traj.stdout)["budgets"][0]["rows"]
+                if x["rule"] == "hf_ensemble")
+    assert "trajectory" not in knob["test"]
 
 
 def test_tradeoff_bad_engine_is_one_line(tiny_dir):

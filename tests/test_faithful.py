@@ -12,6 +12,26 @@ draft length, the temperature: ``evolve.data.traces.scope_of``). Checked here:
   prompt match the exact gated emission within Monte Carlo error, with enough draws
   that the same test rejects the drop-in with its gate removed; ``install`` pins the
   draft length and the sampling settings and puts them back.
+
+Guarantee 34 of docs/reliability.md, What an export decides is what was scored:
+
+A trace champion records its scope (`evolve/data/traces.py` `scope_of`: the draft's
+top-k, the draft length, the temperature) and every export keeps it: numpy and torch
+(`draft_rank`, `acceptance`, `accept(..., draft_rank=...)`), the transformers drop-
+in (ranks from the assistant's probabilities; `install(model, assistant_model)` pins
+the draft length, the sampling, and refuses settings that change p), the vLLM module
+and the vLLM kernel patch (a rank loop over `draft_probs` and the block position). A
+champion without a recorded scope, or with a scope whose values do not fit
+(`runs/schema.py` `check_scope`: they are written into code), is refused in one
+line. Champions are judged on valid before they are kept (`standing`: infeasible,
+loses, wins); only winners are written back unforced, and infeasible ones are not
+exported without `--allow-infeasible`. Tests: `tests/test_faithful.py` (the exports'
+acceptance equals the objectives' exact acceptance on distributions with ties; the
+drop-in inside `model.generate` emits the exact gated distribution and its gate
+removed fails the same test; the patch's kernel lines, with torch playing Triton),
+`tests/test_vllm_patch.py` (the patched release kernel in Triton's interpreter, bare
+and scoped) and `tests/test_packaging.py` (write-back stays in the project, never
+the installed package).
 """
 
 from __future__ import annotations

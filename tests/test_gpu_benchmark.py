@@ -3,7 +3,11 @@ scored and timed by the device token kernel gives the CPU benchmark's metrics ex
 the output says which device timed the rows; a hand-edited evolved.py is timed on the
 CPU by its own code; a missing torch or device, or an unknown name, is one line.
 
-No GPU here: ``EVOLVE_TORCH_DEVICE=cpu`` makes ``cuda`` mean torch's CPU device."""
+No GPU here: ``EVOLVE_TORCH_DEVICE=cpu`` makes ``cuda`` mean torch's CPU device.
+
+Also guarantee 28 of docs/reliability.md, Evaluation on a GPU gives the CPU kernels'
+results, bit for bit: see tests/test_gpu_runs.py.
+"""
 
 from __future__ import annotations
 

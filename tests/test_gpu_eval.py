@@ -1,7 +1,11 @@
 """The torch evaluation path (``--device cuda``, ``evolve.kernels.gpu``) gives the Numba
 kernels' results bit for bit. No GPU here: the same torch code runs on torch's CPU
 device (the code is device-agnostic; ``EVOLVE_TORCH_DEVICE=cpu`` makes ``cuda`` mean
-it for the end-to-end tests)."""
+it for the end-to-end tests).
+
+Also guarantee 28 of docs/reliability.md, Evaluation on a GPU gives the CPU kernels'
+results, bit for bit: see tests/test_gpu_runs.py.
+"""
 
 from __future__ import annotations
 

@@ -2,7 +2,11 @@
 sums integer for integer (both take the KL terms' log from ``heuristics.ops.log_poly``),
 the numpy reference's KL (libm's log) to rounding, a ``speed_kl`` run on ``cuda`` is
 the run on ``cpu``, and ``evolve tradeoff --device cuda`` prints the JSON of ``--device
-cpu``. No GPU here: torch's CPU device stands for it (``EVOLVE_TORCH_DEVICE=cpu``)."""
+cpu``. No GPU here: torch's CPU device stands for it (``EVOLVE_TORCH_DEVICE=cpu``).
+
+Also guarantee 28 of docs/reliability.md, Evaluation on a GPU gives the CPU kernels'
+results, bit for bit: see tests/test_gpu_runs.py.
+"""
 
 from __future__ import annotations
 

@@ -5,7 +5,11 @@ is scored shard by shard; the results are the Numba kernels', integer for intege
 
 No GPU here: the torch code runs on torch's CPU device (``EVOLVE_TORCH_DEVICE=cpu``
 for the evaluators and runs), and ``EVOLVE_TORCH_MEMORY`` sets a budget small enough
-to stream these tiny splits. Every test checks that the mode it means was taken."""
+to stream these tiny splits. Every test checks that the mode it means was taken.
+
+Also guarantee 28 of docs/reliability.md, Evaluation on a GPU gives the CPU kernels'
+results, bit for bit: see tests/test_gpu_runs.py.
+"""
 
 from __future__ import annotations
 

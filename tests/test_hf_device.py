@@ -1,6 +1,13 @@
 """The decoder's per-position computations on the device (evolve.data.sources.hf.device)
 against their numpy definitions in evolve.data.decode: the same quantities to float64
-rounding, and the same integers (samples, candidates, counts) exactly."""
+rounding, and the same integers (samples, candidates, counts) exactly.
+
+Also guarantee 31 of docs/reliability.md, Hugging Face decoding keeps its caches and
+stays exact: see tests/test_hf_cache.py.
+
+Also guarantee 32 of docs/reliability.md, The lookahead inputs: one definition, and
+never silently absent: see tests/test_lookahead.py.
+"""
 
 import numpy as np
 import pytest

@@ -1,7 +1,11 @@
 """`evolve data trace --backend hf` on a tiny random-init GPT-2 pair saved in the test
 (tests/hfkit.py) and loaded by path through the CLI: recorded probabilities against a
 direct forward pass, the exact objectives against free-running decoding, determinism,
-evolution and the trade-off on the traces, and the refusals."""
+evolution and the trade-off on the traces, and the refusals.
+
+Also guarantee 31 of docs/reliability.md, Hugging Face decoding keeps its caches and
+stays exact (test_same_seed_same_files_another_seed_others): see tests/test_hf_cache.py.
+"""
 
 import sys
 

@@ -7,6 +7,165 @@ conftest); runs use a temporary --runs-dir and --no-writeback, and the fixture
 below points $EVOLVE_RUNS_DIR and $EVOLVE_HEURISTICS_DIR at temporary
 directories, so the repository's runs/ and heuristics/evolved.py are never
 touched.
+
+Guarantee 9 of docs/reliability.md, Nothing in a run directory is imported or run:
+
+Champions are scored from their parsed trees by the kernel; `champion.py` is
+written, never read; write-back reads the installed rule's tree from the `METADATA`
+literal with `ast.literal_eval`. `test_files_planted_in_a_run_directory_never_run`
+plants `champion.py`, `numba.py`, `numpy.py`, `heuristics.py`, `sitecustomize.py`
+and `__init__.py` that would create a marker file, then runs `inspect`, `runs` and a
+resume that finishes the run: no marker appears and `champion.py` is regenerated
+from the tree. The static scan of 6 also forbids
+`exec_module`/`spec_from_file_location` in `evolve/`.
+
+Guarantee 10 of docs/reliability.md, A live run owns its directory:
+
+`evolve run` takes an OS advisory lock (`fcntl.flock`, without waiting) on the run
+directory itself and holds it until the process ends: a new run locks its directory
+while it is still under its hidden name, so the run is owned from the moment it
+appears, and `--resume` locks it before reading anything (`evolve/io/lock.py`). The
+OS drops the lock however the process ends, `kill -9` included, so there is never a
+stale lock to remove, and locking writes nothing into the directory. A second
+`--resume` of a live run gets one line (`... the run is in use by another process
+...`), exit code 2, and changes nothing; `--name` of an existing run was already
+refused. `inspect` and `runs` only read and take no lock. Tests:
+`test_resume_of_a_locked_run_is_refused_and_changes_nothing`,
+`test_a_new_run_owns_its_directory_from_the_start` and (slow, real processes)
+`test_live_run_refuses_second_resume_and_name_then_dies_with_its_lock`, which starts
+a run in another process, is refused a second resume and a run of the same name
+while it lives, kills it with SIGKILL and then resumes it, checking that the history
+has one writer (contiguous generations).
+
+Guarantee 11 of docs/reliability.md, A run continues only on the data it started on:
+
+`config.json` records the sha256 of every split the run uses (`data.sha256`; over
+each column's name, dtype, shape and bytes, so it follows the content whatever the
+file form, `evolve/runs/datasum.py`). `--resume` recomputes them and refuses data
+that changed with one line naming the split (`--resume: split 'valid' in DIR has
+changed since run NAME started ...`), exit code 2, the run's files unchanged. Runs
+made before checksums were recorded are resumed unchecked. `--data` on `--resume` is
+accepted only when it names the run's own data directory, and is refused before any
+work otherwise (the final report used to read the other directory); the final report
+always uses the run's data. An empty `--resume`, `--name` or `--runs-dir` is an
+error, never "absent" (an empty `--resume` used to start a new run). `evolve data
+generate --force` overwrites only splits that differ, and first keeps each one it
+replaces as `<out>/previous/<split>-<sha256 prefix>.npz`, so a run that recorded the
+old checksum can be resumed by moving that file back. Tests:
+`test_checksums_of_every_split_are_recorded`,
+`test_resume_on_changed_data_is_refused_naming_the_split[train|valid|test]`,
+`test_resume_with_other_data_is_refused_before_any_work`,
+`test_empty_run_options_are_errors[--resume|--name|--runs-dir]`,
+`test_data_generate_force_keeps_the_previous_split`.
+
+Guarantee 12 of docs/reliability.md, One JSON reader, with the same limits everywhere:
+
+Run files, `history.jsonl` lines, data splits in JSON form and the `meta.json` of
+split files are all read by `evolve/io/jsonio.py`: regular files only, a byte cap
+(64 MiB for run files, 1 GiB for a JSON split, 1 MiB for a `meta.json`), nesting at
+most 64 levels (checked before parsing), integers of at most 40 digits, and only
+finite numbers: `NaN`, `Infinity` and overflowing literals such as `1e999` are
+refused (the project never writes them; a JSON data split may hold them, and its
+validation then names the field and row). Every failure is one line naming the file
+(and the line of `history.jsonl`), exit code 2. Trace metadata is also range-checked
+(`block_size`, `top_k`, `context_len` whole numbers up to 2^20), and a recorded
+trace configuration is type-checked and bounded before `simulate` rebuilds the
+models from it (a whole number `prompt_len` of at most 100,000, finite numbers,
+...); one that still cannot be rebuilt is one line. Option bounds: `data generate
+--seed` must be >= 0 and `--sequences` at most 10,000,000; `data trace
+--temperature` must be finite, prompts per split at most 1,000,000, blocks per
+prompt at most 10,000 and a split at most 20,000,000 rows. Tests:
+`test_json_reader_limits`, `test_data_json_import_hostile`,
+`test_history_line_hostile`, `test_trace_meta_hostile`,
+`test_trace_meta_absurd_values`, `test_simulate_refuses_a_config_it_cannot_rebuild`,
+`test_absurd_data_options_are_one_line`, and in `tests/test_reliability.py`
+`test_crafted_checkpoint_file_rejected`.
+
+Guarantee 13 of docs/reliability.md, Run files are checked against schemas; output is escaped:
+
+Every run file is validated on read (`evolve/runs/schema.py`): `summary.json` must
+be an object with a known status, whole-number generation and a resume command that
+is exactly one `evolve run` prints (`evolve run --resume NAME [--runs-dir DIR]
+[--no-writeback] [--force]`); `champion.json` needs a tree and finite metrics for
+valid and test; every history line needs a whole-number generation and finite
+`best_train`, `best_valid` and `mean_size`; `pareto.json` needs a finite budget and
+series of finite points within 1e6. A file that does not fit is one line naming the
+file, the line (for history), the field and the value. `evolve inspect` of such a
+run fails in that line; `evolve runs` shows it as `damaged: ...` and lists every
+other run. Everything printed goes through one terminal (`evolve/cli/render.py`)
+that never reads text as rich markup or emoji codes and shows control characters
+(C0, C1, DEL, bidi overrides, zero-width characters) as escapes such as `\\x1b`, so a
+crafted file can neither clear the screen nor move the cursor nor fake a line;
+values read from `config.json` are shown on one line. Tests:
+`test_crafted_run_file_inspect_one_line_and_runs_lists_the_rest` (12 crafted
+summaries and champions), `test_crafted_history_line`,
+`test_missing_history_field_names_file_line_and_field`, `test_crafted_pareto_file`
+(±1e308 included), `test_control_sequences_and_markup_from_run_files_are_escaped`,
+`test_terminal_escapes_everything_it_prints`.
+
+Guarantee 14 of docs/reliability.md, Reading is bounded:
+
+Files read from a run or data directory must be regular files: a FIFO, a device
+(also behind a symlink, e.g. to `/dev/zero`) or a directory is refused before it is
+opened (JSON files are also opened non-blocking and checked again once open), so a
+read can neither hang nor run without end. Each `.npy` member of a split file is
+checked against the shape its header declares before anything is allocated (at most
+4 GiB of arrays per split; object arrays refused), then read with exactly that many
+bytes as its cap: a small compressed member that inflates beyond its declared shape
+is refused after reading at most its declared size. Tests:
+`test_npz_member_declaring_a_huge_shape_is_refused_before_allocating`,
+`test_npz_member_that_inflates_beyond_its_shape_is_refused` (64 MiB of zeros in a
+small file, refused in well under a second),
+`test_npz_compressed_bomb_with_a_big_declared_shape_is_refused`,
+`test_object_arrays_are_refused`. A split file (trace or token) that holds two zip
+members of one name, of which a reader would silently take the last, is refused
+naming the file and the member
+(`test_a_member_held_twice_is_refused_naming_file_and_member`,
+`test_a_token_split_member_held_twice_is_refused`). Also:
+`test_non_regular_files_are_refused_without_reading[fifo|device|directory]`
+(checkpoint, history, a data split and a JSON import), `test_json_read_is_capped`.
+
+Guarantee 15 of docs/reliability.md, A broken hand-edited `heuristics/evolved.py`:
+
+`evolve benchmark` imports the installed `heuristics/evolved.py` (part of the
+package; the one file of it that write-back replaces) to time the installed rule.
+When that module cannot be imported, lacks the `evolved` function, cannot be
+compiled with the heuristic signature (wrong arity, wrong return type) or raises
+when called, the command prints one `warning: evolved skipped: ...` line naming the
+reason and benchmarks the baselines; exit code 0. Tests:
+`test_broken_evolved_is_reported_and_baselines_still_benchmarked` (syntax error,
+missing function, wrong signature, wrong return type, raising on import, raising
+when called).
+
+Guarantee 16 of docs/reliability.md, Trees within the run's limits:
+
+Every tree a run makes is within its `max_size` and `max_height` (DEAP's static
+limit on variation; seeded baselines larger than the limits are left out of the
+first population). A checkpoint whose population, hall of fame or valid hall of fame
+holds a larger tree is refused on resume in one line naming the field, the item and
+the limit. Test: `test_checkpoint_tree_beyond_limits_is_refused` (too many nodes,
+too tall; each of the three fields).
+
+Guarantee 29 of docs/reliability.md, Trace schema v3: slot features, checked like the rest:
+
+Trace files of schema v3 carry four slot features (TV, both KLs and the count of
+tokens with q > p, from the full distributions). A file that holds only some of them
+is refused when written (`DataError` naming the first missing field), so a half-v3
+file never reaches disk. Loading checks each (finite, `slot_tv` in [0, 1], both KLs
+>= 0, the count within the vocabulary, and where the candidates hold all of both
+distributions' mass, `slot_tv` equal to their TV within 1e-9) and names file, field,
+row and value, like the v2 fields. A file of any other `format_version` (4, `3.0`,
+`true`, `"3"`) is refused saying that version is not supported, not described as
+token splits (`test_an_unsupported_trace_version_is_named_as_such`). Version 2 files
+still load unchanged; where their candidates hold the whole vocabulary the features
+are computed from them exactly. A rule that reads a slot feature on a split without
+it (a v2 file whose candidates miss some of the mass, or v2 shards) is refused in
+one line naming the file and the missing field, exit code 2, never scored on made-up
+values; a search on such data is not offered the slot inputs, and `evolve tradeoff`
+lists the slot baselines as not exact there, with that reason. A sharded copy of v3
+traces keeps the slot features (manifest `schema_version: 3`), so a search over the
+shards is offered the same inputs and runs the same as over the `.npz` files. Tests:
+`tests/test_slot_features.py`, `tests/test_cluster.py`.
 """
 
 from __future__ import annotations

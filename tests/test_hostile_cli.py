@@ -6,6 +6,70 @@ Sizes that cannot fit are refused before any work: the tests replace the first
 piece of work (rebuilding the n-gram pair, drawing the prompts, sweeping the rule
 families) by a function that fails the test, so a refusal that comes too late,
 or not at all, is a failure here and never a real allocation.
+
+Guarantee 23 of docs/reliability.md, Simulations within their bounds:
+
+`evolve simulate` and `simulate --compare` refuse, before the pair is rebuilt or
+anything is decoded, what cannot fit: `--prompts` at most 1,000,000 and `--blocks`
+at most 10,000 (the bounds of a trace build), `--contexts` and `--reps` at most
+1,000,000 each, and for `--compare` at most 20,000,000 drafted positions per rule
+(prompts x blocks x block size, as a trace split). The memory the run would allocate
+is estimated from these options and the split's recorded configuration
+(`evolve.simulate.simulation_bytes`, `evolve.paired.comparison_bytes`: the decode
+uniforms, the recorded columns, the decoded text, the output sample's draws) and a
+run that needs more than this machine's physical memory is refused (the physical
+memory, not what happens to be free, so the same command gets the same answer on a
+machine whatever else runs). Each refusal is one line naming the options and their
+values (`--reps: 1000000000000 is invalid; expected at most 1,000,000`, `--prompts
+1000000, --blocks 10000, ...: would need about 824 GiB of memory, more than this
+machine's 23.5 GiB`), exit code 2. The library (`simulate.check_rule`,
+`paired.compare`) raises `SizeError` the same way. Tests in
+`tests/test_hostile_cli.py` replace rebuilding the pair, drawing prompts and
+decoding by a failure, so a late refusal fails without allocating:
+`test_absurd_simulation_sizes_are_one_line_before_any_work`,
+`test_simulation_beyond_this_machines_memory_is_refused_naming_the_options`,
+`test_comparison_beyond_its_rows_or_memory_is_refused`,
+`test_library_refuses_sizes_before_any_work`; the estimates are checked against what
+numpy allocates (tracemalloc) in
+`test_memory_estimates_are_upper_bounds_of_what_is_allocated`. `--compare` rules are
+checked the same way: an empty parameter (`leniency:`) or run name (`run:`) is
+refused instead of meaning the default, and so is a parameter outside the range the
+rules table states for it (`Rule.range`: `ears:-1`, `cactus:-1`, `leniency:2`;
+`test_every_parameter_lies_in_its_stated_range_and_outside_it_is_refused`), and
+every rule error names `--compare` and the rule as given, echoed shortened when it
+is long (a 5,000-character `run:` name made a 5 KB line;
+`test_a_long_compare_value_is_echoed_shortened`) (`named_rule` raises `RuleError`
+naming the rule and the value; the command adds its option):
+`test_compare_rule_errors_name_compare`,
+`test_named_rule_errors_name_the_rule_not_an_option`.
+
+Guarantee 24 of docs/reliability.md, Files written for the user are never clobbered:
+
+`evolve export --out FILE` writes a new file only: an existing one is refused unless
+`--force`, which first keeps it, complete, as `FILE.previous`, or as
+`FILE.previous.1`, `.2`, ... when that exists, so no kept file is ever overwritten
+and the original survives any number of `--force`
+(`test_export_with_force_again_never_overwrites_a_kept_file`); `--out -` is refused
+rather than written as a file named `-` (leave `--out` out to print;
+`test_out_dash_is_refused_not_written_as_a_file`); the file appears complete or not
+at all (temporary file, fsync, then a hard link that fails if the name appeared
+meanwhile, or `os.replace` with `--force`). A missing directory is refused, never
+created; a directory, a symbolic link (never written through, whatever it points to)
+or another non-regular file (FIFO, device, socket), also as `FILE.previous`, is
+refused with or without `--force`; a path inside the heuristics directory
+(`$EVOLVE_HEURISTICS_DIR` or the package's own `heuristics/`) is refused, since
+`evolved.py` and `evolved_trace.py` belong to write-back (its lock and `history/`)
+and the rest is the package's code. `evolve tradeoff --png FILE` refuses a missing
+directory, a directory, a link and a non-regular file the same way, before the
+sweep, naming `--png` and the path (a directory used to be reported by the name of a
+temporary file). Tests:
+`test_export_refuses_an_existing_file_without_force_and_keeps_it_with_force`,
+`test_export_refuses_a_missing_directory_without_creating_it`,
+`test_export_never_writes_a_symlink_or_a_special_file[plain|force]`,
+`test_export_with_force_refuses_a_previous_that_is_not_a_file`,
+`test_export_refuses_the_heuristics_directory`,
+`test_write_new_never_replaces_a_file_that_appeared_after_the_check`,
+`test_tradeoff_png_refuses_a_missing_directory_or_a_directory`.
 """
 
 from __future__ import annotations

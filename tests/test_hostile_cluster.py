@@ -6,6 +6,56 @@ names; every wait in them is bounded.
 
 Runs use a temporary --runs-dir and --no-writeback, tiny traces (tests/tracekit)
 cut into 2 shards, and short limits set in the environment.
+
+Guarantee 27 of docs/reliability.md, Clusters: Ctrl-C, silent schedulers and bad addresses:
+
+A terminal's Ctrl-C sends SIGINT to the whole process group, so the workers of
+`--cluster local:N` get it too. They ignore it: they are started from a thread that
+blocks SIGINT (the block is inherited by the processes it spawns), and a worker
+preload (`evolve.cluster.worker.dask_setup`) sets SIGINT to be ignored. The driver
+owns the stop, and guarantee 2 holds for cluster runs: the generation finishes, then
+the checkpoint and `summary.json` (`interrupted`) are written, the resume command
+(with `--cluster`/`--scheduler`) is printed, and the exit code is 130. The printed
+command then completes the run, with the same history, checkpoint and champion as an
+uninterrupted in-process run. Test (a real `LocalCluster`, SIGINT sent with
+`os.killpg`):
+`test_ctrl_c_to_the_process_group_stops_a_cluster_run_and_resume_completes`. Every
+wait on a scheduler has a limit, and SIGINT or SIGTERM ends it. The limits can be
+set in the environment: reaching the scheduler (connection, handshake, its list of
+workers, a worker joining) within `EVOLVE_CLUSTER_CONNECT_TIMEOUT` (30 s), and each
+call of a generation (all shards scored and gathered) or the loading of the shards
+within `EVOLVE_CLUSTER_CALL_TIMEOUT` (3600 s). A scheduler that accepts the
+connection and never answers (a dead tunnel) therefore ends the run with one line
+and exit code 2. At the start nothing is created. Mid-run, the run is marked
+`failed`, its last checkpoint is intact, and the line ends with the resume command.
+A signal while connecting ends the wait at once with one line and exit code 130, and
+nothing is created or changed. A signal during a generation that does not finish
+within `EVOLVE_CLUSTER_STOP_GRACE` (30 s) abandons that generation: the run stops at
+its last checkpoint, with status `interrupted` and exit code 130. Closing the client
+and the cluster is bounded too. Tests (a TCP server on 127.0.0.1 that accepts and
+never replies, and a forwarding tunnel that goes silent mid-run):
+`test_silent_scheduler_is_one_line_within_the_connect_limit`,
+`test_signal_ends_a_wait_on_a_silent_scheduler[SIGTERM|SIGINT]`,
+`test_scheduler_going_silent_mid_run_is_bounded_and_resumes[limit|SIGTERM|SIGINT]`
+(it resumes with the printed command once the tunnel works again),
+`test_a_scheduler_without_workers_is_one_line_within_the_connect_limit` (a scheduler
+that answers, with no worker ever joining) and
+`test_closing_a_client_that_never_returns_is_bounded`. `--cluster` and `--scheduler`
+are checked before anything is created, also with `--starts`. `--cluster` takes only
+`local:N`, with N an ASCII whole number from 1 to four times the core count (at
+least 4). `--scheduler` takes only `tcp://HOST:PORT`, `tls://HOST:PORT` or
+`HOST:PORT`, where the port is 1 to 65535 and the host is a name or an IP address.
+Whatever else they are given, they refuse with one line that echoes the value
+(escaped), exit code 2: another scheme (`ucx://`, `ws://`, `inproc://`), a missing
+or out-of-range port, a host with spaces or a newline, an empty value (once quietly
+in-process), `local:²`, `local:0` or `local:10⁵⁰`. The limits in the environment are
+checked the same way. Anything connecting raises (a `tls://` address without TLS set
+up in Dask's configuration raises TypeError) becomes one line too. Tests:
+`test_bad_scheduler_address_is_one_line_before_any_work`,
+`test_bad_cluster_spec_is_one_line_before_any_work`,
+`test_cluster_bound_follows_the_cores`, `test_tls_without_certificates_is_one_line`
+and `test_bad_limit_in_the_environment_is_one_line` (all in
+`tests/test_hostile_cluster.py`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,60 @@ are those of the run's own reader, so whatever a run accepts at the start,
 
 Budgets are tiny (population 40, one or two generations, the 30-sequence splits
 of conftest); runs use a temporary --runs-dir and no write-back.
+
+Guarantee 25 of docs/reliability.md, Configuration from any caller:
+
+A run's configuration is checked in one place, `Config.validate`
+(`evolve/search/config.py`), for the command line, the Python API and a run read
+back alike, and the run's other arguments (`writeback`, `force`, `name`, `resume`,
+`data_dir`, `runs_dir`, `progress`) by `RunOptions` and `evolve.run`; all of it
+before anything is created on disk. Types come first: whole numbers must be `int`
+(never `bool`, `float` or `str`), numbers finite (`NaN` and infinities refused),
+flags `bool` (`writeback='False'` is an error, not a write-back), names `str`. Then
+ranges: those the command line always had, `--seed` >= 0, and on resume only
+`generations` may be given. The error is one line naming the parameter and echoing
+the value (`tournament: 2.5 is invalid; expected a whole number`); the command line
+names its option instead (`--tournament: ...`, `--budget-kl: ...`), exit code 2.
+Tests (`tests/test_hostile_config.py`):
+`test_api_wrong_type_or_value_names_the_parameter_and_makes_nothing` (31 cases:
+`tournament=2.5`, `elitism=1.5`, `threads=1.5`, `batch_blocks=2.5`, `seed='abc'`,
+`seed=True`, `generations=True`, `max_height=5.5`, `seed_baselines='no'`,
+`writeback='False'`, NaN and infinite budgets, ...; each checks that no runs or run
+directory is left), `test_api_runs_dir_of_a_wrong_type_makes_nothing`,
+`test_api_resume_with_a_bad_argument_changes_nothing`,
+`test_cli_wrong_type_names_the_option_and_makes_nothing`,
+`test_cli_value_out_of_range_is_one_line_naming_the_option`. The other library entry
+points check their arguments the same way: `evolve.load_run` of anything but a path
+(`123`, `None`, bytes) and `evolve.rules.tuning.tradeoff` with budgets that are not
+a list of finite numbers >= 0 (NaN, -1, inf, `'abc'`, a bare float), an `extra` that
+is not names of parsed trees, or a `blocks_test` that is not the test split's raise
+one `EvolveError` line naming the parameter
+(`test_load_run_of_what_is_not_a_path_is_one_line`,
+`test_tradeoff_refuses_bad_arguments_in_one_line`, in `tests/test_api.py`).
+
+Guarantee 26 of docs/reliability.md, What a run accepts, its readers accept:
+
+The start-time bounds come from the readers' own definitions: a whole number may
+have at most `jsonio.MAX_INT_DIGITS` (40) digits, the limit of the JSON reader that
+`--resume`, `inspect` and `export` read `config.json` and checkpoints with, so
+`--seed` or `--generations` of 41 digits or more (and seeds of the starts, `seed +
+starts - 1`) are refused at the start instead of making a run that cannot be read
+back. The resume command a run prints is checked at the start against the schema
+`summary.json` is read with (`schema.check_resume_command`: at most 4,096
+characters; `--cluster` and `--scheduler` with their values are part of it), so a
+`--runs-dir` whose quoted form is too long is refused before any work, and an
+interrupted cluster run's summary reads back. Tests:
+`test_boundary_value_accepted_at_start_is_accepted_by_the_reader` (the extreme
+accepted values of every field, written as `config.json` and read back through
+`RunDir.meta` and `Config.from_dict`; `test_every_field_has_boundary_values` keeps
+the table complete), `test_any_config_accepted_at_start_is_accepted_by_the_reader`
+(hypothesis: hostile values in up to four fields; whatever `validate` accepts reads
+back equal, whatever it refuses is one line naming a parameter),
+`test_a_value_beyond_the_readers_bound_is_refused_at_the_start`,
+`test_cli_seed_at_the_bound_runs_and_its_readers_accept_it` (a 40-digit seed: the
+run, `inspect`, `export` and `--resume` all succeed),
+`test_every_resume_command_a_run_prints_is_accepted_by_the_reader`,
+`test_runs_dir_too_long_for_the_resume_command_is_refused_at_the_start`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,63 @@ n-gram backend's bounds, a tokenizer larger than the models' output layer, weigh
 that would be unpickled, a device out of memory while the models load, and two
 recordings into one directory. Every refusal is one line, exit code 2, before any
 model loads where the input allows, and leaves nothing behind. Tiny models of
-tests/hfkit.py, no network."""
+tests/hfkit.py, no network.
+
+Guarantee 21 of docs/reliability.md, Hugging Face traces: everything is checked before a model loads, and nothing is unpickled:
+
+`evolve data trace --backend hf` holds its configuration to the n-gram backend's
+bounds (prompts per split, blocks per prompt, prompt length, rows per split), caps
+`--top-k` and `--context-len` at what a trace file may declare (2^20) and refuses a
+split that would be larger than a split file can hold, naming the option; a prompts
+file's own counts meet the same bounds. These checks, the prompts, an `--out` that
+is not a directory, and the model directories' weight files are all checked before
+any model or tokenizer loads, so a refusal costs no model load and leaves no
+directory behind. The `--prompts` file is read by the one JSON reader's rules
+(`evolve/io/jsonio.py`): a regular file only (a FIFO, a device or a directory is
+refused unopened), at most 64 MiB read with that cap, lines of at most 2^20
+characters, nesting, NaN and huge integers refused as everywhere, and a lone
+surrogate in a text refused naming the file and line; `--corpus` files are regular
+files read with a cap. Weights load from safetensors only: a pickled file named by
+`transformers_weights` in config.json, a non-safetensors shard in an index's
+`weight_map`, or a pickled checkpoint with no safetensors beside it is refused in
+one line naming the file, and while a model loads `torch.load` refuses instead of
+reading (hub ids, file names a later transformers may add). A checkpoint that lacks
+some of the model's weights (which would be random) is refused; a tokenizer with
+more tokens than either model's output layer is refused; running out of memory while
+a model loads or moves to the device (`torch.OutOfMemoryError`,
+`torch.AcceleratorError`), or while recording, is one line, for `data trace` and
+`simulate --compare` alike; transformers' load report and progress bars are silenced
+during the load. Tests (`tests/test_hostile_hf.py`):
+`test_hostile_prompt_lines_are_one_line_errors[deep|surrogate|nan|not utf-8|split]`,
+`test_prompts_that_are_not_a_regular_file_are_refused_unread[fifo|device|directory]`
+, `test_prompts_file_and_its_lines_are_capped`,
+`test_corpus_files_are_read_with_a_cap`,
+`test_options_beyond_the_bounds_are_refused_before_loading[...]`,
+`test_a_split_too_large_to_read_back_is_refused_before_loading`,
+`test_prompts_file_counts_are_held_to_the_row_bound`,
+`test_out_that_is_a_file_is_refused_before_loading`,
+`test_a_tokenizer_larger_than_the_output_layer_is_refused`,
+`test_weights_named_by_config_json_are_never_unpickled`,
+`test_pickled_shards_named_by_an_index_are_never_unpickled`,
+`test_unpickling_during_a_load_is_refused_even_unforeseen`,
+`test_a_checkpoint_missing_weights_is_refused`,
+`test_out_of_memory_while_loading_is_one_line[oom|accelerator]`,
+`test_out_of_memory_while_compare_loads_is_one_line[oom|accelerator]`,
+`test_out_of_memory_while_compare_decodes_is_one_line[oom|accelerator]`,
+`test_compare_reads_the_recorded_prompts_file_bounded`,
+`test_prompt_file_bounds_are_one_line_before_loading[...]` (an empty text, a line
+that is not an object, a split left without prompts),
+`test_prompts_and_corpus_together_or_a_small_corpus_are_refused_before_loading`,
+`test_prompts_the_tokenizer_cannot_use_are_one_line` (corpus files shorter than
+`--prompt-len`, a prompt of no tokens, `--top-k` beyond the vocabulary),
+`test_a_model_saved_with_safetensors_only_loads_and_records[one file|sharded]` (and
+nothing is unpickled), `test_the_load_report_of_transformers_is_not_printed` (slow,
+a real subprocess).
+
+Also guarantee 22 of docs/reliability.md, A trace recording owns its output directory
+(test_a_second_recording_into_a_locked_directory_is_refused,
+test_force_keeps_the_replaced_traces_in_previous): see tests/test_cli_trace.py.
+"""
 
 import json
 import os

@@ -4,6 +4,66 @@ line naming the file (and field), exit code 2, no traceback.
 
 Splits are the tiny traces of tests/tracekit.py; every test works on its own copy
 in a temporary directory.
+
+Guarantee 17 of docs/reliability.md, Shard sets never delete what they did not write:
+
+`evolve data shard` and `evolve data trace --rows-per-shard` check `--out` before
+anything is written. A split path (`train/`, `valid/`, `test/`) may be absent, an
+empty directory, or a shard set written by this tool: a manifest and `shard-NNNNN/`
+directories of `.npy` columns and nothing else. Anything else there (a file, a link,
+a directory holding other files, a damaged shard set) is refused in one line, with
+or without `--force`, and nothing is created. Without `--force` an existing shard
+set is refused too. With it, the old set is moved (not copied or deleted) to
+`previous/<split>-<sha256 of its manifest>/` beside it, as `data generate --force`
+keeps `previous/`, and the command prints where. The writer checks again at commit,
+so a directory that appears after the check is not replaced either. Shards are built
+in `.<split>.evolve-shards-tmp.XXXXXXXX`, locked by its writer with `flock`. The
+next writer of that split removes such directories whose lock is free (a writer
+killed with `kill -9`), and nothing else. Tests (in `tests/test_hostile_shards.py`):
+`test_user_directory_at_a_split_is_never_deleted[False|True]`,
+`test_force_replaces_shard_sets_only[valid|test]`,
+`test_file_or_link_at_a_split_is_refused[file|symlink]`,
+`test_force_keeps_the_previous_shards`,
+`test_trace_into_shards_never_deletes_a_user_directory`,
+`test_writer_itself_refuses_to_replace_a_foreign_directory`,
+`test_leftovers_of_a_killed_writer_are_removed_on_the_next_write` (a real writer
+killed with SIGKILL), `test_live_writer_temp_directory_is_left_alone` and
+`test_stale_locked_name_is_removed_only_when_unlocked`.
+
+Guarantee 18 of docs/reliability.md, Shard columns and manifests are read like every other file:
+
+`manifest.json` is read by the one JSON reader (12): a 64 MiB cap, a depth limit and
+finite numbers only. Every field is type-checked: `format_version` and
+`schema_version` (`true` is not 1), `rows`, `meta.block_size`/`top_k`/
+`context_len`/`vocab_size`, and each shard's `dir` (`shard-NNNNN`, listed once),
+`rows` (a whole number of blocks, not 0) and `columns` (the schema's fields, each
+with a dtype string, a shape and a 64-hex-digit sha256). A column must be a regular
+file, and the manifest, the shard directories and the columns must not be symbolic
+links. Its `.npy` header is parsed and checked before the column is mapped: a plain
+bool, integer or float dtype, C order, one or two non-negative dimensions, and
+declared bytes that exactly fill the file. So a column of garbage, text, a link to
+`/etc/passwd`, an object array, a header that declares more rows than the file holds
+or an absurd shape, and an empty file each give one line naming the file and the
+field, with exit code 2, from `data shard --verify`, from `evolve run --data` and on
+cluster workers (`map_shard`). A shard with 0 rows is named as such (the writer
+never writes one). Names that are not printable, such as a newline in a directory or
+shard name, are escaped so the error stays on one line. Tests:
+`test_damaged_column_is_one_line[...]` (13 kinds, through `--verify` and `run`),
+`test_damaged_column_on_map_is_one_line`,
+`test_symlinked_shard_directory_is_refused`,
+`test_manifest_fields_are_type_checked[...]` (20 lies),
+`test_manifest_nested_too_deeply`, `test_manifest_nan_is_refused`,
+`test_manifest_size_is_capped`, `test_manifest_must_be_a_regular_file[...]`,
+`test_newline_in_a_shard_name_stays_on_one_line`,
+`test_newline_in_the_directory_name_stays_on_one_line` and
+`test_zero_row_shard_is_named`. A split of more shards than the process may open
+files runs and reports: at most one shard's columns are mapped at a time
+(`test_a_split_of_more_shards_than_file_descriptors_runs_and_reports`), and a full
+disk while sharding names the file and leaves neither the split nor a temporary
+directory (`test_a_full_disk_while_sharding_names_the_file_and_leaves_nothing`).
+
+Also guarantee 22 of docs/reliability.md, A trace recording owns its output directory
+(test_trace_into_shards_owns_its_output_directory): see tests/test_cli_trace.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,32 @@ decoders hand them to rules: the definition against a brute-force sum, the n-gra
 decoder's values against the block's full distributions and against the trace
 objectives' input matrix on the same path, the exact emission at a slot, and a paired
 free-running comparison of a rule that reads them. (The Hugging Face decoder's device
-version: tests/test_hf_device.py.)"""
+version: tests/test_hf_device.py.)
+
+Guarantee 32 of docs/reliability.md, The lookahead inputs: one definition, and never silently absent:
+
+`next_tv` and `ahead` (`evolve run --lookahead`) are computed in one place from a
+block's slot TVs (`evolve/data/decode.py` `lookahead_features`;
+`tests/test_lookahead.py` holds it to the sum of products it stands for). The trace
+objectives derive them from the recorded slot TVs (traces never store them), and
+both decoders hand a rule those of the block's real later slots along the drafted
+tokens: the n-gram decoder in numpy, the Hugging Face one on its device in float64
+with the same operations in the same order, so the same slot TVs give the same bits
+(`tests/test_hf_device.py`). Tests check that the objectives' input rows equal what
+the decoder hands a rule on the same recorded path. The exact emission at a slot
+(`evolve/data/emission.py`, used by `simulate --compare` and the paired comparison)
+gives every token of the vocabulary the slot's values from the path, so a rule's
+tracked TV and KL are exact given the block's later slots. A caller that passes no
+lookahead values for a rule that reads them gets one line naming `lookahead` and the
+rule, and a wrong shape names the input and both shapes: never zeros or NaNs that
+clipping would turn into acceptance probabilities. Since these inputs follow the
+token drafted at the slot, a champion that reads them says in `champion.json`
+(`estimate`) and in the run's table that its offline numbers hold them at the
+recorded draft's values for every candidate; the free-running comparison is the
+measurement. `--lookahead` on token splits, or on traces without slot features, is
+one line naming `lookahead`, exit code 2, before a run directory is made
+(`tests/test_lookahead_search.py`).
+"""
 
 import numpy as np
 import pytest

@@ -1,7 +1,11 @@
 """The lookahead inputs (next_tv, ahead) in the trace objectives and the search:
 the kernel's input rows follow each block's later slots, the search offers them
 only when asked (``lookahead``) and where the slot features exist, and a champion
-that reads them says its numbers are an estimate."""
+that reads them says its numbers are an estimate.
+
+Also guarantee 32 of docs/reliability.md, The lookahead inputs: one definition, and
+never silently absent: see tests/test_lookahead.py.
+"""
 
 import json
 

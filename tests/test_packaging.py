@@ -5,12 +5,17 @@ the source tree; the installed ``evolve`` then runs the main commands there, wit
 default locations of an installed package (``runs/`` and ``heuristics/`` of the working
 directory: write-back never changes the installed package). Slow: the virtualenv installs the
 core dependencies (from pip's cache when they are there).
+
+Also guarantee 34 of docs/reliability.md, What an export decides is what was scored: see
+tests/test_faithful.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -78,13 +83,84 @@ def test_wheel_holds_every_package(wheel):
     assert {t for t in tops if not t.endswith(".dist-info")} == {"evolve", "heuristics"}
 
 
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh virtualenv with the wheel installed (and its core dependencies only)."""
+    where = tmp_path_factory.mktemp("venv")
+    venv = where / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=where)
+    _run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+          "--disable-pip-version-check", str(wheel)], cwd=where)
+    return venv
+
+
+def readme_block(heading: str, lang: str) -> str:
+    """The first ```lang block under the README's ``## heading``."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    m = re.search(rf"```{lang}\n(.*?)```", section, re.S)
+    assert m, (heading, lang)
+    return m.group(1)
+
+
+def tour_commands() -> list[list[str]]:
+    """The README tour's commands, each as its words (comments dropped)."""
+    cmds = [shlex.split(line, comments=True) for line in
+            readme_block("A 60-second tour", "sh").splitlines()]
+    cmds = [c for c in cmds if c]
+    assert all(c[0] == "evolve" for c in cmds) and len(cmds) >= 5, cmds
+    return cmds
+
+
+def run_readme(bindir: Path, python: str, work: Path, env_extra: dict | None = None) -> None:
+    """The README's tour, then its Python example, in ``work`` as written: ``evolve`` and
+    ``python`` are the ones in ``bindir``; each must exit 0."""
+    env = {**_clean_env(), "PATH": f"{bindir}{os.pathsep}{os.environ.get('PATH', '')}",
+           **(env_extra or {})}
+    for cmd in tour_commands():
+        p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                           timeout=600)
+        assert p.returncode == 0, f"{cmd} exited {p.returncode}\n{p.stdout[-3000:]}\n" \
+                                  f"{p.stderr[-3000:]}"
+    p = subprocess.run([python, "-c", readme_block("From Python", "python")], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, f"the README's Python example:\n{p.stdout[-3000:]}\n" \
+                              f"{p.stderr[-3000:]}"
+    assert (work / "tradeoff.png").read_bytes()[:4] == b"\x89PNG"
+    assert "def speculative_sampling(" in (work / "rule_hf.py").read_text()
+    assert len(p.stdout.splitlines()) >= 5, p.stdout       # every print of the example
+
+
 @pytest.mark.slow
-def test_non_editable_install_runs_the_main_commands(wheel, tmp_path):
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
-    py = venv / "bin" / "python"
-    _run([str(py), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+def test_the_readme_tour_and_api_example_run_after_a_wheel_install(venv, tmp_path):
+    """`pip install .` and an empty directory: the README's tour and Python example run
+    as written, everything they make in that directory."""
+    work = tmp_path / "empty"
+    work.mkdir()
+    run_readme(venv / "bin", str(venv / "bin" / "python"), work)
+    assert {"datasets", "runs", "rule_hf.py"} <= {p.name for p in work.iterdir()}
+
+
+@pytest.mark.slow
+def test_the_readme_tour_and_api_example_run_in_a_fresh_clone(tmp_path):
+    """A fresh clone of this repository (its last commit): the tour and the Python
+    example run there as written, with this interpreter."""
+    clone = tmp_path / "clone"
+    _run(["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(clone)],
          cwd=tmp_path)
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for name, target in (("evolve", f'"{sys.executable}" -m evolve'),
+                         ("python", f'"{sys.executable}"')):
+        (bindir / name).write_text(f'#!/bin/sh\nexec {target} "$@"\n')
+        (bindir / name).chmod(0o755)
+    run_readme(bindir, str(bindir / "python"), clone, {"PYTHONPATH": str(clone)})
+    assert (clone / "runs").is_dir() and (clone / "datasets" / "traces" / "test.npz").is_file()
+
+
+@pytest.mark.slow
+def test_non_editable_install_runs_the_main_commands(venv, tmp_path):
+    py = venv / "bin" / "python"
     work = tmp_path / "work"
     work.mkdir()
     # the installed package, not this checkout, is what runs

@@ -15,6 +15,157 @@ conftest). Every run uses a temporary --runs-dir and either --no-writeback or a
 temporary heuristics directory; the module-wide fixture below also points
 $EVOLVE_RUNS_DIR and $EVOLVE_HEURISTICS_DIR at temporary directories, so the
 repository's runs/ and heuristics/evolved.py are never touched.
+
+Guarantee 1 of docs/reliability.md, Configuration errors are caught before any work:
+
+Checked before anything is created on disk: non-positive
+`--generations`/`--population`, a negative `--seed`, whole numbers of more than 40
+digits, `--tournament` larger than the population, rates outside [0, 1] (NaN
+included), an unknown `--objective`, an invalid `--name`, a missing data directory,
+and an unknown `benchmark --heuristic`. Also checked: a `--runs-dir` that is a file,
+lies under a file or is not writable, `--resume` of a missing or foreign directory,
+and on `--resume` a `--generations` that is zero, negative or below the checkpoint's
+generation. Each gives one line on stderr that names the option and echoes the
+value, exit code 2 and no traceback. No runs directory or run directory is created,
+and a resumed run's files are left unchanged. Tests:
+`test_config_error_before_any_work`, `test_config_missing_data_before_any_work`,
+`test_config_unknown_benchmark_heuristic`, `test_config_runs_dir_is_a_file`,
+`test_config_runs_dir_not_writable` (and `..._read_only_for_real` when not root),
+`test_resume_missing_run_rejected`, `test_resume_foreign_directory_rejected`,
+`test_resume_bad_generations_rejected`.
+
+Guarantee 2 of docs/reliability.md, Interrupts:
+
+The first SIGINT or SIGTERM lets the current generation finish. The run then writes
+`checkpoint.json` and `summary.json` (status `interrupted`), prints the exact resume
+command and exits with code 130. The command adds `--runs-dir` (shell-quoted) when
+the runs directory is not the default, and keeps `--no-writeback`/`--force`. A
+signal that arrives during the last generation or while finishing lets the run
+finish. A second signal exits at once. The last complete checkpoint is still
+loadable because every write is atomic. Tests (real subprocesses):
+`test_signal_finishes_generation_saves_and_prints_resume[SIGINT|SIGTERM]` runs the
+printed command and checks that the history matches an uninterrupted run.
+`test_second_sigint_exits_at_once_leaving_checkpoint_intact` uses a large population
+and sends the second SIGINT once the first has been acknowledged.
+`test_stop_requested_handler_logic` checks the handler in-process.
+
+Guarantee 3 of docs/reliability.md, `kill -9` at any moment leaves a loadable run:
+
+Every file is written to a temporary file, fsynced and moved into place with
+`os.replace` (`evolve/io/atomic.py`). A run directory is assembled under a hidden
+name and renamed into place once `config.json` exists, so it is never half-made.
+`history.jsonl` is appended one fsynced line at a time. Loading ignores a torn last
+line, and a resume rewrites the history up to the checkpoint's generation. A run
+killed before its first checkpoint restarts from its seed. Leftover temporary files
+are removed on resume. In
+`test_kill9_at_random_moments_then_resume_completes_exactly`, a real run is killed
+with SIGKILL seven times at random moments, during start-up or mid-run. After every
+kill the directory must load: the history is contiguous, at most one line ahead of
+the checkpoint, and the checkpoint restores. `evolve run --resume` then completes
+with the same history and champion as an undisturbed run. Other tests:
+`test_torn_last_history_line_is_ignored_and_resume_completes`,
+`test_torn_line_in_the_middle_is_an_error`,
+`test_atomic_write_crash_keeps_old_file_and_leaves_no_temp`,
+`test_run_directory_appears_complete_or_not_at_all`,
+`test_resume_without_checkpoint_starts_from_the_seed` and
+`test_refinish_in_a_new_process`. The last one covers a crash while finishing: the
+resumed process scores the same champion again (from its parsed tree; `champion.py`
+is rewritten, never imported).
+
+Guarantee 4 of docs/reliability.md, Resume is exact:
+
+The engine draws all randomness from its own `random.Random` state, which every
+checkpoint stores. numpy's generator is not used. A run interrupted at generation k
+and resumed gives the same history (every field except `timing`), hall of fame and
+champion as the run that was never interrupted. `test_resume_is_exact_in_process[k]`
+(k = 0, 1, 3 and the last generation) sends the state through JSON and reseeds both
+global RNGs before the restore and the steps. It then compares the history,
+champion, hall of fame, population, RNG state and full `state()`.
+`test_resume_is_exact_end_to_end[k]` (k = 0, 2 and the last) sends a real SIGINT
+during `evolve run`, then runs `evolve run --resume`, and compares `history.jsonl`,
+`champion.json` and `hall_of_fame.json` with the uninterrupted run. The kill and
+disk-full tests also compare against the uninterrupted run.
+
+Guarantee 5 of docs/reliability.md, Write-back is atomic, serialised and reversible:
+
+`heuristics/evolved.py` is always either the old or the new complete module. The new
+text is compiled (never run) before it is installed. Writers take an exclusive
+`fcntl` lock, so two runs cannot interleave. The current file is scored on the run's
+valid split, and the champion replaces it only if its valid fitness is higher (or
+with `--force`). The replaced file is kept in `heuristics/history/`, copied
+atomically too: a full disk there fails the write-back with `evolved.py` unchanged
+and no temporary file left
+(`test_writeback_on_a_full_disk_leaves_nothing_half_written`). The target directory
+can be set with `$EVOLVE_HEURISTICS_DIR`. Tests:
+`test_writeback_better_on_valid_wins_and_previous_file_is_kept`,
+`test_writeback_refuses_source_that_does_not_compile`,
+`test_writeback_lock_serialises_writers` (a writer blocks while the test holds the
+lock), and `test_writeback_concurrent_writers_and_reader`. In the last one, two
+writer processes and a reader that imports the file in a loop run together. The
+reader only ever sees complete modules, every installed version ends up either
+current or in `history/` exactly once, and the best tree on valid wins.
+`test_writeback_env_var_redirects_cli` checks `$EVOLVE_HEURISTICS_DIR`.
+
+Guarantee 6 of docs/reliability.md, No code runs from data:
+
+Checkpoints, hall of fame and champion files are JSON. Trees are read by
+`treeio.parse`, which accepts only primitive names, input names and finite numbers
+and limits text length, node count and depth. Nothing uses `eval`, `exec`, `pickle`
+or DEAP's `compile`/`from_string` (the one exception is the speed benchmark,
+`benchmarks/speed.py`, outside the package, which times `gp.compile` and per-tree
+`exec` as baselines on trees it generates in memory). Nothing under a run directory
+or a data directory is imported: champions are scored from their parsed trees by the
+kernel, and write-back reads the installed rule's tree from the `METADATA` literal
+of `heuristics/evolved.py` with `ast.literal_eval`. What is executed is the
+installed package's own code, `heuristics/` included: `evolve benchmark` imports
+`heuristics/evolved.py` to time the installed rule, and reports a hand-edited file
+that does not compile in one line while still benchmarking the baselines. Every JSON
+file is size-checked, and each checkpoint and config field is type- and range-
+checked before use. A crafted run directory is rejected with one line naming the
+file and field, and exit code 2. Examples are a tree that carries
+`__import__('os').system(...)`, nesting 10,000 levels deep, a 64-MiB-plus or
+10,000-deep JSON file, a 5,000-digit number, wrong types, non-finite fitness, an
+absurd population and a directory name containing a newline and code. Generated
+modules hold only a sanitised docstring, two imports, a `METADATA` literal, the
+function and its jitted twin. The function body references only inputs and primitive
+helpers, whatever the metadata holds. Tests: `test_crafted_checkpoint_rejected`,
+`test_crafted_checkpoint_file_rejected`, `test_crafted_absurd_file_size_rejected`,
+`test_crafted_config_rejected`, `test_crafted_run_name_rejected`,
+`test_crafted_champion_rejected_by_inspect` (each also checks that a marker file was
+not created), `test_no_eval_exec_or_pickle_in_the_harness` (a static scan of
+`evolve/`), `test_generated_module_with_hostile_metadata` and
+`test_generated_module_with_any_metadata_text` (hypothesis).
+
+Guarantee 7 of docs/reliability.md, Numerical robustness:
+
+The population kernel, the generated code (compiled by Numba) and the slow row-by-
+row reference (`tests/naive.py`) give identical thresholds, NaN positions included.
+They never crash or hang on any tree, for inputs that are 0, ±0.0, 1e-300, ±1e300,
+±inf, NaN, subnormal or negative. Tests (hypothesis, bounded examples):
+`test_random_trees_engine_built_agree_everywhere` (trees from DEAP's
+`genHalfAndHalf`, height 1 to 8) and
+`test_random_trees_with_extreme_constants_agree_everywhere` (any well-typed tree
+with constants anywhere in the finite floats). Heuristics are compiled with
+`position` as float64, the kernel's type, so integer overflow in a generated formula
+cannot make them disagree (`test_position_int_overflow_in_generated_code`, e.g.
+`square(square(square(position)))` at position 1000).
+
+Guarantee 8 of docs/reliability.md, Write errors (disk full):
+
+A failed write during a run ends it with one line and exit code 2. The line names
+the run, the generation, the OS error and the resume command. The run is marked
+`failed` in `summary.json` when that write can still succeed. The last good
+checkpoint is intact, no temporary file is left, and a resume completes exactly.
+`test_disk_full_ends_run_cleanly_and_resume_completes` injects ENOSPC in four
+places: atomic writes after N calls, a history line torn halfway, `fsync` failing
+inside the real atomic code path, and the champion files while finishing. The
+operating system's error names no file ("No space left on device"); every writer
+adds the file it was writing, so the line of `run`, `export --out` and `data
+generate` says what failed
+(`test_a_full_disk_names_the_file_that_could_not_be_written`).
+
+Also guarantee 12 of docs/reliability.md, One JSON reader, with the same limits
+everywhere (test_crafted_checkpoint_file_rejected): see tests/test_hostile.py.
 """
 
 from __future__ import annotations

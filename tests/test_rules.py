@@ -1,4 +1,9 @@
-"""The rules table: the generated baselines module, seeds, families and leniency."""
+"""The rules table: the generated baselines module, seeds, families and leniency.
+
+Also guarantee 23 of docs/reliability.md, Simulations within their bounds
+(test_every_parameter_lies_in_its_stated_range_and_outside_it_is_refused): see
+tests/test_hostile_cli.py.
+"""
 
 import numpy as np
 

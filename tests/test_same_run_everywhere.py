@@ -8,7 +8,30 @@ would still match itself, so each case also checks which inputs the run offered)
 
 Token splits have one storage form (``evolve data shard`` takes traces only), so the
 token objectives have no sharded run to compare; ``test_token_splits_are_not_sharded``
-holds that refusal."""
+holds that refusal.
+
+Guarantee 33 of docs/reliability.md, The same run on npz files, shards and a cluster, for every objective:
+
+A split held in this process, the same split sharded (`evolve data shard`) and
+scored in this process, and the shards scored on a Dask cluster give the same
+history, hall of fame, checkpoint and champion for the same seed, and offer the
+search the same inputs. Every split's shape says whether it has the slot features
+(its `missing`, one definition for arrays, devices and shards), and the engine reads
+it with no default, so an evaluator that does not say is an error, never a search
+quietly without the slot inputs. The inputs a run offered are recorded in every
+checkpoint, and a resume on data that would offer others is refused. | objective,
+option | in-process shards | Dask cluster (slow) | |---|---|---| | `speed` (schema
+v3: with slot features) | tested | tested (`test_cluster.py`) | | `speed
+--trajectory` | tested | tested | | `speed --lookahead` | tested | tested | | `speed
+--trajectory --lookahead` | tested | | | `speed_kl`, `pareto` | tested | | | `speed
+--inputs ...` | tested | | | schema v2 traces (no slot features) | tested | tested |
+| token objectives (`expected`, `seed`) | token splits have one storage form:
+`evolve data shard` refuses them in one line | | Tests:
+`tests/test_same_run_everywhere.py` (each case also checks which inputs the run
+offered, so a case that silently drops inputs on both sides still fails). Before
+this guarantee, `--trajectory` on shards lost the slot inputs (its sharded evaluator
+carried a shape without `missing`, read as "missing").
+"""
 
 from __future__ import annotations
 

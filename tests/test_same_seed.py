@@ -7,6 +7,23 @@ first), so the same seed walked different trajectories on different builds. The
 engine's crossover takes the types in the primitive set's order instead. These
 tests give DEAP's module the opposite set order of this interpreter's, as another
 build would, and ask for the very same draws and runs.
+
+Guarantee 19 of docs/reliability.md, Same seed, same run on every build of Python:
+
+A run's result depends on its configuration (seed included) and its data, and on
+none of the Python, numpy and numba versions checked (listed at the end of this
+section). DEAP's `cxOnePoint` drew the crossover's node type from `list(set(...))`.
+The order of a set of types follows the addresses of the type objects in the
+interpreter's binary, so the same seed walked different runs on different builds:
+CPython 3.11.7 lists `float` before `bool` and 3.12.1 lists `bool` first. The engine
+now uses `evolve.search.operators.cx_one_point`, which makes the same draws with the
+types in the primitive set's order. That is the order 3.11.7 already used, so runs
+there are unchanged. `benchmarks/deap_reference.py` uses the same crossover, so its
+"same trajectory" check holds on every build. Tests:
+`test_crossover_draws_do_not_depend_on_set_order`,
+`test_same_seed_same_run_whatever_the_set_order` (these make DEAP's module see the
+opposite set order, as another build would) and `test_crossover_known_answer`
+(`tests/test_same_seed.py`).
 """
 
 import random

@@ -1,5 +1,10 @@
 """Sharded trace splits (evolve.data.shards, `evolve data shard`): same rows as the
-.npz splits, memory-mapped, and every kind of damage is one line and exit code 2."""
+.npz splits, memory-mapped, and every kind of damage is one line and exit code 2.
+
+Also guarantee 18 of docs/reliability.md, Shard columns and manifests are read like
+every other file (test_a_split_of_more_shards_than_file_descriptors_runs_and_reports):
+see tests/test_hostile_shards.py.
+"""
 
 import json
 import os

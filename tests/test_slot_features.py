@@ -1,6 +1,10 @@
 """Schema v3: the slot features (evolve.data.decode.slot_features), recorded by the
 n-gram decoder, stored, validated; v2 files still load. The slot features as rule
-inputs, and the two slot-spending baselines (cactus, fuzzy_sd) against enumeration."""
+inputs, and the two slot-spending baselines (cactus, fuzzy_sd) against enumeration.
+
+Also guarantee 29 of docs/reliability.md, Trace schema v3: slot features, checked like
+the rest: see tests/test_hostile.py.
+"""
 
 import math
 import zipfile

@@ -1,7 +1,26 @@
 """The speed objective on the rule's own trajectory (``evolve run --trajectory``):
 evolve.kernels.trajectory and evolve.objectives.trajectory_objective against the numpy
 estimate of evolve.objectives.trajectory, exact over shards, the ESS guard, and the
-command line."""
+command line.
+
+Guarantee 30 of docs/reliability.md, The trajectory objective: exact sums and clear refusals:
+
+The trajectory kernel (`evolve/kernels/trajectory.py`) adds every block's weighted
+terms in 128-bit fixed point like the plain kernel, so a split in memory, any
+sharding that keeps sequences whole, and a Dask cluster give the same integers and
+the same run, bit for bit; the plain sums it returns are the plain kernel's
+integers. A weight above 2^15, past which its square would saturate the fixed point,
+is counted instead of summed and makes the estimate undefined (score 0), so
+saturation never shows as a plausible number. `evolve run --trajectory` with an
+objective other than `speed`, with `--batch-blocks N`, with `--ess-floor` outside
+[0, 1] or not a number, or on token splits is one line and exit code 2, before any
+run directory is made; so is `--ess-floor` without `--trajectory`, which nothing
+else reads (`evolve tradeoff --budget abc` is one line too, not click's usage text).
+On traces whose blocks are not held per sequence in order, or on shards where a
+sequence spans two shards, the run stops before it starts with one line naming the
+split, the shard, the field, the row and the value; nothing is written. Tests:
+`tests/test_trajectory_objective.py`.
+"""
 
 import json
 

@@ -7,6 +7,9 @@ and rules reading what the kernel lacks are refused in one line. Slow: the
 release's sdist is downloaded (47 MB), its file checked and patched
 (benchmarks/vllm_patch_check.py); the patched kernel runs in Triton's interpreter
 when EVOLVE_VLLM_TRITON names a directory holding triton (pip install --target).
+
+Also guarantee 34 of docs/reliability.md, What an export decides is what was scored: see
+tests/test_faithful.py.
 """
 
 from __future__ import annotations

@@ -67,9 +67,12 @@ def option_message(e) -> str:
     for ``kl_budget``, ``--runs-dir`` for ``runs_dir``); the message as it is when it
     names no parameter or the command has no option for it."""
     ctx = click.get_current_context(silent=True)
+    if isinstance(getattr(e, "options", None), dict) and hasattr(e, "cli_message"):
+        return e.cli_message()         # several parameters (sizes): each as --name
     if getattr(e, "param", None) is not None and ctx is not None:
+        spelled = "--" + e.param.replace("_", "-")      # a parameter named as its option
         for p in ctx.command.params:
-            if p.name == e.param and p.opts:
+            if p.opts and (p.name == e.param or spelled in p.opts):
                 return e.named(p.opts[0])
     return str(e)
 

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from evolve.cli.common import data_option, default_data, fail, friendly_errors, json_option, \
-    number, runs_dir_option, term
+from evolve.cli.common import data_option, default_data, friendly_errors, json_option, number, \
+    runs_dir_option, term
 
 # The objectives as --help lists them, spelled out so that `evolve --help` loads no
 # kernel (tests/test_cli_defaults.py holds them to evolve.objectives.OBJECTIVES).
@@ -113,76 +113,25 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
               help="Score sharded traces on a local Dask cluster of N worker processes.")
 @click.option("--scheduler", type=str, default=None, metavar="ADDRESS",
               help="Score sharded traces on the Dask cluster at ADDRESS.")
-@click.option("--force", is_flag=True, help="Write back even if not better on valid.")
+@click.option("--force", is_flag=True, default=None,
+              help="Write back even if not better on valid.")
 @data_option
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(generations, population, seed, objective, tv_budget, kl_budget, critical_budget,
-            tv_position_cap,
-            tv_p99_cap, tournament, cx_prob, mut_prob, max_height, max_size, init_max_height, elitism,
-            seed_baselines, threads, device, starts, batch_blocks, trajectory, ess_floor, lookahead,
-            inputs, engine, name,
-            resume, no_writeback, cluster, scheduler, force, data_dir, runs_dir, json_mode):
+def run_cmd(no_writeback, json_mode, ess_floor, **given):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.runs import multistart, runner
-    from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
-    from evolve.runs.rundir import RunError    # lazy: start-up (a command loads only what it runs)
-    from evolve.search.config import Config    # lazy: start-up (a command loads only what it runs)
-    given = {"generations": generations, "population": population, "seed": seed,
-             "objective": objective, "tournament": tournament, "cx_prob": cx_prob,
-             "mut_prob": mut_prob, "max_height": max_height, "max_size": max_size,
-             "init_max_height": init_max_height,
-             "elitism": elitism, "seed_baselines": seed_baselines, "threads": threads,
-             "device": device, "starts": starts, "batch_blocks": batch_blocks,
-             "tv_budget": tv_budget, "kl_budget": kl_budget, "critical_budget": critical_budget,
-             "tv_position_cap": tv_position_cap,
-             "tv_p99_cap": tv_p99_cap, "trajectory": trajectory, "ess_floor": ess_floor,
-             "lookahead": lookahead, "inputs": inputs}
-    given["ess_floor"] = number("--ess-floor", ess_floor)
-    if engine is not None:
-        from evolve.export import engines    # lazy: start-up (a command loads only what it runs)
-        if inputs is not None:
-            raise RunError("--engine and --inputs: give one of them")
-        if engine not in engines.ENGINE_FORMATS:
-            raise RunError(f"--engine: {engine!r} is invalid; expected one of "
-                           f"{', '.join(engines.ENGINE_FORMATS)}")
-        given["inputs"] = engines.engine_inputs(engine, objective or Config.objective)
+    from evolve.api import runs as api    # lazy: start-up (a command loads only what it runs)
+    from evolve.cluster import ClusterInterrupted    # lazy: start-up (as above)
+    from evolve.runs import runner    # lazy: start-up (a command loads only what it runs)
+    # the options given, as the API's keywords: their defaults are Config's alone
+    options = {k: v for k, v in given.items() if v is not None}
+    if ess_floor is not None:
+        options["ess_floor"] = number("--ess-floor", ess_floor)
     out = term(json_mode)
-    for opt, value in (("--resume", resume), ("--name", name), ("--runs-dir", runs_dir)):
-        if value is not None and not str(value).strip():
-            raise RunError(f"{opt}: an empty value is not allowed")
-    if resume is not None:
-        extra = [k for k, v in given.items()
-                 if v is not None and k not in ("generations", "device")]
-        if extra or name:
-            opt = "--name" if name else "--" + extra[0].replace("_", "-")
-            raise RunError(f"{opt}: cannot be changed on --resume (only --generations "
-                           "and --device)")
-    if ess_floor is not None and not trajectory:
-        fail("--ess-floor: only with --trajectory (it is the floor of the trajectory "
-             "estimate's effective sequences; without it nothing reads it)")
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.cluster import ClusterInterrupted
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.cluster.session import check_options
-    check_options(cluster, scheduler)       # before anything is made (--starts included)
-    cfg = Config(**{k: v for k, v in given.items() if v is not None})
-    if resume is not None and generations is None:
-        cfg.generations = None   # keep the run's own
-    data_given = data_dir is not None
-    if data_dir is None:
-        from evolve.tasks import task_of    # lazy: start-up (a command loads only what it runs)
-        from evolve.objectives import OBJECTIVES    # lazy: start-up (it loads the kernels)
-        data_dir = task_of(cfg.objective).default_data() if cfg.objective in OBJECTIVES \
-            else default_data()
-    opts = runner.RunOptions(config=cfg, data_dir=data_dir,
-                             runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=not no_writeback, force=force, data_given=data_given,
-                             cluster=cluster, scheduler=scheduler)
+    opts = api.run_options(writeback=not no_writeback, **options)
     try:
-        code, result = multistart.execute_any(opts, out)
+        code, result = api.execute(opts, out)
     except ClusterInterrupted as e:        # stopped while reaching the cluster
         out.error(str(e))
         sys.exit(runner.EXIT_INTERRUPTED)

@@ -47,21 +47,6 @@ def data_shard(directory, rows_per_shard, out, force, verify):
     tm.note(f"done in {time.perf_counter() - t0:.1f} s")
 
 
-def trace_to_shards(cfg, out: Path, rows_per_shard: int, force: bool) -> None:
-    """``evolve data trace --rows-per-shard N``: build the traces straight into shards."""
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.data import shard_writer, shards
-    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
-    need(rows_per_shard >= 1, "--rows-per-shard", rows_per_shard, "a whole number >= 1")
-    replaced = shard_writer.check_out(out, force)      # refused before anything is written
-    tm = term()
-    t0 = time.perf_counter()
-    done = ngram.build_splits_sharded(cfg, out, rows_per_shard, progress=tm.note)
-    tm.note(f"{shards.shown(out)}: {sum(done.values()):,} rows in shards of "
-            f"{rows_per_shard:,}; done in {time.perf_counter() - t0:.1f} s")
-    kept_note(out, replaced)
-
-
 def kept_note(out: Path, replaced: list) -> None:
     """Where --force kept the shard sets it replaced."""
     # lazy: start-up (a command loads only what it runs)

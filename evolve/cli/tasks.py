@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from evolve.cli.common import fail, friendly_errors, json_option, need, runs_dir_option, term
-from evolve.errors import EvolveError, shorten, show
+from evolve.errors import EvolveError, shorten
 
 MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
 
@@ -81,17 +81,12 @@ def data_task(out, decoding, seed, block_size, top_k, train_prompts, valid_promp
 def _task_rule(text: str, runs_parent: Path, greedy: bool):
     """A --compare rule: lossless, NAME, NAME:PARAM (in greedy decoding, the rule's
     greedy form: ``evolve.rules.table.Rule.task_tree``) or run:RUN."""
-    from evolve.cli.traces import _rule_of    # lazy: start-up (a command loads only what it runs)
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.rules.adapters import RuleError, named_rule
+    from evolve.api.named import rule_of    # lazy: start-up (a command loads only what it runs)
     if text == "lossless":
         return None, {"label": "lossless"}
-    rule, info = _rule_of(text, runs_parent)
+    rule, info = rule_of(text, runs_parent, param="--compare")
     if greedy and info.get("kind") == "rule":
-        try:
-            rule, info = named_rule(info["name"], info["param"], greedy=True)
-        except RuleError as e:
-            fail(f"--compare: {show(text)}: {shorten(str(e), 300)}")
+        rule, info = rule_of(text, runs_parent, param="--compare", greedy=True)
     return rule, info
 
 
@@ -132,7 +127,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
         try:
             rule, info = _task_rule(text, parent, greedy)
         except EvolveError as e:
-            fail(f"--compare: {show(text)}: {shorten(str(e), 300)}")
+            fail(shorten(str(e), 400))
         chosen[info["label"]] = rule
     try:
         pair = TP.build_pair(TP.TaskPairConfig.from_dict(meta["config"]))

@@ -3,31 +3,17 @@ here, or a Hugging Face draft/target pair with ``--backend hf``)."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import time
 from pathlib import Path
 
 import click
 
-from evolve.cli.common import default_traces, fail, friendly_errors, need, term
-from evolve.io import atomic
-from evolve.io.lock import Busy, DirLock
+from evolve.cli.common import friendly_errors, term
 
 # evolve.data.sources.ngram.TraceConfig's defaults, spelled out so that `--help` need not
 # import numpy (tests/test_cli_trace.py checks that they are the same).
 TRACE_DEFAULTS = {"seed": 0, "block_size": 4, "top_k": 16, "temperature": 1.0,
                   "blocks_per_prompt": 16, "train_prompts": 512, "valid_prompts": 256,
                   "test_prompts": 256, "max_files": None, "max_bytes_per_file": None}
-SPLIT_NAMES = ("train", "valid", "test")
-
-
-# configuration fields whose option has another name
-OPTION_OF = {"prompts_file": "--prompts", "corpus_dir": "--corpus"}
-
-
-def _option_of(field: str) -> str:
-    return OPTION_OF.get(field) or "--" + field.replace("_", "-")
 
 
 # -------------------------------------------------------------- data trace
@@ -83,119 +69,23 @@ def data_trace(out, seed, block_size, top_k, temperature, blocks_per_prompt, tra
                valid_prompts, test_prompts, max_files, max_bytes_per_file, force,
                rows_per_shard, backend, target, draft, device, dtype, batch_size, prompts_file,
                corpus_dir, prompt_len, context_len):
-    """Build train/valid/test speculative-decoding traces (see datasets/TRACES.md)."""
-    from evolve.data.sources import ngram    # lazy: start-up (a command loads only what it runs)
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.sources.registry import SOURCES
-    out = Path(out) if out else default_traces()
+    """Build train/valid/test speculative-decoding traces.
+
+    A draft/target pair decodes prompts in blocks of --block-size drafted tokens; every
+    drafted position is recorded with the draft's --top-k candidates and both models'
+    probabilities, from which the trace objectives (evolve run --objective speed,
+    evolve tradeoff) are exact. The default pair is a byte-level n-gram pair trained
+    here on the Python standard library's source (about 3 s); --backend hf records
+    your own Hugging Face pair. Then: evolve run --objective speed --data OUT."""
+    from evolve.api import record    # lazy: start-up (a command loads only what it runs)
     tm = term()
-    need(max_files is None or max_files >= 4, "--max-files", max_files,
-          "at least 4 (the models and three prompt pools need files)")
-    need(max_bytes_per_file is None or max_bytes_per_file >= 1, "--max-bytes-per-file",
-          max_bytes_per_file, "at least 1")
-    source = SOURCES[backend]
     options = {"seed": seed, "block_size": block_size, "top_k": top_k,
                "temperature": temperature, "blocks_per_prompt": blocks_per_prompt,
                "train_prompts": train_prompts, "valid_prompts": valid_prompts,
                "test_prompts": test_prompts, "max_files": max_files,
                "max_bytes_per_file": max_bytes_per_file, "target": target, "draft": draft,
                "prompt_len": prompt_len, "context_len": context_len, "device": device,
-               "dtype": dtype, "batch_size": batch_size,
-               "prompts_file": None if prompts_file is None else str(prompts_file),
-               "corpus_dir": None if corpus_dir is None else str(corpus_dir)}
-    try:
-        cfg = source.config(options)
-    except ngram.TraceConfigError as e:
-        fail(f"{_option_of(e.field)}: {e.detail}")
-    if rows_per_shard is not None and not source.shardable:
-        fail(f"--rows-per-shard: only with --backend "
-             + " or ".join(s.name for s in SOURCES.values() if s.shardable)
-             + f" (shard {backend} traces with `evolve data shard`)")
-    if os.path.lexists(out) and not out.is_dir():
-        fail(f"--out {out}: exists and is not a directory")
-    # The recording owns --out (an OS lock, dropped however the process ends): a second
-    # recording into the same directory is refused instead of interleaving its writes.
-    created = [p for p in (out, *out.parents) if not os.path.lexists(p)]
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        with DirLock(out):
-            if rows_per_shard is not None:      # straight into shards
-                # lazy: start-up (a command loads only what it runs)
-                from evolve.cli.shards import trace_to_shards
-                trace_to_shards(cfg, out, rows_per_shard, force)
-            else:
-                _record(cfg, source, out, force, tm, seed, block_size, top_k, temperature)
-    except BaseException as e:
-        if isinstance(e, Busy):       # --out is another recording's now, even if this
-            fail(f"--out {out}: another process is recording traces into this directory; "
-                 "wait for it to finish")       # process made it: it is left alone
-        for p in created:             # a refused build leaves no directory it made
-            with contextlib.suppress(OSError):
-                p.rmdir()             # (only while empty)
-        raise
-
-
-def _record(cfg, source, out, force, tm, seed, block_size, top_k, temperature):
-    """Build and write the splits, with ``out`` locked: a file of another configuration is
-    refused before the build (the build would differ), every built file is checked
-    before any is written, and with --force each replaced file is kept in previous/."""
-    import numpy as np    # lazy: start-up (a command loads only what it runs)
-
-    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.sources import hf, ngram    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
-    if not force:
-        for name in SPLIT_NAMES:
-            path = out / f"{name}.npz"
-            if os.path.lexists(path) and _recorded_config(path) != cfg.to_dict():
-                raise DataError(f"{path}: exists and differs; pass --force to overwrite")
-    t0 = time.perf_counter()
-    if not source.loads_models:     # one that loads models says so once they are loaded
-        tm.note(f"building traces (seed {seed}, g = {block_size}, k = {top_k}, "
-                f"temperature {temperature:g}) ...")
-    try:
-        built = source.build(cfg, progress=tm.note, meter=tm.meter)
-    except ngram.TraceConfigError as e:
-        fail(f"{_option_of(e.field)}: {e.detail}")
-    except hf.HFTraceError as e:     # a pair that cannot be used: the line says why
-        fail(str(e))
-    except DataError:
-        raise
-    except ValueError as e:      # the pair or corpus cannot support this configuration
-        fail(f"trace build: {e}")
-    # Check every file before writing any, so a refusal leaves the directory as it was.
-    todo = []
-    for name, ts in built.items():
-        path = out / f"{name}.npz"
-        if os.path.lexists(path):
-            try:
-                old = traces.load(path, name=name)
-                same = (old.meta.get("config") == cfg.to_dict()
-                        and all(np.array_equal(old.columns[f], ts.columns[f])
-                                for f in traces.ALL_FIELDS))
-            except DataError:
-                same = False
-            if same:
-                tm.note(f"{path}: unchanged ({len(ts):,} rows)")
-                continue
-            if not force:
-                raise DataError(f"{path}: exists and differs; pass --force to overwrite")
-        todo.append((path, ts))
-    for path, ts in todo:
-        if os.path.lexists(path):
-            kept = atomic.keep_previous(path, "trace file", DataError)
-            tm.note(f"{path}: the previous file is kept as {kept}")
-        traces.save(ts, path)
-        tm.note(f"{path}: {len(ts):,} rows, {path.stat().st_size / 1e6:.1f} MB")
-    tm.note(f"done in {time.perf_counter() - t0:.1f} s")
-
-
-def _recorded_config(path: Path):
-    """The generation config in a trace file's meta.json (None if unreadable)."""
-    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
-    from evolve.data.tokens import DataError    # lazy: start-up (a command loads only what it runs)
-    try:
-        meta = traces.read_file_meta(path)
-    except DataError:
-        return None
-    return meta.get("config") if isinstance(meta, dict) else None
+               "dtype": dtype, "batch_size": batch_size, "prompts_file": prompts_file,
+               "corpus_dir": corpus_dir}
+    record.trace(out, backend, force, rows_per_shard, progress=tm.note, meter=tm.meter,
+                 **options)

@@ -119,7 +119,7 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
                 f"(g = {doc['block_size']}, k = {doc['top_k']})"
                 + (f"; {hidden} points with TV per token > {edge:g} not shown (--max-tv)"
                    if hidden else ""))
-    term.result(render_text(shown))
+    term.result(render_text(shown, budgets=[e["budget"] for e in doc["budgets"]]))
     if doc["png"]:
         term.result(f"picture: {doc['png']}")
 

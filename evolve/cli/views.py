@@ -11,6 +11,7 @@ import numpy as np
 
 from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS, INPUTS
+from evolve.rules.styles import styles_of
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
@@ -337,7 +338,7 @@ def show_trace_inspect(info: dict, term) -> None:
                 term.result(f"({hidden} points with TV per token > {edge:g} not shown)")
         if pts:
             term.result("trade-off on valid (baselines swept, hall of fame, champion):")
-            term.result(render_text(pts))
+            term.result(render_text(pts, budgets=[budget]))
     png = Path(info["path"]) / "pareto.png"
     if png.exists():
         term.result(f"picture: {png}")
@@ -374,12 +375,11 @@ def show_runs(rows: list[dict], term) -> None:
                  score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
 
 
-_MARKS = "so^vdx+*#%@"
-
-
 def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per token",
-                ylabel="tokens per call") -> str:
-    """A plain-text scatter: ``series`` maps a name to [(x, y), ...]."""
+                ylabel="tokens per call", budgets=()) -> str:
+    """A plain-text scatter: ``series`` maps a name to [(x, y), ...]; each series is
+    marked by its letter of ``evolve.rules.styles`` (the pictures' legend, in letters),
+    and each of ``budgets`` by a column of ':' (the pictures' dashed budget lines)."""
     pts = [(x, y) for v in series.values() for x, y in v if np.isfinite(x) and np.isfinite(y)]
     if not pts:
         return "(no points)"
@@ -389,9 +389,14 @@ def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per 
     x1 = x1 if x1 > x0 else x0 + 1.0
     y1 = y1 if y1 > y0 else y0 + 1.0
     grid = [[" "] * width for _ in range(height)]
+    shown = [b for b in budgets if x0 <= b <= x1]
+    for b in shown:
+        c = int(round((b - x0) / (x1 - x0) * (width - 1)))
+        for row in grid:
+            row[c] = ":"
     legend = []
-    for i, (name, v) in enumerate(series.items()):
-        m = _MARKS[i % len(_MARKS)]
+    for name, style in styles_of(series).items():
+        v, m = series[name], style.letter
         legend.append(f"{m} {name}")
         for x, y in v:
             if not (np.isfinite(x) and np.isfinite(y)):
@@ -409,6 +414,8 @@ def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per 
     lo, hi = f"{x0:.4g}", f"{x1:.4g}"
     lines.append(" " * (pad + 2) + lo + " " * max(1, width - len(lo) - len(hi)) + hi)
     lines.append(" " * (pad + 2) + xlabel)
+    if shown:
+        legend.append(": budget " + ", ".join(f"{b:g}" for b in shown))
     lines.append("  ".join(legend))
     return "\n".join(lines)
 

@@ -196,9 +196,12 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8
 
 # --------------------------------------------------------------- decoding
 
-def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
+BATCH = 256      # prompts decoded together (results do not depend on it)
+
+
+def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
            rule=None, record: bool = True, pos0=None, history: bool = False,
-           greedy: bool = False, end: int | None = None):
+           greedy: bool = False, end: int | None = None, tick=None):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -225,7 +228,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
     position (rows ordered by sequence, block, position; None unless ``record``)
     and the accepted draft count of every block, int64 (n, blocks); with
     ``history`` also the decoded text, uint8 (n, prompt + blocks (g + 1)), and
-    each row's length, as a third and fourth value.
+    each row's length, as a third and fourth value. ``tick()``, when given, is called
+    after each batch of ``batch`` prompts.
     """
     cfg = pair.config
     g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
@@ -250,6 +254,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = 256,
         if history:
             hists.append(hist)
             lengths.append(lens)
+        if tick is not None:
+            tick()
     cols = ({f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
             if record and parts else None)
     acc = np.concatenate(accepted) if accepted else np.zeros((0, blocks), dtype=np.int64)

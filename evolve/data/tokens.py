@@ -368,7 +368,8 @@ def load_split(directory: str | os.PathLike, split: str) -> Dataset:
     if js.exists():
         return load_json(js, name=split)
     if not directory.is_dir():
-        raise DataError(f"{directory}: data directory not found")
+        raise DataError(f"{directory}: data directory not found (make the default splits "
+                        "there with `evolve data generate`, or point to yours with --data)")
     raise DataError(f"{directory}: no '{split}' split ({split}.npz or {split}.json) found")
 
 

@@ -236,7 +236,8 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
 def load_splits(directory: str | os.PathLike, splits=SPLITS) -> dict:
     directory = Path(directory)
     if not directory.is_dir():
-        raise DataError(f"{directory}: trace directory not found")
+        raise DataError(f"{directory}: trace directory not found (record traces there "
+                        "with `evolve data trace`, or point to yours with --data)")
     return {s: load(directory / f"{s}.npz", name=s) for s in splits}
 
 

@@ -56,26 +56,26 @@ def check_target(option: str, path, force: bool | None = None, refuse_under=()) 
     (and ``<name>.previous`` must then be writable too). ``refuse_under``: directories
     inside which nothing may be written."""
     if path is None or not str(path).strip():
-        raise OutputError(f"{option}: an empty path is not allowed")
+        raise OutputError.of(option, "an empty path is not allowed")
     if str(path) == "-":
-        raise OutputError(f"{option}: '-' is not written to standard output; leave {option} "
+        raise OutputError.of(option, f"'-' is not written to standard output; leave {option} "
                           "out to print there, or name a file (./- for a file named '-')")
     path = Path(path)
     parent = path.parent
     try:
         pst = os.stat(parent)
     except FileNotFoundError:
-        raise OutputError(f"{option}: {path}: the directory {parent} does not exist "
+        raise OutputError.of(option, f"{path}: the directory {parent} does not exist "
                           "(it is not created)") from None
     except OSError as e:
-        raise OutputError(f"{option}: {path}: cannot reach {parent} ({e.strerror})") from None
+        raise OutputError.of(option, f"{path}: cannot reach {parent} ({e.strerror})") from None
     if not stat.S_ISDIR(pst.st_mode):
-        raise OutputError(f"{option}: {path}: {parent} is not a directory")
+        raise OutputError.of(option, f"{path}: {parent} is not a directory")
     real = Path(os.path.realpath(parent))
     for d in refuse_under:
         d = Path(os.path.realpath(d))
         if real == d or d in real.parents:
-            raise OutputError(f"{option}: {path} is inside the heuristics directory {d}, "
+            raise OutputError.of(option, f"{path} is inside the heuristics directory {d}, "
                               "which write-back manages; write the module elsewhere")
     _check_file(option, path, force)
     if force:
@@ -89,14 +89,14 @@ def _check_file(option: str, path: Path, force: bool | None) -> None:
     except FileNotFoundError:
         return
     except OSError as e:
-        raise OutputError(f"{option}: {path}: {e.strerror}") from None
+        raise OutputError.of(option, f"{path}: {e.strerror}") from None
     if not stat.S_ISREG(st.st_mode):
-        raise OutputError(f"{option}: {path} is {_kind(st.st_mode)}; only a regular file "
+        raise OutputError.of(option, f"{path} is {_kind(st.st_mode)}; only a regular file "
                           "is written")
     if force is False:
         kept = next((p for p in previous_names(path) if not os.path.lexists(p)),
                     previous_path(path))
-        raise OutputError(f"{option}: {path} exists; give --force to replace it (the old "
+        raise OutputError.of(option, f"{path} exists; give --force to replace it (the old "
                           f"file is then kept as {kept.name})")
 
 
@@ -107,7 +107,7 @@ def write_new(option: str, path: Path, data: bytes, force: bool) -> Path | None:
     path = Path(path)
     if not force:
         if _create([path], lambda fh: fh.write(data), 0o666 & ~umask()) is None:
-            raise OutputError(f"{option}: {path} exists; give --force to replace it")
+            raise OutputError.of(option, f"{path} exists; give --force to replace it")
         return None
     kept = None
     if os.path.lexists(path):
@@ -176,6 +176,6 @@ def _keep(option: str, src: Path) -> Path:
         kept = _create(previous_names(src), lambda fh: shutil.copyfileobj(sfh, fh),
                        stat.S_IMODE(st.st_mode))
     if kept is None:
-        raise OutputError(f"{option}: {src}: {MAX_PREVIOUS} kept copies "
+        raise OutputError.of(option, f"{src}: {MAX_PREVIOUS} kept copies "
                           f"({previous_path(src).name}, ...) exist already; move some away")
     return kept

@@ -95,35 +95,50 @@ def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
                                               **scoring(name, value)))
 
 
-def scored(name: str, sa: spec.SpecArrays, params, device: str = "cpu") -> list[Point]:
+def scored(name: str, sa: spec.SpecArrays, params, device: str = "cpu",
+           tick=None) -> list[Point]:
     """Points of a family at several parameters, from one kernel call (sums only: no
     99th percentile of slot TV; ``evaluate`` is the reference). An engine's family
     (``Rule.scope`` "vocabulary": its own tail rule, or a target-only residual) is
     scored by the numpy reference, the kernel knows only the top-k rule with the
     standard tail and residual; a target-only family on traces whose candidates
-    miss some of the draft's mass raises ``spec.TailError``."""
+    miss some of the draft's mass raises ``spec.TailError``. ``tick()``, when given, is
+    called after each point the reference scores (seconds each on large traces) and
+    after the kernel's call."""
+    tick = tick or (lambda: None)
     if RULES[name].residual != "standard" or RULES[name].scope != "top_k":
-        return [evaluate(name, sa, p) for p in params]
+        out = []
+        for p in params:
+            out.append(evaluate(name, sa, p))
+            tick()
+        return out
     values = [_value(name, p) for p in params]
     progs = treeio.linearise([treeio.parse(RULES[name].tree(v)) for v in values])
-    return [Point(name, v, o) for v, o in zip(values, kernel.results(progs, sa, True, device))]
+    out = [Point(name, v, o) for v, o in zip(values, kernel.results(progs, sa, True, device))]
+    tick()
+    return out
 
 
-def sweep(name: str, sa: spec.SpecArrays, grid=None, device: str = "cpu") -> list[Point]:
+def sweep(name: str, sa: spec.SpecArrays, grid=None, device: str = "cpu",
+          tick=None) -> list[Point]:
     r = RULES[name]
     return scored(name, sa, [None] if r.param is None else list(r.grid if grid is None
-                                                                 else grid), device)
+                                                                 else grid), device, tick)
 
 
-def sweep_all(sa: spec.SpecArrays, names=None, device: str = "cpu") -> list[Point]:
-    """Every family's sweep; a family the split cannot score exactly (target-only:
-    ``spec.TailError``; slot features missing: ``scorable``) is left out."""
+def sweep_all(sa: spec.SpecArrays, names=None, device: str = "cpu",
+              step=None) -> list[Point]:
+    """Every family's sweep (of ``names``, default all); a family the split cannot score
+    exactly (target-only: ``spec.TailError``; slot features missing: ``scorable``) is
+    left out. ``step(name)``, when given, is called before each family and returns its
+    ``tick`` (see ``scored``)."""
     out = []
     for n in (names or families()):
+        tick = step(n) if step else None
         if sa.missing and scorable(n, sa) == sa.missing:
             continue
         try:
-            out.extend(sweep(n, sa, device=device))
+            out.extend(sweep(n, sa, device=device, tick=tick))
         except spec.TailError:
             continue
     return out
@@ -147,7 +162,7 @@ BISECT_STEPS = 20
 
 
 def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
-         measure: str = "tv", device: str = "cpu") -> Point | None:
+         measure: str = "tv", device: str = "cpu", tick=None) -> Point | None:
     """The parameter with the most tokens per call whose TV per token is <= budget
     on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
 
@@ -155,10 +170,10 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
     with leniency along the grid) the best feasible grid value is then refined
     by bisection towards its infeasible neighbour, so the tuned rule spends the
     budget instead of stopping at a coarse grid step. ``measure="kl"`` holds the KL
-    per token to the budget instead."""
+    per token to the budget instead. ``tick``: see ``scored``."""
     dist = (lambda p: p.kl) if measure == "kl" else (lambda p: p.tv)
     r = RULES[name]
-    pts = sweep(name, sa_tune, grid, device)
+    pts = sweep(name, sa_tune, grid, device, tick)
     feasible = [p for p in pts if dist(p) <= budget]
     if not feasible:
         return None
@@ -170,7 +185,7 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
         return best
     lo, hi = best.param, pts[i + 1].param   # feasible .. infeasible
     for _ in range(BISECT_STEPS):
-        mid = scored(name, sa_tune, [0.5 * (lo + hi)], device)[0]
+        mid = scored(name, sa_tune, [0.5 * (lo + hi)], device, tick)[0]
         if dist(mid) <= budget:
             lo = mid.param
             if (mid.tokens, -dist(mid)) > (best.tokens, -dist(best)):
@@ -182,13 +197,13 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
 
 def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
                  budget: float, grid=None, measure: str = "tv",
-                 device: str = "cpu") -> dict | None:
+                 device: str = "cpu", tick=None) -> dict | None:
     """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test; None
     when no parameter fits, or when the family's objectives are not exact on these
     splits (a target-only family on traces with top-k < vocabulary, ``scorable``)."""
     if scorable(name, sa_valid) or scorable(name, sa_test):
         return None
-    best = tune(name, sa_valid, budget, grid, measure, device)
+    best = tune(name, sa_valid, budget, grid, measure, device, tick)
     if best is None:
         return None
     valid, test = (evaluate(name, sa, best.param) for sa in (sa_valid, sa_test))
@@ -218,16 +233,19 @@ def series_of(points) -> dict:
 
 def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
              extra: dict | None = None, blocks_test=None, device: str = "cpu",
-             scope: dict | None = None) -> dict:
+             scope: dict | None = None, names=None, headroom: bool = True,
+             progress=None) -> dict:
     """The trade-off report behind ``evolve tradeoff``.
 
-    Every family of the rules table is swept on valid and on test; for each TV budget
-    every family is tuned on valid (``tuned_report``) and reported on test.
+    Every family of the rules table (or of ``names``, a list of family names: an
+    engine's knobs, say) is swept on valid and on test; for each TV budget every one
+    is tuned on valid (``tuned_report``) and reported on test.
     ``extra`` maps a name to a fixed rule as parsed tree nodes (a run's
     champion, say), evaluated as it is on both splits by the kernel runs use. Per budget the rows are
     sorted by tokens per call on test (families no parameter of which fits the
     budget on valid last). Two headroom rows join them: leniency with one
-    parameter per block position (tuned on valid) and the knapsack oracle
+    parameter per block position (tuned on valid; not with ``headroom=False``) and the
+    knapsack oracle
     (computed on test; ``evolve.rules.headroom``); every row carries the share
     of the oracle's gain over standard rejection it captures on test.
     ``series`` holds the test points for the pictures: each family's grid in
@@ -237,14 +255,22 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     tokens per call (``evolve.objectives.trajectory``). ``device``: where the kernel
     sums run ("cpu" or "cuda"; the same report). ``scope`` (``evolve.data.traces.scope_of``
     of the traces) adds to each engine setting the draft length and temperature the
-    rules were scored with. Arguments of the wrong type or range are a one-line
-    ``EvolveError`` naming the parameter."""
+    rules were scored with. ``progress(done, total, what)``, when given, is called as
+    each of the ``total`` steps starts (a family's sweep or tuning, the headroom rows)
+    and again every few seconds inside one (each point the numpy reference scores), so
+    that a caller can say what is being done. Arguments of the wrong type or range
+    are a one-line ``EvolveError`` naming the parameter."""
     gpu.check(device)
     budgets = check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test)
-    sweeps = {"valid": sweep_all(sa_valid, device=device),
-              "test": sweep_all(sa_test, device=device)}
+    names = check_names(names)
+    steps = _Steps(progress, 2 * len(names) + bool(extra) + len(budgets) * (
+        len(names) + bool(headroom) + 1 + (blocks_test is not None)))
+    sweeps = {s: sweep_all(sa, names, device, lambda n, s=s: steps.next(f"sweeping {n} "
+                                                                         f"on {s}"))
+              for s, sa in (("valid", sa_valid), ("test", sa_test))}
     fixed = {}
     if extra:   # the kernel a run scores its champion with: a run's numbers, to the bit
+        steps.next(f"scoring {', '.join(extra)}")
         progs = treeio.linearise(list(extra.values()))
         res = {s: kernel.results(progs, sa, True, device)
                for s, sa in (("valid", sa_valid), ("test", sa_test))}
@@ -253,11 +279,13 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
     per_budget = []
     for b in budgets:
         rows = []
-        for name in families():
+        for name in names:
             r = RULES[name]
             eng = {"engine": r.engine, "setting": None}
+            tick = steps.next(f"tuning {name} to TV {b:g} on valid")
             why = scorable(name, sa_valid) or scorable(name, sa_test)
-            rep = None if why else tuned_report(name, sa_valid, sa_test, b, device=device)
+            rep = None if why else tuned_report(name, sa_valid, sa_test, b, device=device,
+                                                tick=tick)
             if rep is None:
                 rows.append({"rule": name, "kind": "family", "param": None, "budget": b,
                              "fits_valid": False, "over_budget_test": None,
@@ -271,10 +299,15 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             rows.append({"rule": name, "kind": "extra", "param": None, "budget": b,
                          "fits_valid": o["valid"]["tv_per_token"] <= b,
                          "over_budget_test": o["test"]["tv_per_token"] > b, **o})
-        rows.extend(headroom_rows(sa_valid, sa_test, b, device))
+        if headroom:
+            steps.next(f"tuning per-position leniency to TV {b:g} on valid")
+        steps.next(f"the knapsack oracle at TV {b:g} on test")
+        rows.extend(headroom_rows(sa_valid, sa_test, b, device, headroom))
         if blocks_test is not None:
+            tick = steps.next(f"trajectory estimates at TV {b:g} on test")
             for r in rows:
                 _add_trajectory(r, sa_test, blocks_test, extra or {})
+                tick()
         oracle = next(r for r in rows if r["kind"] == "oracle")["test"]["tokens_per_call"]
         std = evaluate("standard_rejection", sa_test).tokens
         for r in rows:
@@ -292,6 +325,37 @@ def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
             "extra": fixed,
             "sweeps": {s: [p.to_dict() for p in pts] for s, pts in sweeps.items()},
             "series": {k: [list(xy) for xy in v] for k, v in series.items()}}
+
+
+class _Steps:
+    """The steps of a trade-off, told to ``progress(done, total, what)``."""
+
+    def __init__(self, progress, total: int):
+        self.progress, self.total, self.done = progress, total, 0
+
+    def next(self, what: str):
+        """Start the next step; returns its ``tick``, which tells the same step again."""
+        if self.progress is None:
+            return None
+        done, total = min(self.done, self.total), self.total
+        self.done += 1
+        self.progress(done, total, what)
+        return lambda: self.progress(done, total, what)
+
+
+def check_names(names) -> list:
+    """The families a trade-off sweeps (``names``; None: every family), checked."""
+    if names is None:
+        return families()
+    if isinstance(names, (str, bytes)) or not isinstance(names, Iterable):
+        raise EvolveError.of("names", f"{show(names)} is invalid; expected a list of rule "
+                             "families")
+    names = list(dict.fromkeys(names))
+    bad = next((n for n in names if n not in families()), None)
+    if bad is not None or not names:
+        raise EvolveError.of("names", f"{show(bad if names else names)} is invalid; expected "
+                             f"families of the rules table ({', '.join(families())})")
+    return names
 
 
 def check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test) -> list:
@@ -339,28 +403,33 @@ def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
 
 
 def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float,
-                  device: str = "cpu") -> list:
-    """Per-position leniency tuned on valid (reported on test) and the knapsack oracle
-    on test, as trade-off rows."""
-    rows = []
-    tuned = headroom.tune_position_leniency(sa_valid, budget, device)
-    if tuned is None:
-        rows.append({"rule": "position_leniency", "kind": "headroom", "param": None,
-                     "budget": budget, "fits_valid": False, "over_budget_test": None,
-                     "valid": None, "test": None})
-    else:
-        ls, valid = tuned
-        nodes = treeio.parse(headroom.position_leniency_tree(ls))
-        test = spec.objectives(sa_test, tree_thresholds(nodes, sa_test)).to_dict()
-        rows.append({"rule": "position_leniency", "kind": "headroom", "param": list(ls),
-                     "budget": budget, "fits_valid": True,
-                     "over_budget_test": test["tv_per_token"] > budget,
-                     "valid": valid.to_dict(), "test": test})
+                  device: str = "cpu", position_leniency: bool = True) -> list:
+    """Per-position leniency tuned on valid (reported on test; unless
+    ``position_leniency`` is false) and the knapsack oracle on test, as trade-off rows."""
+    rows = [position_leniency_row(sa_valid, sa_test, budget, device)] \
+        if position_leniency else []
     oracle = headroom.knapsack_oracle(sa_test, budget).to_dict()
     rows.append({"rule": "knapsack_oracle", "kind": "oracle", "param": None, "budget": budget,
                  "fits_valid": None, "over_budget_test": oracle["tv_per_token"] > budget,
                  "valid": None, "test": oracle})
     return rows
+
+
+def position_leniency_row(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
+                          budget: float, device: str = "cpu") -> dict:
+    """Leniency with one parameter per block position, tuned on valid, as a row."""
+    tuned = headroom.tune_position_leniency(sa_valid, budget, device)
+    if tuned is None:
+        return {"rule": "position_leniency", "kind": "headroom", "param": None,
+                "budget": budget, "fits_valid": False, "over_budget_test": None,
+                "valid": None, "test": None}
+    ls, valid = tuned
+    nodes = treeio.parse(headroom.position_leniency_tree(ls))
+    test = spec.objectives(sa_test, tree_thresholds(nodes, sa_test)).to_dict()
+    return {"rule": "position_leniency", "kind": "headroom", "param": list(ls),
+            "budget": budget, "fits_valid": True,
+            "over_budget_test": test["tv_per_token"] > budget,
+            "valid": valid.to_dict(), "test": test}
 
 
 def _row_tree(r: dict, extra: dict):

@@ -53,30 +53,116 @@ def history_png(history: list[dict], path: Path, title: str) -> bool:
     return True
 
 
-def render_png(series: dict, path, title: str = "", xlabel="TV per token",
-               ylabel="tokens per target call") -> None:
-    """Scatter/line plot to a PNG; needs matplotlib (an optional dependency)."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for name, v in series.items():
-        if not v:
+# The panel "near the budgets" spans TV 0 .. ZOOM x the largest budget asked for.
+ZOOM = 2.5
+Z95 = 1.959963984540054
+
+
+def _draw_series(ax, series: dict, styles: dict) -> None:
+    """Each series in its style: a family's sweep as a line through its grid, a single
+    rule as one large marker, the hall of fame as dots over the rest."""
+    for name, pts in series.items():
+        if not pts:
             continue
-        x, y = zip(*v)          # in sweep (parameter) order
-        ax.plot(x, y, marker="o", ms=6 if len(v) == 1 else 3, lw=1, label=name)
+        st = styles[name]
+        x, y = [p[0] for p in pts], [p[1] for p in pts]
+        if name == "hall of fame":
+            ax.plot(x, y, ls="none", marker="o", ms=3.5, color=st.colour, alpha=0.8,
+                    zorder=4, label=name)
+        elif len(pts) == 1:
+            ax.plot(x, y, ls="none", marker=st.marker, ms=11, color=st.colour, mec="black",
+                    mew=0.6, zorder=6, label=name)
+        else:
+            ax.plot(x, y, marker=st.marker, ms=4, lw=1.1, color=st.colour, zorder=3,
+                    label=name)
+
+
+def _zoom_limits(series: dict, tuned: list, budgets: list) -> tuple:
+    """(x0, x1, y0, y1) of the panel near the budgets: TV from 0 to ZOOM x the largest
+    budget (further where a single rule or a tuned point lies a little beyond), and the
+    tokens per call of what is shown there, intervals included."""
+    top = max(budgets)
+    singles = [p[0] for v in series.values() if len(v) == 1 for p in v]
+    singles += [t[1] for t in tuned]
+    x1 = max([ZOOM * top] + [x * 1.08 for x in singles if x <= 2 * ZOOM * top])
+    ys = [p[1] for v in series.values() for p in v if p[0] <= x1]
+    ys += [t[2] + s * Z95 * (t[3] or 0.0) for t in tuned for s in (-1, 1)]
+    if not ys:
+        return 0.0, x1, 0.0, 1.0
+    y0, y1 = min(ys), max(ys)
+    pad = 0.08 * (y1 - y0) if y1 > y0 else 0.05
+    return -0.02 * x1, x1, y0 - pad, y1 + pad
+
+
+def tradeoff_figure(series: dict, budgets=(), title: str = "", tuned=(),
+                    xlabel: str = "TV per token", ylabel: str = "tokens per target call"):
+    """The trade-off as a matplotlib figure. ``series`` maps a name to its points
+    [(TV, tokens per call), ...] in sweep order; ``budgets`` the TV budgets asked for;
+    ``tuned`` the rules tuned to them, [(name, TV, tokens per call, standard error or
+    None), ...], drawn with their 95% intervals. With budgets, the left panel spans TV 0
+    to ``ZOOM`` times the largest, with a dashed line at each budget, and the right one
+    the whole curve with the left panel's region marked; each series keeps its style
+    (``evolve.rules.styles``), and one legend names them all."""
+    from evolve.rules.styles import styles_of    # lazy: start-up (read with matplotlib)
+    plt = pyplot()
+    tuned = [tuple(t) for t in tuned]
+    budgets = sorted({float(b) for b in budgets if b > 0})
+    styles = styles_of(list(series) + [t[0] for t in tuned if t[0] not in series])
+    if budgets:
+        fig, (ax, whole) = plt.subplots(1, 2, figsize=(11, 5), dpi=120, layout="constrained",
+                                        gridspec_kw={"width_ratios": [2.2, 1]})
+    else:
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=120, layout="constrained")
+        whole = None
+    _draw_series(ax, series, styles)
+    named = set(series)
+    for name, x, y, se in tuned:
+        st = styles[name]
+        ax.errorbar([x], [y], yerr=None if se is None else [[Z95 * se], [Z95 * se]],
+                    ls="none", marker=st.marker, ms=9, color=st.colour, mec="black",
+                    mew=0.6, ecolor=st.colour, elinewidth=0.9, capsize=2.5, zorder=7,
+                    alpha=0.85,
+                    label=None if name in named else name)
+        named.add(name)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    save_png(fig, path)
+    if budgets:
+        x0, x1, y0, y1 = _zoom_limits(series, tuned, budgets)
+        ax.set_xlim(x0, x1)
+        ax.set_ylim(y0, y1)
+        for b in budgets:
+            ax.axvline(b, ls="--", lw=1, color="0.35", zorder=2)
+            ax.annotate(f"budget {b:g}", (b, 1), xycoords=("data", "axes fraction"),
+                        xytext=(3, -12), textcoords="offset points", fontsize=8,
+                        color="0.25")
+        ax.set_title("near the budgets" + (" (bars: 95% intervals)"
+                                           if any(t[3] for t in tuned) else ""),
+                     fontsize=10)
+        _draw_series(whole, series, styles)
+        whole.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--",
+                                      lw=1, ec="0.35", zorder=8))
+        whole.set_title("the whole curve (dashed: the left panel)", fontsize=10)
+        whole.set_xlabel(xlabel)
+        whole.grid(alpha=0.3)
+    if title:
+        fig.suptitle(title, fontsize=11)
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(5, len(handles)),
+                   fontsize=8, frameon=False)
+    return fig
 
 
-def tradeoff_png(series: dict, path, title: str) -> str | None:
+def render_png(series: dict, path, title: str = "", budgets=(), tuned=()) -> None:
+    """``tradeoff_figure`` to a PNG; needs matplotlib (an optional dependency)."""
+    save_png(tradeoff_figure(series, budgets, title, tuned), path)
+
+
+def tradeoff_png(series: dict, path, title: str, budgets=(), tuned=()) -> str | None:
     """``render_png`` of a trade-off; the path written, or None without matplotlib."""
     try:
-        render_png(series, path, title=title)
+        render_png(series, path, title, budgets, tuned)
     except RuntimeError:
         return None
     return str(path)
@@ -97,8 +183,10 @@ def draw_pictures(run) -> list[str]:
         def tradeoff():
             doc = run.pareto() or {}
             series = {str(k): [tuple(p) for p in v] for k, v in doc.get("series", {}).items()}
+            budget = doc.get("budget")
             return tradeoff_png(series, ppng, f"run {run.name}: valid split, budget TV "
-                                              f"{doc.get('budget', 0):g}") and ppng
+                                              f"{budget or 0:g}",
+                                [budget] if isinstance(budget, (int, float)) else ()) and ppng
         jobs.append(tradeoff)
     written = []
     for job in jobs:

@@ -11,7 +11,7 @@ from evolve.data import tokens as data
 from evolve.errors import UnknownName
 from evolve.kernels import gpu
 from evolve.lang import codegen, treeio
-from evolve.lang import primitives as P
+from evolve.lang.symbolic import sympy_expr
 from evolve.runs import device_bench
 from evolve.runs.rundir import RunDir, RunError, list_runs
 from evolve.tasks import champion_task
@@ -140,20 +140,8 @@ def simplified(nodes) -> str | None:
     if len(nodes) > SIMPLIFY_MAX_NODES:
         return None
     import sympy as S    # lazy: start-up (SymPy loads only where it is used)
-    syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
-    syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
-    syms["top_token_match"] = S.Symbol("match")
-    out = []
-    for n in reversed(nodes):
-        if n.kind == "input":
-            out.append(syms[n.name])
-        elif n.kind == "const":
-            out.append(S.Integer(int(n.value)) if n.value == int(n.value) else S.Float(n.value))
-        else:
-            args = [out.pop() for _ in range(n.arity)]
-            out.append(P.SYMPY[n.name](S, *args))
     try:
-        return str(S.simplify(out[0]))
+        return str(S.simplify(sympy_expr(nodes)))
     except (TypeError, ValueError, AttributeError, RecursionError):
         return None
 

@@ -325,6 +325,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     """Champion on valid, its metrics on every split (test once), the task's report,
     then ``finalise`` (pictures are drawn later, by `evolve inspect`)."""
     objective, task = engine.objective, task_of(engine.objective)
+    term.step("scoring the champion on train, valid and test, and writing the report ...")
     champ = engine.champion()
     nodes = treeio.parse(champ.tree)
     hof_trees = [e.tree for e in engine.hof.entries]

@@ -94,8 +94,8 @@ class TraceTask(Task):
             return session.attach(shards.load_splits(data_dir))
         session.attach({})
         if not Path(data_dir).is_dir():
-            raise DataError(f"{data_dir}: no trace data (build it with `evolve data trace`, "
-                            "about 2 s, or `make traces`)")
+            raise DataError(f"{data_dir}: no trace data (record it with `evolve data trace`, "
+                            "about 3 s)")
         train = Path(data_dir) / "train.npz"
         if train.exists() and traces.is_token_file(train):
             raise ConfigError.of("objective", f"{config.objective!r} needs speculative-"

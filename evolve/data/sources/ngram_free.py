@@ -12,6 +12,7 @@ counterpart is ``evolve.data.sources.hf.free``.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 
 import numpy as np
@@ -55,9 +56,10 @@ def lookahead_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule,
     return rows, tv, kl, weight, note
 
 
-def slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
+def slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule, tick=None):
     """Exact TV and KL of the emitted token at every reached drafted position, for a
-    rule that reads no lookahead input (``evolve.data.emission``)."""
+    rule that reads no lookahead input (``evolve.data.emission``); ``tick()`` after each
+    chunk of ``CHUNK`` positions."""
     idx = np.flatnonzero(reached)
     tv = np.empty(idx.size)
     kl = np.empty(idx.size)
@@ -68,11 +70,14 @@ def slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule):
         tv[s:s + r.size], kl[s:s + r.size] = EM.slot_distortion(
             p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k,
             {f: v[r] for f, v in look.items()})
+        if tick is not None:
+            tick()
     return tv, kl
 
 
-def loglik(pair: NG.LMPair, hist: np.ndarray, lens: np.ndarray, start: int):
-    """Per sequence: summed log p and log q of the generated text, and its length."""
+def loglik(pair: NG.LMPair, hist: np.ndarray, lens: np.ndarray, start: int, tick=None):
+    """Per sequence: summed log p and log q of the generated text, and its length;
+    ``tick()`` after each chunk of ``CHUNK`` tokens."""
     C = pair.context_len
     n = hist.shape[0]
     seq = np.concatenate([np.full(int(L) - start, i) for i, L in enumerate(lens)])
@@ -86,19 +91,36 @@ def loglik(pair: NG.LMPair, hist: np.ndarray, lens: np.ndarray, start: int):
         rows = np.arange(i.size)
         np.add.at(lp, i, np.log(pair.target.probs(ctx)[rows, tok]))
         np.add.at(lq, i, np.log(pair.draft.probs(ctx)[rows, tok]))
+        if tick is not None:
+            tick()
     return lp, lq, (lens - start).astype(np.float64)
 
 
 def free_running(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int, seed: int,
-                 lookahead=None) -> dict:
+                 lookahead=None, meter=None) -> dict:
     """One rule's free-running decoding (see the module doc); ``lookahead``: (slots,
-    futures) of the estimate for a rule that reads the lookahead inputs."""
+    futures) of the estimate for a rule that reads the lookahead inputs. ``meter``
+    (``meter(label, total, unit)``, the command line's bar) counts its steps: batches
+    of decoding, then chunks of log-likelihoods and of distortion."""
     g = pair.config.block_size
     pr, rngs = NG.prompt_starts(seeded_pair(pair, seed), split, prompts)
-    cols, accepted, hist, lens = DEC.decode(pair, pr, rngs, blocks, rule=rule, record=True,
-                                            history=True)
-    reached = cols["block_position"] <= np.repeat(accepted.reshape(-1), g)
-    lp, lq, emitted = loglik(pair, hist, lens, pr.shape[1])
+    batches = -(-len(pr) // DEC.BATCH)
+    with (meter(str(getattr(rule, "name", "") or "rule"), batches, "steps") if meter
+          else contextlib.nullcontext()) as m:
+        def tick(what):
+            return (lambda: m.advance(1, what)) if m is not None else None
+        cols, accepted, hist, lens = DEC.decode(pair, pr, rngs, blocks, DEC.BATCH,
+                                                rule=rule, record=True, history=True,
+                                                tick=tick("decoding"))
+        reached = cols["block_position"] <= np.repeat(accepted.reshape(-1), g)
+        if m is not None:
+            tokens = int((lens - pr.shape[1]).sum())
+            m.set_total(batches + -(-tokens // CHUNK) + (-(-int(reached.sum()) // CHUNK)
+                                                         if lookahead is None else 0))
+        lp, lq, emitted = loglik(pair, hist, lens, pr.shape[1], tick("log-likelihoods"))
+        if lookahead is None:
+            tv, kl = slot_distortion(pair, cols, reached, rule,
+                                     tick("the emitted tokens' distortion"))
     out = {"accepted": accepted, "logp": lp, "logq": lq, "emitted": emitted}
     if lookahead is not None:
         rows, tv, kl, weight, note = lookahead_distortion(pair, cols, reached, rule, seed,
@@ -106,6 +128,5 @@ def free_running(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int, s
         return {**out, "sequence": cols["sequence"][rows],
                 "block_position": cols["block_position"][rows], "tv": tv, "kl": kl,
                 "weight": weight, "distortion": note}
-    tv, kl = slot_distortion(pair, cols, reached, rule)
     return {**out, "sequence": cols["sequence"][reached],
             "block_position": cols["block_position"][reached], "tv": tv, "kl": kl}

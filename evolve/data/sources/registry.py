@@ -57,9 +57,10 @@ class Source:
         raise NotImplementedError
 
     def free_running(self, pair, rule, split: str, prompts: int, blocks: int, seed: int,
-                     lookahead=None) -> dict:
+                     lookahead=None, meter=None) -> dict:
         """One rule decoded free-running (``evolve.paired.run_rule`` reads the result);
-        ``lookahead``: (slots, futures) for a rule that reads the lookahead inputs."""
+        ``lookahead``: (slots, futures) for a rule that reads the lookahead inputs;
+        ``meter``: counts the progress (``evolve.cli.render``), where given."""
         raise NotImplementedError
 
     def prepare_comparison(self, pair, split: str, prompts, blocks: int, meter=None):
@@ -110,8 +111,10 @@ class NGramSource(Source):
                  "version?); the rebuilt models differ from the ones that made the traces")
         return pair, same
 
-    def free_running(self, pair, rule, split, prompts, blocks, seed, lookahead=None):
-        return ngram_free.free_running(pair, rule, split, prompts, blocks, seed, lookahead)
+    def free_running(self, pair, rule, split, prompts, blocks, seed, lookahead=None,
+                     meter=None):
+        return ngram_free.free_running(pair, rule, split, prompts, blocks, seed, lookahead,
+                                       meter)
 
 
 class HFSource(Source):
@@ -159,7 +162,9 @@ class HFSource(Source):
             return None
         return f"out of memory on {pair.pair.device} decoding ({first_line(error, 200)})"
 
-    def free_running(self, pair, rule, split, prompts, blocks, seed, lookahead=None):
+    def free_running(self, pair, rule, split, prompts, blocks, seed, lookahead=None,
+                     meter=None):
+        # (the pair's own meter counts, set by prepare_comparison)
         raw = hf_free.free_running(pair, rule, split, prompts, blocks, seed)
         if lookahead is not None:
             raw["distortion"] = {

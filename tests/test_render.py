@@ -1,0 +1,150 @@
+"""Tables keep their numbers (``evolve.cli.render.Terminal``): piped to a file, a table
+is printed at its natural width, every cell whole; on a terminal too narrow for it,
+cells wrap onto further lines and no digit is dropped or replaced by an ellipsis."""
+
+import io
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+from evolve.cli.render import Terminal
+from tests import tracekit
+from tests.clikit import fake_trace_run, invoke
+
+ROOT = Path(__file__).resolve().parents[1]
+tiny_dir = tracekit.tiny_dir_fixture()
+
+COLUMNS = [("rule", "left"), ("param", "right"), ("tokens/call", "right"),
+           ("TV/token", "right"), ("slot TV p99", "right"), ("KL/token", "right"),
+           ("valid TV", "right"), ("of oracle", "right"), ("", "left")]
+ROWS = [["knapsack_oracle", "", "2.3980 ± 0.0198", "0.0100", "0.3918", "0.0340", "-",
+         "100%", "a bound, not a rule"],
+        ["position_leniency", "0.84/0.98/1.00/1.00", "2.3776 ± 0.0191", "0.0094", "0.0796",
+         "0.0013", "0.0099", "72%", ""],
+        ["typical_acceptance", "eps=0.01213", "-", "-", "-", "-", "-", "-",
+         "no parameter fits on valid"]]
+TITLE = "TV budget 0.01 per token: tuned on valid (4,096 blocks), reported on test"
+
+
+class _Stream(io.StringIO):
+    def __init__(self, tty: bool):
+        super().__init__()
+        self._tty = tty
+
+    def isatty(self):
+        return self._tty
+
+
+def _print_table(monkeypatch, tty: bool, columns: int) -> str:
+    out = _Stream(tty)
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setenv("COLUMNS", str(columns))
+    Terminal().table(TITLE, COLUMNS, ROWS)
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())      # (bold headers on a terminal)
+
+
+def _digits(text: str) -> Counter:
+    return Counter(ch for ch in text if ch.isdigit())
+
+
+def test_a_piped_table_holds_every_cell_whole(monkeypatch):
+    """Not a terminal (COLUMNS says 60): every cell appears on its row, whole."""
+    text = _print_table(monkeypatch, tty=False, columns=60)
+    assert "…" not in text
+    lines = text.splitlines()
+    for row in ROWS:
+        line = next(ln for ln in lines if ln.startswith(row[0] + " "))
+        for cell in row:
+            assert cell in line, (cell, line)
+    assert TITLE in text
+
+
+def test_a_narrow_terminal_wraps_cells_and_keeps_every_digit(monkeypatch):
+    """A terminal of 60 columns: the table fits it, and every digit of the title, the
+    headers and the cells is still there (wrapped, not cut)."""
+    text = _print_table(monkeypatch, tty=True, columns=60)
+    assert "…" not in text
+    assert max(len(ln) for ln in text.splitlines()) <= 60
+    want = _digits(TITLE + "".join(h for h, _ in COLUMNS) + "".join(map("".join, ROWS)))
+    assert _digits(text) == want
+
+
+def test_tradeoff_piped_holds_every_number_of_its_json(tiny_dir):
+    """`evolve tradeoff` into a file: each row's tokens per call with its standard error,
+    its TV, p99 and KL, and each reason a row has no numbers, as --json has them."""
+    doc = json.loads(invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget",
+                            0.03, "--json").stdout)
+    text = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget", 0.03,
+                  env={"COLUMNS": "60"}).stdout
+    assert "…" not in text
+    seen = 0
+    for entry in doc["budgets"]:
+        for r in entry["rows"]:
+            line = next(ln for ln in text.splitlines()
+                        if re.match(rf"{re.escape(r['rule'])}\s", ln))
+            if r["test"] is None:
+                continue
+            t = r["test"]
+            for cell in (f"{t['tokens_per_call']:.4f} ± {t['tokens_se']:.4f}",
+                         f"{t['tv_per_token']:.4f}", f"{t['kl_per_token']:.4f}"):
+                assert cell in text, (cell, line)
+            seen += 1
+    assert seen >= 6
+    assert "no parameter fits on valid" in text or all(
+        r["test"] is not None for e in doc["budgets"] for r in e["rows"])
+
+
+def test_a_table_redirected_to_a_file_by_the_shell(tmp_path):
+    """The real thing: `evolve runs > file` in a shell, long names and all."""
+    runs = tmp_path / "runs"
+    name = "a-run-whose-name-is-long-" + "0123456789" * 3
+    fake_trace_run(runs, name, "pmin(1.0, pdiv(target_prob, mul(0.987654321, draft_prob)))")
+    out = tmp_path / "out.txt"
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "COLUMNS": "40",
+           "NO_COLOR": "1"}
+    subprocess.run(f"'{sys.executable}' -m evolve runs --runs-dir '{runs}' > '{out}'",
+                   shell=True, check=True, env=env, cwd=tmp_path, timeout=120)
+    text = out.read_text()
+    assert name in text and "(0.987654 * d)" in text and "…" not in text, text
+
+
+def _record(g: int) -> dict:
+    return {"generation": g, "best_train": 0.5, "median_train": 0.4, "best_valid": 0.5,
+            "mean_size": 7.0, "timing": {"evals_per_s": 1000.0}}
+
+
+def test_the_first_eta_does_not_count_compilation(monkeypatch):
+    """Generation 0 took 100 s (the kernels compiling), each later one 3 s: the ETA at
+    generation 1 of 20 is 19 x 3 s, not 100 s a generation (the run's first estimate
+    said 'eta 255s' for a run of 20 s)."""
+    from evolve.cli import render
+    clock = iter([100.0, 103.0, 106.0])
+    monkeypatch.setattr(render.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(sys, "stdout", _Stream(False))
+    notes = []
+    term = Terminal()
+    monkeypatch.setattr(term, "note", notes.append)
+    with term.progress(20) as bar:
+        for g in range(3):
+            bar.update(_record(g))
+    assert notes[0].endswith("eta after the next generation"), notes
+    assert notes[1].endswith("eta 57s"), notes          # 19 generations x 3 s
+    assert notes[2].endswith("eta 54s"), notes
+
+
+def test_a_line_meter_speaks_at_least_every_ten_seconds():
+    """A long step counted by a LineMeter: a line whenever 10 s have passed since the
+    last, naming what is under way, none in between."""
+    from evolve.api.progress import LineMeter
+    now = [0.0]
+    said = []
+    m = LineMeter(said.append, "tradeoff", 4, "steps", clock=lambda: now[0])
+    for t, what in ((3.0, "sweeping a"), (11.0, "sweeping b"), (12.0, "tuning a"),
+                    (25.0, "tuning b")):
+        now[0] = t
+        m.advance(1, what)
+    assert said == ["tradeoff: 2/4 steps (sweeping b), 0.18 steps/s, 11 s, eta 11 s",
+                    "tradeoff: 4/4 steps (tuning b), 0.16 steps/s, 25 s, eta 0 s"]
