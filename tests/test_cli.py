@@ -73,7 +73,7 @@ def test_benchmark_table_sorted_by_valid_fitness(small_data_dir):
 def test_benchmark_unknown_heuristic(small_data_dir):
     r = invoke("benchmark", "--data", small_data_dir, "--heuristic", "nope")
     assert r.exit_code == 2
-    assert "--heuristic" in r.stderr and "'nope'" in r.stderr and "Traceback" not in r.output
+    assert "--rule" in r.stderr and "'nope'" in r.stderr and "Traceback" not in r.output
 
 
 def test_run_inspect_runs(tmp_path, small_data_dir):

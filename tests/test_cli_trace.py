@@ -307,9 +307,9 @@ def test_simulate_rejects_a_crafted_tree(tmp_path, tiny_dir):
 
 
 @pytest.mark.parametrize("args, needles", [
-    ((), ("--heuristic", "--run")),
-    (("--heuristic", "standard_rejection", "--run", "x"), ("--heuristic", "--run")),
-    (("--heuristic", "nope"), ("--heuristic", "'nope'")),
+    ((), ("--rule", "--run")),
+    (("--heuristic", "standard_rejection", "--run", "x"), ("--rule", "--run")),
+    (("--rule", "nope"), ("--rule", "'nope'")),
     (("--heuristic", "standard_rejection", "--param", "0.5"), ("--param", "no parameter")),
     (("--heuristic", "leniency", "--param", "0"), ("--param", "0 < l <= 1")),
     (("--heuristic", "standard_rejection", "--split", "dev"), ("--split", "'dev'")),

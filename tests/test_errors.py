@@ -99,7 +99,7 @@ def test_the_cli_names_its_option_for_the_parameter(monkeypatch, small_data_dir)
     about a parameter the command has no option for keeps the parameter's name."""
     _benchmark_raises(monkeypatch, NewKindOfError.of("heuristics", "'x' is invalid"))
     r = invoke("benchmark", "--data", small_data_dir)
-    assert one_line_error(r) == "error: --heuristic: 'x' is invalid"
+    assert one_line_error(r) == "error: --rule: 'x' is invalid"
     _benchmark_raises(monkeypatch, NewKindOfError.of("no_such_option", "'x' is invalid"))
     r = invoke("benchmark", "--data", small_data_dir)
     assert one_line_error(r) == "error: no_such_option: 'x' is invalid"
@@ -115,10 +115,10 @@ def test_a_key_error_from_a_bug_is_not_reported_as_bad_input(monkeypatch, small_
 
 
 def test_an_unknown_name_is_still_one_line(small_data_dir):
-    """The intended lookup failure (an unknown --heuristic) stays bad input."""
+    """The intended lookup failure (an unknown --rule) stays bad input."""
     r = invoke("benchmark", "--data", small_data_dir, "--heuristic", "nope")
-    line = one_line_error(r, "--heuristic", "'nope'")
-    assert line.startswith("error: --heuristic: unknown heuristic 'nope' (known: ")
+    line = one_line_error(r, "--rule", "'nope'")
+    assert line.startswith("error: --rule: unknown rule 'nope' (known: ")
 
 
 # ------------------------------------------------- library messages name parameters

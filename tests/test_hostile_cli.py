@@ -251,7 +251,7 @@ def test_compare_rule_errors_name_compare(tiny_dir, no_work, tmp_path, spec, nee
     r = invoke("simulate", "--compare", "standard_rejection", "--compare", spec,
                "--data", tiny_dir, "--runs-dir", tmp_path)
     line = one_line_error(r, "--compare: ", *needles)
-    assert "--heuristic" not in line and "--param" not in line, line
+    assert "--rule" not in line and "--heuristic" not in line and "--param" not in line, line
 
 
 @pytest.mark.parametrize("spec, needle", [

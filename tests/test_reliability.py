@@ -303,7 +303,7 @@ def test_config_missing_data_before_any_work(tmp_path):
 
 def test_config_unknown_benchmark_heuristic(small_data_dir):
     line = one_line_error(invoke("benchmark", "--data", small_data_dir, "--heuristic", "nope"))
-    assert "--heuristic" in line and "'nope'" in line
+    assert "--rule" in line and "'nope'" in line
 
 
 def test_config_runs_dir_is_a_file(tmp_path, small_data_dir):

@@ -22,8 +22,9 @@ OBJECTIVE_HELP = ("expected: the seed metric with expected counts (noise-free; t
 
 @click.command("benchmark")
 @data_option
-@click.option("--heuristic", "heuristics", multiple=True,
-              help="Limit rows to this heuristic (repeatable).")
+@click.option("--rule", "--heuristic", "heuristics", multiple=True, metavar="NAME",
+              help="Limit rows to this rule of heuristics/ (repeatable; --heuristic is the "
+                   "same option).")
 @click.option("--repeats", type=click.IntRange(min=1), default=25, show_default=True,
               help="Timing repeats per heuristic and split (median reported).")
 @click.option("--device", type=str, default="cpu", show_default=True,

@@ -35,9 +35,10 @@ def _load_split(data_dir: Path, split: str):
 # -------------------------------------------------------------- simulate
 
 @click.command("simulate")
-@click.option("--heuristic", "heuristic", default=None, metavar="NAME",
+@click.option("--rule", "--heuristic", "heuristic", default=None, metavar="NAME",
               help="A rule of the rules table (an unknown name lists them), e.g. "
-                   "standard_rejection or leniency (with --param).")
+                   "standard_rejection or leniency (with --param); --heuristic is the same "
+                   "option.")
 @click.option("--param", type=float, default=None,
               help="The family's parameter (leniency l, ears beta, typical eps, bild alpha, "
                    "hf_ensemble w; default: the family's own).")
@@ -93,7 +94,7 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
     if rules:
         from evolve.api import comparisons as api    # lazy: start-up (a command loads only what it runs)
         if heuristic is not None or run is not None or param is not None:
-            fail("--compare: give the rules there, not with --heuristic/--run/--param")
+            fail("--compare: give the rules there, not with --rule/--run/--param")
         out = term(json_mode)
         res = api.compare(rules, data_dir, split, prompts, blocks, seed, runs_dir,
                           progress=out.note, meter=out.meter)
@@ -103,9 +104,9 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
             trace_views.show_comparison(res.report, out)
         return
     if (heuristic is None) == (run is None):
-        fail("give one of --heuristic NAME or --run RUN")
+        fail("give one of --rule NAME or --run RUN")
     if run is not None and param is not None:
-        fail("--param: only with --heuristic (a run's champion has no parameter)")
+        fail("--param: only with --rule (a run's champion has no parameter)")
     need(split in SPLIT_NAMES, "--split", split, "one of " + ", ".join(SPLIT_NAMES))
     need(prompts is None or prompts >= 2, "--prompts", prompts, "at least 2")
     need(blocks is None or blocks >= 1, "--blocks", blocks, "at least 1")
@@ -118,9 +119,9 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
         try:
             rule, info = named_rule(heuristic, param)
         except RuleError as e:
-            fail(f"{'--param' if e.field == 'param' else '--heuristic'}: {e}")
+            fail(f"{'--param' if e.field == 'param' else '--rule'}: {e}")
         if info.get("residual", "standard") != "standard":
-            fail(f"--heuristic: {heuristic!r} resamples from p without the rejected draft; "
+            fail(f"--rule: {heuristic!r} resamples from p without the rejected draft; "
                  f"its single-rule check is not implemented: compare it free-running with "
                  f"--compare {heuristic}")
     else:

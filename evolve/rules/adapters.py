@@ -149,7 +149,7 @@ class RuleError(EvolveError):
     """A rule of the rules table that cannot be made: ``field`` is ``"name"`` (an
     unknown rule) or ``"param"`` (a parameter that does not fit). The message names
     the rule and the parameter but no option: a command adds the option it read them
-    from (``--heuristic``/``--param``, ``--compare``)."""
+    from (``--rule``/``--param``, ``--compare``)."""
 
     def __init__(self, message: str, field: str):
         super().__init__(message)

@@ -40,7 +40,7 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int,
     names = heuristics or all_names
     unknown = [n for n in names if n not in all_names]
     if unknown:
-        raise UnknownName.of("heuristics", f"unknown heuristic {unknown[0]!r} "
+        raise UnknownName.of("heuristics", f"unknown rule {unknown[0]!r} "
                              f"(known: {', '.join(all_names)})")
     on_device = device_bench.DeviceBench(device) if device != "cpu" else None
     splits = data.load_splits(data_dir)

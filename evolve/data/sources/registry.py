@@ -29,7 +29,7 @@ class Source:
     name = ""
     own: tuple = ()              # options that only this source takes (None: not given)
     shardable = False            # --rows-per-shard records straight into shards
-    single_rule_check = False    # `evolve simulate --heuristic/--run` rebuilds its pair
+    single_rule_check = False    # `evolve simulate --rule/--run` rebuilds its pair
     loads_models = False         # its build says what it records once its models load
 
     def config(self, options: dict):
