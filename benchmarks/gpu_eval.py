@@ -113,7 +113,7 @@ def token_section(args, dev, sync) -> dict:
     reps = -(-args.token_rows // len(ds))
     cols = {f: np.ascontiguousarray(np.tile(v, reps)[:args.token_rows])
             for f, v in ds.columns().items()}
-    split = tk.SplitArrays(tokens.Dataset(**cols, name="train"))
+    split = tk.TokenArrays(tokens.Dataset(**cols, name="train"))
     progs = _trees(P.make_pset(), args.trees, FULL.pop_seed)
     nodes = int(progs.lengths.sum())
 
@@ -142,12 +142,12 @@ def trace_section(args, dev, sync) -> dict:
     from evolve.kernels import speculative
     from evolve.kernels.gpu import traces as gtr
     from evolve.lang import primitives as P
-    from evolve.objectives.spec import SpecArrays
+    from evolve.objectives.spec import TraceArrays
     g, blocks = 4, 16
     prompts = max(1, args.drafted // (g * blocks))
     cfg = ngram.TraceConfig(train_prompts=prompts, block_size=g, blocks_per_prompt=blocks)
     t = time.perf_counter()
-    sa = SpecArrays.from_split(ngram.build_split(ngram.build_pair(cfg), "train"))
+    sa = TraceArrays.from_split(ngram.build_split(ngram.build_pair(cfg), "train"))
     built = time.perf_counter() - t
     progs = _trees(P.make_pset(trace=True), args.population, 7)
     nodes = int(progs.lengths.sum())

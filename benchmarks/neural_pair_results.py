@@ -37,7 +37,7 @@ RUN = {"objective": "speed", "population": 800, "generations": 80, "tournament":
        "seed_baselines": True}
 
 
-def block_tokens(sa: spec.SpecArrays, h) -> np.ndarray:
+def block_tokens(sa: spec.TraceArrays, h) -> np.ndarray:
     return spec.block_sums(sa, spec.position_terms(sa, h))["tokens"]
 
 
@@ -58,9 +58,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "neural_pair_results.json")
     args = ap.parse_args(argv)
     run = {**RUN, "population": args.population, "generations": args.generations}
-    va = spec.SpecArrays.from_split(traces.load(args.data / "valid.npz"))
+    va = spec.TraceArrays.from_split(traces.load(args.data / "valid.npz"))
     te_split = traces.load(args.data / "test.npz")
-    te = spec.SpecArrays.from_split(te_split)
+    te = spec.TraceArrays.from_split(te_split)
     bps = int(te_split.meta["config"]["blocks_per_prompt"])
     out = {"data": str(args.data), "run_settings": run, "budgets": {}}
     for b in BUDGETS:

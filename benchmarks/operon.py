@@ -76,11 +76,11 @@ class Disagreement(RuntimeError):
 
 def load_split(rows: int | None = None):
     from evolve.data.tokens import from_columns, load_npz
-    from evolve.kernels.tokens import SplitArrays
+    from evolve.kernels.tokens import TokenArrays
     ds = load_npz(ROOT / "datasets" / "train.npz")
     if rows is not None and rows < len(ds):
         ds = from_columns({f: a[:rows] for f, a in ds.columns().items()}, name=ds.name)
-    return SplitArrays(ds)
+    return TokenArrays(ds)
 
 
 class OperonData:

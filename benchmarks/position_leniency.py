@@ -31,7 +31,7 @@ BISECT_STEPS = 25
 MAX_AMOUNT = 0.99        # l_j stays above 0
 
 
-def objectives(sa: spec.SpecArrays, leniencies) -> spec.Objectives:
+def objectives(sa: spec.TraceArrays, leniencies) -> spec.Objectives:
     """Objectives of min(1, t / (l_j d)) with l_j by block position."""
     pos = sa.features()["block_position"].astype(int)
     L = np.asarray(leniencies, dtype=np.float64)[pos]
@@ -45,7 +45,7 @@ def leniencies(shape, amount: float) -> list[float]:
     return [1.0 - amount * s * MAX_AMOUNT for s in shape]
 
 
-def largest_amount(sa: spec.SpecArrays, shape, budget: float) -> float:
+def largest_amount(sa: spec.TraceArrays, shape, budget: float) -> float:
     """The largest a in [0, 1] with TV per token within the budget (bisection)."""
     lo, hi = 0.0, 1.0
     for _ in range(BISECT_STEPS):
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--traces", type=Path, default=paths.TRACES_DIR,
                     help="directory with the trace splits (valid.npz is read)")
     args = ap.parse_args(argv)
-    sa = spec.SpecArrays.from_split(traces.load(args.traces / "valid.npz"))
+    sa = spec.TraceArrays.from_split(traces.load(args.traces / "valid.npz"))
     if sa.g != len(SHAPES[0]):
         ap.error(f"the shapes are for blocks of {len(SHAPES[0])}; these traces have {sa.g}")
     for budget in args.budgets:

@@ -262,14 +262,14 @@ def _numpy_path(trees, pset, cols, ds, std) -> tuple[list, float, float, float]:
 def population_section(sizes: Sizes, train: data.Dataset, note) -> dict:
     import numba
 
-    from evolve.kernels.tokens import SplitArrays, population_counts
+    from evolve.kernels.tokens import TokenArrays, population_counts
     pset = P.make_pset()
     trees = random_trees(pset, sizes.pop_size, sizes.pop_min_height, sizes.pop_max_height,
                           sizes.pop_seed)
     n = len(train)
     nodes = sum(len(t) for t in trees)
     node_evals = nodes * n
-    split = SplitArrays(train)
+    split = TokenArrays(train)
     cols = numpy_columns(train)
     std = train.standard_threshold()
 

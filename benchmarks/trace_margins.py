@@ -30,12 +30,12 @@ from evolve.runs.rundir import RunDir  # noqa: E402
 FAMILIES = ("leniency", "ears")
 
 
-def champion_thresholds(tree: str, sa: spec.SpecArrays) -> np.ndarray:
+def champion_thresholds(tree: str, sa: spec.TraceArrays) -> np.ndarray:
     """The kernel's thresholds of a tree on every candidate row of a trace split."""
     return matrix_thresholds(treeio.linearise([treeio.parse(tree)]), sa.X)[0]
 
 
-def margins(tree: str, budget: float, va: spec.SpecArrays, te: spec.SpecArrays) -> list[dict]:
+def margins(tree: str, budget: float, va: spec.TraceArrays, te: spec.TraceArrays) -> list[dict]:
     """The champion on test, then each family tuned to ``budget`` on valid, on test."""
     h = champion_thresholds(tree, te)
     o = spec.objectives(te, h)
@@ -60,8 +60,8 @@ def main(names: list[str]) -> int:
     if not names:
         print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
         return 2
-    va = spec.SpecArrays.from_split(traces.load(paths.TRACES_DIR / "valid.npz"))
-    te = spec.SpecArrays.from_split(traces.load(paths.TRACES_DIR / "test.npz"))
+    va = spec.TraceArrays.from_split(traces.load(paths.TRACES_DIR / "valid.npz"))
+    te = spec.TraceArrays.from_split(traces.load(paths.TRACES_DIR / "test.npz"))
     parent = paths.runs_dir()
     for name in names:
         champ = RunDir.open(parent, name).champion()

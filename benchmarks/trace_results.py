@@ -223,7 +223,7 @@ def main(argv=None) -> int:
         a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4
     t0 = time.perf_counter()
     splits = _traces(a.data, a.quick, a.top_k)
-    sas = {k: spec.SpecArrays.from_split(v) for k, v in splits.items()}
+    sas = {k: spec.TraceArrays.from_split(v) for k, v in splits.items()}
     pair = _pair(splits["test"], a.data)
     doc = {"commit": _commit(), "data": _shown(a.data),
            "command": " ".join(["python benchmarks/trace_results.py", *(

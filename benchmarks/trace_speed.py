@@ -106,8 +106,8 @@ def kernel_section(trees: int, repeats: int, token_dir: Path, trace_dir: Path) -
     from evolve.objectives import spec
     progs = _trees(trees)
     nodes = int(progs.lengths.sum())
-    split = tk.SplitArrays(tokens.load_npz(token_dir / "train.npz"))
-    sa = spec.SpecArrays.from_split(traces.load(trace_dir / "train.npz"))
+    split = tk.TokenArrays(tokens.load_npz(token_dir / "train.npz"))
+    sa = spec.TraceArrays.from_split(traces.load(trace_dir / "train.npz"))
     rows = {"token": split.n, "trace": sa.n * sa.k}
     consts = treeio.linearise([treeio.parse("0.5")] * len(progs))
     runs = {"token": lambda: tk.population_counts(progs, split),

@@ -32,7 +32,7 @@ def measure(data: Path, budgets, device: str, repeats: int) -> dict:
     from evolve.objectives import spec
     from evolve.rules import kernel, tuning
     splits = traces.load_splits(data, ("valid", "test"))
-    sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
+    sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
     real = kernel.results
     spent = []
 

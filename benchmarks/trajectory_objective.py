@@ -108,7 +108,7 @@ class TestBench:
     free-running from the traces' own prompts and uniforms)."""
 
     def __init__(self, ts, cfg):
-        self.sa, self.tb = spec.SpecArrays.from_split(ts), TR.TraceBlocks.from_split(ts)
+        self.sa, self.tb = spec.TraceArrays.from_split(ts), TR.TraceBlocks.from_split(ts)
         self.pair = ngram.build_pair(cfg)
         self.cfg = cfg
 
@@ -250,7 +250,7 @@ def main(argv=None) -> int:
               f"{c['plain']:.2f} ms, trajectory {c['trajectory']:.2f} ms per program")
         return 0
     bench = TestBench(splits["test"], cfg)
-    sa_valid = spec.SpecArrays.from_split(splits["valid"])
+    sa_valid = spec.TraceArrays.from_split(splits["valid"])
     doc = {"command": " ".join(["python benchmarks/trajectory_objective.py",
                                 *(argv if argv is not None else sys.argv[1:])]),
            "traces": {"train_prompts": cfg.train_prompts, "valid_prompts": cfg.valid_prompts,

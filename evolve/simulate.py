@@ -319,7 +319,7 @@ Z_AGREE = 3.0     # |z| below this: the simulation agrees with the offline estim
 
 def offline_thresholds(rule, sa) -> np.ndarray:
     """Thresholds of any rule (scalar, vectorised or tree) on every candidate row of
-    ``sa`` (an ``evolve.objectives.spec.SpecArrays``); scalar rules take one Python call a row."""
+    ``sa`` (an ``evolve.objectives.spec.TraceArrays``); scalar rules take one Python call a row."""
     F = sa.features()
     h = as_rule(rule).many({f: F[f].reshape(-1) for f in FEATURES if f in F})
     return np.ascontiguousarray(h, dtype=np.float64)
@@ -358,7 +358,7 @@ def check_rule(pair: NG.LMPair, ts, rule, split: str | None = None, prompts: int
                      cfg.prompt_len)
     rule = as_rule(rule)
     say(f"offline: exact objectives on {split} ({len(ts):,} drafted positions)")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     terms = spec.position_terms(sa, offline_thresholds(rule, sa))
     off = spec.objectives_from_terms(sa, terms)
     tok_b = spec.block_sums(sa, terms)["tokens"]

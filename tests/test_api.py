@@ -50,7 +50,7 @@ def test_load_run_of_what_is_not_a_path_is_one_line(path):
 @pytest.fixture(scope="module")
 def trace_arrays():
     from evolve.objectives import spec
-    return {s: spec.SpecArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
+    return {s: spec.TraceArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
 
 
 @pytest.mark.parametrize("param,value", [

@@ -314,7 +314,7 @@ def test_the_tradeoff_tells_every_step_and_ticks_inside_slow_ones():
     from evolve.objectives import spec
     from evolve.rules import tuning
     from evolve.rules.table import families
-    sas = {s: spec.SpecArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
+    sas = {s: spec.TraceArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
     calls = []
     tuning.tradeoff(sas["valid"], sas["test"], [0.02], progress=lambda *a: calls.append(a))
     total = calls[0][1]

@@ -7,7 +7,7 @@ from evolve.lang import treeio
 from evolve.rules.table import RULES
 
 SEED_TREES = {n: r.tree() for n, r in RULES.items() if r.data == "tokens"}
-from evolve.kernels.tokens import SplitArrays, population_thresholds
+from evolve.kernels.tokens import TokenArrays, population_thresholds
 from evolve.runs.scoring import PreparedSplit, score
 from heuristics import registry
 
@@ -55,7 +55,7 @@ def test_compiled_equals_plain_python(name, default_splits):
 def test_tree_forms_decide_like_the_baselines(name, default_splits):
     ds = default_splits["train"]
     h_tree = population_thresholds(treeio.linearise([treeio.parse(SEED_TREES[name])]),
-                                   SplitArrays(ds))[0]
+                                   TokenArrays(ds))[0]
     h_fn = registry.compiled(name)(*ds.features())
     assert np.array_equal(ds.rand_value < h_tree, ds.rand_value < h_fn)
 

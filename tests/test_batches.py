@@ -10,7 +10,7 @@ import pytest
 from evolve.data import shard_writer as W
 from evolve.data import shards as S
 from evolve.data import traces as T
-from evolve.objectives.spec import SpecArrays
+from evolve.objectives.spec import TraceArrays
 from evolve.search import batches
 from evolve.search.config import Config
 from evolve.search.engine import Evolution
@@ -48,7 +48,7 @@ def test_block_subset_is_those_rows():
     g = ts.block_size
     rows = (idx[:, None] * g + np.arange(g)).reshape(-1)
     sub = T.TraceSplit({f: ts.columns[f][rows] for f in ts.fields}, ts.meta)
-    want, got = SpecArrays.from_split(sub), SpecArrays.from_split(ts).blocks(idx)
+    want, got = TraceArrays.from_split(sub), TraceArrays.from_split(ts).blocks(idx)
     for f in ("X", "cq", "cp", "tq", "tp", "eq", "ep", "dcand", "std_x"):
         assert np.array_equal(getattr(want, f), getattr(got, f)), f
     assert got.n == rows.size

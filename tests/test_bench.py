@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve.kernels.tokens import SplitArrays
+from evolve.kernels.tokens import TokenArrays
 from evolve.lang import primitives as P
 from evolve.lang import treeio
 
@@ -144,7 +144,7 @@ def test_count_disagreement_is_an_error(small_splits):
     ds = small_splits["valid"]
     pset = P.make_pset()
     trees = [treeio.deap_from_string("pmin(1.0, pdiv(target_prob, draft_prob))", pset)]
-    split = SplitArrays(ds)
+    split = TokenArrays(ds)
     rows, _, _ = bench._kernel_path(trees, split)
     cols = bench.numpy_columns(ds)
     std = ds.standard_threshold()
@@ -183,7 +183,7 @@ def test_kernel_fast_paths_equal_the_scalar_reference(small_splits):
     from tests import naive
     ds = small_splits["valid"]
     trees = [treeio.parse(t) for t in FUSED_PATTERNS]
-    th = population_thresholds(treeio.linearise(trees), SplitArrays(ds))
+    th = population_thresholds(treeio.linearise(trees), TokenArrays(ds))
     for i, nodes in enumerate(trees):
         np.testing.assert_array_equal(th[i], naive.eval_rows(nodes, ds), err_msg=FUSED_PATTERNS[i])
 

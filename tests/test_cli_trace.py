@@ -224,7 +224,7 @@ def test_simulate_baseline_json(tiny_dir):
     assert {"tv_witness", "tv_witness_se", "tv_plugin", "tv_plugin_floor"} <= set(sim["output"])
     # the standard rule does not distort: exactly offline, within noise when sampled
     assert off["tv_per_token"] < 1e-12 and off["tv_at_contexts"] < 1e-12
-    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    sa = spec.TraceArrays.from_split(T.load(tiny_dir / "valid.npz"))
     ref = pareto.evaluate("standard_rejection", sa)
     assert off["tokens_per_call"] == pytest.approx(ref.tokens, abs=1e-12)
     _assert_agrees(doc)
@@ -235,7 +235,7 @@ def test_simulate_family_with_param(tiny_dir):
                          "--split", "valid", "--prompts", 64, *FAST)
     assert doc["rule"]["kind"] == "rule" and doc["rule"]["param"] == 0.7
     assert doc["rule"]["label"] == "leniency(l=0.7)"
-    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    sa = spec.TraceArrays.from_split(T.load(tiny_dir / "valid.npz"))
     ref = pareto.evaluate("leniency", sa, 0.7)
     off = doc["offline"]
     assert off["tokens_per_call"] == pytest.approx(ref.tokens, abs=1e-12)
@@ -264,7 +264,7 @@ def test_simulate_run_champion(tmp_path, tiny_dir):
                          "--split", "valid", "--prompts", 64, *FAST)
     assert doc["rule"]["kind"] == "run" and doc["rule"]["name"] == "hand"
     assert doc["rule"]["tree"] == HAND_TREE and "p_max" in doc["rule"]["tree"]
-    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "valid.npz"))
+    sa = spec.TraceArrays.from_split(T.load(tiny_dir / "valid.npz"))
     ref = spec.objectives(sa, spec.rule_thresholds(_hand_np, sa))
     assert doc["offline"]["tokens_per_call"] == pytest.approx(ref.tokens_per_call, abs=1e-12)
     assert doc["offline"]["tv_per_token"] == pytest.approx(ref.tv_per_token, abs=1e-12)
@@ -278,7 +278,7 @@ def test_simulate_run_champion(tmp_path, tiny_dir):
 
 def test_tree_rule_is_the_kernel_and_the_numpy_reference():
     ts = tracekit.split("valid")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     nodes = treeio.parse(HAND_TREE)
     rule = adapters.tree_rule(nodes)
     h = spec.rule_thresholds(rule, sa)
@@ -374,7 +374,7 @@ def test_tradeoff_json(tmp_path, tiny_dir):
         assert large["valid"]["tv_per_token"] >= small["valid"]["tv_per_token"]
     for name in ("leniency", "ears"):
         assert tuned[name][1]["valid"]["tv_per_token"] > 0.9 * 0.03
-    sa = spec.SpecArrays.from_split(T.load(tiny_dir / "test.npz"))
+    sa = spec.TraceArrays.from_split(T.load(tiny_dir / "test.npz"))
     ref = spec.objectives(sa, spec.rule_thresholds(_hand_np, sa))
     assert doc["extra"]["run hand"]["test"]["tokens_per_call"] == \
         pytest.approx(ref.tokens_per_call, abs=1e-12)
@@ -412,7 +412,7 @@ def test_tradeoff_trajectory_column(tmp_path, tiny_dir):
                                                                  rel=1e-12)
     assert "trajectory" not in by["knapsack_oracle"]["test"]
     ts = T.load(tiny_dir / "test.npz")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     lenient = by["leniency"]
     want = trajectory.estimate(sa, trajectory.TraceBlocks.from_split(ts),
                                pareto.thresholds("leniency", sa, lenient["param"]))

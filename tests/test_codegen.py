@@ -11,7 +11,7 @@ from evolve.lang import primitives as P
 from evolve.rules.table import RULES
 
 SEED_TREES = {n: r.tree() for n, r in RULES.items() if r.data == "tokens"}
-from evolve.kernels.tokens import SplitArrays, population_thresholds
+from evolve.kernels.tokens import TokenArrays, population_thresholds
 from evolve.runs.scoring import PreparedSplit, score
 from tests.genload import load_module_from
 from heuristics.registry import compile_function
@@ -39,7 +39,7 @@ def _module(tmp_path, nodes, i=0):
 def test_generated_code_agrees_with_kernel_and_reference(tmp_path, default_splits):
     trees = [treeio.parse(t) for t in TREES] + random_trees(6, seed=21)
     for split_name, ds in default_splits.items():
-        split = SplitArrays(ds)
+        split = TokenArrays(ds)
         th = population_thresholds(treeio.linearise(trees), split)
         for i, nodes in enumerate(trees):
             mod = _module(tmp_path, nodes, i)
@@ -86,7 +86,7 @@ def test_score_of_generated_code_equals_kernel_counts(tmp_path, default_splits):
     ufunc = compile_function(mod.evolved)
     ds = default_splits["train"]
     m = score(ufunc, PreparedSplit(ds), repeats=1)
-    row = population_counts(treeio.linearise([nodes]), SplitArrays(ds))[0]
+    row = population_counts(treeio.linearise([nodes]), TokenArrays(ds))[0]
     km = Counts.from_raw(len(ds), row).metrics()
     for k, v in km.items():
         assert m[k] == v, k

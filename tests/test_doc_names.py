@@ -262,11 +262,11 @@ def test_the_check_finds_stale_names():
     renamed away are reported, and the ones that exist are not."""
     all_py = _all_files()
     gone = ("as in ``evolve.fitness``; see ``evolve/kernels.py``, evolve.traces, "
-            "evolve.spec.SpecArrays, evolve.data.load_npz, (see kernels.population_counts), "
+            "evolve.spec.TraceArrays, evolve.data.load_npz, (see kernels.population_counts), "
             "``kernels.fixed.nothing``, tests/nokit.TINY, docs/nowhere.md, fitnesses.py, "
             "``runner.no_such_function``")
     assert stale_names(gone, all_py) == [
-        "evolve.fitness", "evolve.traces", "evolve.spec.SpecArrays", "evolve.data.load_npz",
+        "evolve.fitness", "evolve.traces", "evolve.spec.TraceArrays", "evolve.data.load_npz",
         "kernels.population_counts", "kernels.fixed.nothing", "runner.no_such_function",
         "evolve/kernels.py", "tests/nokit.TINY", "docs/nowhere.md", "fitnesses.py"]
     here = ("``evolve.kernels.layout.sums_layout``, evolve.data.tokens.load_npz, "

@@ -257,13 +257,13 @@ def test_p99_cap_holds_the_tail_of_slot_tv():
     within the cap on train and valid, where the uncapped champion's is above it."""
     from evolve.lang import treeio
     from evolve.objectives import OBJECTIVES
-    from evolve.objectives.spec import SpecArrays, objectives
+    from evolve.objectives.spec import TraceArrays, objectives
     from evolve.rules.tuning import tree_thresholds
     from tests import tracekit
     tr, va = tracekit.split("train"), tracekit.split("valid")
 
     def p99(tree, split):
-        sa = SpecArrays.from_split(split)
+        sa = TraceArrays.from_split(split)
         return objectives(sa, tree_thresholds(treeio.parse(tree), sa)).tv_p99
 
     free = _trace_champion(objective="speed", tv_budget=0.05)

@@ -130,7 +130,7 @@ def test_hf_ensemble_is_lenient_and_monotone_along_its_grid():
 # ------------------------------------------ the exact objectives on k = V traces
 
 def _spec_arrays(p, q, drafts, k=None):
-    """A SpecArrays of g = 1 blocks, one per row, with the draft's top-k candidates
+    """A TraceArrays of g = 1 blocks, one per row, with the draft's top-k candidates
     (every token without ``k``) and the tail masses, as a trace stores them."""
     n, Vv = p.shape
     k = Vv if k is None else k
@@ -143,7 +143,7 @@ def _spec_arrays(p, q, drafts, k=None):
     hit = order == drafts[:, None]
     dcand = np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1)
     rows = np.arange(n)
-    return spec.SpecArrays(1, k, n, np.ascontiguousarray(X),
+    return spec.TraceArrays(1, k, n, np.ascontiguousarray(X),
                            cs["cand_draft_prob"].reshape(-1), cs["cand_target_prob"].reshape(-1),
                            *(cs[f] for f in ("tail_draft_prob", "tail_target_prob",
                                              "tail_excess_draft_prob",
@@ -194,7 +194,7 @@ def test_offline_objectives_use_the_family_residual(name, value):
 
 def test_target_only_family_refuses_a_split_with_a_draft_tail():
     ts = tracekit.split("valid")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     assert sa.k < 256 and sa.tq.max() > 0
     with pytest.raises(spec.TailError, match="top-k"):
         tuning.evaluate("sglang_acc", sa, 0.5)

@@ -365,10 +365,10 @@ def test_trace_writeback_rules_and_tradeoff_shows_installed(trace_run, trace_dir
     assert mod.METADATA["tree"] == champ["tree"] and mod.METADATA["seed"] == 2
     assert mod.evolved_trace.__code__.co_varnames[:9] == P.TRACE_INPUT_NAMES
     # a worse champion (always accept, far over budget) is refused, then forced
-    from evolve.objectives.spec import SpecArrays
+    from evolve.objectives.spec import TraceArrays
     from evolve.tasks import writeback
     from tests import tracekit
-    sa = SpecArrays.from_split(tracekit.split("valid"))
+    sa = TraceArrays.from_split(tracekit.split("valid"))
     bad = treeio.parse("pmax(1.0, 1.0)")
     kept = writeback.write_back_trace("X = 1\n", bad, sa, TRACE_BUDGET, "bad", directory=heur)
     assert not kept["written"] and (heur / "evolved_trace.py").read_text() == text

@@ -330,12 +330,12 @@ def test_install_pins_the_scored_decoding_and_puts_it_back(pair, tmp_path):
 
 def test_standing_of_a_champion_against_standard_and_tuned_rules():
     from evolve.objectives import OBJECTIVES
-    from evolve.objectives.spec import SpecArrays
+    from evolve.objectives.spec import TraceArrays
     from evolve.rules import tuning
     from evolve.search.config import Config
     from evolve.tasks.traces import standing
     from tests import tracekit
-    sa = SpecArrays.from_split(tracekit.split("valid"))
+    sa = TraceArrays.from_split(tracekit.split("valid"))
     std = tuning.evaluate("standard_rejection", sa).tokens
     cfg = Config(objective="speed", tv_budget=0.02)
     tuned = {"leniency": {"param": 0.9, "valid": {"tokens_per_call": std + 0.1}},

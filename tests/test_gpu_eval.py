@@ -25,7 +25,7 @@ from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa
 from evolve.kernels.gpu import traces as gpu_traces                       # noqa: E402
 from evolve.lang import primitives as P                                   # noqa: E402
 from evolve.lang import treeio                                            # noqa: E402
-from evolve.objectives.spec import SpecArrays                             # noqa: E402
+from evolve.objectives.spec import TraceArrays                             # noqa: E402
 from heuristics import ops as O                                           # noqa: E402
 from tests import tracekit                                                 # noqa: E402
 from tests.test_kernels import edge_dataset                               # noqa: E402
@@ -144,7 +144,7 @@ def test_sqrt_is_correctly_rounded():
 def test_each_primitive_matches_the_kernel_on_edge_inputs():
     """Every primitive alone on the edge inputs (NaN, inf, 0, 1e-300, 1e300, ...):
     the torch thresholds are the Numba interpreter's."""
-    arrays = tok_kernels.SplitArrays(edge_dataset())
+    arrays = tok_kernels.TokenArrays(edge_dataset())
     progs = []
     for p in P.PRIMITIVES:
         if p.name in ("and_", "or_", "not_", "ite", "lt"):
@@ -165,14 +165,14 @@ def test_token_counts_equal_the_numba_kernel(small_splits):
     """Random trees of the real primitive set and the edge programs, on a token split
     and on the edge split, in one chunk and in several (chunks of 97 rows)."""
     programs = treeio.linearise(random_trees(60, 5))
-    arrays = tok_kernels.SplitArrays(small_splits["valid"])
+    arrays = tok_kernels.TokenArrays(small_splits["valid"])
     want = tok_kernels.population_counts(programs, arrays)
     assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU), want)
     assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU, chunk_rows=97),
                           want)
     same_bits(gpu_tokens.population_thresholds(programs, arrays, CPU),
               tok_kernels.population_thresholds(programs, arrays))
-    edge = tok_kernels.SplitArrays(edge_dataset())
+    edge = tok_kernels.TokenArrays(edge_dataset())
     for progs in (edge_programs(), programs):
         assert np.array_equal(gpu_tokens.population_counts(progs, edge, CPU, chunk_rows=5),
                               tok_kernels.population_counts(progs, edge))
@@ -182,7 +182,7 @@ def test_token_counts_equal_the_numba_kernel(small_splits):
 
 @pytest.fixture(scope="module")
 def sa():
-    return SpecArrays.from_split(tracekit.split("valid"))
+    return TraceArrays.from_split(tracekit.split("valid"))
 
 
 def _trace_programs():

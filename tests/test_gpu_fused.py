@@ -35,7 +35,7 @@ from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa
 from evolve.kernels.gpu import traces as gpu_traces                       # noqa: E402
 from evolve.lang import primitives as P                                   # noqa: E402
 from evolve.lang import treeio                                            # noqa: E402
-from evolve.objectives.spec import SpecArrays                             # noqa: E402
+from evolve.objectives.spec import TraceArrays                             # noqa: E402
 from tests import tracekit                                                # noqa: E402
 from tests.clikit import invoke, isolated, one_line_error  # noqa: E402,F401 (isolated: a fixture)
 from tests.test_gpu_eval import edge_programs, random_trees, raw, same_bits  # noqa: E402
@@ -70,7 +70,7 @@ def test_every_primitive_and_edge_program_gives_the_numba_values(fused):
     1e-300, 1e300 inputs), and the counts: every primitive alone, then the hand-made
     edge programs (NaN and inf made on purpose, ~0 divisions, huge exponents, stacks
     40 deep, which spill out of the registers)."""
-    arrays = tok_kernels.SplitArrays(edge_dataset())
+    arrays = tok_kernels.TokenArrays(edge_dataset())
     for programs in (primitive_programs(), edge_programs()):
         same_bits(gpu_tokens.population_thresholds(programs, arrays, DEV, kernel="fused"),
                   tok_kernels.population_thresholds(programs, arrays))
@@ -111,7 +111,7 @@ def test_token_counts_equal_the_numba_kernel(small_splits, fused):
     of one work item) and in chunks of 97 rows (a partial tile each, counts added
     across launches)."""
     programs = treeio.linearise(random_trees(40, 5))
-    arrays = tok_kernels.SplitArrays(small_splits["valid"])
+    arrays = tok_kernels.TokenArrays(small_splits["valid"])
     want = tok_kernels.population_counts(programs, arrays)
     assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV, kernel="fused"),
                           want)
@@ -123,7 +123,7 @@ def test_work_items_of_several_tiles_and_a_small_grid(small_splits, fused):
     """Tiles of 64 rows, several per work item and several items per thread block of
     the persistent grid, with the values stored and the counts added from each."""
     programs = treeio.linearise(random_trees(6, 8))
-    arrays = tok_kernels.SplitArrays(small_splits["train"])
+    arrays = tok_kernels.TokenArrays(small_splits["train"])
     ds = gpu_tokens.device_split(arrays, DEV)
     X, U, rand, base, std_q = ds.chunk(0, ds.n)
     progs = fused.Programs(programs, DEV)
@@ -139,7 +139,7 @@ def test_work_items_of_several_tiles_and_a_small_grid(small_splits, fused):
 
 @pytest.fixture(scope="module")
 def sa():
-    return SpecArrays.from_split(tracekit.split("valid"))
+    return TraceArrays.from_split(tracekit.split("valid"))
 
 
 def _trace_programs(n):

@@ -52,7 +52,7 @@ def small_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def sa():
     """The first 160 blocks of the tiny valid split (torch on the CPU is slow)."""
-    return spec.SpecArrays.from_split(tracekit.split("valid")).blocks(np.arange(160))
+    return spec.TraceArrays.from_split(tracekit.split("valid")).blocks(np.arange(160))
 
 
 @pytest.fixture
@@ -100,7 +100,7 @@ def test_kl_sums_of_edge_programs_and_minibatches(sa):
         spec_kernels.population_sums(programs, sa.blocks(blocks), with_kl=True))
 
 
-def _random_arrays(seed: int, nb: int = 40, g: int = 3, k: int = 4) -> spec.SpecArrays:
+def _random_arrays(seed: int, nb: int = 40, g: int = 3, k: int = 4) -> spec.TraceArrays:
     """Random per-candidate and tail constants that no valid trace has: q(T+) above
     p(T+) (the residual falls back to p, so both tail bins' KL terms are non-zero),
     rows with p = q (fallback too), zeros: every operation of the KL terms counts."""
@@ -114,7 +114,7 @@ def _random_arrays(seed: int, nb: int = 40, g: int = 3, k: int = 4) -> spec.Spec
     X = rng.uniform(0.0, 1.0, (len(spec.FEATURES), n * k))
     X[0], X[1] = cq.reshape(-1), cp.reshape(-1)
     dcand = rng.integers(-1, k, n).astype(np.int64)
-    return spec.SpecArrays(g, k, n, np.ascontiguousarray(X), cq.reshape(-1), cp.reshape(-1),
+    return spec.TraceArrays(g, k, n, np.ascontiguousarray(X), cq.reshape(-1), cp.reshape(-1),
                            tq, tp, eq, ep, dcand, rng.uniform(0.0, 1.0, n))
 
 
@@ -140,7 +140,7 @@ def test_an_accepted_candidate_the_target_never_emits_has_infinite_kl():
     sa = _random_arrays(2)
     cp = sa.cp.copy()
     cp[::7] = 0.0
-    sa = spec.SpecArrays(sa.g, sa.k, sa.n, sa.X, sa.cq, cp, sa.tq, sa.tp, sa.eq, sa.ep,
+    sa = spec.TraceArrays(sa.g, sa.k, sa.n, sa.X, sa.cq, cp, sa.tq, sa.tp, sa.eq, sa.ep,
                          sa.dcand, sa.std_x)
     programs = treeio.linearise([treeio.parse("1.0"), treeio.parse("target_prob")])
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -281,7 +281,7 @@ def test_tradeoff_with_a_fixed_rule_is_the_same_on_the_device(small_dir, torch_o
     the kernel: the same report from the torch kernel."""
     from evolve.data import traces
     splits = traces.load_splits(small_dir, ("valid", "test"))
-    sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
+    sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
     extra = {"mine": treeio.parse("pmin(1.0, pdiv(target_prob, mul(0.8, draft_prob)))")}
     cpu = tuning.tradeoff(sas["valid"], sas["test"], [0.02], extra, device="cpu")
     monkeypatch.setattr(spec, "population_results", _numba_refused)

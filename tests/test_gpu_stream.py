@@ -33,7 +33,7 @@ from evolve.kernels.gpu import traces as gpu_traces                       # noqa
 from evolve.lang import treeio                                           # noqa: E402
 from evolve.objectives import on_device                                  # noqa: E402
 from evolve.objectives.splits import ArraySplit                          # noqa: E402
-from evolve.objectives.spec import SpecArrays                            # noqa: E402
+from evolve.objectives.spec import TraceArrays                            # noqa: E402
 from tests import tracekit                                               # noqa: E402
 from tests.test_gpu_eval import random_trees, same_bits                  # noqa: E402
 from tests.test_gpu_runs import view                                     # noqa: E402
@@ -82,7 +82,7 @@ def test_streamed_token_split_counts_equal_the_numba_kernel(small_splits, small_
     """A token split over the budget streams: counts and thresholds over several row
     chunks (forced and from the budget) are the Numba kernel's; each chunk is copied
     once per population, not once per program."""
-    arrays = tok_kernels.SplitArrays(small_splits["train"])
+    arrays = tok_kernels.TokenArrays(small_splits["train"])
     programs = treeio.linearise(random_trees(25, 5))
     want = tok_kernels.population_counts(programs, arrays)
     ds = gpu_tokens.device_split(arrays, CPU)
@@ -98,7 +98,7 @@ def test_streamed_token_split_counts_equal_the_numba_kernel(small_splits, small_
 
 
 def test_a_token_split_within_the_budget_stays_resident(small_splits, monkeypatch):
-    arrays = tok_kernels.SplitArrays(small_splits["valid"])
+    arrays = tok_kernels.TokenArrays(small_splits["valid"])
     need = (8 * 4 * arrays.X.shape[0] + 17) * arrays.n    # X, U, rand, base, std_q
     monkeypatch.setenv(gpu.MEMORY, str(int(need / stream.RESIDENT_SHARE)))
     ds = gpu_tokens.device_split(arrays, CPU)
@@ -115,7 +115,7 @@ def test_a_token_split_within_the_budget_stays_resident(small_splits, monkeypatc
 
 @pytest.fixture(scope="module")
 def sa():
-    return SpecArrays.from_split(tracekit.split("train"))
+    return TraceArrays.from_split(tracekit.split("train"))
 
 
 def test_streamed_chunks_are_the_resident_columns(sa, monkeypatch):
@@ -143,7 +143,7 @@ def test_streamed_trace_sums_equal_the_numba_kernel(cap, small_budget):
     """A trace split over the budget streams: the exact sums over chunks of blocks
     (forced, and from the budget) and batches of programs, and over minibatches, are
     the kernel's integers; one copy per chunk per population."""
-    sa = SpecArrays.from_split(tracekit.split("train"))       # fresh: nothing cached
+    sa = TraceArrays.from_split(tracekit.split("train"))       # fresh: nothing cached
     programs = trace_programs()
     d = gpu_traces.device_split(sa, CPU)
     assert d.streaming and d.host is not None and not hasattr(d, "X")
@@ -163,7 +163,7 @@ def test_streamed_trace_sums_equal_the_numba_kernel(cap, small_budget):
 def test_the_budget_sizes_streamed_chunks(monkeypatch):
     """With a budget of the split's own columns (so it streams), the chunks the budget
     allows are several and hold the copied columns too."""
-    sa = SpecArrays.from_split(tracekit.split("train"))
+    sa = TraceArrays.from_split(tracekit.split("train"))
     monkeypatch.setenv(gpu.MEMORY, str(gpu_traces.column_bytes(sa)))
     programs = trace_programs(6)
     d = gpu_traces.device_split(sa, CPU)
@@ -196,7 +196,7 @@ def test_sharded_traces_on_the_device_equal_the_cpu_paths(shard_data, torch_on_c
     sas = [s.sa for s in split.backend.shards]
     states = [gpu_traces.device_split(sa, CPU) for sa in sas]
     assert [d.streaming for d in states] == [bool(budget)] * 3
-    whole = spec_kernels.population_sums(programs, SpecArrays.from_split(tracekit.split(
+    whole = spec_kernels.population_sums(programs, TraceArrays.from_split(tracekit.split(
         "train")), with_kl=False, tail_cap=0.05)
     shards = on_device.Shards(sas, CPU)
     assert np.array_equal(shards.sums(programs, 0.05, None), whole)

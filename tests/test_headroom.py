@@ -13,7 +13,7 @@ BUDGETS = (0.01, 0.03)
 
 @pytest.fixture(scope="module")
 def sa():
-    return spec.SpecArrays.from_split(tracekit.split("valid"))
+    return spec.TraceArrays.from_split(tracekit.split("valid"))
 
 
 def test_position_leniency_tree_is_leniency_by_block_position(sa):

@@ -64,7 +64,7 @@ def test_tracked_distortion_is_the_offline_exact_slot_tv(free):
     cols, _ = hf_decode.decode(free.pair, ids, rngs, BLOCKS)
     ts = T.TraceSplit(cols, hf.meta(free.pair, "test", len(cols["draft_prob"]), {}),
                       name="test")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     rule = named_rule("leniency", 0.5)[0]
     offline = spec.position_terms(sa, offline_thresholds(rule, sa)).tv
     ids, rngs = _prompts(free)

@@ -116,7 +116,7 @@ def test_recorded_probabilities_are_the_models_softmax(models, traced):
 
 def test_standard_rejection_has_no_distortion(traced):
     for split in T.SPLITS:
-        sa = spec.SpecArrays.from_split(T.load(traced / f"{split}.npz"))
+        sa = spec.TraceArrays.from_split(T.load(traced / f"{split}.npz"))
         o = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
         assert o.tv_per_token < 1e-12 and abs(o.kl_per_token) < 1e-12
         assert 1.0 < o.tokens_per_call < G + 1
@@ -149,7 +149,7 @@ def test_exact_tokens_per_call_agree_with_free_running_decoding(models):
     cols, _ = hf_decode.decode(pair, ids, rngs, FREE_BLOCKS)
     ts = T.TraceSplit(cols, hf.meta(pair, "train", len(cols["draft_prob"]), {}), name="train")
     T.validate(ts, "<train>")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     o = spec.objectives(sa, spec.rule_thresholds(rulefns.standard, sa))
     fresh = [np.random.default_rng([1, i]) for i in range(len(ids))]
     _, acc = hf_decode.decode(pair, ids, fresh, FREE_BLOCKS, record=False)

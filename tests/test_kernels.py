@@ -11,7 +11,7 @@ from evolve.objectives import metrics as fitness
 from evolve.lang import treeio
 from evolve.lang.randtrees import random_trees  # noqa: F401 (tests import it from here)
 from evolve.lang import primitives as P
-from evolve.kernels.tokens import SplitArrays, population_counts, population_thresholds
+from evolve.kernels.tokens import TokenArrays, population_counts, population_thresholds
 from evolve.objectives.tokens import threshold_counts
 from tests import naive
 
@@ -45,7 +45,7 @@ def test_kernel_equals_references_on_random_trees(small_splits):
     ds = small_splits["valid"]
     trees = random_trees(150, seed=11)
     progs = treeio.linearise(trees)
-    split = SplitArrays(ds)
+    split = TokenArrays(ds)
     th = population_thresholds(progs, split)
     rows = population_counts(progs, split)
     for i, nodes in enumerate(trees):
@@ -74,7 +74,7 @@ def test_kernel_edge_inputs():
                  "pdiv(1.0, 0.0)", "absf(neg(draft_prob))"):
         trees.append(treeio.parse(text))
     progs = treeio.linearise(trees)
-    split = SplitArrays(ds)
+    split = TokenArrays(ds)
     th = population_thresholds(progs, split)
     rows = population_counts(progs, split)
     for i, nodes in enumerate(trees):
@@ -91,7 +91,7 @@ def test_kernel_edge_inputs():
 def test_nan_threshold_rejects_on_every_path():
     ds = edge_dataset()
     nodes = treeio.parse("psqrt(draft_prob)")  # NaN where draft_prob is NaN
-    split = SplitArrays(ds)
+    split = TokenArrays(ds)
     h = population_thresholds(treeio.linearise([nodes]), split)[0]
     assert np.isnan(h).any()
     nan_rows = np.isnan(h)
@@ -110,7 +110,7 @@ def test_deep_and_large_trees(small_splits):
     wide = random_trees(5, seed=3, min_h=8, max_h=9)
     trees = [treeio.parse(deep)] + wide
     progs = treeio.linearise(trees)
-    th = population_thresholds(progs, SplitArrays(ds))
+    th = population_thresholds(progs, TokenArrays(ds))
     for i, nodes in enumerate(trees):
         np.testing.assert_array_equal(th[i], naive.eval_rows(nodes, ds))
         assert_same_bits(th[i], naive.eval_numpy(nodes, ds))
@@ -120,7 +120,7 @@ def test_counts_independent_of_thread_count(default_splits):
     import numba
     trees = random_trees(64, seed=9)
     progs = treeio.linearise(trees)
-    split = SplitArrays(default_splits["valid"])
+    split = TokenArrays(default_splits["valid"])
     before = numba.get_num_threads()
     try:
         numba.set_num_threads(1)
@@ -133,7 +133,7 @@ def test_counts_independent_of_thread_count(default_splits):
 
 
 def test_program_reading_missing_input_is_refused(small_splits):
-    split = SplitArrays(small_splits["test"])
+    split = TokenArrays(small_splits["test"])
     split.X = split.X[:2]
     with pytest.raises(ValueError, match="does not have"):
         population_counts(treeio.linearise([treeio.parse("draft_entropy")]), split)
@@ -164,7 +164,7 @@ def test_metrics_match_naive_count(hs, seed):
                       rng.random(n) < 0.5, r, r < np.minimum(1, t / d))
     h = np.array(hs, dtype=np.float64)
     ref = naive.metrics_naive(h, ds)
-    fast = threshold_counts(h, SplitArrays(ds)).metrics()
+    fast = threshold_counts(h, TokenArrays(ds)).metrics()
     numpy_path = fitness.counts_from_thresholds(h, r, ds.baseline_accepts,
                                                 ds.standard_threshold()).metrics()
     for key in ("accept_rate", "accuracy", "quality", "fitness", "expected_accept_rate",

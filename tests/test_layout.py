@@ -16,7 +16,7 @@ from evolve.kernels import speculative as K
 from evolve.kernels import tokens as token_kernels
 from evolve.lang import treeio
 from evolve.objectives import spec
-from evolve.objectives.speculative import SPEED
+from evolve.objectives.trace_objectives import SPEED
 from tests import tracekit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +27,7 @@ TREES = ["pmin(1.0, pdiv(target_prob, draft_prob))", "pmin(1.0, add(target_prob,
 
 @pytest.fixture(scope="module")
 def sa():
-    return spec.SpecArrays.from_split(tracekit.split("valid"))
+    return spec.TraceArrays.from_split(tracekit.split("valid"))
 
 
 def _indices(field) -> list:
@@ -190,7 +190,7 @@ def test_readers_find_every_sum_through_the_layout(g, monkeypatch):
         assert np.array_equal(a, b)
 
 
-READERS = ["evolve/objectives/spec.py", "evolve/objectives/speculative.py",
+READERS = ["evolve/objectives/spec.py", "evolve/objectives/trace_objectives.py",
            "evolve/objectives/trajectory.py", *sorted(
                str(p.relative_to(ROOT)) for p in (ROOT / "evolve/cluster").glob("*.py"))]
 

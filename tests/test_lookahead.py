@@ -145,7 +145,7 @@ def test_trace_matrix_rows_are_what_the_decoder_hands_a_rule_on_the_same_path():
     ts = T.TraceSplit(cols, {"block_size": g, "top_k": pair.config.top_k,
                              "context_len": pair.config.context_len, "vocab_size": DEC.VOCAB,
                              "format_version": 3}, "recorded")
-    F = spec.SpecArrays.from_split(ts).features()
+    F = spec.TraceArrays.from_split(ts).features()
     spy = Spy(tree_rule(STANDARD_TREE))         # the standard rule's decisions, reading both
     _, acc = DEC.decode(pair, pr, [np.random.default_rng(50 + i) for i in range(n)], blocks,
                         rule=spy, record=False)
@@ -270,7 +270,7 @@ def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):
     rule = tree_rule(AHEAD_TREE, "ahead")
     rows = S.trace_rows(ts, 30, seed=2)
     look = EM.trace_lookahead(ts, rows)
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     F = sa.features()
     for f in ("next_tv", "ahead"):                 # what the offline objectives hold
         np.testing.assert_array_equal(look[f], F[f][rows, 0], err_msg=f)

@@ -25,7 +25,7 @@ from tests.test_lookahead import brute_lookahead
 
 def test_the_input_matrix_reads_each_blocks_later_slots():
     ts = tracekit.split("valid")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     g, k = sa.g, sa.k
     assert sa.X.shape[0] == len(P.ALL_INPUT_NAMES) == 14 and not sa.missing
     F = sa.features()
@@ -46,7 +46,7 @@ def test_the_input_matrix_reads_each_blocks_later_slots():
 
 
 def test_blocks_keep_the_rows_of_the_lookahead_inputs():
-    sa = spec.SpecArrays.from_split(tracekit.split("valid"))
+    sa = spec.TraceArrays.from_split(tracekit.split("valid"))
     sub = sa.blocks([1, 3])
     F, G = sa.features(), sub.features()
     for name in P.LOOKAHEAD_INPUT_NAMES:
@@ -95,7 +95,7 @@ def test_the_report_of_a_champion_that_reads_them_says_it_is_an_estimate(tree, e
     cfg = Config(generations=1, population=20, objective="speed", tv_budget=0.03,
                  lookahead=True)
     ev = Evolution(cfg, splits["train"], splits["valid"])
-    sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
+    sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
     progs = treeio.linearise([treeio.parse(tree)])
     metrics = {s: spec.population_results(progs, sa)[0].to_dict() for s, sa in sas.items()}
     rep = TraceTask().report(Finished(cfg, splits, {"train": ev.train, "valid": ev.valid},

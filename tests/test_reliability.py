@@ -205,7 +205,7 @@ from tests.genload import load_module_from
 from evolve.lang import primitives as P
 from evolve.search.config import Config
 from evolve.search.engine import Evolution
-from evolve.kernels.tokens import SplitArrays, population_thresholds
+from evolve.kernels.tokens import TokenArrays, population_thresholds
 from evolve.runs.scoring import PreparedSplit, score
 from evolve.tasks.writeback import module_metadata as evolved_metadata
 from heuristics.registry import SIGNATURE, compile_function
@@ -1240,7 +1240,7 @@ def edge_inputs() -> data.Dataset:
 
 EDGE_DS = edge_inputs()
 with np.errstate(all="ignore"):
-    EDGE_SPLIT = SplitArrays(EDGE_DS)
+    EDGE_SPLIT = TokenArrays(EDGE_DS)
 _COUNTER = itertools.count()
 
 
@@ -1332,7 +1332,7 @@ def test_position_int_overflow_in_generated_code(tmp_path):
     ds = data.Dataset(**cols, position=np.array([3, 1000, 100000], dtype=np.int64),
                       top_token_match=np.ones(3, bool), baseline_accepts=np.ones(3, bool))
     nodes = treeio.parse("square(square(square(position)))")
-    kern = population_thresholds(treeio.linearise([nodes]), SplitArrays(ds))[0]
+    kern = population_thresholds(treeio.linearise([nodes]), TokenArrays(ds))[0]
     path = tmp_path / "ovf.py"
     path.write_text(codegen.module_source(nodes, "evolved", {"run": "ovf"}, "overflow"))
     mod = load_module_from(path, "_ovf")

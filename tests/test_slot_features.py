@@ -195,7 +195,7 @@ def _slots(seed=5, n=6, V=7):
 def test_baseline_matches_enumeration_at_each_slot(name, value, brute):
     P_, Q_ = _slots()
     ts = _trace(P_, Q_)
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     assert not sa.missing and tuning.scorable(name, sa) is None
     terms = spec.position_terms(sa, tuning.thresholds(name, sa, value))
     order = ts.cand_token.astype(np.int64)
@@ -222,7 +222,7 @@ def test_baseline_matches_enumeration_at_each_slot(name, value, brute):
 def test_fuzzy_threshold_switches_at_the_slot_divergence():
     P_, Q_ = _slots()
     ts = _trace(P_, Q_)
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     i = int(np.argmin(ts.slot_kl_pq))
     below = spec.position_terms(sa, tuning.thresholds("fuzzy_sd", sa, ts.slot_kl_pq[i] * 1.001))
     at = spec.position_terms(sa, tuning.thresholds("fuzzy_sd", sa, ts.slot_kl_pq[i]))
@@ -232,7 +232,7 @@ def test_fuzzy_threshold_switches_at_the_slot_divergence():
 def test_tuned_baselines_and_kernel_on_ngram_traces():
     """On the n-gram traces (top-k < vocabulary) the kernel and the numpy reference
     agree on both baselines across their grids, and both spend more along the grid."""
-    sa = spec.SpecArrays.from_split(tracekit.split("valid"))
+    sa = spec.TraceArrays.from_split(tracekit.split("valid"))
     for name in ("cactus", "fuzzy_sd"):
         grid = RULES[name].grid[::3]
         kern = tuning.scored(name, sa, grid)
@@ -250,7 +250,7 @@ def test_v2_splits_offer_slot_inputs_only_when_computable(tmp_path):
     ts = tracekit.split("test")
     v2 = T.TraceSplit({f: ts.columns[f] for f in T.ALL_FIELDS}, dict(ts.meta), "v2")
     T.save(v2, tmp_path / "old.npz")
-    sa = spec.SpecArrays.from_split(T.load(tmp_path / "old.npz"))
+    sa = spec.TraceArrays.from_split(T.load(tmp_path / "old.npz"))
     assert sa.X.shape[0] == 9 and "old.npz: field 'slot_tv' is missing" in sa.missing
     assert "slot_tv" in tuning.scorable("cactus", sa)
     assert tuning.scorable("ears", sa) is None
@@ -262,7 +262,7 @@ def test_v2_splits_offer_slot_inputs_only_when_computable(tmp_path):
     P_, Q_ = _slots()
     full = _trace(P_, Q_)
     old = T.TraceSplit({f: full.columns[f] for f in T.ALL_FIELDS}, dict(full.meta), "o")
-    a, b = spec.SpecArrays.from_split(old), spec.SpecArrays.from_split(full)
+    a, b = spec.TraceArrays.from_split(old), spec.TraceArrays.from_split(full)
     assert not a.missing and np.allclose(a.X, b.X, rtol=1e-12, atol=1e-15)
 
 
@@ -401,7 +401,7 @@ def test_a_numpy_export_of_a_slot_rule_takes_the_slot_features():
     ns = {}
     exec(compile(src, "<exported>", "exec"), ns)     # tests only, as a user imports it
     P_, Q_ = _slots()
-    sa = spec.SpecArrays.from_split(_trace(P_, Q_))
+    sa = spec.TraceArrays.from_split(_trace(P_, Q_))
     F = sa.features()
     h = ns["threshold"](*[F[f].reshape(-1) if f != "top_token_match"
                           else F[f].reshape(-1).astype(bool) for f in P.SLOT_SIGNATURE])

@@ -79,7 +79,7 @@ class Toy:
         return tok, tv, kl
 
     def arrays(self, h=None):
-        """SpecArrays with one block per possible recorded draft sequence, and weights."""
+        """TraceArrays with one block per possible recorded draft sequence, and weights."""
         rows = []
         weights = []
         for seq in itertools.product(range(self.V), repeat=self.g):
@@ -96,7 +96,7 @@ class Toy:
         hit = ct == x[:, None]
         dcand = np.where(hit.any(1), np.argmax(hit, 1), -1)
         r = np.arange(n)
-        sa = spec.SpecArrays(self.g, k, n, np.zeros((spec.N_FEATURES, n * k)),
+        sa = spec.TraceArrays(self.g, k, n, np.zeros((spec.N_FEATURES, n * k)),
                              cs["cand_draft_prob"].reshape(-1), cs["cand_target_prob"].reshape(-1),
                              cs["tail_draft_prob"], cs["tail_target_prob"],
                              cs["tail_excess_draft_prob"], cs["tail_excess_target_prob"],
@@ -174,7 +174,7 @@ def test_constant_acceptance_matches_the_closed_form():
 
 @pytest.fixture(scope="module")
 def sa():
-    return spec.SpecArrays.from_split(tracekit.split("valid"))
+    return spec.TraceArrays.from_split(tracekit.split("valid"))
 
 
 def test_standard_rule_has_no_distortion(sa):
@@ -227,7 +227,7 @@ def test_vector_rules_equal_the_scalar_baselines(sa):
 
 def test_candidate_matrix_layout():
     ts = tracekit.split("valid")
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     assert spec.FEATURES[:6] == P.INPUT_NAMES
     assert sa.X.shape == (14, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
     F = sa.features()

@@ -35,7 +35,7 @@ RULES = [
 @pytest.fixture(scope="module")
 def world():
     ts = tracekit.split("valid")
-    return tracekit.pair(), ts, spec.SpecArrays.from_split(ts)
+    return tracekit.pair(), ts, spec.TraceArrays.from_split(ts)
 
 
 def test_as_rule_signatures():

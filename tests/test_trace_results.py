@@ -28,7 +28,7 @@ def _script():
 
 @pytest.fixture(scope="module")
 def tiny_sas():
-    return {s: spec.SpecArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
+    return {s: spec.TraceArrays.from_split(tracekit.split(s)) for s in ("valid", "test")}
 
 
 def test_tuned_baselines_cover_every_family_and_pick_the_best_on_valid(tiny_sas):
@@ -69,7 +69,7 @@ def test_engine_families_are_tuned_on_full_vocabulary_traces():
     sas = {}
     for s in ("valid", "test"):
         P_, Q_ = _slots(seed=int(rng.integers(1000)), n=64, V=6)
-        sas[s] = spec.SpecArrays.from_split(_trace(P_, Q_, g=4))
+        sas[s] = spec.TraceArrays.from_split(_trace(P_, Q_, g=4))
     table = tr.tuned_baselines(sas, 0.05)
     for name in ("sglang_acc", "sglang_single", "hf_ensemble", "cactus", "fuzzy_sd"):
         assert "not_exact" not in table[name], name

@@ -26,7 +26,7 @@ def data():
     cols, _ = DEC.decode(pair, pr, rngs, CFG.blocks_per_prompt)
     ts = T.TraceSplit(cols, {"block_size": CFG.block_size, "top_k": CFG.top_k,
                              "config": CFG.to_dict()}, name="test")
-    return pair, ts, spec.SpecArrays.from_split(ts), TR.TraceBlocks.from_split(ts)
+    return pair, ts, spec.TraceArrays.from_split(ts), TR.TraceBlocks.from_split(ts)
 
 
 def _h(rule, sa):

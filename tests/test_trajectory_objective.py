@@ -37,7 +37,7 @@ from evolve.objectives import spec
 from evolve.objectives import trajectory as TR
 from evolve.objectives import trajectory_objective as TO
 from evolve.objectives import bind
-from evolve.objectives.speculative import SPEED
+from evolve.objectives.trace_objectives import SPEED
 from evolve.objectives.splits import as_split
 from evolve.search.config import Config
 from tests import tracekit
@@ -62,7 +62,7 @@ def _progs(trees):
 
 
 def _reference(ts, trees):
-    sa = spec.SpecArrays.from_split(ts)
+    sa = spec.TraceArrays.from_split(ts)
     tb = TR.TraceBlocks.from_split(ts)
     h = matrix_thresholds(_progs(trees), sa.X)
     return [TR.estimate(sa, tb, h[i]) for i in range(len(trees))]
@@ -94,7 +94,7 @@ def test_kernel_equals_the_numpy_estimate(valid):
     assert v == pytest.approx([e.tokens_per_call for e in ref], rel=REL)
     # the leniencies gain offline tokens the trajectory estimate gives back in part
     assert m["tokens"][1] != pytest.approx(spec.objectives(
-        spec.SpecArrays.from_split(valid), matrix_thresholds(_progs(TREES[1:2]), ev.arrays.X)[0]
+        spec.TraceArrays.from_split(valid), matrix_thresholds(_progs(TREES[1:2]), ev.arrays.X)[0]
     ).tokens_per_call, rel=1e-6)
 
 
@@ -256,7 +256,7 @@ def test_the_ess_floor_without_the_trajectory_is_refused(npz_dir, tmp_path):
     r = invoke("run", "--objective", "speed", "--ess-floor", 0.2, "--data", npz_dir,
                "--generations", 1, "--population", 12, "--no-writeback",
                "--runs-dir", tmp_path / "runs")
-    one_line_error(r, "--ess-floor", "--trajectory")
+    one_line_error(r, "--ess-floor", "only with trajectory")
     assert not (tmp_path / "runs").exists()
 
 

@@ -160,7 +160,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             infos.append(found)
     t0 = time.perf_counter()
     splits = traces.load_splits(data_dir, ("valid", "test"))
-    sas = {s: spec.SpecArrays.from_split(ts) for s, ts in splits.items()}
+    sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
     names = families() if engine is None else \
         ["standard_rejection"] + engine_families(engine)
     say = progress or (lambda text: None)

@@ -40,7 +40,7 @@ class LocalShards:
                            if b is None or b.size)
 
     def local_arrays(self) -> list:
-        """Every shard's kernel arrays (``SpecArrays``), held in this process."""
+        """Every shard's kernel arrays (``TraceArrays``), held in this process."""
         return [s.sa for s in self.shards]
 
 

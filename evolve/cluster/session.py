@@ -195,7 +195,7 @@ class ClusterSplit:
     @property
     def missing(self) -> str:
         """Why the shards have no slot features ("" when they have them): the
-        definition ``SpecArrays.missing`` applies to each shard, read off shard 0 (the
+        definition ``TraceArrays.missing`` applies to each shard, read off shard 0 (the
         shards of one split share a schema)."""
         if self._missing is None:
             self._missing = (slots_missing(self.split.shard(0).columns, self.name)
@@ -225,12 +225,12 @@ class ClusterSplit:
                          batch=lambda b: self.evaluator(f"{name} batch", b, with_kl, tail_cap))
 
     def local_arrays(self):
-        """Every shard's SpecArrays when the shards are held in this process (else None:
+        """Every shard's TraceArrays when the shards are held in this process (else None:
         on a cluster the workers hold them)."""
         return self.backend.local_arrays()
 
     def spec_arrays(self):
-        """The whole split's SpecArrays in this process (finishing reports only)."""
+        """The whole split's TraceArrays in this process (finishing reports only)."""
         if self._arrays is None:
             self._arrays = kernel_arrays(self.split.concat())
         return self._arrays
@@ -238,7 +238,7 @@ class ClusterSplit:
 
 class Shape:
     """What the objectives read of a split they do not hold: g, k, rows, blocks, and
-    ``missing``: why it has no slot features, "" when it has them (``SpecArrays.missing``)."""
+    ``missing``: why it has no slot features, "" when it has them (``TraceArrays.missing``)."""
 
     def __init__(self, g: int, k: int, n: int, missing: str):
         self.g, self.k, self.n, self.missing = g, k, n, missing

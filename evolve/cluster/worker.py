@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from evolve.kernels.layout import TAIL_OFF
-from evolve.objectives.spec import SpecArrays
+from evolve.objectives.spec import TraceArrays
 from evolve.data.shards import map_shard
 import os
 import socket
@@ -31,14 +31,14 @@ import numba
 class Shard:
     """A loaded shard: the kernel's arrays of its rows (kept in the worker's memory)."""
     path: str
-    sa: object          # objectives.spec.SpecArrays
+    sa: object          # objectives.spec.TraceArrays
 
 
 def kernel_arrays(ts):
-    """SpecArrays of a split or shard, every array a plain writable ndarray (so
+    """TraceArrays of a split or shard, every array a plain writable ndarray (so
     memory-mapped shards and .npz splits compile to one kernel signature)."""
-    sa = SpecArrays.from_split(ts)
-    sa = SpecArrays(**{f.name: _plain(getattr(sa, f.name)) for f in fields(sa)})
+    sa = TraceArrays.from_split(ts)
+    sa = TraceArrays(**{f.name: _plain(getattr(sa, f.name)) for f in fields(sa)})
     prepared(sa)
     return sa
 

@@ -19,7 +19,7 @@ naming the file, the field and the first bad row.
 Schema v3 = v2 + the four slot features of ``V3_FIELDS`` (stored under ``v3/``,
 ``format_version: 3``) of the full distributions p and q over the vocabulary
 (``evolve.data.decode.slot_features``). Version 2 files still load, without them
-(``TraceSplit.has_slot_features``; ``evolve.objectives.spec.SpecArrays.missing``).
+(``TraceSplit.has_slot_features``; ``evolve.objectives.spec.TraceArrays.missing``).
 
 Vocabulary: ``meta.json`` may name ``vocab_size`` (token ids are 0 ..
 vocab_size - 1); files without it are byte-level (256, the n-gram pair).

@@ -25,7 +25,7 @@ PLOG, PEXP, PSQRT, SQUARE = P.OP["plog"], P.OP["pexp"], P.OP["psqrt"], P.OP["squ
 LT, ITE, AND, OR, NOT = P.OP["lt"], P.OP["ite"], P.OP["and_"], P.OP["or_"], P.OP["not_"]
 DIV_EPS = O.DIV_EPS
 # The interpreter tests opcode ranges: add..pmax are binary, neg..square unary,
-# plog..psqrt have precomputed input columns (SplitArrays.derived).
+# plog..psqrt have precomputed input columns (TokenArrays.derived).
 if (ADD, SUB, MUL, PDIV, PMIN, PMAX) != tuple(range(ADD, ADD + 6)) or \
         (NEG, ABS, PLOG, PEXP, PSQRT, SQUARE) != tuple(range(NEG, NEG + 6)):
     raise ImportError("evolve.kernels.interpreter: the opcode ranges of the primitive table changed")
@@ -174,7 +174,7 @@ def interpret(ops, consts, start, length, X, U, use_u, r0, m, stack, slot):
     A stack machine over row tiles. A leaf is not copied onto the stack when the
     next instruction consumes it: ``leaf, op`` and ``leaf, leaf, binary op`` run as
     one pass over the tile, reading inputs straight from X (or, with ``use_u``,
-    plog/pexp/psqrt of an input from U, see ``SplitArrays.derived``). Constants are
+    plog/pexp/psqrt of an input from U, see ``TokenArrays.derived``). Constants are
     folded through the unary ops above them. Every formula is the one of
     heuristics/ops.py, element by element, so results do not change.
 

@@ -2,7 +2,7 @@
 
 The programs are the engine's linearised trees (``treeio.linearise``) and are
 run by the same interpreter as the seed objective (``interpreter.run_program``)
-over the candidate rows of a v2 split (``spec.SpecArrays.X``: one row per input,
+over the candidate rows of a v2 split (``spec.TraceArrays.X``: one row per input,
 opcode = row index, so programs may read inputs 0..8). Threads go over groups
 of programs; a group goes over tiles of ``TILE_BLOCKS`` whole blocks, each tile
 scored by every program of the group while it is in cache. A program's

@@ -105,7 +105,7 @@ def _population_thresholds(i0, i1, ops, consts, starts, lengths, max_stack, X, U
                 out[p, u(r0 + i)] = stack[row, i]
 
 
-class SplitArrays:
+class TokenArrays:
     """A split prepared once for the kernels: contiguous columns, quantised std."""
 
     def __init__(self, ds):
@@ -138,7 +138,7 @@ def _derived_of(split) -> np.ndarray:
     return derived if derived is not None else derived_columns(split.X)
 
 
-def _check_inputs(programs, split: SplitArrays) -> None:
+def _check_inputs(programs, split: TokenArrays) -> None:
     """Programs may only load inputs the split has (the kernel never checks)."""
     _check_loads(programs, split.X.shape[0])
 
@@ -151,7 +151,7 @@ def _check_loads(programs, n_inputs: int) -> None:
         raise ValueError(f"a program reads input '{name}', which this split does not have")
 
 
-def population_counts(programs, split: SplitArrays) -> np.ndarray:
+def population_counts(programs, split: TokenArrays) -> np.ndarray:
     """Counts for every program, int64 (P, 6): accepted, FA, FR, then the
     expected accepted, FA, FR in fixed point (layout.EXPECTED_SCALE)."""
     _check_inputs(programs, split)
@@ -164,14 +164,14 @@ def population_counts(programs, split: SplitArrays) -> np.ndarray:
     return out
 
 
-def population_thresholds(programs, split: SplitArrays) -> np.ndarray:
+def population_thresholds(programs, split: TokenArrays) -> np.ndarray:
     """Every program's threshold on every row of a token split, (P, n)."""
     return matrix_thresholds(programs, split.X, split.derived)
 
 
 def matrix_thresholds(programs, X: np.ndarray, derived: np.ndarray | None = None) -> np.ndarray:
     """Every program's threshold on every column of an input matrix (one row per
-    input, as ``SplitArrays.X`` or ``spec.SpecArrays.X``), (P, columns); ``derived``:
+    input, as ``TokenArrays.X`` or ``spec.TraceArrays.X``), (P, columns); ``derived``:
     its ``derived_columns`` when already made."""
     _check_loads(programs, X.shape[0])
     out = np.empty((len(programs), X.shape[1]), dtype=np.float64)
@@ -190,7 +190,7 @@ def _threshold_counts(h, rand, base, std_q, out):
         out[c] = acc[c]
 
 
-def threshold_tally(h: np.ndarray, split: SplitArrays) -> np.ndarray:
+def threshold_tally(h: np.ndarray, split: TokenArrays) -> np.ndarray:
     """The counts row of a threshold array, int64 (6,) as in ``population_counts``
     (the same tally as the population kernel)."""
     h = np.ascontiguousarray(np.broadcast_to(np.asarray(h, dtype=np.float64), (split.n,)))

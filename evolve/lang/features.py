@@ -19,7 +19,7 @@ reads them is scored by an estimate (``evolve run --lookahead``; the free-runnin
 comparison decides). Inputs are appended so that trees and checkpoints written
 before them still parse. Splits without slot features (v2 files whose candidates
 miss some mass) offer neither the slot nor the lookahead inputs
-(``evolve.objectives.spec.SpecArrays``). ``TRACE_INPUT_NAMES`` are the nine of a
+(``evolve.objectives.spec.TraceArrays``). ``TRACE_INPUT_NAMES`` are the nine of a
 v2 trace (the signature of trace rules that read no slot feature),
 ``SLOT_SIGNATURE`` the twelve of a rule that reads a slot feature but no lookahead,
 ``ALL_INPUT_NAMES`` all fourteen. Token splits, traces, the primitive set,

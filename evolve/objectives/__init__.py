@@ -4,7 +4,7 @@ See ``evolve.objectives.base`` for what an objective provides.
 """
 
 from evolve.objectives.base import TOKENS, TRACES, Evaluator, Objective
-from evolve.objectives.speculative import PARETO, SPEED, SPEED_KL
+from evolve.objectives.trace_objectives import PARETO, SPEED, SPEED_KL
 from evolve.objectives.task_objectives import TASK_SEED, TASK_SPEED
 from evolve.objectives.tokens import EXPECTED, SEED
 from evolve.objectives.trajectory_objective import SPEED_TRAJECTORY

@@ -27,7 +27,7 @@ from evolve.objectives.splits import ArraySplit
 
 
 def token_evaluator(arrays, name: str, device: str) -> Evaluator:
-    """The evaluator of a token split (``kernels.tokens.SplitArrays``) on ``device``."""
+    """The evaluator of a token split (``kernels.tokens.TokenArrays``) on ``device``."""
     dev = gpu.torch_device(device)
     from evolve.kernels.gpu import tokens  # lazy: torch, only on the device path
     return Evaluator(name, gpu.guarded(lambda progs: tokens.population_counts(progs, arrays,
@@ -69,7 +69,7 @@ def _evaluator(sa, name, dev, device, tail_cap, blocks, with_kl=False) -> Evalua
 
 
 class Shards:
-    """A sharded split's shards on one device (``sas``: each shard's SpecArrays): every
+    """A sharded split's shards on one device (``sas``: each shard's TraceArrays): every
     shard resident, or every shard streamed when the whole split's columns do not fit
     (decided at the first evaluation, as an in-memory split's; ``streaming``)."""
 

@@ -30,8 +30,8 @@ def device_of(config) -> str:
 
 def token_evaluator(split, name: str, config=None) -> Evaluator:
     """The evaluator of a token split: its ``population_counts`` rows."""
-    from evolve.kernels.tokens import SplitArrays, population_counts  # lazy: start-up
-    arrays = SplitArrays(split)
+    from evolve.kernels.tokens import TokenArrays, population_counts  # lazy: start-up
+    arrays = TokenArrays(split)
     device = device_of(config)
     if device != CPU:
         return on_device.token_evaluator(arrays, name, device)

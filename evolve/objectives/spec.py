@@ -85,7 +85,7 @@ TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has s
 
 
 @dataclass
-class SpecArrays:
+class TraceArrays:
     """A v2 split prepared once for the objectives (numpy reference and kernel)."""
     g: int
     k: int
@@ -106,7 +106,7 @@ class SpecArrays:
         return self.n // self.g
 
     @classmethod
-    def from_split(cls, ts) -> "SpecArrays":
+    def from_split(cls, ts) -> "TraceArrays":
         c = ts.columns
         n, k = c["cand_token"].shape
         g = int(ts.meta["block_size"])
@@ -120,12 +120,12 @@ class SpecArrays:
                    np.minimum(1.0, c["target_prob"] / c["draft_prob"]),
                    slots_missing(c, ts.meta.get("source", "<traces>")))
 
-    def blocks(self, idx) -> "SpecArrays":
-        """The rows of the blocks ``idx`` (sorted block numbers), as a new SpecArrays."""
+    def blocks(self, idx) -> "TraceArrays":
+        """The rows of the blocks ``idx`` (sorted block numbers), as a new TraceArrays."""
         idx = np.asarray(idx, dtype=np.int64)
         rows = (idx[:, None] * self.g + np.arange(self.g)).reshape(-1)
         cand = (rows[:, None] * self.k + np.arange(self.k)).reshape(-1)
-        return SpecArrays(self.g, self.k, rows.size, np.ascontiguousarray(self.X[:, cand]),
+        return TraceArrays(self.g, self.k, rows.size, np.ascontiguousarray(self.X[:, cand]),
                           *(np.ascontiguousarray(a[cand]) for a in (self.cq, self.cp)),
                           *(np.ascontiguousarray(a[rows]) for a in
                             (self.tq, self.tp, self.eq, self.ep, self.dcand, self.std_x)),
@@ -182,7 +182,7 @@ class TailError(EvolveError):
     """A target-only rule on a split whose candidates miss some of the draft's mass."""
 
 
-def check_full_candidates(sa: SpecArrays) -> None:
+def check_full_candidates(sa: TraceArrays) -> None:
     """TailError unless the candidates hold all of the draft's mass at every row (q(T)
     = 0, as with top-k = vocabulary): what the target-only residual needs."""
     if sa.n and float(sa.tq.max()) > 0.0:
@@ -192,7 +192,7 @@ def check_full_candidates(sa: SpecArrays) -> None:
                         f"{float(sa.tq.max()):.3g} (record with --top-k = the vocabulary)")
 
 
-def position_terms(sa: SpecArrays, h, residual: str = "standard",
+def position_terms(sa: TraceArrays, h, residual: str = "standard",
                    tail_weight: float = 1.0) -> PositionTerms:
     """Exact per-position acceptance, output distribution, TV and KL (numpy reference).
 
@@ -245,7 +245,7 @@ def position_terms(sa: SpecArrays, h, residual: str = "standard",
                          np.stack([o_tp, o_tm], axis=1))
 
 
-def _without_draft_terms(sa: SpecArrays, a, cq, cp) -> PositionTerms:
+def _without_draft_terms(sa: TraceArrays, a, cq, cp) -> PositionTerms:
     """Position terms of a target-only rule (q(T) = 0: every draft is a candidate). The
     tail tokens are never drafted and are emitted with S p(y) (S below), so the tail
     bins T+ and T- are exact in TV and KL."""
@@ -303,7 +303,7 @@ class Objectives:
         return d
 
 
-def block_sums(sa: SpecArrays, terms: PositionTerms) -> dict:
+def block_sums(sa: TraceArrays, terms: PositionTerms) -> dict:
     """Per-block Rao-Blackwellised sums: tokens, tv, kl, extra (nb,), W (nb, g)."""
     g, nb = sa.g, sa.n_blocks
     ax = terms.a_x.reshape(nb, g)
@@ -318,14 +318,14 @@ def block_sums(sa: SpecArrays, terms: PositionTerms) -> dict:
             "extra": (W * terms.extra.reshape(nb, g)).sum(axis=1)}
 
 
-def objectives(sa: SpecArrays, h, residual: str = "standard",
+def objectives(sa: TraceArrays, h, residual: str = "standard",
                tail_weight: float = 1.0) -> Objectives:
     """All objectives of the thresholds ``h`` (n*k candidate rows) on a split (with
     ``residual`` and ``tail_weight``, see ``position_terms``)."""
     return objectives_from_terms(sa, position_terms(sa, h, residual, tail_weight))
 
 
-def objectives_from_terms(sa: SpecArrays, terms: PositionTerms) -> Objectives:
+def objectives_from_terms(sa: TraceArrays, terms: PositionTerms) -> Objectives:
     b = block_sums(sa, terms)
     nb = sa.n_blocks
     tok = b["tokens"]
@@ -359,13 +359,13 @@ def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
                       _ratio(tvp, den))
 
 
-def threshold_objectives(h, sa: SpecArrays, with_kl: bool = True) -> Objectives:
+def threshold_objectives(h, sa: TraceArrays, with_kl: bool = True) -> Objectives:
     """Objectives of a threshold array over the n*k candidate rows (kernel path)."""
     from evolve.kernels.speculative import threshold_sums     # lazy: start-up (Numba)
     return objectives_from_sums(threshold_sums(h, sa, with_kl), sa.n_blocks, sa.g)
 
 
-def population_results(programs, sa: SpecArrays, with_kl: bool = True) -> list:
+def population_results(programs, sa: TraceArrays, with_kl: bool = True) -> list:
     """``Objectives`` of every program (kernel path)."""
     from evolve.kernels.speculative import population_objectives  # lazy: start-up (Numba)
     return [objectives_from_sums(row, sa.n_blocks, sa.g)
@@ -392,7 +392,7 @@ def _ratio(num, den) -> tuple:
 
 # ----------------------------------------------------------- rules as arrays
 
-def rule_thresholds(fn, sa: SpecArrays, **params) -> np.ndarray:
+def rule_thresholds(fn, sa: TraceArrays, **params) -> np.ndarray:
     """Thresholds of a vectorised rule ``fn(features: dict of (n, k) arrays, **params)``."""
     F = sa.features()
     with np.errstate(all="ignore"):
@@ -400,7 +400,7 @@ def rule_thresholds(fn, sa: SpecArrays, **params) -> np.ndarray:
     return np.ascontiguousarray(np.broadcast_to(h, (sa.n, sa.k)).reshape(-1))
 
 
-def paired_tokens_difference(sa: SpecArrays, h_a, h_b) -> tuple[float, float]:
+def paired_tokens_difference(sa: TraceArrays, h_a, h_b) -> tuple[float, float]:
     """Tokens per call of rule a minus rule b, with the standard error of the
     difference over blocks (both rules see the same blocks, so the pairing
     removes most of the between-block variance)."""

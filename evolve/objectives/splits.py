@@ -1,6 +1,6 @@
 """Trace splits as the trace objectives read them: the ``Split`` protocol (in this
 process, ``ArraySplit``; sharded, ``evolve.cluster.session.ClusterSplit``), the
-evaluator over arrays in this process, and the SpecArrays a report needs."""
+evaluator over arrays in this process, and the TraceArrays a report needs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from evolve.data.traces import TraceSplit
 from evolve.kernels.layout import TAIL_OFF
 from evolve.kernels.speculative import population_objectives
 from evolve.objectives.base import Evaluator
-from evolve.objectives.spec import SpecArrays
+from evolve.objectives.spec import TraceArrays
 
 
 class Split(Protocol):
@@ -36,7 +36,7 @@ class Split(Protocol):
         """An evaluator of these sums; its ``batch(blocks)`` one over some blocks."""
 
     def spec_arrays(self):
-        """The whole split's SpecArrays in this process (finishing reports only)."""
+        """The whole split's TraceArrays in this process (finishing reports only)."""
 
 
 class ArraySplit:
@@ -45,11 +45,11 @@ class ArraySplit:
     def __init__(self, split, arrays=None):
         self.split = split
         self.meta = split.meta
-        self._arrays = arrays        # the split's SpecArrays when already made
+        self._arrays = arrays        # the split's TraceArrays when already made
 
     def spec_arrays(self):
         if self._arrays is None:
-            self._arrays = SpecArrays.from_split(self.split)
+            self._arrays = TraceArrays.from_split(self.split)
         return self._arrays
 
     @property
@@ -71,14 +71,14 @@ class ArraySplit:
 
 def as_split(split, arrays=None):
     """A trace split behind the split protocol: an in-memory TraceSplit is wrapped
-    (``ArraySplit``, with its SpecArrays ``arrays`` when already made), a sharded
+    (``ArraySplit``, with its TraceArrays ``arrays`` when already made), a sharded
     one already offers it."""
     return ArraySplit(split, arrays) if isinstance(split, TraceSplit) else split
 
 
 def array_evaluator(sa, name: str, with_kl: bool = False,
                     tail_cap: float = TAIL_OFF) -> Evaluator:
-    """An evaluator over SpecArrays in this process; ``batch(blocks)`` gives one over
+    """An evaluator over TraceArrays in this process; ``batch(blocks)`` gives one over
     some of its blocks (``--batch-blocks``)."""
     return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
                      sa, sa.n * sa.k,
@@ -87,8 +87,8 @@ def array_evaluator(sa, name: str, with_kl: bool = False,
 
 
 def spec_arrays(name: str, splits: dict, evaluators: dict):
-    """A split's SpecArrays: the evaluator's when there is one, else made now."""
+    """A split's TraceArrays: the evaluator's when there is one, else made now."""
     ev = evaluators.get(name)
-    if ev is not None and isinstance(ev.arrays, SpecArrays):
+    if ev is not None and isinstance(ev.arrays, TraceArrays):
         return ev.arrays
     return as_split(splits[name]).spec_arrays()   # sharded: the whole split, loaded now

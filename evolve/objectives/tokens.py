@@ -50,15 +50,15 @@ class TokenObjective(Objective):
 
 def champion_counts(nodes, ds) -> M.Counts:
     """Counts of a parsed tree on a token split, from the kernel's thresholds."""
-    from evolve.kernels.tokens import SplitArrays, population_thresholds  # lazy: start-up
-    arrays = SplitArrays(ds)
+    from evolve.kernels.tokens import TokenArrays, population_thresholds  # lazy: start-up
+    arrays = TokenArrays(ds)
     h = population_thresholds(treeio.linearise([nodes]), arrays)[0]
     return threshold_counts(h, arrays)
 
 
 def threshold_counts(h, arrays) -> M.Counts:
     """Counts of a threshold array on a split prepared for the kernels
-    (``evolve.kernels.tokens.SplitArrays``), tallied as the population kernel does."""
+    (``evolve.kernels.tokens.TokenArrays``), tallied as the population kernel does."""
     from evolve.kernels.tokens import threshold_tally       # lazy: start-up (Numba)
     return M.Counts.from_raw(arrays.n, threshold_tally(h, arrays))
 

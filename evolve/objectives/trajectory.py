@@ -47,7 +47,7 @@ from evolve.objectives import spec
 
 @dataclass(frozen=True)
 class TraceBlocks:
-    """What the weights need besides ``SpecArrays``: per block, its sequence, its index
+    """What the weights need besides ``TraceArrays``: per block, its sequence, its index
     in the sequence, and the standard rule's recorded accepted count."""
     sequence: np.ndarray       # (nb,) int64
     block: np.ndarray          # (nb,) int64
@@ -76,7 +76,7 @@ class TrajectoryEstimate:
         return asdict(self)
 
 
-def block_weights(sa: spec.SpecArrays, tb: TraceBlocks, a_x: np.ndarray) -> np.ndarray:
+def block_weights(sa: spec.TraceArrays, tb: TraceBlocks, a_x: np.ndarray) -> np.ndarray:
     """w_b (nb,): the likelihood ratio, rule against standard, of every recorded block
     of the sequence before block b (1 for first blocks; 0 after a block the rule could
     not have decoded, e.g. a rejection where it accepts surely)."""
@@ -104,7 +104,7 @@ def _grid(tb: TraceBlocks):
     return s_idx, b_idx, int(s_idx.max()) + 1, int(b_idx.max()) + 1
 
 
-def sequence_tokens(sa: spec.SpecArrays, tb: TraceBlocks, h, trajectory: bool = True):
+def sequence_tokens(sa: spec.TraceArrays, tb: TraceBlocks, h, trajectory: bool = True):
     """Per sequence, its linearised contribution to the estimate of tokens per call
     (their mean is the estimate; their spread gives a standard error by sequence, also
     of paired differences); with ``trajectory=False`` every weight is 1 (the plain
@@ -124,7 +124,7 @@ def sequence_tokens(sa: spec.SpecArrays, tb: TraceBlocks, h, trajectory: bool = 
     return infl, b, w, W
 
 
-def estimate(sa: spec.SpecArrays, tb: TraceBlocks, h) -> TrajectoryEstimate:
+def estimate(sa: spec.TraceArrays, tb: TraceBlocks, h) -> TrajectoryEstimate:
     """Free-running tokens per call, TV and KL per token of the thresholds ``h``."""
     return summary(sequence_tokens(sa, tb, h))
 
@@ -142,7 +142,7 @@ def summary(seq_tokens) -> TrajectoryEstimate:
                               float((w * b["kl"]).sum() / tot), ess, S)
 
 
-def paired_difference(sa: spec.SpecArrays, tb: TraceBlocks, h_a, h_b) -> tuple[float, float]:
+def paired_difference(sa: spec.TraceArrays, tb: TraceBlocks, h_a, h_b) -> tuple[float, float]:
     """Trajectory-aware tokens per call of rule a minus rule b, with a standard error by
     sequence (the same recorded blocks weighted for each)."""
     d = sequence_tokens(sa, tb, h_a)[0] - sequence_tokens(sa, tb, h_b)[0]

@@ -38,7 +38,7 @@ from evolve.objectives.base import Evaluator
 from evolve.objectives.fitness import speed_fitness, tail_cap
 from evolve.objectives.splits import as_split
 from evolve.objectives.spec import TAIL_SHARE
-from evolve.objectives.speculative import TraceObjective
+from evolve.objectives.trace_objectives import TraceObjective
 
 class SplitBlocks:
     """Per block of a split (or of each of its shards): the standard rule's recorded
@@ -217,7 +217,7 @@ def values(objective, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarr
 
 
 def split_metrics(sa, split, h) -> dict:
-    """The trajectory estimate of the thresholds ``h`` on one split (SpecArrays ``sa``),
+    """The trajectory estimate of the thresholds ``h`` on one split (TraceArrays ``sa``),
     by the numpy reference (``trajectory.estimate``), JSON-safe (non-finite: None)."""
     inner = getattr(split, "split", split)
     ts = inner.concat() if hasattr(inner, "shards") else inner

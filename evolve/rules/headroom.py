@@ -43,12 +43,12 @@ def position_leniency_tree(ls) -> str:
     return f"pmin(1.0, pdiv(target_prob, mul({value}, draft_prob)))"
 
 
-def _evaluate(trees: list[str], sa: spec.SpecArrays, device: str = "cpu") -> list:
+def _evaluate(trees: list[str], sa: spec.TraceArrays, device: str = "cpu") -> list:
     progs = treeio.linearise([treeio.parse(t) for t in trees])
     return kernel.results(progs, sa, False, device)
 
 
-def tune_position_leniency(sa: spec.SpecArrays, budget: float, device: str = "cpu"):
+def tune_position_leniency(sa: spec.TraceArrays, budget: float, device: str = "cpu"):
     """``(ls, objectives)``: the best per-position leniency within ``budget`` on ``sa``
     (None if not even l = 1, the standard rule, fits); kernel sums on ``device``."""
     g = sa.g
@@ -88,7 +88,7 @@ def tune_position_leniency(sa: spec.SpecArrays, budget: float, device: str = "cp
     return tuple(float(x) for x in ls), o
 
 
-def continuation(sa: spec.SpecArrays) -> np.ndarray:
+def continuation(sa: spec.TraceArrays) -> np.ndarray:
     """1 + V_{i+1} of every drafted row under the standard rule (see module docstring)."""
     std = spec.position_terms(sa, np.minimum(1.0, sa.cp / sa.cq))
     g, nb = sa.g, sa.n_blocks
@@ -100,7 +100,7 @@ def continuation(sa: spec.SpecArrays) -> np.ndarray:
     return (1.0 + V).reshape(-1)
 
 
-def knapsack_oracle(sa: spec.SpecArrays, budget: float) -> spec.Objectives:
+def knapsack_oracle(sa: spec.TraceArrays, budget: float) -> spec.Objectives:
     """The greedy knapsack bound at ``budget`` on ``sa`` (see module docstring)."""
     std = np.minimum(1.0, sa.cp / sa.cq).reshape(sa.n, sa.k)
     order = np.argsort(-continuation(sa), kind="stable")

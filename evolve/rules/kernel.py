@@ -11,7 +11,7 @@ from evolve.kernels import gpu
 from evolve.objectives import spec
 
 
-def results(programs, sa: spec.SpecArrays, with_kl: bool = True, device: str = "cpu") -> list:
+def results(programs, sa: spec.TraceArrays, with_kl: bool = True, device: str = "cpu") -> list:
     """``spec.Objectives`` of every program of ``programs`` on ``sa``, from the kernel
     sums computed on ``device``."""
     if device == "cpu":

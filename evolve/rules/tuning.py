@@ -41,7 +41,7 @@ from evolve.rules import headroom, kernel
 from evolve.objectives import trajectory
 
 
-def thresholds(name: str, sa: spec.SpecArrays, param=None) -> np.ndarray:
+def thresholds(name: str, sa: spec.TraceArrays, param=None) -> np.ndarray:
     """Thresholds of a rule of the table on every candidate row of a trace split."""
     nodes = treeio.parse(RULES[name].tree(param))
     F = sa.features()
@@ -89,13 +89,13 @@ def scoring(name: str, value) -> dict:
             "tail_weight": float(value) if r.tail == "ensemble" else 1.0}
 
 
-def evaluate(name: str, sa: spec.SpecArrays, param=None) -> Point:
+def evaluate(name: str, sa: spec.TraceArrays, param=None) -> Point:
     value = _value(name, param)
     return Point(name, value, spec.objectives(sa, thresholds(name, sa, value),
                                               **scoring(name, value)))
 
 
-def scored(name: str, sa: spec.SpecArrays, params, device: str = "cpu",
+def scored(name: str, sa: spec.TraceArrays, params, device: str = "cpu",
            tick=None) -> list[Point]:
     """Points of a family at several parameters, from one kernel call (sums only: no
     99th percentile of slot TV; ``evaluate`` is the reference). An engine's family
@@ -119,14 +119,14 @@ def scored(name: str, sa: spec.SpecArrays, params, device: str = "cpu",
     return out
 
 
-def sweep(name: str, sa: spec.SpecArrays, grid=None, device: str = "cpu",
+def sweep(name: str, sa: spec.TraceArrays, grid=None, device: str = "cpu",
           tick=None) -> list[Point]:
     r = RULES[name]
     return scored(name, sa, [None] if r.param is None else list(r.grid if grid is None
                                                                  else grid), device, tick)
 
 
-def sweep_all(sa: spec.SpecArrays, names=None, device: str = "cpu",
+def sweep_all(sa: spec.TraceArrays, names=None, device: str = "cpu",
               step=None) -> list[Point]:
     """Every family's sweep (of ``names``, default all); a family the split cannot score
     exactly (target-only: ``spec.TailError``; slot features missing: ``scorable``) is
@@ -144,9 +144,9 @@ def sweep_all(sa: spec.SpecArrays, names=None, device: str = "cpu",
     return out
 
 
-def scorable(name: str, sa: spec.SpecArrays) -> str | None:
+def scorable(name: str, sa: spec.TraceArrays) -> str | None:
     """None if the family's objectives are exact on ``sa``, else the reason (a rule
-    that reads slot features on a split without them: ``SpecArrays.missing``)."""
+    that reads slot features on a split without them: ``TraceArrays.missing``)."""
     if sa.missing and P.uses_slot_inputs(treeio.parse(RULES[name].tree())):
         return sa.missing
     if RULES[name].residual == "standard":
@@ -161,7 +161,7 @@ def scorable(name: str, sa: spec.SpecArrays) -> str | None:
 BISECT_STEPS = 20
 
 
-def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
+def tune(name: str, sa_tune: spec.TraceArrays, budget: float, grid=None,
          measure: str = "tv", device: str = "cpu", tick=None) -> Point | None:
     """The parameter with the most tokens per call whose TV per token is <= budget
     on ``sa_tune`` (ties: smaller TV, then the earlier grid value); None if none fits.
@@ -195,7 +195,7 @@ def tune(name: str, sa_tune: spec.SpecArrays, budget: float, grid=None,
     return best
 
 
-def tuned_report(name: str, sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
+def tuned_report(name: str, sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays,
                  budget: float, grid=None, measure: str = "tv",
                  device: str = "cpu", tick=None) -> dict | None:
     """Tune on valid to a TV (or KL) budget, then evaluate that parameter on test; None
@@ -231,7 +231,7 @@ def series_of(points) -> dict:
 
 # ---------------------------------------------------------------- trade-off
 
-def tradeoff(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budgets,
+def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
              extra: dict | None = None, blocks_test=None, device: str = "cpu",
              scope: dict | None = None, names=None, headroom: bool = True,
              progress=None) -> dict:
@@ -362,9 +362,9 @@ def check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test) -> list:
     """The budgets of ``tradeoff`` as floats, once every argument is checked: a
     one-line EvolveError naming the parameter otherwise."""
     for param, sa in (("sa_valid", sa_valid), ("sa_test", sa_test)):
-        if not isinstance(sa, spec.SpecArrays):
+        if not isinstance(sa, spec.TraceArrays):
             raise EvolveError.of(param, f"{show(sa)} is invalid; expected a trace split's "
-                                 "SpecArrays (evolve.objectives.spec)")
+                                 "TraceArrays (evolve.objectives.spec)")
     if isinstance(budgets, (str, bytes, dict)) or not isinstance(budgets, Iterable):
         raise EvolveError.of("budgets", f"{show(budgets)} is invalid; expected a list of "
                              "TV budgets (numbers >= 0)")
@@ -396,13 +396,13 @@ def check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test) -> list:
     return out
 
 
-def tree_thresholds(nodes, sa: spec.SpecArrays) -> np.ndarray:
+def tree_thresholds(nodes, sa: spec.TraceArrays) -> np.ndarray:
     """Thresholds of parsed tree nodes on every candidate row of a trace split."""
     return np.ascontiguousarray(numpy_eval.evaluate(nodes, sa.features()).reshape(-1),
                                 dtype=np.float64)
 
 
-def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: float,
+def headroom_rows(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budget: float,
                   device: str = "cpu", position_leniency: bool = True) -> list:
     """Per-position leniency tuned on valid (reported on test; unless
     ``position_leniency`` is false) and the knapsack oracle on test, as trade-off rows."""
@@ -415,7 +415,7 @@ def headroom_rows(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays, budget: f
     return rows
 
 
-def position_leniency_row(sa_valid: spec.SpecArrays, sa_test: spec.SpecArrays,
+def position_leniency_row(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays,
                           budget: float, device: str = "cpu") -> dict:
     """Leniency with one parameter per block position, tuned on valid, as a row."""
     tuned = headroom.tune_position_leniency(sa_valid, budget, device)
@@ -443,7 +443,7 @@ def _row_tree(r: dict, extra: dict):
     return None
 
 
-def _add_trajectory(r: dict, sa_test: spec.SpecArrays, blocks_test, extra: dict) -> None:
+def _add_trajectory(r: dict, sa_test: spec.TraceArrays, blocks_test, extra: dict) -> None:
     nodes = None if r["test"] is None else _row_tree(r, extra)
     if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
                                   or RULES[r["rule"]].scope != "top_k"):

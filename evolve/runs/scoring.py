@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-from evolve.kernels.tokens import SplitArrays
+from evolve.kernels.tokens import TokenArrays
 from evolve.objectives.tokens import threshold_counts
 
 DEFAULT_REPEATS = 25
@@ -24,7 +24,7 @@ class PreparedSplit:
         self.ds = ds
         self.n = len(ds)
         self.features = ds.features()
-        self.arrays = SplitArrays(ds)
+        self.arrays = TokenArrays(ds)
         self.out = np.empty(self.n, dtype=np.float64)
 
 

@@ -47,7 +47,7 @@ class Evolution:
         self.train = self.objective.evaluator(train, "train", config)
         self.valid = self.objective.evaluator(valid, "valid", config)
         # the slot inputs only where both splits have them: every trace split's shape
-        # says why it lacks them ("" when it has them; evolve.objectives.spec.SpecArrays)
+        # says why it lacks them ("" when it has them; evolve.objectives.spec.TraceArrays)
         missing = ([e.arrays.missing for e in (self.train, self.valid)]
                    if self.objective.trace_inputs else ["token splits have no slot features"])
         if config.lookahead and any(missing):

@@ -2,7 +2,7 @@
 
 Splits are ``evolve.data.traces`` TraceSplits, or shards scored where they are
 (``evolve.data.shards``, ``evolve.cluster``); champions are scored by the trace
-objectives (``evolve.objectives.speculative``), reported beside every rule family
+objectives (``evolve.objectives.trace_objectives``), reported beside every rule family
 tuned to the run's budget, and written back to heuristics/evolved_trace.py when
 their valid speed score beats the installed trace rule's.
 """
@@ -20,7 +20,7 @@ from evolve.search.config import ConfigError
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import bind
-from evolve.objectives.speculative import evolved_front
+from evolve.objectives.trace_objectives import evolved_front
 from evolve.objectives.splits import spec_arrays
 from evolve.rules import tuning
 from evolve.rules.table import RULES

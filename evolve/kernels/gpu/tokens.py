@@ -3,8 +3,8 @@ by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in
 (``gpu.kernel_for`` chooses).
 
 A split's columns, and plog, pexp and psqrt of its inputs (as the Numba kernel's
-``SplitArrays.derived``), are the split's device columns (``device_split``, made once
-and cached on the ``SplitArrays``). When they fit ``stream.RESIDENT_SHARE`` of the
+``TokenArrays.derived``), are the split's device columns (``device_split``, made once
+and cached on the ``TokenArrays``). When they fit ``stream.RESIDENT_SHARE`` of the
 memory budget they are put on the device once (resident); otherwise they stay on the
 host, rows first (pinned on CUDA), and each row chunk's inputs are copied to the
 device once per population, plog, pexp and psqrt computed there (``evolve.kernels.gpu.stream``).
@@ -67,7 +67,7 @@ class DeviceTokens:
 
 
 def device_split(arrays, dev) -> DeviceTokens:
-    """The device columns of ``arrays`` (a ``kernels.tokens.SplitArrays``) for ``dev``,
+    """The device columns of ``arrays`` (a ``kernels.tokens.TokenArrays``) for ``dev``,
     made once (resident or streaming, decided then)."""
     cache = arrays.__dict__.setdefault("_torch", {})
     key = str(dev)

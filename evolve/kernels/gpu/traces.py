@@ -5,7 +5,7 @@ split's columns live for both).
 
 A split's candidate inputs and per-candidate and per-row constants (the kernel's own
 ``Prepared`` constants, back in block order) are put on the device once
-(``device_split``, cached on the ``SpecArrays``); a minibatch (``blocks``) is a
+(``device_split``, cached on the ``TraceArrays``); a minibatch (``blocks``) is a
 gather on the device. Columns larger than ``stream.RESIDENT_SHARE`` of the memory
 budget stay on the host instead, blocks first, and each chunk of blocks is copied to
 the device once per population (a minibatch's blocks gathered on the host first;
@@ -41,7 +41,7 @@ _WORD = (1 << 64) - 1
 
 class Shape:
     """``g``, ``k``, ``n`` (rows) and ``n_blocks`` of a split scored on a device, and
-    ``missing`` (why it has no slot features, "" when it has them: ``SpecArrays.missing``)."""
+    ``missing`` (why it has no slot features, "" when it has them: ``TraceArrays.missing``)."""
 
     def __init__(self, g: int, k: int, n_blocks: int, missing: str):
         self.g, self.k, self.n_blocks, self.n = g, k, n_blocks, n_blocks * g
@@ -154,7 +154,7 @@ def column_bytes(sa) -> int:
 
 
 def device_split(sa, dev, streaming: bool | None = None) -> DeviceTrace:
-    """The device columns of ``sa`` (a ``spec.SpecArrays``) for ``dev``, made once
+    """The device columns of ``sa`` (a ``spec.TraceArrays``) for ``dev``, made once
     (resident or streaming, decided then: ``DeviceTrace.of``)."""
     cache = getattr(sa, "_torch", None)
     if cache is None:
