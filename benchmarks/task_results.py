@@ -33,6 +33,8 @@ import json
 import subprocess
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,6 +152,87 @@ def evolve_champion(data: Path, runs_dir: Path, budget: float, a, mode: str) -> 
             "metrics": ch["metrics"]}
 
 
+def run_mode(mode: str, a, sizes: dict) -> tuple:
+    """One decoding's results: record (or reuse) its traces, tune every rule on valid,
+    evolve, and decode everything on test. Returns (mode, its part of the document)."""
+    t0 = time.perf_counter()
+
+    def say(text):
+        print(f"[{time.perf_counter() - t0:6.0f} s] {mode}: {text}", file=sys.stderr,
+              flush=True)
+
+    greedy = mode == "greedy"
+    data = a.data / mode
+    splits, pair = recorded(data, mode, sizes[mode], a.seed)
+    tds = {k: TaskData(v) for k, v in splits.items()}
+    say("the lossless rule on valid")
+    ref_valid = TC.run_rule(pair, None, "valid", None, greedy)
+    tuned, model = tune_all(pair, tds, ref_valid, greedy, BUDGETS, say)
+    per_budget = []
+    for b in BUDGETS:
+        say(f"budget {b:g}: evolving ({a.starts} starts)")
+        champ = evolve_champion(data, a.runs_dir, b, a, mode)
+        nodes = treeio.parse(champ["tree"])
+        tree_rule = TreeRule(nodes, "champion")
+        cache: dict = {}
+        say(f"budget {b:g}: the champion's alpha on valid")
+        alpha = TC.tune(pair, lambda al: TC.between(tree_rule, al, greedy), list(ALPHAS),
+                        b, ref_valid, "valid", greedy, lenient=True, cache=cache)
+        champ["alpha"] = alpha
+        # offline on test: critical tokens per answer on the recorded path
+        offline = {}
+        rules = {LOSSLESS: None}
+        for name, per in tuned.items():
+            if name == "weights" or not isinstance(per, dict):
+                continue
+            t = per.get(b)
+            if t is None or t["param"] is None:
+                continue
+            label = f"{name} (tuned)"
+            rules[label] = (judge.rule(model, t["param"], greedy) if name == JUDGE
+                            else named_rule(name, t["param"], greedy)[0])
+        best = max(((k, per[b]) for k, per in tuned.items()
+                    if isinstance(per, dict) and per.get(b) and per[b]["param"] is not None),
+                   key=lambda kv: kv[1]["summary"]["tokens_per_call"], default=None)
+        if alpha["param"] is not None:
+            rules["evolved"] = TC.between(tree_rule, alpha["param"], greedy)
+        say(f"budget {b:g}: {len(rules)} rules decode the test problems")
+        free = TC.compare(pair, rules, "test", None, greedy)
+        if best is not None and "evolved" in rules:
+            ref_label = f"{best[0]} (tuned)"
+            raw_b = TC.run_rule(pair, rules[ref_label], "test", None, greedy)
+            raw_e = TC.run_rule(pair, rules["evolved"], "test", None, greedy)
+            free["evolved_minus_best"] = {"best": ref_label, **TC.paired(raw_e, raw_b)}
+        for label, rule in rules.items():
+            if label == LOSSLESS:
+                continue
+            if label == "evolved":
+                h = matrix_thresholds(treeio.linearise([nodes]), tds["test"].X)[0]
+                h = TC.between_thresholds(h, tds["test"].X, alpha["param"], greedy)
+            elif label == f"{JUDGE} (tuned)":
+                h = judge.thresholds(model, tds["test"], tuned[JUDGE][b]["param"])
+            else:
+                name = label[:-len(" (tuned)")]
+                h = matrix_thresholds(treeio.linearise([treeio.parse(
+                    RULES[name].task_tree(tuned[name][b]["param"], greedy))]),
+                    tds["test"].X)[0]
+            offline[label] = metrics_of(tds["test"].thresholds_sums(h))
+        per_budget.append({"budget": b, "champion": champ, "best_tuned": None if best is None
+                           else best[0], "free_running_test": free,
+                           "offline_test": offline})
+    return mode, {
+        "data": _shown(data), "valid_lossless_accuracy": float(ref_valid["correct"].mean()),
+        "tuned": {k: ({str(b): v[b] for b in BUDGETS} if k != JUDGE else
+                      {**{str(b): v[b] for b in BUDGETS}, "weights": v["weights"]})
+                  for k, v in tuned.items()},
+        "budgets": per_budget,
+        "labels": {s: {"rows": int(len(splits[s])),
+                       "labelled": int((splits[s].critical >= 0).sum()),
+                       "critical": int((splits[s].critical == 1).sum()),
+                       "mined": splits[s].labels_meta.get("mined")}
+                   for s in ("train", "valid", "test")}}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES))
@@ -163,6 +246,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
                     help="rewrite the section of docs/results.md and its picture")
+    ap.add_argument("--jobs", type=int, default=2,
+                    help="decodings run at once, each in its own process [2]")
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     ap.add_argument("--render", type=Path, default=None, metavar="JSON",
                     help="only print (and with --page write) the tables of a results file")
@@ -188,78 +273,13 @@ def main(argv=None) -> int:
         print(f"[{time.perf_counter() - t0:6.0f} s] {text}", file=sys.stderr)
 
     a.runs_dir.mkdir(parents=True, exist_ok=True)
-    for mode in a.modes:
-        greedy = mode == "greedy"
-        data = a.data / mode
-        splits, pair = recorded(data, mode, sizes[mode], a.seed)
-        tds = {k: TaskData(v) for k, v in splits.items()}
-        say(f"{mode}: the lossless rule on valid and test")
-        ref_valid = TC.run_rule(pair, None, "valid", None, greedy)
-        tuned, model = tune_all(pair, tds, ref_valid, greedy, BUDGETS, lambda t: say(
-            f"{mode}: {t}"))
-        per_budget = []
-        for b in BUDGETS:
-            say(f"{mode}: budget {b:g}: evolving ({a.starts} starts)")
-            champ = evolve_champion(data, a.runs_dir, b, a, mode)
-            nodes = treeio.parse(champ["tree"])
-            tree_rule = TreeRule(nodes, "champion")
-            cache: dict = {}
-            say(f"{mode}: budget {b:g}: the champion's alpha on valid")
-            alpha = TC.tune(pair, lambda al: TC.between(tree_rule, al, greedy), list(ALPHAS),
-                            b, ref_valid, "valid", greedy, lenient=True, cache=cache)
-            champ["alpha"] = alpha
-            # offline on test: critical tokens per answer on the recorded path
-            offline = {}
-            rules = {LOSSLESS: None}
-            for name, per in tuned.items():
-                if name == "weights" or not isinstance(per, dict):
-                    continue
-                t = per.get(b)
-                if t is None or t["param"] is None:
-                    continue
-                label = f"{name} (tuned)"
-                rules[label] = (judge.rule(model, t["param"], greedy) if name == JUDGE
-                                else named_rule(name, t["param"], greedy)[0])
-            best = max(((k, per[b]) for k, per in tuned.items()
-                        if isinstance(per, dict) and per.get(b) and per[b]["param"] is not None),
-                       key=lambda kv: kv[1]["summary"]["tokens_per_call"], default=None)
-            if alpha["param"] is not None:
-                rules["evolved"] = TC.between(tree_rule, alpha["param"], greedy)
-            say(f"{mode}: budget {b:g}: {len(rules)} rules decode the test problems")
-            free = TC.compare(pair, rules, "test", None, greedy)
-            if best is not None and "evolved" in rules:
-                ref_label = f"{best[0]} (tuned)"
-                raw_b = TC.run_rule(pair, rules[ref_label], "test", None, greedy)
-                raw_e = TC.run_rule(pair, rules["evolved"], "test", None, greedy)
-                free["evolved_minus_best"] = {"best": ref_label, **TC.paired(raw_e, raw_b)}
-            for label, rule in rules.items():
-                if label == LOSSLESS:
-                    continue
-                if label == "evolved":
-                    h = matrix_thresholds(treeio.linearise([nodes]), tds["test"].X)[0]
-                    h = TC.between_thresholds(h, tds["test"].X, alpha["param"], greedy)
-                elif label == f"{JUDGE} (tuned)":
-                    h = judge.thresholds(model, tds["test"], tuned[JUDGE][b]["param"])
-                else:
-                    name = label[:-len(" (tuned)")]
-                    h = matrix_thresholds(treeio.linearise([treeio.parse(
-                        RULES[name].task_tree(tuned[name][b]["param"], greedy))]),
-                        tds["test"].X)[0]
-                offline[label] = metrics_of(tds["test"].thresholds_sums(h))
-            per_budget.append({"budget": b, "champion": champ, "best_tuned": None if best is None
-                               else best[0], "free_running_test": free,
-                               "offline_test": offline})
-        doc["modes"][mode] = {
-            "data": _shown(data), "valid_lossless_accuracy": float(ref_valid["correct"].mean()),
-            "tuned": {k: ({str(b): v[b] for b in BUDGETS} if k != JUDGE else
-                          {**{str(b): v[b] for b in BUDGETS}, "weights": v["weights"]})
-                      for k, v in tuned.items()},
-            "budgets": per_budget,
-            "labels": {s: {"rows": int(len(splits[s])),
-                           "labelled": int((splits[s].critical >= 0).sum()),
-                           "critical": int((splits[s].critical == 1).sum()),
-                           "mined": splits[s].labels_meta.get("mined")}
-                       for s in ("train", "valid", "test")}}
+    if a.jobs > 1 and len(a.modes) > 1:        # each decoding in its own process
+        with ProcessPoolExecutor(max_workers=a.jobs, mp_context=get_context("spawn")) as ex:
+            parts = list(ex.map(run_mode, a.modes, [a] * len(a.modes),
+                                [sizes] * len(a.modes)))
+    else:
+        parts = [run_mode(mode, a, sizes) for mode in a.modes]
+    doc["modes"] = dict(parts)
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     a.out.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
     say(f"{a.out}: written")
