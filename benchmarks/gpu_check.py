@@ -32,7 +32,7 @@ writes every figure to ``--json``. Sections that would start after ``--budget`` 
 
 ``--smoke`` runs every section at tiny sizes on the CPU when there is no GPU (the fused
 kernels in Triton's interpreter, the torch kernels on torch's CPU device, GPT-2 models
-of a few layers); ``tests/test_gpu_check.py`` runs it. Without ``--smoke`` and without a
+of a few layers); ``tests/test_bench_gpu_check.py`` runs it. Without ``--smoke`` and without a
 CUDA device, or without Triton, it is one line and exit code 2.
 """
 

@@ -26,7 +26,7 @@ A script of the source checkout, not part of the ``evolve`` package::
 ``--device cpu`` runs the device kernels on the CPU (figures "torch on CPU", not GPU
 figures; the fused kernel there runs in Triton's interpreter, far slower than anything,
 so it is measured only when ``--kernels`` names it); the default is cuda when torch sees
-a CUDA device, with both kernels. ``--smoke`` uses tiny sizes (tests/test_gpu_bench.py
+a CUDA device, with both kernels. ``--smoke`` uses tiny sizes (tests/test_bench_gpu_eval.py
 runs it) and checks the results but no target. ``python benchmarks/gpu_check.py`` runs
 this with the Hugging Face figures in one table.
 """

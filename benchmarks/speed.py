@@ -36,7 +36,7 @@ Sections, every figure a median over repeats on this machine:
                and all (``benchmarks/trace_speed.py``, whose ``--before`` also times
                a trace run against an older checkout).
 
-``--smoke`` runs the same machinery on tiny sizes (CI, tests/test_bench.py); it
+``--smoke`` runs the same machinery on tiny sizes (CI, tests/test_bench_speed.py); it
 checks that both evaluation paths agree but no speed target. Heavy parts run in
 subprocesses (``python benchmarks/speed.py engine-child``, the reference script,
 the CLI) so their memory is measured alone and nothing under runs/ or

@@ -51,7 +51,7 @@ Numba kernel used to stop with a ZeroDivisionError. Tests: `tests/test_gpu_kl.py
 (the `with_kl` sums of random and edge programs, integer for integer, chunked,
 capped, on minibatches and on per-candidate constants that make every addition's
 order show; a `speed_kl` run on both devices; the trade-off through the CLI and the
-library), `tests/test_gpu_benchmark.py`. Splits larger than the GPU, and shards. A
+library), `tests/test_benchmark_on_device.py`. Splits larger than the GPU, and shards. A
 split whose device columns take more than half the memory budget
 (`EVOLVE_TORCH_MEMORY`, or a third of the free GPU memory) stays on the host, in
 pinned memory, and each chunk of rows (whole blocks on traces) is copied to the
