@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 
 from evolve import task_compare as TC
-from evolve.data.sources.task import grammar
 from evolve.data.sources.task import greedy as GR
 from evolve.data.sources.task import pair as TP
 from evolve.data.sources.task import record

@@ -35,7 +35,6 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.kernels import layout
-from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import TRACES, Evaluator, Objective
 from evolve.objectives.fitness import speed_fitness, tail_cap
 from evolve.objectives.spec import TAIL_SHARE, population_results

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from evolve.data.decode import VOCAB, entropy
+from evolve.data.decode import VOCAB
 
 MAX_ORDER = 7          # k-gram codes must fit an int64: 8 * k bits <= 63 -> k <= 7
 
