@@ -13,6 +13,10 @@ styles are the project's own (``evolve.rules.styles``), so a family looks as it 
   bottom panel is the final arbiter, paired free-running decoding on the test prompts:
   each rule's tokens per call minus the best tuned baseline's with its 95% interval,
   against the 99th percentile of its slot TV (the tail a rule spends in).
+- ``docs/img/task_results.png``: the task world (``benchmarks/task_results.json``,
+  ``make results-task``): per decoding and accuracy budget, every rule's tokens per
+  call on the test problems against its accuracy drop from lossless speculative
+  decoding of the same pair, paired, with 95% intervals on both, the budget dashed.
 - ``docs/img/speed.png``: node evaluations per second of the population kernel and
   its references on this machine's CPUs (``benchmarks/speed_results.json``, ``make
   bench``; ``benchmarks/gpu_eval_results_cpu.json``, ``python benchmarks/gpu_eval.py
@@ -164,6 +168,48 @@ def speed_figure(speed: dict, gpu: dict, path: Path) -> None:
     save_png(fig, path)
 
 
+TASK_STYLES = {"lossless": "standard_rejection", "evolved": "champion"}
+
+
+def task_figure(doc: dict, path: Path) -> None:
+    """Tokens per call against accuracy drop on test (95% intervals), a panel per
+    decoding and budget."""
+    plt = pyplot()
+    modes = list(doc["modes"].items())
+    cols = max(len(m["budgets"]) for _, m in modes)
+    fig, axes = plt.subplots(len(modes), cols, figsize=(5.2 * cols, 3.9 * len(modes) + 0.9),
+                             squeeze=False)
+    champions: list = []
+    legend = {}
+    panels = [(axes[i][j], mode, pb) for i, (mode, m) in enumerate(modes)
+              for j, pb in enumerate(m["budgets"])]
+    for ax, mode, pb in panels:
+        free = pb["free_running_test"]
+        for label, s in free["rules"].items():
+            vs = free["versus_reference"].get(label)
+            drop, lo, hi = 0.0, 0.0, 0.0
+            if vs is not None:
+                drop = -vs["accuracy"]["difference"]
+                lo, hi = -vs["accuracy"]["ci95"][1], -vs["accuracy"]["ci95"][0]
+            name = label[:-len(" (tuned)")] if label.endswith(" (tuned)") else label
+            key = TASK_STYLES.get(name, name.replace(" ", "_"))
+            shown, st = (name, STYLES[key]) if key in STYLES else style_of(name, champions)
+            h = ax.errorbar([drop], [s["tokens_per_call"]], xerr=[[drop - lo], [hi - drop]],
+                            yerr=[[Z95 * s["tokens_se"]], [Z95 * s["tokens_se"]]],
+                            fmt=st.marker, color=st.colour, capsize=2,
+                            ms=9 if name == "evolved" else 5)
+            legend.setdefault(shown, h)
+        ax.axvline(pb["budget"], ls="--", color="0.5", lw=1)
+        ax.set_title(f"{mode} decoding, accuracy budget {pb['budget']:g}", fontsize=10)
+        ax.set_xlabel("accuracy drop against lossless (test)")
+        ax.set_ylabel("tokens per target call")
+        ax.grid(alpha=0.3)
+    fig.legend(list(legend.values()), list(legend), loc="lower center",
+               ncol=min(5, len(legend)), fontsize=8, frameon=False)
+    fig.tight_layout(rect=(0, 0.9 / (3.9 * len(modes) + 0.9) + 0.04, 1, 1))
+    save_png(fig, path)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img")
@@ -173,6 +219,9 @@ def main(argv=None) -> int:
     for name, source, title in PAIRS:
         pair_figure(json.loads((bench / source).read_text()), title, args.out / name)
         print(f"{args.out / name}: from benchmarks/{source}")
+    task_figure(json.loads((bench / "task_results.json").read_text()),
+                args.out / "task_results.png")
+    print(f"{args.out / 'task_results.png'}: from benchmarks/task_results.json")
     speed_figure(json.loads((bench / "speed_results.json").read_text()),
                  json.loads((bench / "gpu_eval_results_cpu.json").read_text()),
                  args.out / "speed.png")
