@@ -170,7 +170,7 @@ def test_two_recordings_into_one_directory_at_once(tmp_path):
     assert codes == [0, 2], results
     err = next(e for code, e in results if code == 2)
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: --out ") and \
+    assert len(lines) == 1 and lines[0].startswith("error: --out") and \
         "another process" in lines[0], err
     assert sorted(p.name for p in out.iterdir()) == ["test.npz", "train.npz", "valid.npz"]
     for s in T.SPLITS:

@@ -338,7 +338,7 @@ def test_free_running_sglang_defaults_keep_the_target_and_compare_accepts_engine
 
 def test_simulate_heuristic_refuses_a_target_only_family(tiny_dir):
     one_line_error(invoke("simulate", "--heuristic", "sglang_acc", "--data", tiny_dir),
-                   "--heuristic", "sglang_acc", "--compare")
+                   "--rule", "sglang_acc", "--compare")
 
 
 def test_hf_decoder_draws_after_a_rejection_from_p_without_the_draft(tmp_path, monkeypatch):

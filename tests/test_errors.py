@@ -137,7 +137,7 @@ def test_library_errors_name_parameters_not_options(tmp_path, small_data_dir):
         (lambda: paths.runs_dir(""), "runs_dir", "runs_dir: an empty value is not allowed"),
         (lambda: rundir.check_name("../x"), "name", "name: '../x' is not a valid run name"),
         (lambda: report.benchmark(small_data_dir, ["nope"], 1), "heuristics",
-         "heuristics: unknown heuristic 'nope'"),
+         "heuristics: unknown rule 'nope'"),
         (lambda: api.run(data_dir=small_data_dir, runs_dir=tmp_path, resume="nope"),
          "resume", "resume: 'nope': "),
     ]

@@ -130,6 +130,8 @@ BOUNDARIES = {
     "seed_baselines": [{"seed_baselines": True}, {"seed_baselines": False}],
     "tv_budget": [{"tv_budget": 0}, {"tv_budget": -0.0}, {"tv_budget": 1.0}],
     "kl_budget": [{"kl_budget": 0.0}, {"kl_budget": 100}, {"kl_budget": 1e-300}],
+    "critical_budget": [{"critical_budget": 0.0}, {"critical_budget": 100},
+                        {"critical_budget": 1e-300, "objective": "task_speed"}],
     "tv_position_cap": [{"tv_position_cap": 0}, {"tv_position_cap": 1.0}],
     "tv_p99_cap": [{"tv_p99_cap": 0.0}, {"tv_p99_cap": 1}],
     "threads": [{"threads": 0}, {"threads": MAX_INT}],

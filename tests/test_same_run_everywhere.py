@@ -149,7 +149,7 @@ def test_bad_inputs_are_one_line_and_make_nothing(data, tmp_path):
             (("--inputs", "next_tv"), npz, ("--inputs", "--lookahead")),
             (("--inputs", "slot_tv,draft_prob"), v2, ("--inputs", "slot_tv")),
             (("--engine", "sglang"), npz, ("--engine", "vllm")),
-            (("--engine", "vllm", "--inputs", "draft_prob"), npz, ("--engine", "--inputs"))):
+            (("--engine", "vllm", "--inputs", "draft_prob"), npz, ("--engine", "inputs"))):
         one_line_error(invoke("run", *BASE, "--objective", "speed", *opts, "--data", data_dir,
                               "--runs-dir", runs), *words)
     one_line_error(invoke("run", *BASE, "--objective", "expected", "--inputs", "p_max",
