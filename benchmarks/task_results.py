@@ -196,12 +196,22 @@ def run_mode(mode: str, a, sizes: dict) -> tuple:
         if alpha["param"] is not None:
             rules["evolved"] = TC.between(tree_rule, alpha["param"], greedy)
         say(f"budget {b:g}: {len(rules)} rules decode the test problems")
-        free = TC.compare(pair, rules, "test", None, greedy)
+        raw = {label: TC.run_rule(pair, rule, "test", None, greedy)
+               for label, rule in rules.items()}          # every rule decoded once
+        free = {"split": "test", "decoding": mode, "problems": int(raw[LOSSLESS]["correct"].size),
+                "reference": LOSSLESS, "rules": {k: TC.summary(v) for k, v in raw.items()},
+                "versus_reference": {k: TC.paired(v, raw[LOSSLESS]) for k, v in raw.items()
+                                     if k != LOSSLESS}}
         if best is not None and "evolved" in rules:
             ref_label = f"{best[0]} (tuned)"
-            raw_b = TC.run_rule(pair, rules[ref_label], "test", None, greedy)
-            raw_e = TC.run_rule(pair, rules["evolved"], "test", None, greedy)
-            free["evolved_minus_best"] = {"best": ref_label, **TC.paired(raw_e, raw_b)}
+            free["evolved_minus_best"] = {"best": ref_label,
+                                          **TC.paired(raw["evolved"], raw[ref_label])}
+        say(f"budget {b:g}: each start's champion (alpha 1) decodes the test problems")
+        for st in champ["starts"]:
+            r = TC.run_rule(pair, TreeRule(treeio.parse(st["tree"]), "start"), "test", None,
+                            greedy)
+            st["free_running_test"] = {**TC.summary(r), "versus_lossless":
+                                       TC.paired(r, raw[LOSSLESS])}
         for label, rule in rules.items():
             if label == LOSSLESS:
                 continue
@@ -327,10 +337,11 @@ def markdown(doc: dict) -> str:
             lines += [f"Accuracy budget {b:g} (each rule tuned on valid to an accuracy drop "
                       f"of at most {b:g}; test, {free['problems']:,} problems, the same "
                       "uniforms for every rule):", "",
-                      "| rule | parameter (valid) | accuracy | tokens/call | accuracy minus "
-                      "lossless (95%) | tokens/call minus lossless (95%) | critical per "
-                      "answer, recorded path |",
-                      "|---|---|---|---|---|---|---|"]
+                      "| rule | parameter (valid) | accuracy | tokens/call | target calls per "
+                      "problem | accuracy minus lossless (95%) | tokens/call minus lossless "
+                      "(95%) | calls per problem minus lossless (95%) | tokens/call, recorded "
+                      "path | critical per answer, recorded path |",
+                      "|---|---|---|---|---|---|---|---|---|---|"]
             for label, s in free["rules"].items():
                 if label == LOSSLESS:
                     param, vs, off = "", None, None
@@ -346,9 +357,15 @@ def markdown(doc: dict) -> str:
                 lines.append(
                     f"| {bold}{label}{bold} | {param} | {_pm(s['accuracy'], s['accuracy_se'])} "
                     f"| {_pm(s['tokens_per_call'], s['tokens_se'])} | "
+                    f"{s['calls_per_problem']:.2f} ± {s['calls_se']:.2f} | "
                     f"{'(reference)' if vs is None else _ci(vs['accuracy'])} | "
                     f"{'' if vs is None else _ci(vs['tokens_per_call'])} | "
+                    f"{'' if vs is None else _ci(vs['calls_per_problem'], digits=2)} | "
+                    f"{'' if off is None else format(off['tokens_per_call'], '.3f')} | "
                     f"{'' if off is None else format(off['critical_per_answer'], '.4f')} |")
+            fastest = _fastest(m, b, pb)
+            if fastest:
+                lines += ["", fastest]
             no_fit = [k for k, v in m["tuned"].items() if v[str(b)]["param"] is None]
             if no_fit:
                 lines += ["", f"No parameter fits the budget on valid: {', '.join(no_fit)}."]
@@ -358,7 +375,8 @@ def markdown(doc: dict) -> str:
                 lines.append(
                     f"- evolved minus the best tuned baseline on valid ({e['best']}), paired on "
                     f"test: tokens per call {_ci(e['tokens_per_call'])}, accuracy "
-                    f"{_ci(e['accuracy'])}.")
+                    f"{_ci(e['accuracy'])}, target calls per problem "
+                    f"{_ci(e['calls_per_problem'], digits=2)}.")
             tpcs = [s["test"]["tokens_per_call"] for s in ch["starts"]]
             lines.append(
                 f"- evolved: `{ch['expression']}` (seed {ch['chosen_seed']} of "
@@ -367,6 +385,16 @@ def markdown(doc: dict) -> str:
                 f"standing on valid: {(ch.get('standing') or {}).get('verdict', '?')}), "
                 f"alpha {ch['alpha']['param'] if ch['alpha']['param'] is not None else 'none fits'}"
                 f" on valid; `{ch['command']}`.")
+            fr = [s["free_running_test"] for s in ch["starts"] if "free_running_test" in s]
+            if fr:
+                gain = [f["versus_lossless"]["tokens_per_call"]["difference"] for f in fr]
+                drop = [-f["versus_lossless"]["accuracy"]["difference"] + 0.0 for f in fr]
+                lines.append(
+                    f"- each start's champion as evolved (alpha 1), free-running on test, over "
+                    f"the {len(fr)} starts: tokens per call minus lossless median "
+                    f"{np.median(gain):+.3f} (min {min(gain):+.3f}, max {max(gain):+.3f}), "
+                    f"accuracy drop median {np.median(drop):.3f} (min {min(drop):.3f}, max "
+                    f"{max(drop):.3f}).")
             lines.append("")
         lab = m["labels"]["train"]
         mined = lab.get("mined") or {}
@@ -375,6 +403,30 @@ def markdown(doc: dict) -> str:
                   f"{mined.get('target_forward_rows', 0):,} target rows in "
                   f"{mined.get('seconds', 0):.0f} s.", ""]
     return "\n".join(lines)
+
+
+def _fastest(m: dict, b: float, pb: dict) -> str:
+    """A line on the time to an answer: of every value decoded on valid within the
+    budget (each family's and the champion's alpha), the fewest target calls per
+    problem, against the lossless rule's."""
+    best = None
+    sources = [(k, v[str(b)]["tried"]) for k, v in m["tuned"].items()]
+    sources.append(("evolved (alpha)", pb["champion"]["alpha"]["tried"]))
+    lossless = None
+    for name, tried in sources:
+        for t in tried:
+            if len(t) < 4:
+                return ""
+            p, _, drop, calls = t
+            if p in (0.0,) and name == "evolved (alpha)":
+                lossless = calls
+            if drop <= b + 1e-12 and (best is None or calls < best[2]):
+                best = (name, p, calls)
+    if best is None or lossless is None:
+        return ""
+    return (f"Time to an answer: of every value decoded on valid within the budget, the "
+            f"fewest target calls per problem is {best[0]} at {best[1]:.4g}: {best[2]:.2f}, "
+            f"against {lossless:.2f} for the lossless rule (alpha 0).")
 
 
 def write_page(doc: dict, path: Path = PAGE) -> None:

@@ -62,10 +62,15 @@ def _ratio_se(num, den) -> tuple[float, float]:
 
 
 def summary(r: dict) -> dict:
+    """Accuracy, tokens per target call and target calls per problem (the latency to an
+    answer: a rule that lengthens the text can raise tokens per call and still take more
+    calls), each with its standard error by problem."""
     acc, acc_se = _mean_se(r["correct"])
     tpc, tpc_se = _ratio_se(r["tokens"], r["calls"])
+    cpp, cpp_se = _mean_se(r["calls"])
     return {"accuracy": acc, "accuracy_se": acc_se, "tokens_per_call": tpc,
-            "tokens_se": tpc_se, "problems": int(r["correct"].size)}
+            "tokens_se": tpc_se, "calls_per_problem": cpp, "calls_se": cpp_se,
+            "problems": int(r["correct"].size)}
 
 
 def paired(a: dict, b: dict) -> dict:
@@ -77,10 +82,13 @@ def paired(a: dict, b: dict) -> dict:
            - (b["tokens"] - rb * b["calls"]) / b["calls"].mean())
     n = lin.size
     se = float(lin.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
+    calls, calls_se = _mean_se(a["calls"] - b["calls"])
     return {"accuracy": {"difference": acc, "se": acc_se,
                          "ci95": [acc - Z95 * acc_se, acc + Z95 * acc_se]},
             "tokens_per_call": {"difference": float(ra - rb), "se": se,
-                                "ci95": [float(ra - rb) - Z95 * se, float(ra - rb) + Z95 * se]}}
+                                "ci95": [float(ra - rb) - Z95 * se, float(ra - rb) + Z95 * se]},
+            "calls_per_problem": {"difference": calls, "se": calls_se,
+                                  "ci95": [calls - Z95 * calls_se, calls + Z95 * calls_se]}}
 
 
 def compare(pair, rules: dict, split: str = "test", prompts: int | None = None,
@@ -118,7 +126,7 @@ def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
     ``budget`` is kept (ties: the smaller drop, then the earlier); for a lenient
     family the step to the next, infeasible grid value is bisected ``bisect_steps``
     times. ``cache`` (param -> (summary, drop)) keeps decodes for another budget.
-    Returns {param, summary, drop, tried: [(param, tokens/call, drop)]} or
+    Returns {param, summary, drop, tried: [(param, tokens/call, drop, calls/problem)]} or
     {param: None, ...} when no param fits."""
     tried, best = [], None
     cache = {} if cache is None else cache
@@ -129,7 +137,7 @@ def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
             raw = run_rule(pair, make(p), split, prompts, greedy)
             cache[p] = (summary(raw), drop_of(raw, ref))
         s, d = cache[p]
-        tried.append((p, s["tokens_per_call"], d))
+        tried.append((p, s["tokens_per_call"], d, s["calls_per_problem"]))
         ok = d <= budget + 1e-12
         if ok and (best is None or (s["tokens_per_call"], -d) > (best[1]["tokens_per_call"],
                                                                    -best[2])):

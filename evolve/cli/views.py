@@ -146,22 +146,27 @@ VIEWS = {"tokens": TokenView(), "traces": TraceView(), "task": TaskView()}
 def show_task_comparison(doc: dict, term) -> None:
     """The paired free-running task accuracy of ``evolve simulate-task``."""
     ref = doc["reference"]
-    cols = [("rule", "left"), ("accuracy", "right"), ("tokens/call", "right")]
+    cols = [("rule", "left"), ("accuracy", "right"), ("tokens/call", "right"),
+            ("target calls/problem", "right")]
     rows = [[name, f"{r['accuracy']:.4f} ± {_fmt(r['accuracy_se'])}",
-             f"{r['tokens_per_call']:.4f} ± {_fmt(r['tokens_se'])}"]
+             f"{r['tokens_per_call']:.4f} ± {_fmt(r['tokens_se'])}",
+             f"{r['calls_per_problem']:.2f} ± {_fmt(r['calls_se'])}"]
             for name, r in doc["rules"].items()]
     term.table(f"{doc['decoding']} decoding of {doc['problems']} {doc['split']} problems, the "
                "same problems and uniforms for every rule", cols, rows)
     if doc["versus_reference"]:
         cols = [(f"rule minus {ref}", "left"), ("accuracy", "right"), ("95% interval", "right"),
-                ("tokens/call", "right"), ("95% interval", "right")]
+                ("tokens/call", "right"), ("95% interval", "right"),
+                ("calls/problem", "right"), ("95% interval", "right")]
         rows = []
         for name, d in doc["versus_reference"].items():
-            a, t = d["accuracy"], d["tokens_per_call"]
+            a, t, c = d["accuracy"], d["tokens_per_call"], d["calls_per_problem"]
             rows.append([name, f"{a['difference']:+.4f}",
                          f"[{a['ci95'][0]:+.4f}, {a['ci95'][1]:+.4f}]",
                          f"{t['difference']:+.4f}",
-                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]"])
+                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
+                         f"{c['difference']:+.2f}",
+                         f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"])
         term.table("paired differences (by problem)", cols, rows)
     term.result(f"({doc['seconds']:.1f} s)")
 
