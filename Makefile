@@ -33,7 +33,7 @@ run: $(STAMP)
 	$(BIN)/evolve benchmark
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
