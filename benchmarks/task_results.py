@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -76,10 +77,14 @@ def _commit() -> str:
 
 
 def _shown(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    """A path as the user would type it from the checkout (a symlinked data folder
+    stays inside it)."""
+    for p in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            return str(p.relative_to(ROOT))
+        except ValueError:
+            pass
+    return str(path)
 
 
 def recorded(data: Path, mode: str, sizes, seed: int) -> tuple:

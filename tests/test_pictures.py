@@ -30,6 +30,26 @@ def test_every_family_and_run_series_has_one_style_of_its_own():
     assert all(len(s.letter) == 1 for s in every)
 
 
+def _apart(a: str, b: str) -> float:
+    """The "redmean" distance of two colours (0 .. about 765): a cheap perceptual one."""
+    (r1, g1, b1), (r2, g2, b2) = (tuple(int(h[i:i + 2], 16) for i in (1, 3, 5)) for h in (a, b))
+    rm = (r1 + r2) / 2
+    return ((2 + rm / 256) * (r1 - r2) ** 2 + 4 * (g1 - g2) ** 2
+            + (2 + (255 - rm) / 256) * (b1 - b2) ** 2) ** 0.5
+
+
+def test_the_rules_of_one_picture_are_told_apart_by_colour():
+    """Every family a results picture draws side by side, the learned judge and the
+    evolved champion: no two colours alike (BiLD once drew in the champion's red, and
+    the learned judge in fuzzy SD's brown)."""
+    names = sorted(set(families()) | {"kl_judge", "trtllm_relaxed", "learned_judge",
+                                       "champion", "standard_rejection"})
+    close = [(a, b, round(_apart(STYLES[a].colour, STYLES[b].colour)))
+             for i, a in enumerate(names) for b in names[i + 1:]
+             if _apart(STYLES[a].colour, STYLES[b].colour) < 90]
+    assert not close, close
+
+
 def test_a_familys_style_does_not_depend_on_what_else_is_drawn():
     """The same letter and colour for standard rejection whatever precedes it (the
     terminal plots once marked it 's' in one command and typical acceptance 's' in
