@@ -106,7 +106,10 @@ def test_two_worker_cluster_matches_the_npz_run(data, reference, scheduler, tmp_
     assert run_files(tmp_path / "local") == reference
 
 
-def test_unreachable_scheduler_and_bad_options_are_one_line(data, tmp_path):
+def test_unreachable_scheduler_and_bad_options_are_one_line(data, tmp_path, monkeypatch):
+    # a closed port is refused at once, and retried until the connect limit (30 s by
+    # default): 3 s here
+    monkeypatch.setenv("EVOLVE_CLUSTER_CONNECT_TIMEOUT", "3")
     one_line_error(invoke("run", *RUN, "--data", data[2], "--runs-dir", tmp_path,
                           "--scheduler", "tcp://127.0.0.1:9"), "--scheduler", "127.0.0.1:9")
     one_line_error(invoke("run", *RUN, "--data", data[2], "--runs-dir", tmp_path,
