@@ -131,24 +131,13 @@ def run_readme(bindir: Path, python: str, work: Path, env_extra: dict | None = N
     assert len(p.stdout.splitlines()) >= 5, p.stdout       # every print of the example
 
 
-@pytest.mark.slow
-def test_the_readme_tour_and_api_example_run_after_a_wheel_install(venv, tmp_path):
-    """`pip install .` and an empty directory: the README's tour and Python example run
-    as written, everything they make in that directory."""
-    work = tmp_path / "empty"
-    work.mkdir()
-    run_readme(venv / "bin", str(venv / "bin" / "python"), work)
-    assert {"datasets", "runs", "rule_hf.py"} <= {p.name for p in work.iterdir()}
-
-
-@pytest.mark.slow
-def test_the_readme_tour_and_api_example_run_in_a_fresh_clone(tmp_path):
+def _tour_in_a_fresh_clone(where: Path) -> None:
     """A fresh clone of this repository (its last commit): the tour and the Python
     example run there as written, with this interpreter."""
-    clone = tmp_path / "clone"
+    clone = where / "clone"
     _run(["git", "clone", "--quiet", "--depth", "1", f"file://{ROOT}", str(clone)],
-         cwd=tmp_path)
-    bindir = tmp_path / "bin"
+         cwd=where)
+    bindir = where / "bin"
     bindir.mkdir()
     for name, target in (("evolve", f'"{sys.executable}" -m evolve'),
                          ("python", f'"{sys.executable}"')):
@@ -156,6 +145,28 @@ def test_the_readme_tour_and_api_example_run_in_a_fresh_clone(tmp_path):
         (bindir / name).chmod(0o755)
     run_readme(bindir, str(bindir / "python"), clone, {"PYTHONPATH": str(clone)})
     assert (clone / "runs").is_dir() and (clone / "datasets" / "traces" / "test.npz").is_file()
+
+
+@pytest.mark.slow
+def test_the_readme_tour_and_api_example_run_after_a_wheel_install_and_in_a_fresh_clone(
+        request, tmp_path):
+    """`pip install .` and an empty directory, and a fresh clone: in each the README's
+    tour and Python example run as written, everything they make in that directory.
+    The two routes run side by side (the clone's in a thread while the wheel's
+    virtualenv is built and its tour runs): each is mostly one process compiling its
+    kernels, so together they take little more than the longer one."""
+    from concurrent.futures import ThreadPoolExecutor
+    (tmp_path / "fresh").mkdir()
+    with ThreadPoolExecutor(1) as pool:
+        clone_route = pool.submit(_tour_in_a_fresh_clone, tmp_path / "fresh")
+        try:
+            venv = request.getfixturevalue("venv")
+            work = tmp_path / "empty"
+            work.mkdir()
+            run_readme(venv / "bin", str(venv / "bin" / "python"), work)
+            assert {"datasets", "runs", "rule_hf.py"} <= {p.name for p in work.iterdir()}
+        finally:
+            clone_route.result()        # the clone route's failure, if any, is raised too
 
 
 @pytest.mark.slow
