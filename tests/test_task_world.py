@@ -269,29 +269,50 @@ def test_past_the_standard_rule_each_unit_of_acceptance_costs_a_unit_of_tv():
 # ------------------------------------------------------------ the commands
 
 @pytest.mark.slow
-def test_record_run_and_compare_from_the_command_line(tmp_path):
-    data = tmp_path / "task"
-    r = invoke("data", "task", "--out", data, "--train-prompts", 40, "--valid-prompts", 16,
-               "--test-prompts", 16)
+def _readme_task_commands() -> list[list[str]]:
+    """The README's task-world commands, each as its words after ``evolve``."""
+    import re
+    import shlex
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text.split("\n## Tasks with checked answers\n", 1)[1].split("\n## ", 1)[0]
+    block = re.search(r"```sh\n(.*?)```", section, re.S).group(1)
+    cmds = [shlex.split(line, comments=True) for line in block.splitlines()]
+    assert all(c[0] == "evolve" for c in cmds if c)
+    return [c[1:] for c in cmds if c]
+
+
+def test_record_run_and_compare_from_the_command_line(tmp_path, monkeypatch):
+    """The README's task-world commands as written (in an empty directory), then what
+    they made, and the refusals around them."""
+    from evolve.io import paths
+    monkeypatch.chdir(tmp_path)           # the checkout's datasets/ and runs/ stay untouched
+    monkeypatch.setattr(paths, "DATA_DIR", tmp_path / "datasets")
+    monkeypatch.setenv("EVOLVE_RUNS_DIR", str(tmp_path / "runs"))
+    record_cmd, run_cmd, compare_cmd = _readme_task_commands()
+    assert record_cmd[:2] == ["data", "task"] and run_cmd[0] == "run"
+    assert compare_cmd[0] == "simulate-task"
+    r = invoke(*record_cmd)
     assert r.exit_code == 0, r.output
+    data = tmp_path / "datasets" / "task"
     r = invoke("data", "task", "--out", data, "--train-prompts", 40)
     one_line_error(r, "--out", "exists", "--force")
     runs = tmp_path / "runs"
-    r = invoke("run", "--objective", "task_speed", "--budget-critical", 0.05, "--data", data,
-               "--generations", 2, "--population", 30, "--seed-baselines", "--name", "t",
-               "--runs-dir", runs)
+    r = invoke(*run_cmd)
     assert r.exit_code == 0, r.output
-    ch = json.loads((runs / "t" / "champion.json").read_text())
-    assert ch["critical_budget"] == 0.05 and ch["standing"]["verdict"] in (
-        "wins", "loses", "infeasible")
+    name = run_cmd[run_cmd.index("--name") + 1]
+    ch = json.loads((runs / name / "champion.json").read_text())
+    assert ch["critical_budget"] == float(run_cmd[run_cmd.index("--budget-critical") + 1])
+    assert ch["standing"]["verdict"] in ("wins", "loses", "infeasible")
     assert "learned_judge" in ch["baselines_tuned_on_valid"]
-    r = invoke("inspect", "t", "--runs-dir", runs)
+    r = invoke("inspect", name)
     assert r.exit_code == 0, r.output
-    r = invoke("simulate-task", "--data", data, "--runs-dir", runs, "--compare", "lossless",
-               "--compare", "run:t", "--compare", "kl_judge:2", "--json")
+    r = invoke(*compare_cmd)
+    assert r.exit_code == 0, r.output
+    assert "trtllm" in r.output and "lossless" in r.output
+    r = invoke(*compare_cmd, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
-    assert set(doc["rules"]) == {"lossless", "run t", "kl_judge(T=2)"}
+    assert set(doc["rules"]) == {"lossless", f"run {name}", "trtllm_relaxed(delta=0.2)"}, doc["rules"]
     assert doc["problems"] == 16 and doc["decoding"] == "greedy"
     for v in doc["versus_reference"].values():
         lo, hi = v["accuracy"]["ci95"]
