@@ -33,7 +33,7 @@ from evolve.runs.scoring import PreparedSplit, score
 from tests.genload import load_module_from
 from heuristics.registry import compile_function
 from tests.conftest import TINY
-from tests.clikit import invoke
+from tests.clikit import invoke, one_line_error
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -232,3 +232,27 @@ def test_trace_objective_on_token_data_is_one_line_error(tmp_path, small_data_di
     assert "--objective" in r.stderr and "evolve data trace" in r.stderr
     assert len([l for l in r.stderr.splitlines() if l.strip()]) == 1
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("run", "--generations", "abc"), ("--generations: 'abc' is not a valid integer",
+                                       "run --help)")),
+    (("data", "task", "--train-prompts", "x"), ("--train-prompts", "data task --help)")),
+    (("run", "--bogus"), ("No such option '--bogus'",)),
+    (("--bogus",), ("No such option '--bogus'",)),
+    (("data", "task", "extra"), ("unexpected extra argument (extra)",)),
+    (("simulate", "--compare"), ("'--compare' requires an argument",)),
+])
+def test_usage_errors_click_finds_are_one_line_too(args, needles):
+    """A value of the wrong type, an unknown option or a stray argument (found by click
+    before a command runs) is one line and exit code 2, as every other bad input."""
+    one_line_error(invoke(*args), *needles)
+
+
+def test_help_and_version_still_print():
+    r = invoke("run", "--help")
+    assert r.exit_code == 0 and "run [OPTIONS]" in r.output
+    r = invoke("--version")
+    assert r.exit_code == 0 and "version" in r.output
+    r = invoke("data")                                      # a group without its command
+    assert "data [OPTIONS] COMMAND" in r.output

@@ -11,9 +11,10 @@ from __future__ import annotations
 import click
 
 from evolve.cli import data, export, runs, shards, tasks, trace_data, traces
+from evolve.cli.common import OneLineGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="specevolve")
 def main():
     """Discover acceptance rules for speculative decoding by genetic programming."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 
@@ -20,6 +21,43 @@ def term(json_mode: bool = False):
 
 class BadOption(EvolveError):
     """A bad option or input found by a command itself; one line, exit code 2."""
+
+
+class _UsageLine(click.ClickException):
+    """A usage error click found (a mistyped option, a value of the wrong type, a
+    missing argument) shown as every other bad input is: one line, exit code 2."""
+    exit_code = 2
+
+    def __init__(self, e: click.UsageError):
+        text = " ".join(e.format_message().split())
+        m = re.match(r"Invalid value for '([^']+)'(?: / '[^']+')?: (.*)$", text)
+        if m:                                # "--generations: 'abc' is not a valid integer"
+            text = f"{m.group(1)}: {m.group(2)}"
+        path = e.ctx.command_path if e.ctx is not None else None
+        super().__init__(text.rstrip(".") + (f" (see {path} --help)" if path else ""))
+
+    def show(self, file=None) -> None:
+        click.echo(f"error: {self.message}", err=True)
+
+
+class OneLineGroup(click.Group):
+    """A command group whose commands' usage errors are one line (``_UsageLine``);
+    a group called with no command still prints its help."""
+
+    def parse_args(self, ctx, args):
+        return self._one_line(super().parse_args, ctx, args)
+
+    def invoke(self, ctx):
+        return self._one_line(super().invoke, ctx)
+
+    @staticmethod
+    def _one_line(call, *args):
+        try:
+            return call(*args)
+        except click.UsageError as e:
+            if type(e).__name__ == "NoArgsIsHelpError":     # click >= 8.2: help, not an error
+                raise
+            raise _UsageLine(e) from None
 
 
 def fail(message: str):

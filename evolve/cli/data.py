@@ -8,13 +8,13 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import (data_option, default_data, friendly_errors, json_option, need,
-                               term)
+from evolve.cli.common import (OneLineGroup, data_option, default_data, friendly_errors,
+                               json_option, need, term)
 
 MAX_SEQUENCES = 10_000_000
 
 
-@click.group("data")
+@click.group("data", cls=OneLineGroup)
 def data_group():
     """Generate, import, export and describe dataset splits."""
 
