@@ -23,6 +23,8 @@ INTERNAL = {
                              "RunError or a command's one line naming the directory",
     "evolve.data.sources.hf.models._Unpickling": "the unpickler's refusal inside a model "
                                                  "load, turned into HFTraceError there",
+    "evolve.cli.common._UsageLine": "click's own usage error, which click's main shows as "
+                                    "one line and exit code 2 (a click.ClickException)",
 }
 # Packages a module may need that a minimal install lacks (the module is then skipped).
 OPTIONAL = {"dask", "distributed", "torch", "transformers", "matplotlib", "sympy", "triton"}
