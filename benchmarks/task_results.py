@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -53,6 +51,7 @@ from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives.task_objectives import TaskData, metrics_of  # noqa: E402
 from evolve.rules import judge  # noqa: E402
+from benchmarks.trace_results import _commit, _shown  # noqa: E402  (one copy of each)
 from evolve.rules.adapters import TreeRule, named_rule  # noqa: E402
 from evolve.rules.table import RULES, families  # noqa: E402
 
@@ -66,25 +65,6 @@ SIZES = {"greedy": (1000, 500, 1000), "sample": (600, 400, 800)}   # train, vali
 ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 JUDGE = "learned judge"
 LOSSLESS = "lossless"
-
-
-def _commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True,
-                              capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
-def _shown(path: Path) -> str:
-    """A path as the user would type it from the checkout (a symlinked data folder
-    stays inside it)."""
-    for p in (Path(os.path.abspath(path)), Path(path).resolve()):
-        try:
-            return str(p.relative_to(ROOT))
-        except ValueError:
-            pass
-    return str(path)
 
 
 def recorded(data: Path, mode: str, sizes, seed: int) -> tuple:

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -83,11 +84,14 @@ def _commit() -> str:
 
 
 def _shown(path: Path) -> str:
-    """A path as a command shows it: relative to the checkout when inside it."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+    """A path as a command shows it: relative to the checkout when inside it (a
+    symlinked data folder stays inside it, as the user would type it)."""
+    for p in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            return str(p.relative_to(ROOT))
+        except ValueError:
+            pass
+    return str(path)
 
 
 def _traces(data_dir: Path, quick: bool, top_k: int | None = None) -> dict:
