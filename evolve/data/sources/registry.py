@@ -47,9 +47,15 @@ class Source:
         """Record train/valid/test (not written)."""
         raise NotImplementedError
 
+    module = None                # the source's module: its config_of(ts) reads meta.json
+
     def config_of(self, ts):
         """The configuration a split was recorded with (DataError naming the file)."""
-        raise NotImplementedError
+        try:
+            return self.module.config_of(ts)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{self._where(ts)}: meta.json has no usable trace config "
+                            f"({e})") from None
 
     def pair_of(self, ts, note) -> tuple:
         """(the pair that recorded ``ts``, rebuilt; whether its corpus is the recorded
@@ -78,6 +84,7 @@ class Source:
 
 class NGramSource(Source):
     name = "ngram"
+    module = ngram
     shardable = True
     single_rule_check = True
 
@@ -89,13 +96,6 @@ class NGramSource(Source):
 
     def build(self, cfg, progress=None, meter=None) -> dict:
         return ngram.build_splits(cfg, None, progress=progress)
-
-    def config_of(self, ts):
-        try:
-            return ngram.config_of(ts)
-        except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{self._where(ts)}: meta.json has no usable trace config "
-                            f"({e})") from None
 
     def pair_of(self, ts, note) -> tuple:
         cfg = self.config_of(ts)
@@ -119,6 +119,7 @@ class NGramSource(Source):
 
 class HFSource(Source):
     name = "hf"
+    module = hf
     own = ("target", "draft", "prompts_file", "corpus_dir")
     loads_models = True
 
@@ -135,13 +136,6 @@ class HFSource(Source):
 
     def build(self, cfg, progress=None, meter=None) -> dict:
         return hf.build_splits(cfg, progress=progress, meter=meter)
-
-    def config_of(self, ts):
-        try:
-            return hf.config_of(ts)
-        except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{self._where(ts)}: meta.json has no usable trace config "
-                            f"({e})") from None
 
     def pair_of(self, ts, note) -> tuple:
         fp = hf_free.load(ts, self._where(ts))
