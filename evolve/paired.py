@@ -82,11 +82,16 @@ def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
     }
 
 
-def _mean_se(x: np.ndarray) -> tuple[float, float]:
+# The statistics of a paired comparison (also the task world's, evolve.task_compare):
+# one value per sequence (or problem), standard errors by sequence.
+
+def mean_se(x) -> tuple[float, float]:
+    """The mean and its standard error."""
+    x = np.asarray(x, dtype=np.float64)
     return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else np.nan
 
 
-def _ratio_se(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
+def ratio_se(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
     """sum(num) / sum(den) with a cluster-robust (by sequence) standard error."""
     R = num.sum() / den.sum()
     n = num.size
@@ -96,13 +101,27 @@ def _ratio_se(num: np.ndarray, den: np.ndarray) -> tuple[float, float]:
     return float(R), float(np.sqrt((resid ** 2).sum() * n / (n - 1)) / den.sum())
 
 
+def ratio_difference(num_a, den_a, num_b, den_b) -> tuple[float, float]:
+    """sum(num_a) / sum(den_a) - sum(num_b) / sum(den_b), paired by sequence, with its
+    standard error linearised per sequence."""
+    ra, rb = num_a.sum() / den_a.sum(), num_b.sum() / den_b.sum()
+    n = num_a.size
+    d = (num_a - ra * den_a) / den_a.mean() - (num_b - rb * den_b) / den_b.mean()
+    return float(ra - rb), float(d.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
+
+
+def interval(mean: float, se) -> dict:
+    """A difference with its standard error and 95% interval."""
+    return {"difference": mean, "se": se, "ci95": [mean - Z95 * se, mean + Z95 * se]}
+
+
 def summary(r: dict, g: int) -> dict:
-    tokens, se = _mean_se(r["tokens"] / r["calls"])
-    tv, tv_se = _ratio_se(r["tv"], r["tokens"])
-    kl, kl_se = _ratio_se(r["kl"], r["tokens"])
+    tokens, se = mean_se(r["tokens"] / r["calls"])
+    tv, tv_se = ratio_se(r["tv"], r["tokens"])
+    kl, kl_se = ratio_se(r["kl"], r["tokens"])
     measured = r["distortion"]["kind"] != "not measured"
-    lp, lp_se = _ratio_se(r["logp"], r["emitted"])
-    lq, lq_se = _ratio_se(r["logq"], r["emitted"])
+    lp, lp_se = ratio_se(r["logp"], r["emitted"])
+    lq, lq_se = ratio_se(r["logq"], r["emitted"])
     slot = r["slot_tv"]
     if not measured:
         tv = tv_se = kl = kl_se = None
@@ -130,15 +149,10 @@ def paired(a: dict, b: dict) -> dict:
             out[key] = {"difference": None, "se": None, "ci95": None}
             continue
         if den is None:
-            d = a[num] / a["calls"] - b[num] / b["calls"]
-            mean, se = _mean_se(d)
-        else:   # difference of ratios, linearised per sequence
-            ra, rb = a[num].sum() / a[den].sum(), b[num].sum() / b[den].sum()
-            n = a[num].size
-            d = (a[num] - ra * a[den]) / a[den].mean() - (b[num] - rb * b[den]) / b[den].mean()
-            mean, se = float(ra - rb), float(d.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
-        out[key] = {"difference": mean, "se": se,
-                    "ci95": [mean - Z95 * se, mean + Z95 * se]}
+            mean, se = mean_se(a[num] / a["calls"] - b[num] / b["calls"])
+        else:
+            mean, se = ratio_difference(a[num], a[den], b[num], b[den])
+        out[key] = interval(mean, se)
     return out
 
 

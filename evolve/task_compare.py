@@ -18,9 +18,8 @@ from evolve.data.decode import clipped, decode
 from evolve.data.sources.task import grammar
 from evolve.data.sources.task.pair import prompts_of
 from evolve.data.sources.task.record import CHECKER, max_new_of
+from evolve.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
-
-Z95 = 1.959963984540054
 
 
 def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool) -> dict:
@@ -46,28 +45,13 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool) -> dict:
             "calls": calls, "answers": answers}
 
 
-def _mean_se(x) -> tuple[float, float]:
-    x = np.asarray(x, dtype=np.float64)
-    return float(x.mean()), (float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else np.nan)
-
-
-def _ratio_se(num, den) -> tuple[float, float]:
-    """sum(num) / sum(den), with a standard error by problem (linearised)."""
-    r = num.sum() / den.sum()
-    n = num.size
-    if n < 2:
-        return float(r), float("nan")
-    resid = num - r * den
-    return float(r), float(np.sqrt((resid ** 2).sum() * n / (n - 1)) / den.sum())
-
-
 def summary(r: dict) -> dict:
     """Accuracy, tokens per target call and target calls per problem (the latency to an
     answer: a rule that lengthens the text can raise tokens per call and still take more
     calls), each with its standard error by problem."""
-    acc, acc_se = _mean_se(r["correct"])
-    tpc, tpc_se = _ratio_se(r["tokens"], r["calls"])
-    cpp, cpp_se = _mean_se(r["calls"])
+    acc, acc_se = mean_se(r["correct"])
+    tpc, tpc_se = ratio_se(r["tokens"], r["calls"])
+    cpp, cpp_se = mean_se(r["calls"])
     return {"accuracy": acc, "accuracy_se": acc_se, "tokens_per_call": tpc,
             "tokens_se": tpc_se, "calls_per_problem": cpp, "calls_se": cpp_se,
             "problems": int(r["correct"].size)}
@@ -75,20 +59,11 @@ def summary(r: dict) -> dict:
 
 def paired(a: dict, b: dict) -> dict:
     """Rule a minus rule b, paired by problem (same problems, same uniforms)."""
-    d = a["correct"].astype(np.float64) - b["correct"].astype(np.float64)
-    acc, acc_se = _mean_se(d)
-    ra, rb = a["tokens"].sum() / a["calls"].sum(), b["tokens"].sum() / b["calls"].sum()
-    lin = ((a["tokens"] - ra * a["calls"]) / a["calls"].mean()
-           - (b["tokens"] - rb * b["calls"]) / b["calls"].mean())
-    n = lin.size
-    se = float(lin.std(ddof=1) / np.sqrt(n)) if n > 1 else np.nan
-    calls, calls_se = _mean_se(a["calls"] - b["calls"])
-    return {"accuracy": {"difference": acc, "se": acc_se,
-                         "ci95": [acc - Z95 * acc_se, acc + Z95 * acc_se]},
-            "tokens_per_call": {"difference": float(ra - rb), "se": se,
-                                "ci95": [float(ra - rb) - Z95 * se, float(ra - rb) + Z95 * se]},
-            "calls_per_problem": {"difference": calls, "se": calls_se,
-                                  "ci95": [calls - Z95 * calls_se, calls + Z95 * calls_se]}}
+    acc = mean_se(a["correct"].astype(np.float64) - b["correct"].astype(np.float64))
+    return {"accuracy": interval(*acc),
+            "tokens_per_call": interval(*ratio_difference(a["tokens"], a["calls"],
+                                                          b["tokens"], b["calls"])),
+            "calls_per_problem": interval(*mean_se(a["calls"] - b["calls"]))}
 
 
 def compare(pair, rules: dict, split: str = "test", prompts: int | None = None,
