@@ -36,6 +36,8 @@ class Task:
     metric_keys: tuple = ()         # every split's metrics in champion.json hold these
     tuned_metric_keys: tuple = ("tokens_per_call", "tv_per_token", "kl_per_token")
     #                                 ... and those of its baselines_tuned_on_valid
+    header_keys: tuple = ()         # a split's metrics a module's header and `evolve runs`
+    #                                 show (none: every metric in the header, `figure` in runs)
 
     def default_data(self) -> Path:
         """Where the world's splits are when no --data is given."""
@@ -52,7 +54,7 @@ class Task:
 
     def header_metrics(self, m: dict) -> dict:
         """The metrics of one split a generated module's header and METADATA carry."""
-        return m
+        return {k: m[k] for k in self.header_keys} if self.header_keys else m
 
     def install(self, nodes, source: str, meta: dict, valid_metrics: dict, valid,
                 evaluator, config, run_name: str, opts) -> dict | None:
@@ -63,8 +65,8 @@ class Task:
 
     def runs_columns(self, metrics: dict) -> dict:
         """``evolve runs``' figures of a champion (valid and test)."""
-        return {f"{split}_{self.figure}": metrics[split][self.figure]
-                for split in ("valid", "test")}
+        return {f"{split}_{key}": metrics[split][key]
+                for split in ("valid", "test") for key in self.header_keys or (self.figure,)}
 
     def runs_text(self, row: dict, split: str) -> str:
         """A champion's figure on ``split`` as ``evolve runs`` prints it, from the

@@ -29,6 +29,7 @@ class TaskTask(Task):
     name = "task"
     trace_inputs = True
     figure = "tokens_per_call"
+    header_keys = HEADER_KEYS
     metric_keys = ("tokens_per_call", "critical_per_answer", "critical_per_token",
                    "false_rejects_per_token", "accept_rate", "fitness")
     tuned_metric_keys = ("tokens_per_call", "critical_per_answer", "critical_per_token")
@@ -79,13 +80,6 @@ class TaskTask(Task):
                                  {"rule": best[0], "param": best[1]["param"],
                                   "tokens_per_call": best[1]["valid"]["tokens_per_call"]}}}
         return {"champion": champion, "files": {}}
-
-    def header_metrics(self, m: dict) -> dict:
-        return {k: m[k] for k in HEADER_KEYS}
-
-    def runs_columns(self, metrics: dict) -> dict:
-        return {f"{split}_{key}": metrics[split][key]
-                for split in ("valid", "test") for key in HEADER_KEYS}
 
     def runs_text(self, row: dict, split: str) -> str:
         return (f"{row[f'{split}_tokens_per_call']:.3f} tok/call, "

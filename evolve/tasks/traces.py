@@ -80,6 +80,7 @@ class TraceTask(Task):
     name = "traces"
     trace_inputs = True
     module = "evolved_trace"
+    header_keys = HEADER_KEYS
     installed = "trace"
     writes_back = "`evolve run --objective speed` writes one back"
     figure = "tokens_per_call"
@@ -154,9 +155,6 @@ class TraceTask(Task):
         return {"champion": champion,
                 "files": files, "series": series}
 
-    def header_metrics(self, m: dict) -> dict:
-        return {k: m[k] for k in HEADER_KEYS}
-
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
         st = meta.get("standing") or {}
@@ -168,10 +166,6 @@ class TraceTask(Task):
             nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",
             trace=True), nodes, sa, config.tv_budget, run_name,
             force=opts.force, directory=opts.heuristics_dir)
-
-    def runs_columns(self, metrics: dict) -> dict:
-        return {f"{split}_{key}": metrics[split][key]
-                for split in ("valid", "test") for key in HEADER_KEYS}
 
     def runs_text(self, row: dict, split: str) -> str:
         return (f"{row[f'{split}_tokens_per_call']:.3f} tok/call, "
