@@ -319,12 +319,14 @@ def test_the_tradeoff_tells_every_step_and_ticks_inside_slow_ones():
     tuning.tradeoff(sas["valid"], sas["test"], [0.02], progress=lambda *a: calls.append(a))
     total = calls[0][1]
     n = len(families())
-    assert total == 2 * n + n + 2                   # sweeps, tunings, position leniency, oracle
+    # sweeps, tunings, position leniency, oracle, the value gates' fit and tuning
+    assert total == 2 * n + n + 2 + 2
     starts = [c for i, c in enumerate(calls) if i == 0 or c[0] != calls[i - 1][0]]
     assert [c[0] for c in starts] == list(range(total))
     whats = [c[2] for c in starts]
     for f in families():
         assert f"sweeping {f} on valid" in whats and f"tuning {f} to TV 0.02 on valid" in whats
+    assert "tuning the value gates to TV 0.02 on valid" in whats
     ticks = [c for c in calls if c[2] == "sweeping hf_ensemble on valid"]
     assert len(ticks) > 5
 

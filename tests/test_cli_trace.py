@@ -346,8 +346,8 @@ def test_tradeoff_json(tmp_path, tiny_dir):
     tuned = {}
     for entry in doc["budgets"]:
         b, rows = entry["budget"], entry["rows"]
-        assert {r_["rule"] for r_ in rows} == set(families()) | {"run hand", "position_leniency",
-                                                                 "knapsack_oracle"}
+        assert {r_["rule"] for r_ in rows} == set(families()) | {
+            "run hand", "position_leniency", "knapsack_oracle", *pareto.GATES}
         oracle = next(r_ for r_ in rows if r_["kind"] == "oracle")
         assert oracle["oracle_share"] == pytest.approx(1.0)
         assert all(r_["oracle_share"] is None or r_["oracle_share"] <= 1.0 + 1e-9

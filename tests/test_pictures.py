@@ -7,6 +7,7 @@ import pytest
 
 from evolve.cli.views import render_text
 from evolve.rules.styles import OTHERS, STYLES, styles_of
+from evolve.rules import tuning
 from evolve.rules.table import RULES, families
 
 pytest.importorskip("matplotlib")
@@ -22,7 +23,7 @@ SERIES = {
 
 def test_every_family_and_run_series_has_one_style_of_its_own():
     names = set(families()) | {"position_leniency", "knapsack_oracle", "hall of fame",
-                               "champion", "evolved front (NSGA-II)"}
+                               "champion", "evolved front (NSGA-II)", *tuning.GATES}
     assert names <= set(STYLES), sorted(names - set(STYLES))
     every = list(STYLES.values()) + list(OTHERS)
     assert len({s.colour.lower() for s in every}) == len(every)        # no colour twice
@@ -43,7 +44,8 @@ def test_the_rules_of_one_picture_are_told_apart_by_colour():
     evolved champion: no two colours alike (BiLD once drew in the champion's red, and
     the learned judge in fuzzy SD's brown)."""
     names = sorted(set(families()) | {"kl_judge", "trtllm_relaxed", "learned_judge",
-                                       "champion", "standard_rejection"})
+                                       "champion", "standard_rejection", "position_leniency",
+                                       *tuning.GATES})
     close = [(a, b, round(_apart(STYLES[a].colour, STYLES[b].colour)))
              for i, a in enumerate(names) for b in names[i + 1:]
              if _apart(STYLES[a].colour, STYLES[b].colour) < 90]

@@ -59,7 +59,8 @@ class Tradeoff:
     def rows(self) -> list[dict]:
         """One flat record per rule and budget (``pandas.DataFrame(t.rows)``): budget,
         rule, kind, param, engine, setting, fits_valid, over_budget_test, oracle_share,
-        why (no numbers), then valid_* and test_* of tokens_per_call, tokens_se,
+        why (no numbers), estimate (offline numbers of a rule that reads a lookahead
+        input), then valid_* and test_* of tokens_per_call, tokens_se,
         tv_per_token, tv_p99 and kl_per_token (None where a row has none)."""
         out = []
         for entry in self.report["budgets"]:
@@ -68,7 +69,8 @@ class Tradeoff:
                        "param": r.get("param"), "engine": r.get("engine"),
                        "setting": r.get("setting"), "fits_valid": r.get("fits_valid"),
                        "over_budget_test": r.get("over_budget_test"),
-                       "oracle_share": r.get("oracle_share"), "why": why_empty(r)}
+                       "oracle_share": r.get("oracle_share"), "why": why_empty(r),
+                       "estimate": bool(r.get("estimate"))}
                 for split in ("valid", "test"):
                     m = r.get(split) or {}
                     rec.update({f"{split}_{k}": m.get(k) for k in FLAT})
@@ -77,9 +79,11 @@ class Tradeoff:
 
     def best(self, budget: float) -> dict | None:
         """The record of the rule with the most tokens per call on test among those
-        tuned within ``budget`` on valid (the oracle, a bound, is not a rule)."""
+        tuned within ``budget`` on valid and scored exactly (the oracle, a bound, is not
+        a rule; a rule that reads a lookahead input has estimated numbers)."""
         fits = [r for r in self.rows if r["budget"] == budget and r["fits_valid"]
-                and r["kind"] != "oracle" and r["test_tokens_per_call"] is not None]
+                and r["kind"] != "oracle" and not r["estimate"]
+                and r["test_tokens_per_call"] is not None]
         return max(fits, key=lambda r: r["test_tokens_per_call"], default=None)
 
 

@@ -70,6 +70,8 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
                     f"{spec_.param}={r['param']:.4g}"
             elif r["kind"] == "headroom" and r["param"]:
                 param = "/".join(f"{x:.2f}" for x in r["param"])
+            elif r["kind"] == "learned" and r["param"] is not None:
+                param = f"λ={r['param']:.4g}"
             else:
                 param = ""
             if r["test"] is None:
@@ -84,6 +86,8 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
             note = []
             if r["kind"] == "oracle":
                 note.append("a bound, not a rule")
+            if r.get("estimate"):
+                note.append("estimate: reads a lookahead input")
             elif not r["fits_valid"]:
                 note.append("over budget on valid")
             if r["over_budget_test"]:

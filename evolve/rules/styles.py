@@ -1,7 +1,7 @@
 """One look per rule, everywhere: the colour and marker of every picture (matplotlib)
 and the letter of the terminal's plain-text plots.
 
-Every family of the rules table (``evolve.rules.table``), the headroom rows of a
+Every family of the rules table (``evolve.rules.table``), the headroom and learned rows of a
 trade-off, and the series a run draws (its hall of fame, NSGA-II front and champion)
 has one fixed ``Style`` here, so a family looks the same in ``evolve tradeoff``'s
 terminal plot, ``evolve inspect``'s, ``pareto.png``, ``evolve tradeoff --png`` and the
@@ -38,6 +38,8 @@ STYLES: dict[str, Style] = {
     "kl_judge": Style("#393b79", "p", "j"),
     "trtllm_relaxed": Style("#637939", "H", "r"),
     "learned_judge": Style("#c000c0", "8", "L"),
+    "value_gate": Style("#00008b", "+", "v"),
+    "value_gate_ahead": Style("#006400", "x", "A"),
     "knapsack_oracle": Style("#9a9a9a", "d", "k"),
     "hall of fame": Style("#6b6b6b", ".", "."),
     "evolved front (NSGA-II)": Style("#008080", "1", "n"),

@@ -37,7 +37,7 @@ from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
 from evolve.kernels import gpu
-from evolve.rules import headroom, kernel
+from evolve.rules import headroom, kernel, value_gate
 from evolve.objectives import trajectory
 
 
@@ -247,7 +247,13 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
     parameter per block position (tuned on valid; not with ``headroom=False``) and the
     knapsack oracle
     (computed on test; ``evolve.rules.headroom``); every row carries the share
-    of the oracle's gain over standard rejection it captures on test.
+    of the oracle's gain over standard rejection it captures on test. With
+    per-position leniency, on traces with slot features, two learned rows join too:
+    the value gates (``evolve.rules.value_gate``; ``GATES``), their models fit on valid
+    and λ tuned there, each slot's spend capped at the tuned per-position leniency's
+    99th percentile of slot TV on valid (so their tail is no heavier); the one that reads
+    ``ahead`` carries ``estimate`` (so does an extra rule that reads a lookahead
+    input).
     ``series`` holds the test points for the pictures: each family's grid in
     sweep order, then each extra rule. With ``blocks_test`` (the test split's
     ``trajectory.TraceBlocks``) every rule row also carries, under
@@ -263,8 +269,9 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
     gpu.check(device)
     budgets = check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test)
     names = check_names(names)
-    steps = _Steps(progress, 2 * len(names) + bool(extra) + len(budgets) * (
-        len(names) + bool(headroom) + 1 + (blocks_test is not None)))
+    gates = headroom and not (sa_valid.missing or sa_test.missing)
+    steps = _Steps(progress, 2 * len(names) + bool(extra) + gates + len(budgets) * (
+        len(names) + bool(headroom) + 1 + gates + (blocks_test is not None)))
     sweeps = {s: sweep_all(sa, names, device, lambda n, s=s: steps.next(f"sweeping {n} "
                                                                          f"on {s}"))
               for s, sa in (("valid", sa_valid), ("test", sa_test))}
@@ -276,6 +283,12 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
                for s, sa in (("valid", sa_valid), ("test", sa_test))}
         for i, name in enumerate(extra):
             fixed[name] = {s: r[i].to_dict() for s, r in res.items()}
+            if P.uses_lookahead_inputs(extra[name]):
+                fixed[name]["estimate"] = True
+    values = {}
+    if gates:
+        steps.next("fitting the value gates' models on valid")
+        values = {name: value_gate.fit(sa_valid, look) for name, look in GATES.items()}
     per_budget = []
     for b in budgets:
         rows = []
@@ -303,6 +316,11 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
             steps.next(f"tuning per-position leniency to TV {b:g} on valid")
         steps.next(f"the knapsack oracle at TV {b:g} on test")
         rows.extend(headroom_rows(sa_valid, sa_test, b, device, headroom))
+        if gates:
+            steps.next(f"tuning the value gates to TV {b:g} on valid")
+            position = next(r for r in rows if r["rule"] == "position_leniency")
+            rows.extend(value_gate_rows(sa_valid, sa_test, b, values,
+                                        position_p99(position, sa_valid), device))
         if blocks_test is not None:
             tick = steps.next(f"trajectory estimates at TV {b:g} on test")
             for r in rows:
@@ -432,8 +450,47 @@ def position_leniency_row(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays,
             "valid": valid.to_dict(), "test": test}
 
 
+# The value gates of a trade-off (``evolve.rules.value_gate``): name -> whether the
+# value model reads the lookahead inputs (its offline numbers then an estimate).
+GATES = {"value_gate": False, "value_gate_ahead": True}
+
+
+def position_p99(row: dict, sa_valid: spec.TraceArrays) -> float | None:
+    """The 99th percentile of slot TV on valid of a tuned per-position leniency row
+    (None when it did not fit): the spend cap of the value gates at its budget."""
+    if row["param"] is None:
+        return None
+    nodes = treeio.parse(headroom.position_leniency_tree(row["param"]))
+    return spec.objectives(sa_valid, tree_thresholds(nodes, sa_valid)).tv_p99
+
+
+def value_gate_rows(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budget: float,
+                    values: dict, cap: float | None, device: str = "cpu") -> list:
+    """The value gates (models ``values``, fit on valid: name -> tree text), λ tuned on
+    valid to ``budget`` with the spend cap ``cap`` per slot, reported on test, as
+    trade-off rows (``estimate``: the gate reads a lookahead input)."""
+    rows = []
+    for name, value in values.items():
+        row = {"rule": name, "kind": "learned", "budget": budget, "tv_cap": cap,
+               "estimate": GATES[name]}
+        tuned = value_gate.tune(value, sa_valid, budget, cap, device)
+        if tuned is None:
+            rows.append({**row, "param": None, "tree": None, "fits_valid": False,
+                         "over_budget_test": None, "valid": None, "test": None})
+            continue
+        lam, valid = tuned
+        tree = value_gate.gate_tree(value, lam, cap)
+        test = spec.objectives(sa_test, tree_thresholds(treeio.parse(tree), sa_test)).to_dict()
+        rows.append({**row, "param": lam, "tree": tree, "fits_valid": True,
+                     "over_budget_test": test["tv_per_token"] > budget,
+                     "valid": valid.to_dict(), "test": test})
+    return rows
+
+
 def _row_tree(r: dict, extra: dict):
     """The parsed tree of a trade-off row's rule (None for the oracle, a bound)."""
+    if r["kind"] == "learned":
+        return treeio.parse(r["tree"])
     if r["kind"] == "family":
         return treeio.parse(RULES[r["rule"]].tree(r["param"]))
     if r["kind"] == "headroom":
