@@ -124,3 +124,23 @@ def test_a_lookahead_run_is_same_seed_identical_and_labels_its_champion(tmp_path
     a, b = docs
     assert a["tree"] == b["tree"] and a["metrics"] == b["metrics"]
     assert ("estimate" in a) == P.uses_lookahead_inputs(treeio.parse(a["tree"]))
+
+
+@pytest.mark.parametrize("cap", [1.0, 0.2])
+def test_with_lookahead_the_seeded_population_holds_the_value_gates_form(cap):
+    """--seed-baselines with --lookahead puts the value gate on ``ahead`` into the first
+    population (its spend capped at the run's slot-TV p99 cap, when it has one); without
+    --lookahead, no tree of the first population reads ``ahead``."""
+    from evolve.rules.table import GATE_THRESHOLDS, gate_tree
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+    base = dict(generations=1, population=40, seed=1, objective="speed", tv_budget=0.02,
+                seed_baselines=True, tv_p99_cap=cap)
+    ev = Evolution(Config(**base, lookahead=True), tr, va)
+    ev.initialise()
+    trees = {treeio.to_string(treeio.from_deap(ind)) for ind in ev.population}
+    want = {treeio.to_string(treeio.parse(gate_tree("ahead", t, None if cap >= 1.0 else cap)))
+            for t in GATE_THRESHOLDS}
+    assert want <= trees, sorted(want - trees)
+    plain = Evolution(Config(**base), tr, va)
+    plain.initialise()
+    assert not any("ahead" in str(ind) for ind in plain.population)

@@ -80,7 +80,8 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
               help="Height limit of the first population's trees [4].")
 @click.option("--elitism", type=int, default=None, help="Elites kept each generation [2].")
 @click.option("--seed-baselines", is_flag=True, default=None,
-              help="Put the baselines (as trees) into the first population.")
+              help="Put the baselines (as trees) into the first population; with "
+                   "--lookahead, the value gate on ahead too.")
 @click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
 @click.option("--device", type=str, default=None,
               help="Evaluate populations on cpu (the Numba kernels) or cuda (torch, the "

@@ -287,9 +287,32 @@ def engine_families(engine: str | None = None, world: str = "traces") -> list[st
             and world in r.worlds and (engine is None or r.engine == engine)]
 
 
-def seed_trees(data: str) -> list[str]:
+# With the lookahead inputs offered (traces), the value gate's form too
+# (``evolve.rules.value_gate``): the standard rule where ``ahead``, what keeping the draft
+# is worth downstream, is below a threshold, and the spend above it: full acceptance,
+# or with a cap c on a slot's TV s + min(1, c / slot_tv) (1 - s).
+GATE_THRESHOLDS = (1.0, 1.5, 2.0)
+STANDARD_TREE = "pmin(1.0, pdiv(target_prob, draft_prob))"
+
+
+def gate_tree(value: str, lam: float, cap: float | None = None) -> str:
+    """The value gate's rule (``evolve.rules.value_gate``): the standard rule where the
+    tree ``value`` is below λ, full acceptance (or the spend capped at ``cap``) elsewhere."""
+    spend = "1.0" if cap is None else (
+        f"add({STANDARD_TREE}, mul(pmin(1.0, pdiv({float(cap)!r}, slot_tv)), "
+        f"sub(1.0, {STANDARD_TREE})))")
+    return f"ite(lt({value}, {float(lam)!r}), {STANDARD_TREE}, {spend})"
+
+
+def seed_trees(data: str, lookahead: bool = False, cap: float | None = None) -> list[str]:
+    """The trees of --seed-baselines on ``data``; with ``lookahead`` (traces) the value
+    gate's form on ``ahead`` too (its spend capped at ``cap``, the run's slot-TV p99 cap)."""
     seeds = SEEDS + {TRACES: TRACE_SEEDS, TASK: TASK_SEEDS}.get(data, ())
-    return [RULES[name].tree(value) for name, value in seeds]
+    if cap is not None and cap >= 1.0:          # a TV cap of 1 caps nothing
+        cap = None
+    gates = [gate_tree("ahead", t, cap) for t in GATE_THRESHOLDS] \
+        if lookahead and data == TRACES else []
+    return [RULES[name].tree(value) for name, value in seeds] + gates
 
 
 def get(name: str) -> Rule:

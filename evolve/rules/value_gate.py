@@ -23,7 +23,8 @@ the predicted value is high:
   acceptance within a TV budget, scored by the exact kernel sums
   (``evolve.rules.kernel``).
 
-The model and the gate are one tree of the primitive language (nested ``ite`` of
+The gate's form is ``evolve.rules.table.gate_tree`` (``--seed-baselines`` with
+``--lookahead`` seeds the search with it on ``ahead``). The model and the gate are one tree of the primitive language (nested ``ite`` of
 ``lt`` comparisons, summed), so the gate is scored, compared free-running and
 exported exactly as any rule is. It reads slot features, so it needs traces that have
 them; with ``lookahead`` its offline numbers are an estimate, as for every rule that
@@ -38,6 +39,7 @@ from evolve.lang import numpy_eval, treeio
 from evolve.lang.features import LOOKAHEAD_INPUT_NAMES
 from evolve.objectives import spec
 from evolve.rules import headroom, kernel
+from evolve.rules.table import gate_tree
 
 ROW_INPUTS = ("block_position", "position", "draft_entropy", "target_entropy", "p_max",
               "q_max", "slot_tv", "slot_kl_pq", "slot_kl_qp")
@@ -46,7 +48,6 @@ DEPTH = 3
 RATE = 0.3
 BINS = 32
 MIN_LEAF = 50
-STANDARD = "pmin(1.0, pdiv(target_prob, draft_prob))"
 
 
 def inputs(lookahead: bool) -> tuple:
@@ -139,15 +140,6 @@ def fit(sa: spec.TraceArrays, lookahead: bool = False) -> str:
         f = f + RATE * _predict(tree, X)
         terms.append(_text(tree, names, RATE))
     return _sum(terms)
-
-
-def gate_tree(value: str, lam: float, cap: float | None = None) -> str:
-    """The gate's rule: the standard rule where ``value`` < λ, full acceptance (or the
-    capped spend) elsewhere."""
-    spend = "1.0" if cap is None else (
-        f"add({STANDARD}, mul(pmin(1.0, pdiv({float(cap)!r}, slot_tv)), "
-        f"sub(1.0, {STANDARD})))")
-    return f"ite(lt({value}, {float(lam)!r}), {STANDARD}, {spend})"
 
 
 def predictions(value: str, sa: spec.TraceArrays) -> np.ndarray:

@@ -75,7 +75,8 @@ class Config:
       (tree limits), ``init_min_height`` and ``init_max_height`` (the first
       population's trees), ``elitism`` (elites kept each generation), ``hof_size``
       (the hall of fame), ``seed_baselines`` (the baselines, as trees, in the
-      first population).
+      first population; with ``lookahead`` also the value gate's form on ``ahead``,
+      ``evolve.rules.table.gate_tree``).
     - Objective: ``objective`` (a name of ``evolve.objectives.OBJECTIVES``) and its
       limits on traces: ``tv_budget`` (``speed``, ``pareto``: mean TV per token
       allowed), ``kl_budget`` (``speed_kl``: mean KL per token allowed),

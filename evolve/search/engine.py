@@ -205,7 +205,7 @@ class Evolution:
         with self._random():
             pop = []
             if c.seed_baselines:
-                for text in seed_trees(self.objective.data):
+                for text in seed_trees(self.objective.data, c.lookahead, c.tv_p99_cap):
                     ind = treeio.deap_from_string(text, self.pset, self.Individual)
                     # within the run's limits, like every tree the run makes
                     if len(pop) < c.population and len(ind) <= c.max_size \
