@@ -156,3 +156,32 @@ def test_the_tradeoff_reports_both_gates_fit_and_tuned_on_valid(sas):
     rep = tuning.tradeoff(sas["valid"], sas["test"], [0.03], headroom=False,
                           names=["standard_rejection", "leniency"])
     assert not {r["rule"] for r in rep["budgets"][0]["rows"]} & set(tuning.GATES)
+
+
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_acceptance_judged_on_the_top_k_equals_judged_on_the_whole_vocabulary(sas, k):
+    """``emission.acceptance`` evaluates a top-k rule on the draft's top-k tokens only;
+    the thresholds are those of evaluating it on every token and keeping the top-k
+    (the reference below), bit for bit, for trees that give NaN too."""
+    from evolve.data.decode import clipped, judges_every_draft, top_candidates
+    from evolve.rules.adapters import named_rule
+    rng = np.random.default_rng(1)
+    M, V, g = 40, 12, 4
+    p = rng.dirichlet(np.ones(V) * 0.5, M)
+    q = rng.dirichlet(np.ones(V) * 0.5, M)
+    look = lookahead_features(slot_features(p, q)["slot_tv"], g)
+    F = emission.vocab_features(p, q, np.arange(M), np.arange(M) % g, look)
+    value = VG.fit(sas["valid"], True)
+    rules = [TreeRule(treeio.parse(VG.gate_tree(value, 2.0, 0.1)), "gate"),
+             TreeRule(treeio.parse("plog(sub(target_prob, mul(0.5, draft_prob)))"), "nan"),
+             named_rule("hf_ensemble", 0.7)[0]]
+    assert [judges_every_draft(r) for r in rules] == [False, False, True]
+    for rule in rules:
+        h = rule.many({f: v.reshape(-1) for f, v in F.items()})
+        a = clipped(h).reshape(M, V)
+        if not judges_every_draft(rule):
+            in_top = np.zeros((M, V), dtype=bool)
+            np.put_along_axis(in_top, top_candidates(q, k), True, axis=1)
+            a = np.where(in_top, a, np.minimum(1.0, p / q))
+        got = emission.acceptance(p, q, F, rule, k)
+        assert np.array_equal(got, a), rule.name
