@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs figures run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-engines results-engines-neural results-task neural-pair neural-traces install clean
+.PHONY: docs figures run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-value-gate results-engines results-engines-neural results-task neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -83,6 +83,11 @@ results-lookahead-neural: $(STAMP)
 	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
 		--variants lookahead --prompts 4096 --out benchmarks/neural_lookahead_results.json \
 		--runs-dir runs/neural-lookahead-results --section neural-lookahead-results --page
+
+# The learned value gates (with and without the lookahead inputs) against per-position
+# leniency, tuned on valid, free-running on test once per seed of the uniforms
+results-value-gate: $(STAMP)
+	$(BIN)/python benchmarks/value_gate.py --page
 
 # The task world: the built-in arithmetic task recorded greedy and sampled with critical-token
 # labels, every rule family and the learned judge tuned on valid by free-running task accuracy

@@ -2,7 +2,7 @@
 value gates against per-position leniency, offline and free-running: `make
 results-value-gate`.
 
-For each TV budget (0.01 and 0.03 per token) on the default n-gram traces (or any
+For each TV budget (0.01 and 0.03 per token, or --budgets) on the default n-gram traces (or any
 traces with slot features, --data):
 
 1. tune leniency with one parameter per block position on valid (the reference);
@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompts", type=int, default=8192)
     ap.add_argument("--blocks", type=int, default=16)
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
                     help="rewrite the value-gate tables of docs/results.md")
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
         print(markdown(doc))
         return 0
     if a.quick:
-        a.prompts, a.blocks, a.seeds = 32, 4, [1, 2]
+        a.prompts, a.blocks = 8, 2
     t0 = time.perf_counter()
     splits = TR._traces(a.data, a.quick)
     sas = {s: spec.TraceArrays.from_split(splits[s]) for s in ("valid", "test")}
@@ -96,7 +97,7 @@ def main(argv=None) -> int:
                         "rounds": value_gate.ROUNDS, "depth": value_gate.DEPTH,
                         "rate": value_gate.RATE},
            "budgets": []}
-    for budget in BUDGETS:
+    for budget in a.budgets:
         print(f"budget {budget}: tuning on valid", file=sys.stderr)
         ls, _ = headroom.tune_position_leniency(sas["valid"], budget)
         trees = {REFERENCE: headroom.position_leniency_tree(ls)}

@@ -156,3 +156,32 @@ def test_engine_results_quick_decode_every_engine_knob(tmp_path):
             assert "not_exact" not in row, name
             if row["fits_valid"] and name != b["best_tuned_baseline"]["rule"]:
                 assert f"{row['label']} (tuned)" in b["free_running_test"]["rules"], name
+
+
+@pytest.mark.slow
+def test_value_gate_quick(tmp_path):
+    """benchmarks/value_gate.py end to end at tiny sizes: the reference and both gates
+    tuned on valid, decoded paired once per seed, the gate that reads ahead labelled an
+    estimate offline and free-running."""
+    out = tmp_path / "gate.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "value_gate.py"), "--quick",
+                        "--data", str(tmp_path / "traces"), "--out", str(out),
+                        "--budgets", "0.03", "--seeds", "1", "2"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    (b,) = doc["budgets"]
+    ref = "per-position leniency (tuned)"
+    assert list(b["offline_test"]) == [ref, "value gate", "value gate reading ahead"]
+    assert len(b["free_running_test"]) == 2
+    for f, seed in zip(b["free_running_test"], (1, 2)):
+        assert f["seed"] == seed and f["reference"] == ref
+        assert f["rules"]["value gate reading ahead"]["distortion"]["kind"] == "estimate"
+        assert f["rules"]["value gate"]["distortion"]["kind"] == "exact"
+    for label in ("value gate", "value gate reading ahead"):
+        d = [f["versus_reference"][label]["tokens_per_call"]["difference"]
+             for f in b["free_running_test"]]
+        assert b["spread"][label]["mean"] == pytest.approx(sum(d) / 2)
+        assert b["offline_test"][label]["params"]["tv_cap"] == b["tv_cap"]
+        assert b["offline_test"][label]["tv_p99"] <= b["tv_cap"] + 1e-12   # no slot spends more
+    assert "| value gate reading ahead |" in r.stdout and "(estimate)" in r.stdout
