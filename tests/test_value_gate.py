@@ -185,3 +185,27 @@ def test_acceptance_judged_on_the_top_k_equals_judged_on_the_whole_vocabulary(sa
             a = np.where(in_top, a, np.minimum(1.0, p / q))
         got = emission.acceptance(p, q, F, rule, k)
         assert np.array_equal(got, a), rule.name
+
+
+tiny_dir = tracekit.tiny_dir_fixture()
+
+
+def test_evolve_tradeoff_prints_the_gates_and_marks_the_estimate(tiny_dir):
+    """The command's table: each gate with its tuned λ, the one that reads ``ahead``
+    marked an estimate; the Python API's best rule is never an estimate."""
+    import evolve
+    from tests.clikit import invoke
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03)
+    assert r.exit_code == 0, r.output
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("value_gate")}
+    assert set(lines) == set(tuning.GATES)
+    assert "λ=" in lines["value_gate"] and "estimate" not in lines["value_gate"]
+    assert "estimate: reads a lookahead input" in lines["value_gate_ahead"]
+    t = evolve.tradeoff(tiny_dir, budgets=[0.03], installed=False)
+    rows = {r_["rule"]: r_ for r_ in t.rows}
+    assert rows["value_gate_ahead"]["estimate"] and not rows["value_gate"]["estimate"]
+    best = t.best(0.03)
+    assert not best["estimate"]
+    assert best["test_tokens_per_call"] == max(
+        r_["test_tokens_per_call"] for r_ in t.rows if r_["fits_valid"] and not r_["estimate"]
+        and r_["kind"] != "oracle" and r_["test_tokens_per_call"] is not None)

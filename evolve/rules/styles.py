@@ -1,9 +1,9 @@
 """One look per rule, everywhere: the colour and marker of every picture (matplotlib)
 and the letter of the terminal's plain-text plots.
 
-Every family of the rules table (``evolve.rules.table``), the headroom and learned rows of a
-trade-off, and the series a run draws (its hall of fame, NSGA-II front and champion)
-has one fixed ``Style`` here, so a family looks the same in ``evolve tradeoff``'s
+Every family of the rules table (``evolve.rules.table``), the headroom and learned
+rows of a trade-off, and the series a run draws (its hall of fame, NSGA-II front and
+champion) has one fixed ``Style`` here, so a family looks the same in ``evolve tradeoff``'s
 terminal plot, ``evolve inspect``'s, ``pareto.png``, ``evolve tradeoff --png`` and the
 documentation's figures, and its letter in a terminal legend is the one printed in
 the plot. Other series (a run's champion added with ``--run``, the installed rule)
