@@ -106,6 +106,7 @@ def _traces(data_dir: Path, quick: bool, top_k: int | None = None) -> dict:
     return traces.load_splits(data_dir)
 
 
+QUICK_LOOKAHEAD_SLOTS = 64     # --quick: the TV of a lookahead rule at this many slots
 QUICK_TRACES = dict(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
                     valid_prompts=64, test_prompts=32, blocks_per_prompt=8)
 
@@ -213,6 +214,9 @@ def main(argv=None) -> int:
                          "the SGLang knobs exact)")
     ap.add_argument("--section", default=SECTION,
                     help="the page markers to write between (<!-- SECTION:begin -->)")
+    ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
+                    help="reached slots at which the free-running TV of a rule that reads "
+                         "a lookahead input is estimated (--quick: %d)" % QUICK_LOOKAHEAD_SLOTS)
     ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
     ap.add_argument("--render", type=Path, default=None, metavar="JSON",
                     help="only print (and with --page write) the tables of a results file")
@@ -225,6 +229,7 @@ def main(argv=None) -> int:
         return 0
     if a.quick:
         a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4
+        a.lookahead_slots = QUICK_LOOKAHEAD_SLOTS
     t0 = time.perf_counter()
     splits = _traces(a.data, a.quick, a.top_k)
     sas = {k: spec.TraceArrays.from_split(v) for k, v in splits.items()}
@@ -304,7 +309,8 @@ def main(argv=None) -> int:
         decoders.update({k: TreeRule(v[0], k) for k, v in rules.items() if k != ref_label})
         decoders.update(engine_rules)
         free = paired.compare(pair, decoders, split="test", prompts=a.prompts,
-                              blocks=a.blocks, seed=a.seed)
+                              blocks=a.blocks, seed=a.seed,
+                              lookahead_slots=a.lookahead_slots)
         doc["budgets"].append({"budget": budget, "standard_tokens_per_call": std,
                                "oracle_tokens_per_call": oracle, "runs": runs,
                                "tuned_baselines": table,

@@ -209,3 +209,16 @@ def test_evolve_tradeoff_prints_the_gates_and_marks_the_estimate(tiny_dir):
     assert best["test_tokens_per_call"] == max(
         r_["test_tokens_per_call"] for r_ in t.rows if r_["fits_valid"] and not r_["estimate"]
         and r_["kind"] != "oracle" and r_["test_tokens_per_call"] is not None)
+
+
+def test_a_split_too_small_to_split_gives_a_constant_model_and_a_gate_that_still_tunes(sas):
+    """Fewer than 2 x MIN_LEAF rows: every tree is a leaf, the model a constant that reads
+    no input; the gate then accepts all slots or none, and tuning still answers."""
+    small = sas["valid"].blocks(list(range(VG.MIN_LEAF // sas["valid"].g)))
+    assert small.n < 2 * VG.MIN_LEAF
+    value = VG.fit(small)
+    assert not any(n.kind == "input" for n in treeio.parse(value))
+    pred = VG.predictions(value, small)
+    assert pred.shape == (small.n,) and np.all(pred == pred[0])
+    lam, o = VG.tune(value, small, 0.03)
+    assert o.tv_per_token <= 0.03

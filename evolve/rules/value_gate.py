@@ -145,8 +145,11 @@ def fit(sa: spec.TraceArrays, lookahead: bool = False) -> str:
 def predictions(value: str, sa: spec.TraceArrays) -> np.ndarray:
     """The value model's prediction on every drafted row of ``sa`` (n,)."""
     F = sa.features()
-    v = numpy_eval.evaluate(treeio.parse(value), F)
-    return np.asarray(v, dtype=np.float64).reshape(sa.n, sa.k)[:, 0]
+    v = numpy_eval.evaluate(treeio.parse(value), F)     # a scalar if it reads no input
+    v = np.asarray(v, dtype=np.float64)
+    if v.size == 1:
+        return np.full(sa.n, float(v.reshape(-1)[0]))
+    return v.reshape(sa.n, sa.k)[:, 0]
 
 
 def tune(value: str, sa: spec.TraceArrays, budget: float, cap: float | None = None,
