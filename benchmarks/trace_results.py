@@ -106,7 +106,7 @@ def _traces(data_dir: Path, quick: bool, top_k: int | None = None) -> dict:
     return traces.load_splits(data_dir)
 
 
-QUICK_LOOKAHEAD_SLOTS = 64     # --quick: the TV of a lookahead rule at this many slots
+QUICK_LOOKAHEAD_SLOTS = 16     # --quick: the TV of a lookahead rule at this many slots
 QUICK_TRACES = dict(seed=3, max_files=60, max_bytes_per_file=40_000, train_prompts=24,
                     valid_prompts=64, test_prompts=32, blocks_per_prompt=8)
 
