@@ -43,18 +43,10 @@ def test_the_first_tree_splits_where_a_brute_force_search_over_the_same_cuts_doe
             if best is None or sse < best[0] - 1e-9:
                 best = (sse, VG.ROW_INPUTS[j], c, y[left].mean(), y[~left].mean())
     ys = np.asarray(y)
-    got = VG._grow(*_binned(X), ys - ys.mean(), np.arange(len(ys)), 1)
+    got = VG._grow(*VG.binned(X), ys - ys.mean(), np.arange(len(ys)), 1)
     j, c, lo, hi = got
     assert (VG.ROW_INPUTS[j], c) == best[1:3]
     assert lo + ys.mean() == pytest.approx(best[3]) and hi + ys.mean() == pytest.approx(best[4])
-
-
-def _binned(X):
-    qs = np.linspace(0.0, 1.0, VG.BINS + 1)[1:-1]
-    cuts = [np.unique(np.quantile(X[:, j], qs)) for j in range(X.shape[1])]
-    cuts = [c[c > X[:, j].min()] for j, c in enumerate(cuts)]
-    B = np.stack([np.searchsorted(c, X[:, j], side="right") for j, c in enumerate(cuts)], 1)
-    return B, cuts
 
 
 @pytest.mark.parametrize("lookahead", [False, True])
@@ -201,6 +193,8 @@ def test_evolve_tradeoff_prints_the_gates_and_marks_the_estimate(tiny_dir):
     assert set(lines) == set(tuning.GATES)
     assert "λ=" in lines["value_gate"] and "estimate" not in lines["value_gate"]
     assert "estimate: reads a lookahead input" in lines["value_gate_ahead"]
+    oracle = next(ln for ln in r.stdout.splitlines() if ln.startswith("knapsack_oracle"))
+    assert "a bound, not a rule" in oracle and "over budget" not in oracle
     t = evolve.tradeoff(tiny_dir, budgets=[0.03], installed=False)
     rows = {r_["rule"]: r_ for r_ in t.rows}
     assert rows["value_gate_ahead"]["estimate"] and not rows["value_gate"]["estimate"]

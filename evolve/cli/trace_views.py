@@ -86,10 +86,10 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
             note = []
             if r["kind"] == "oracle":
                 note.append("a bound, not a rule")
-            if r.get("estimate"):
-                note.append("estimate: reads a lookahead input")
             elif not r["fits_valid"]:
                 note.append("over budget on valid")
+            if r.get("estimate"):
+                note.append("estimate: reads a lookahead input")
             if r["over_budget_test"]:
                 note.append("over budget on test")
             share = r.get("oracle_share")
