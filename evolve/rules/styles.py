@@ -3,9 +3,9 @@ and the letter of the terminal's plain-text plots.
 
 Every family of the rules table (``evolve.rules.table``), the headroom and learned
 rows of a trade-off, and the series a run draws (its hall of fame, NSGA-II front and
-champion) has one fixed ``Style`` here, so a family looks the same in ``evolve tradeoff``'s
-terminal plot, ``evolve inspect``'s, ``pareto.png``, ``evolve tradeoff --png`` and the
-documentation's figures, and its letter in a terminal legend is the one printed in
+champion) has one fixed ``Style`` here, so a family looks the same in ``evolve
+tradeoff``'s terminal plot, ``evolve inspect``'s, ``pareto.png``, ``evolve tradeoff
+--png`` and the documentation's figures, and its letter in a terminal legend is the one printed in
 the plot. Other series (a run's champion added with ``--run``, the installed rule)
 take the ``OTHERS`` in turn. This module imports nothing, so the command line can
 read it without loading the rules table.

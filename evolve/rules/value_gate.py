@@ -24,9 +24,9 @@ the predicted value is high:
   (``evolve.rules.kernel``).
 
 The gate's form is ``evolve.rules.table.gate_tree`` (``--seed-baselines`` with
-``--lookahead`` seeds the search with it on ``ahead``). The model and the gate are one tree of the primitive language (nested ``ite`` of
-``lt`` comparisons, summed), so the gate is scored, compared free-running and
-exported exactly as any rule is. It reads slot features, so it needs traces that have
+``--lookahead`` seeds the search with it on ``ahead``). The model and the gate are one
+tree of the primitive language (nested ``ite`` of ``lt`` comparisons, summed), so the
+gate is scored, compared free-running and exported exactly as any rule is. It reads slot features, so it needs traces that have
 them; with ``lookahead`` its offline numbers are an estimate, as for every rule that
 reads ``next_tv`` or ``ahead``, and the free-running comparison measures it.
 """
@@ -61,6 +61,18 @@ def _rows(sa: spec.TraceArrays, names) -> np.ndarray:
     F = sa.features()
     return np.stack([np.asarray(F[f], dtype=np.float64).reshape(sa.n, sa.k)[:, 0]
                      for f in names], axis=1)
+
+
+def binned(X: np.ndarray) -> tuple[np.ndarray, list]:
+    """``(B, cuts)``: each input's candidate cuts (its ``BINS`` quantiles above its
+    least value, so that each splits) and every row's bin under them (x < cuts[t]
+    exactly when the bin is at most t)."""
+    qs = np.linspace(0.0, 1.0, BINS + 1)[1:-1]
+    cuts = [np.unique(np.quantile(X[:, j], qs)) for j in range(X.shape[1])]
+    cuts = [c[c > X[:, j].min()] for j, c in enumerate(cuts)]
+    B = np.stack([np.searchsorted(c, X[:, j], side="right") for j, c in enumerate(cuts)],
+                 axis=1)
+    return B, cuts
 
 
 def _grow(B: np.ndarray, cuts: list, r: np.ndarray, idx: np.ndarray, depth: int):
@@ -127,11 +139,7 @@ def fit(sa: spec.TraceArrays, lookahead: bool = False) -> str:
     names = inputs(lookahead)
     X = _rows(sa, names)
     y = headroom.continuation(sa)
-    qs = np.linspace(0.0, 1.0, BINS + 1)[1:-1]
-    cuts = [np.unique(np.quantile(X[:, j], qs)) for j in range(X.shape[1])]
-    cuts = [c[c > X[:, j].min()] for j, c in enumerate(cuts)]   # a cut that splits
-    B = np.stack([np.searchsorted(c, X[:, j], side="right") for j, c in enumerate(cuts)],
-                 axis=1)                  # x < cuts[t]  <=>  bin <= t
+    B, cuts = binned(X)
     base = float(y.mean())
     f = np.full(len(y), base)
     terms = [repr(base)]
