@@ -51,7 +51,8 @@ from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives.task_objectives import TaskData, metrics_of  # noqa: E402
 from evolve.rules import judge  # noqa: E402
-from benchmarks.trace_results import _commit, _shown  # noqa: E402  (one copy of each)
+from benchmarks.trace_results import (  # noqa: E402  (one copy of each)
+    _commit, _shown, quick_and_render_args, rendered)
 from evolve.rules.adapters import TreeRule, named_rule  # noqa: E402
 from evolve.rules.table import RULES, families  # noqa: E402
 
@@ -242,15 +243,9 @@ def main(argv=None) -> int:
                     help="rewrite the section of docs/results.md and its picture")
     ap.add_argument("--jobs", type=int, default=2,
                     help="decodings run at once, each in its own process [2]")
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print (and with --page write) the tables of a results file")
+    quick_and_render_args(ap)
     a = ap.parse_args(argv)
-    if a.render is not None:
-        doc = json.loads(a.render.read_text())
-        if a.page:
-            write_page(doc)
-        print(markdown(doc))
+    if rendered(a, markdown, write_page):
         return 0
     sizes = dict(SIZES)
     if a.quick:

@@ -94,6 +94,25 @@ def _shown(path: Path) -> str:
     return str(path)
 
 
+def quick_and_render_args(ap: argparse.ArgumentParser) -> None:
+    """The two options every results script takes: --quick and --render."""
+    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
+    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
+                    help="only print (and with --page write) the tables of a results file")
+
+
+def rendered(a: argparse.Namespace, markdown, write) -> bool:
+    """With --render: print the tables of that results file (``markdown(doc)``) and, with
+    --page, ``write(doc)`` them into the page; False (nothing done) without it."""
+    if a.render is None:
+        return False
+    doc = json.loads(a.render.read_text())
+    if a.page:
+        write(doc)
+    print(markdown(doc))
+    return True
+
+
 def _traces(data_dir: Path, quick: bool, top_k: int | None = None) -> dict:
     if not (data_dir / "train.npz").exists() and data_dir.name.startswith("neural-traces"):
         raise SystemExit(f"{data_dir}: no traces; record them with `make neural-pair "
@@ -217,15 +236,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
                     help="reached slots at which the free-running TV of a rule that reads "
                          "a lookahead input is estimated (--quick: %d)" % QUICK_LOOKAHEAD_SLOTS)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print (and with --page write) the tables of a results file")
+    quick_and_render_args(ap)
     a = ap.parse_args(argv)
-    if a.render is not None:
-        doc = json.loads(a.render.read_text())
-        if a.page:
-            write_page(doc, a.section)
-        print(markdown(doc))
+    if rendered(a, markdown, lambda doc: write_page(doc, a.section)):
         return 0
     if a.quick:
         a.starts, a.population, a.generations, a.prompts, a.blocks = 2, 40, 3, 32, 4

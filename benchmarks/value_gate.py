@@ -73,15 +73,9 @@ def main(argv=None) -> int:
     ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
                     help="reached slots at which the free-running TV of a rule that reads "
                          "a lookahead input is estimated (--quick: %d)" % TR.QUICK_LOOKAHEAD_SLOTS)
-    ap.add_argument("--quick", action="store_true", help="tiny sizes (a smoke test)")
-    ap.add_argument("--render", type=Path, default=None, metavar="JSON",
-                    help="only print (and with --page write) the tables of a results file")
+    TR.quick_and_render_args(ap)
     a = ap.parse_args(argv)
-    if a.render is not None:
-        doc = json.loads(a.render.read_text())
-        if a.page:
-            TR.write_page(doc, SECTION, markdown)
-        print(markdown(doc))
+    if TR.rendered(a, markdown, lambda doc: TR.write_page(doc, SECTION, markdown)):
         return 0
     if a.quick:
         a.prompts, a.blocks = 8, 2
