@@ -14,33 +14,37 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.data.decode import clipped, decode
-from evolve.data.sources.task import grammar
-from evolve.data.sources.task.pair import prompts_of
-from evolve.data.sources.task.record import CHECKER, max_new_of
+from evolve.data.decode import BATCH, clipped, decode
 from evolve.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
 
 
 def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool) -> dict:
     """Per problem: ``correct`` (bool), ``tokens`` (up to and including the end of the
-    answer) and ``calls`` (target calls it took), and the answers."""
+    answer, at most the pair's ``max_tokens``) and ``calls`` (target calls it took),
+    and the answers. ``pair`` is a task pair (``evolve.data.sources.task.pair``'s
+    interface: the built-in pair or a Hugging Face one)."""
     rule = None if rule is None else as_rule(rule)
-    H, rngs = prompts_of(pair, split, prompts)
+    H, rngs = pair.prompts(split, prompts)
     problems = pair.problems[split][:len(H)]
-    C = pair.context_len
-    _, acc, hist, lens = decode(pair, H, rngs, max_new_of(pair, split), rule=rule,
-                                record=False, history=True, greedy=greedy, end=grammar.PAD)
+    C = H.shape[1]
+    _, acc, hist, lens = decode(pair, H, rngs, pair.max_new(split),
+                                batch=getattr(pair, "batch", BATCH), rule=rule, record=False,
+                                history=True, greedy=greedy, end=pair.end,
+                                max_tokens=pair.max_tokens)
     calls = (acc >= 0).sum(axis=1).astype(np.float64)
     correct, tokens, answers = [], [], []
     for i, p in enumerate(problems):
-        text = hist[i, C:lens[i]].tobytes()
-        cut = text.find(bytes([grammar.PAD]))
-        body = text if cut < 0 else text[:cut]
-        tokens.append(len(text) if cut < 0 else cut + 1)
-        answer = CHECKER.extract(body.decode("latin-1"))
+        text = hist[i, C:lens[i]]
+        if pair.max_tokens is not None:
+            text = text[:pair.max_tokens]
+        ends = np.flatnonzero(text == pair.end) if pair.end is not None else []
+        body = text if len(ends) == 0 else text[:ends[0]]
+        tokens.append(len(text) if len(ends) == 0 else int(ends[0]) + 1)
+        body = pair.body(body)
+        answer = pair.checker.extract(body)
         answers.append(answer)
-        correct.append(answer is not None and CHECKER.check(body.decode("latin-1"), p.answer))
+        correct.append(answer is not None and pair.checker.check(body, p.answer))
     return {"correct": np.array(correct, dtype=bool), "tokens": np.array(tokens, np.float64),
             "calls": calls, "answers": answers}
 

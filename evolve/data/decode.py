@@ -15,7 +15,10 @@ those after the first rejection (another rule might have reached them).
 A pair is any object with ``target`` and ``draft`` models (``probs(H)``: next-
 token distributions for a batch of histories) and a ``config`` with
 ``block_size``, ``top_k`` and ``context_len``: the n-gram pair of
-``evolve.data.sources.ngram``.
+``evolve.data.sources.ngram``, the task pair. A pair over another vocabulary than
+the bytes says so with ``vocab`` (its size) and ``token_dtype`` (of the recorded
+token ids); the histories keep the prompts' dtype (the Hugging Face task pair:
+int32, left-padded with -1).
 """
 
 from __future__ import annotations
@@ -201,7 +204,8 @@ BATCH = 256      # prompts decoded together (results do not depend on it)
 
 def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
            rule=None, record: bool = True, pos0=None, history: bool = False,
-           greedy: bool = False, end: int | None = None, tick=None):
+           greedy: bool = False, end: int | None = None, tick=None,
+           max_tokens: int | None = None):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -223,13 +227,15 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
     block has emitted it, and decoding stops when every sequence has (at most
     ``blocks`` blocks). The records then hold the column ``live`` (the row's block
     began before its sequence ended), and blocks after the end count -1 accepted.
+    ``max_tokens``: a sequence also ends once it has generated that many tokens
+    (the last block may pass it by up to g tokens), with the same records.
 
     Returns ``(columns, accepted)``: the v1 + v2 + v3 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
     and the accepted draft count of every block, int64 (n, blocks); with
-    ``history`` also the decoded text, uint8 (n, prompt + blocks (g + 1)), and
-    each row's length, as a third and fourth value. ``tick()``, when given, is called
-    after each batch of ``batch`` prompts.
+    ``history`` also the decoded text (n, prompt + blocks (g + 1)), in the prompts'
+    dtype, and each row's length, as a third and fourth value. ``tick()``, when
+    given, is called after each batch of ``batch`` prompts.
     """
     cfg = pair.config
     g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
@@ -248,7 +254,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
     for s0 in range(0, n, batch):
         cols, n_acc, hist, lens = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
                                                 blocks, g, k, C, s0, rule, record,
-                                                pos0[s0:s0 + batch], greedy, end)
+                                                pos0[s0:s0 + batch], greedy, end,
+                                                max_tokens)
         parts.append(cols)
         accepted.append(n_acc)
         if history:
@@ -265,10 +272,13 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
 
 
 def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False,
-                  end=None):
+                  end=None, max_tokens=None):
     B = prompts.shape[0]
     L0 = prompts.shape[1]
-    hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=np.uint8)
+    V = getattr(pair, "vocab", VOCAB)
+    tdt = getattr(pair, "token_dtype", np.uint8)
+    stops = end is not None or max_tokens is not None
+    hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=prompts.dtype)
     hist[:, :L0] = prompts
     lens = np.full(B, L0, dtype=np.int64)
     rows = np.arange(B)
@@ -281,29 +291,29 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
         rec.setdefault(name, []).append(arr)
 
     for t in range(blocks):
-        if end is not None and done.all():
+        if stops and done.all():
             accepted[:, t:] = -1
             break
         ran = t + 1
         live = ~done
         gen_before = lens - L0 + pos0
-        ext = np.zeros((B, C + g), dtype=np.uint8)
+        ext = np.zeros((B, C + g), dtype=hist.dtype)
         ext[:, :C] = hist[rows[:, None], lens[:, None] - C + np.arange(C)[None, :]]
-        Q = np.empty((B, g, VOCAB))
+        Q = np.empty((B, g, V))
         for j in range(g):
             Q[:, j] = pair.draft.probs(ext[:, j:j + C])
             ext[:, C + j] = (np.argmax(Q[:, j], axis=1) if greedy
                              else sample_rows(Q[:, j], U[:, t, j]))
         ctxs = np.stack([ext[:, j:j + C] for j in range(g + 1)], axis=1)      # (B, g+1, C)
-        P = pair.target.probs(ctxs.reshape(B * (g + 1), C)).reshape(B, g + 1, VOCAB)
+        P = pair.target.probs(ctxs.reshape(B * (g + 1), C)).reshape(B, g + 1, V)
         X = ext[:, C:].astype(np.int64)                                       # (B, g)
         qx = np.take_along_axis(Q, X[:, :, None], axis=2)[:, :, 0]
         px = np.take_along_axis(P[:, :g], X[:, :, None], axis=2)[:, :, 0]
         rand = U[:, t, g:2 * g]
-        Pg = P[:, :g].reshape(B * g, VOCAB)
-        Qg = Q.reshape(B * g, VOCAB)
+        Pg = P[:, :g].reshape(B * g, V)
+        Qg = Q.reshape(B * g, V)
         if record or rule is not None:
-            cs = candidate_summary(Pg, Qg, k)
+            cs = candidate_summary(Pg, Qg, k, tdt)
         if greedy:      # matches kept, a rule judges the mismatches
             match = X == np.argmax(P[:, :g], axis=2)
             a_x = (match.astype(np.float64) if rule is None else np.where(
@@ -329,10 +339,13 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
         for j in range(g + 1):
             m = emit[:, j]
             hist[m, lens[m] + j] = out[m, j]
-        if end is not None:     # an ended sequence keeps its text; its blocks count -1
+        if stops:       # an ended sequence keeps its text; its blocks count -1
             accepted[:, t] = np.where(live, n_acc, -1)
             lens = lens + np.where(live, n_acc + 1, 0)
-            done = done | (live & ((out == end) & emit).any(axis=1))
+            if end is not None:
+                done = done | (live & ((out == end) & emit).any(axis=1))
+            if max_tokens is not None:
+                done = done | (lens - L0 >= max_tokens)
         else:
             lens = lens + n_acc + 1
         if not record:
@@ -343,7 +356,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
                                   seq0 + rows, t).items():
             put(f, v)
         put("context", ctxs[:, :g].reshape(B * g, C))
-        if end is not None:
+        if stops:
             put("live", np.repeat(live, g))
     if not record:
         return None, accepted, hist, lens

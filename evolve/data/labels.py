@@ -34,18 +34,23 @@ def could_reject(cols: dict, greedy: bool) -> np.ndarray:
     return np.asarray(cols["target_prob"]) < np.asarray(cols["draft_prob"])
 
 
-def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new: int,
+def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new,
                   pad: int = 0) -> tuple[list, int]:
     """The texts after continuing every history (B, L) with the target until
-    ``done_of(text)`` or ``max_new`` more tokens (greedy: argmax; else inverse-CDF with
-    ``uniforms`` (B, max_new)); leading ``pad`` bytes are not text. Returns the texts and
-    the forward passes spent (rows x positions)."""
+    ``done_of(text)`` or ``max_new`` more tokens (a number, or one per row; greedy:
+    argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
+    not text. A text is a list of token ids (byte values for a byte-level pair).
+    Returns the texts and the forward passes spent (rows x positions)."""
     C = pair.context_len
     B = hist.shape[0]
-    texts = [bytes(h).lstrip(bytes([pad])) for h in hist]
-    done = np.array([bool(done_of(t)) for t in texts], dtype=bool)
+    limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
+    texts = []
+    for h in hist:
+        first = np.flatnonzero(h != pad)
+        texts.append(h[first[0]:].tolist() if first.size else [])
+    done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
     passes = 0
-    for step in range(max_new):
+    for step in range(int(limit.max(initial=0))):
         live = np.flatnonzero(~done)
         if live.size == 0:
             break
@@ -53,39 +58,46 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
         P = pair.target.probs(window)
         passes += live.size
         nxt = (np.argmax(P, axis=1) if greedy else sample_rows(P, uniforms[live, step]))
-        hist = np.concatenate([hist, np.full((B, 1), pad, dtype=np.uint8)], axis=1)
-        hist[live, -1] = nxt.astype(np.uint8)
+        hist = np.concatenate([hist, np.full((B, 1), pad, dtype=hist.dtype)], axis=1)
+        hist[live, -1] = nxt
         for i, b in zip(live, nxt):
-            texts[i] += bytes([int(b)])
-            if done_of(texts[i]):
+            texts[i].append(int(b))
+            if step + 1 >= limit[i] or done_of(texts[i]):
                 done[i] = True
     return texts, passes
 
 
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
-         pad: int = 0, batch: int = BATCH) -> tuple[np.ndarray, dict]:
+         pad: int = 0, batch: int = BATCH, max_tokens: int | None = None
+         ) -> tuple[np.ndarray, dict]:
     """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed; cost) of
-    a recording's columns ``cols`` (``context`` (N, C) the bytes before each drafted
-    row, ``token``, ``target_top``, ``target_prob``, ``draft_prob``)."""
+    a recording's columns ``cols`` (``context`` (N, C) the tokens before each drafted
+    row, in the histories' dtype, ``token``, ``target_top``, ``target_prob``,
+    ``draft_prob``, ``position``). Each continuation runs ``max_new`` tokens at most,
+    and with ``max_tokens`` (the decoder's budget of generated tokens) no further than
+    that budget: the substituted token and its continuation end where the text would."""
     t0 = time.perf_counter()
     rows = np.flatnonzero(could_reject(cols, greedy))
     labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
     passes = 0
     for s in range(0, rows.size, batch):
         r = rows[s:s + batch]
-        ctx = np.asarray(cols["context"][r], dtype=np.uint8)
+        ctx = np.asarray(cols["context"][r])
         u = np.random.default_rng((seed, s)).random((r.size, max_new + 1))
-        sub = np.concatenate([ctx, np.asarray(cols["token"][r], np.uint8)[:, None]], axis=1)
+        limit = max_new
+        if max_tokens is not None:
+            limit = np.minimum(max_new, max_tokens - 1 - np.asarray(cols["position"])[r])
+        sub = np.concatenate([ctx, np.asarray(cols["token"][r], ctx.dtype)[:, None]], axis=1)
         if greedy:
-            own = np.concatenate([ctx, np.asarray(cols["target_top"][r], np.uint8)[:, None]],
+            own = np.concatenate([ctx, np.asarray(cols["target_top"][r], ctx.dtype)[:, None]],
                                  axis=1)
         else:           # the target's own draw at the row, then the same uniforms
             P = pair.target.probs(ctx[:, -pair.context_len:])
             passes += r.size
-            own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(np.uint8)[:, None]],
+            own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
                                  axis=1)
-        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, max_new, pad)
-        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, max_new, pad)
+        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad)
+        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad)
         passes += pa + pb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
     seconds = time.perf_counter() - t0

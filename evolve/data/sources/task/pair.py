@@ -14,6 +14,14 @@ Both expose ``probs(H)`` on (B, C) uint8 histories, C = ``context_len``, and the
 pair's ``config`` (``TaskPairConfig``) holds ``block_size``, ``top_k``,
 ``context_len``, ``temperature`` and ``seed``, so ``evolve.data.decode.decode``
 decodes with the pair as it is.
+
+The pair is also what the recorder (``record``) and the arbiter
+(``evolve.task_compare``) ask of a task, the interface the Hugging Face task pair
+(``hf_pair``) has too: ``prompts(split, n)`` (padded prompts and their generators),
+``max_new(split)`` (blocks to decode at most), ``end`` and ``max_tokens`` (what ends
+a text), ``pad``, ``body(tokens)`` (a generated text before its end, as text),
+``answer_of`` and ``done_of`` (of a history's tokens), ``checker`` and
+``task_meta()``.
 Prompts are left-padded with ``PAD`` ("no text" to both models) to ``context_len``
 bytes (``pad_prompts``); ``context_len`` must hold every prompt and the longest
 solution the grammar allows for it, which ``build_pair`` checks.
@@ -28,6 +36,7 @@ import numpy as np
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.sources.ngram import ConfigFields, TraceConfigError
 from evolve.data.sources.task import arithmetic, grammar
+from evolve.data.sources.task.checker import DelimiterChecker
 from evolve.data.sources.task.files import Problem
 from evolve.data.sources.task.story import PROMPT_END, parse_prompt
 from evolve.data.sources.task.target import GrammarTarget
@@ -78,9 +87,41 @@ class TaskPair:
     problems: dict                   # split -> list of Problem
     config: TaskPairConfig
 
+    end = grammar.PAD                # a solution ends with PAD after its text
+    pad = grammar.PAD                # prompts are left-padded with it ("no text")
+    max_tokens = None                # no budget of generated tokens: the grammar ends
+    checker = DelimiterChecker()     # "#### answer"
+
     @property
     def context_len(self) -> int:
         return self.config.context_len
+
+    def prompts(self, split: str, n: int | None = None):
+        return prompts_of(self, split, n)
+
+    def max_new(self, split: str) -> int:
+        """Blocks to decode at most: the most bytes a solution of the split can take
+        (the grammar's longest), and as many again for a text that leaves the grammar."""
+        return 2 * max(grammar.longest_solution(parse_prompt(p.prompt))
+                       for p in self.problems[split])
+
+    def body(self, tokens) -> str:
+        """A generated text (its bytes) before its end, as text (one byte a character)."""
+        b = bytes(bytearray(tokens))
+        return b.split(bytes([self.end]), 1)[0].decode("latin-1")
+
+    def answer_of(self, tokens):
+        """The final answer in a history (leading PAD dropped), None when it has none."""
+        b = bytes(bytearray(tokens)).lstrip(bytes([self.pad]))
+        return self.checker.extract(self.body(b))
+
+    def done_of(self, tokens) -> bool:
+        """Whether a history has ended: the solution's end (PAD after text)."""
+        return self.end in bytes(bytearray(tokens)).lstrip(bytes([self.pad]))
+
+    def task_meta(self) -> dict:
+        return {"name": "arithmetic", "source": "arithmetic",
+                "checker": "#### (the last delimiter's line)", "end": self.end}
 
     def describe(self) -> dict:
         return {"task": "arithmetic", "target": self.target.describe(),

@@ -28,11 +28,8 @@ import numpy as np
 from evolve.data import labels as LB
 from evolve.data import tokens as D
 from evolve.data import traces as T
-from evolve.data.decode import decode
-from evolve.data.sources.task import grammar
+from evolve.data.decode import BATCH, decode
 from evolve.data.sources.task.checker import DelimiterChecker
-from evolve.data.sources.task.pair import TaskPair, prompts_of
-from evolve.data.sources.task.story import parse_prompt
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
 from evolve.io import jsonio
@@ -43,28 +40,9 @@ LABELS_VERSION = 1
 CHECKER = DelimiterChecker()          # the arithmetic task's "#### answer"
 
 
-def text_of(b: bytes) -> str:
-    """A decoded history as text (leading PAD bytes dropped; bytes kept one to one)."""
-    return bytes(b).lstrip(bytes([grammar.PAD])).decode("latin-1")
-
-
-def answer_of(b: bytes):
-    """The final answer in a decoded history (None when it has none)."""
-    return CHECKER.extract(text_of(b).split(chr(grammar.PAD), 1)[0])
-
-
-def done_of(b: bytes) -> bool:
-    """Whether a history has ended: the solution's end (PAD after text)."""
-    t = bytes(b).lstrip(bytes([grammar.PAD]))
-    return grammar.PAD in t
-
-
-def max_new_of(pair: TaskPair, split: str) -> int:
-    """The most bytes a solution of the split can take (the grammar's longest), and
-    some more for a text that leaves the grammar."""
-    longest = max(grammar.longest_solution(parse_prompt(p.prompt))
-                  for p in pair.problems[split])
-    return 2 * longest
+def max_new_of(pair, split: str) -> int:
+    """Blocks a split's texts decode at most (``pair.max_new``)."""
+    return pair.max_new(split)
 
 
 @dataclass
@@ -92,28 +70,33 @@ class TaskSplit:
         return len(self.traces)
 
 
-def record_split(pair: TaskPair, split: str, mode: str, seed: int = 0,
-                 prompts: int | None = None) -> TaskSplit:
-    """The traces and labels of a split's first ``prompts`` problems (all: None)."""
+def record_split(pair, split: str, mode: str, seed: int = 0,
+                 prompts: int | None = None, progress=None) -> TaskSplit:
+    """The traces and labels of a split's first ``prompts`` problems (all: None) of a
+    task pair (the built-in ``TaskPair``, or ``hf_pair.HFTaskPair``)."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     greedy = mode == "greedy"
-    H, rngs = prompts_of(pair, split, prompts)
-    max_new = max_new_of(pair, split)
-    cols, _ = decode(pair, H, rngs, max_new, record=True, greedy=greedy, end=grammar.PAD)
+    H, rngs = pair.prompts(split, prompts)
+    max_new = pair.max_new(split)
+    cols, _ = decode(pair, H, rngs, max_new, batch=getattr(pair, "batch", BATCH),
+                     record=True, greedy=greedy, end=pair.end, max_tokens=pair.max_tokens,
+                     tick=progress)
     live = cols.pop("live")
     cols = {f: np.ascontiguousarray(v[live]) for f, v in cols.items()}
     cfg = pair.config
     meta = {"format_version": T.SLOT_VERSION, "rows": int(live.sum()), "name": split,
             "backend": "task", "block_size": cfg.block_size, "top_k": cfg.top_k,
             "context_len": cfg.context_len, "config": cfg.to_dict(), "decoding": mode,
-            "task": {"name": "arithmetic", "checker": "#### (the last delimiter's line)",
-                     "problems": len(H), "end": grammar.PAD},
+            "task": {**pair.task_meta(), "problems": len(H)},
             "models": pair.describe()}
+    if getattr(pair, "vocab", None) is not None:
+        meta["vocab_size"] = pair.vocab
     ts = T.TraceSplit(cols, meta, split)
     T.validate(ts, f"<{split} task traces>")
-    critical, cost = LB.mine(pair, cols, answer_of, done_of, greedy, max_new, seed,
-                             pad=grammar.PAD)
+    critical, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, greedy, max_new, seed,
+                             pad=pair.pad, max_tokens=pair.max_tokens,
+                             batch=getattr(pair, "batch", LB.BATCH))
     return TaskSplit(ts, critical, {"labels_version": LABELS_VERSION, "kind": "answer change",
                                     "decoding": mode, "rows": len(ts), "mined": cost})
 
