@@ -36,22 +36,28 @@ def done_of(text: bytes) -> bool:
     return len(text) >= END
 
 
-def _cols(positions, tokens, tops):
-    """Rows drafted at text position k (0-based) of the text 1, 2, ..., k."""
+def _cols(positions, tokens, tops, prompt=()):
+    """Rows drafted at text position k (0-based) of the text 1, 2, ..., k (after the
+    ``prompt`` bytes)."""
     ctx = np.zeros((len(positions), C), dtype=np.uint8)          # left-padded with 0
     for i, k in enumerate(positions):
-        if k:
-            ctx[i, -k:] = np.arange(1, k + 1)
+        row = list(prompt) + list(range(1, k + 1))
+        if row:
+            ctx[i, -len(row):] = row
     return {"context": ctx, "token": np.asarray(tokens), "target_top": np.asarray(tops),
+            "position": np.asarray(positions),
             "target_prob": np.full(len(tokens), 0.1), "draft_prob": np.full(len(tokens), 0.5)}
 
 
-def test_greedy_labels_follow_the_answer():
-    # drafts at text positions 2, 5, 6, 8: the target's argmax is k + 1 there
+@pytest.mark.parametrize("prompt", [(), (200, 201)])
+def test_greedy_labels_follow_the_answer(prompt):
+    # drafts at text positions 2, 5, 6, 8: the target's argmax is k + 1 there; the
+    # answer and the end are read from the generated text alone (the prompt's bytes
+    # are not text: they would move the answer's place)
     pos = [2, 5, 6, 8, 3]
     tops = [k + 1 for k in pos]
     toks = [50, 60, 70, 80, tops[4]]                 # the last is the target's own: no label
-    labels, cost = L.mine(PAIR, _cols(pos, toks, tops), answer_of, done_of, True, 12)
+    labels, cost = L.mine(PAIR, _cols(pos, toks, tops, prompt), answer_of, done_of, True, 12)
     # before byte 6 (positions 2, 5): the answer changes; at 6 itself too; after: not
     assert labels.tolist() == [1, 1, 1, 0, L.UNLABELED]
     assert cost["rows"] == 4 and cost["critical"] == 3 and cost["target_forward_rows"] > 0

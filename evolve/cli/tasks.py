@@ -26,49 +26,108 @@ def _default_dir() -> Path:
 @click.option("--decoding", type=str, default="greedy", show_default=True,
               help="greedy (the draft's argmax, kept iff it is the target's) or sample.")
 @click.option("--seed", type=int, default=0, show_default=True,
-              help="The problems, the draft's training and the decoding.")
+              help="The problems (or the split of a task file), the draft's training and "
+                   "the decoding.")
 @click.option("--block-size", type=int, default=4, show_default=True, help="Drafts per block.")
 @click.option("--top-k", type=int, default=16, show_default=True,
               help="Draft candidates stored per drafted position.")
-@click.option("--train-prompts", type=int, default=1000, show_default=True)
-@click.option("--valid-prompts", type=int, default=300, show_default=True)
-@click.option("--test-prompts", type=int, default=300, show_default=True)
+@click.option("--temperature", type=float, default=1.0, show_default=True,
+              help="Applied to both models.")
+@click.option("--train-prompts", type=int, default=None,
+              help="Problems of train (built-in task: 1000; a task file: the first N of "
+                   "its train split, default all).")
+@click.option("--valid-prompts", type=int, default=None, help="As --train-prompts (300).")
+@click.option("--test-prompts", type=int, default=None, help="As --train-prompts (300).")
+@click.option("--task-file", type=click.Path(path_type=Path), default=None,
+              help="Your task: JSON lines with prompt, answer and an optional split; "
+                   "with --target and --draft.")
+@click.option("--target", default=None, metavar="PATH_OR_ID",
+              help="Your target model (a Hugging Face directory or hub id).")
+@click.option("--draft", default=None, metavar="PATH_OR_ID", help="Your draft model.")
+@click.option("--max-new-tokens", type=int, default=256, show_default=True,
+              help="Task file: generated tokens per problem at most (the end-of-text token "
+                   "ends a text before).")
+@click.option("--delimiter", default=None,
+              help="Task file: the answer is the line after the last DELIMITER "
+                   "(default ####).")
+@click.option("--answer-regex", default=None, metavar="REGEX",
+              help="Task file: the answer is this pattern's group 'answer' (or group 1) at "
+                   "its last match, instead of a delimiter.")
+@click.option("--device", default="cpu", show_default=True, help="Task file: cpu, cuda or auto.")
+@click.option("--dtype", default="float32", show_default=True,
+              help="Task file: float32, float16, bfloat16 or auto.")
+@click.option("--batch-size", type=int, default=16, show_default=True,
+              help="Task file: problems decoded together.")
 @click.option("--force", is_flag=True, help="Overwrite existing task traces.")
 @friendly_errors
-def data_task(out, decoding, seed, block_size, top_k, train_prompts, valid_prompts,
-              test_prompts, force):
-    """Record the built-in arithmetic task: every problem decoded with the standard rule
-    up to its answer, and each draft it could reject labelled critical or not."""
+def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts,
+              valid_prompts, test_prompts, task_file, target, draft, max_new_tokens,
+              delimiter, answer_regex, device, dtype, batch_size, force):
+    """Record a task: every problem decoded with the standard rule up to its answer, and
+    each draft it could reject labelled critical or not. By default the built-in
+    arithmetic task and its pair; with --task-file, --target and --draft, your own."""
     # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources.ngram import TraceConfigError
     # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources.task import pair as TP
     from evolve.data.sources.task import record    # lazy: start-up (a command loads only what it runs)
     need(decoding in MODES, "--decoding", decoding, " or ".join(MODES))
+    own = (task_file, target, draft)
+    if any(v is not None for v in own) and not all(v is not None for v in own):
+        missing = [o for o, v in zip(("--task-file", "--target", "--draft"), own) if v is None]
+        fail(f"{missing[0]}: needed with "
+             + " and ".join(o for o, v in zip(("--task-file", "--target", "--draft"), own)
+                            if v is not None)
+             + " (your own task is decoded by your own pair)")
+    if task_file is None:
+        for option, value in (("--delimiter", delimiter), ("--answer-regex", answer_regex)):
+            if value is not None:
+                fail(f"{option}: only with --task-file (the built-in task's answers follow "
+                     "####)")
+    if delimiter is not None and answer_regex is not None:
+        fail("--answer-regex: give --delimiter or --answer-regex, not both")
     out = Path(out) if out else _default_dir()
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     have = [s for s in ("train", "valid", "test") if (out / f"{s}.npz").exists()]
     if have and not force:
         fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite")
+    tm = term()
+    t0 = time.perf_counter()
     try:
-        cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                train_prompts=train_prompts, valid_prompts=valid_prompts,
-                                test_prompts=test_prompts)
-        cfg.validate()
-        tm = term()
-        t0 = time.perf_counter()
-        pair = TP.build_pair(cfg)
+        if task_file is None:
+            counts = {"train_prompts": train_prompts or 1000,
+                      "valid_prompts": valid_prompts or 300, "test_prompts": test_prompts or 300}
+            cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
+                                    temperature=temperature, **counts)
+            cfg.validate()
+            pair = TP.build_pair(cfg)
+            what = "task pair built"
+        else:
+            # lazy: start-up (torch and transformers load only for your own pair)
+            from evolve.data.sources.task import hf_pair
+            cfg = hf_pair.HFTaskConfig(
+                target=target, draft=draft, task_file=str(task_file), seed=seed,
+                block_size=block_size, top_k=top_k, temperature=temperature,
+                max_new_tokens=max_new_tokens,
+                delimiter=None if answer_regex is not None else (delimiter or "####"),
+                answer_regex=answer_regex, train_prompts=train_prompts,
+                valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
+                dtype=dtype, batch_size=batch_size)
+            pair = hf_pair.build_pair(cfg)
+            what = (f"{task_file}: {sum(len(v) for v in pair.problems.values()):,} problems; "
+                    f"{target} and {draft} loaded on {pair.info['device']} (context "
+                    f"{pair.context_len} tokens)")
     except TraceConfigError as e:
         fail(f"--{e.field.replace('_', '-')}: {e.detail}")
-    tm.note(f"task pair built ({time.perf_counter() - t0:.1f} s); recording {decoding} "
+    tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
             "decoding and mining labels ...")
     recorded = {}
     for split in ("train", "valid", "test"):      # all recorded before any file is written
         t = time.perf_counter()
         recorded[split] = ts = record.record_split(pair, split, decoding, seed)
         c = ts.labels_meta["mined"]
-        tm.note(f"{split}: {len(ts):,} drafted rows of {cfg.prompts(split):,} "
+        tm.note(f"{split}: {len(ts):,} drafted rows of {len(pair.problems[split]):,} "
                 f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "
                 f"({c['target_forward_rows']:,} target rows, {c['seconds']:.1f} s); "
                 f"{time.perf_counter() - t:.1f} s")
@@ -130,7 +189,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
             fail(shorten(str(e), 400))
         chosen[info["label"]] = rule
     try:
-        pair = TP.build_pair(TP.TaskPairConfig.from_dict(meta["config"]))
+        pair = TP.rebuild(meta)
     except (KeyError, TypeError, ValueError) as e:
         fail(f"{data_dir / split}.npz: meta.json's task config cannot be rebuilt ({e})")
     if prompts is not None and prompts > len(pair.problems[split]):

@@ -35,19 +35,24 @@ def could_reject(cols: dict, greedy: bool) -> np.ndarray:
 
 
 def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new,
-                  pad: int = 0) -> tuple[list, int]:
+                  pad: int = 0, keep=None) -> tuple[list, int]:
     """The texts after continuing every history (B, L) with the target until
     ``done_of(text)`` or ``max_new`` more tokens (a number, or one per row; greedy:
     argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
-    not text. A text is a list of token ids (byte values for a byte-level pair).
-    Returns the texts and the forward passes spent (rows x positions)."""
+    not text, nor, with ``keep`` (one number per row), any but the last ``keep``
+    tokens of a history (the prompt). A text is a list of token ids (byte values for
+    a byte-level pair). Returns the texts and the forward passes spent (rows x
+    positions)."""
     C = pair.context_len
-    B = hist.shape[0]
+    B, L = hist.shape
     limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
     texts = []
-    for h in hist:
+    for i, h in enumerate(hist):
         first = np.flatnonzero(h != pad)
-        texts.append(h[first[0]:].tolist() if first.size else [])
+        start = first[0] if first.size else L
+        if keep is not None:
+            start = max(start, L - int(keep[i]))
+        texts.append(h[start:].tolist())
     done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
     passes = 0
     for step in range(int(limit.max(initial=0))):
@@ -73,7 +78,9 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed; cost) of
     a recording's columns ``cols`` (``context`` (N, C) the tokens before each drafted
     row, in the histories' dtype, ``token``, ``target_top``, ``target_prob``,
-    ``draft_prob``, ``position``). Each continuation runs ``max_new`` tokens at most,
+    ``draft_prob``, ``position``). ``answer_of`` and ``done_of`` see the generated text
+    alone: the ``position`` tokens before the row, the row's token and what follows
+    (never the prompt). Each continuation runs ``max_new`` tokens at most,
     and with ``max_tokens`` (the decoder's budget of generated tokens) no further than
     that budget: the substituted token and its continuation end where the text would."""
     t0 = time.perf_counter()
@@ -96,8 +103,9 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
             passes += r.size
             own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
                                  axis=1)
-        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad)
-        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad)
+        keep = np.asarray(cols["position"])[r] + 1       # the generated text and the row
+        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
+        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
         passes += pa + pb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
     seconds = time.perf_counter() - t0

@@ -200,3 +200,15 @@ def prompts_of(pair: TaskPair, split: str, n: int | None = None):
     children = decoding.spawn(len(SPLITS))[SPLITS.index(split)].spawn(len(problems))
     return (pad_prompts([p.prompt for p in problems], pair.config.context_len),
             [np.random.default_rng(c) for c in children])
+
+
+def rebuild(meta: dict):
+    """The task pair that recorded traces of this meta.json: the built-in pair from
+    its configuration, or a Hugging Face pair and task file (``hf_pair``; the task
+    file must be the one recorded, by checksum). KeyError, TypeError or ValueError
+    for a configuration that cannot be rebuilt; an EvolveError (one line) for models
+    or a task file that cannot be used."""
+    if (meta.get("task") or {}).get("source") == "hf":
+        from evolve.data.sources.task import hf_pair    # lazy: torch only for hf tasks
+        return hf_pair.build_pair(hf_pair.HFTaskConfig.from_dict(meta["config"]))
+    return build_pair(TaskPairConfig.from_dict(meta["config"]))

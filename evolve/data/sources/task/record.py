@@ -2,10 +2,11 @@
 standard rule, greedy or sampled, each up to the end of its answer, with
 critical-token labels.
 
-``record_split`` decodes every problem of a split (``evolve.data.decode.decode``,
-``end=PAD``: a problem stops at the end of its solution) and keeps the blocks that
-began before that end, as trace rows of schema v3 (``sequence`` is the problem's
-number). ``meta["decoding"]`` says how: "greedy" (the draft proposes its argmax, the
+``record_split`` decodes every problem of a split of a task pair (the built-in
+``pair.TaskPair`` or your own, ``hf_pair.HFTaskPair``) with
+``evolve.data.decode.decode`` (a problem stops at the end of its text: the pair's
+``end`` token, or its budget of generated tokens) and keeps the blocks that began
+before that end, as trace rows of schema v3 (``sequence`` is the problem's number). ``meta["decoding"]`` says how: "greedy" (the draft proposes its argmax, the
 standard rule keeps a draft iff it is the target's argmax) or "sample". Then every
 drafted token the standard rule could reject is labelled critical or not
 (``evolve.data.labels``: substituted, continued by the target to the end, the
@@ -41,7 +42,7 @@ CHECKER = DelimiterChecker()          # the arithmetic task's "#### answer"
 
 
 def max_new_of(pair, split: str) -> int:
-    """Blocks a split's texts decode at most (``pair.max_new``)."""
+    """Blocks a split's texts decode at most (``TaskPair.max_new``)."""
     return pair.max_new(split)
 
 

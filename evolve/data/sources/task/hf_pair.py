@@ -1,0 +1,305 @@
+"""A task with your own Hugging Face pair and task file.
+
+``evolve data task --task-file FILE --target PATH_OR_ID --draft PATH_OR_ID``: the
+problems of a task file (``files``: JSON lines, ``prompt``, ``answer``, optional
+``split``) decoded by the pair, greedily or by sampling, each until the target's
+end-of-text token or ``max_new_tokens`` generated tokens, and the final answer read
+from the generated text alone (never the prompt) by a checker (``checker``: the
+line after the last ``delimiter``, GSM8K's ``####``, or a regular expression's
+group). Problems without a split are dealt out train, valid, train, test after a
+seeded shuffle (2 : 1 : 1), as the Hugging Face prompts are.
+
+``HFTaskPair`` has the built-in pair's interface (``pair.TaskPair``), so the same
+decoder (``evolve.data.decode.decode``), recorder, label miner and arbiter
+(``evolve.task_compare``) run on it. Each model is a ``ModelView``: ``probs(H)`` on
+(B, C) int32 histories, left-padded with ``PAD`` = -1 (no token), is the model's
+next-token distribution after each history's tokens, padding masked (attention mask
+and positions counted from the first token), softmax at the temperature in float64
+as the Hugging Face trace source computes it (``evolve.data.sources.hf.device``).
+A view reads the whole history each call (no KV cache): simple and exact, and the
+cost grows with the text; the models load as the Hugging Face trace source loads
+them (``evolve.data.sources.hf.models``: safetensors only, no code from the model
+directory, both tokenizers alike).
+
+C, the context both models read, is set from the problems: the longest prompt in
+tokens, ``max_new_tokens`` and a block of drafts, so every model always reads the
+whole prompt; it must fit the models' positions. On one device, dtype and batch
+size the recorded files are byte-identical for the same configuration.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from evolve.data.sources import ngram
+from evolve.data.sources.hf import HFTraceConfig
+from evolve.data.sources.hf import device as DV
+from evolve.data.sources.hf import models as HM
+from evolve.data.sources.task.checker import CheckerError, DelimiterChecker, RegexChecker
+from evolve.data.sources.task.files import by_split, read_tasks
+from evolve.data.tokens import SPLITS, DataError
+from evolve.io.atomic import sha256_file
+
+PAD = -1                     # left padding of histories (traces.CONTEXT_PAD)
+MAX_NEW_TOKENS = 1 << 16
+MAX_ROWS = 1024              # histories a model reads in one forward pass
+
+
+@dataclass(frozen=True)
+class HFTaskConfig(ngram.ConfigFields):
+    """Everything a task recorded with a Hugging Face pair depends on."""
+    target: str
+    draft: str
+    task_file: str
+    seed: int = 0                      # the split of unlabelled problems, and decoding
+    block_size: int = 4
+    top_k: int = 16
+    temperature: float = 1.0
+    max_new_tokens: int = 256          # generated tokens per problem at most
+    delimiter: str | None = "####"     # the answer: the line after the last delimiter,
+    answer_regex: str | None = None    # or a regular expression's group (not both)
+    train_prompts: int | None = None   # the first problems of each split (None: all)
+    valid_prompts: int | None = None
+    test_prompts: int | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    batch_size: int = 16               # problems decoded together
+    context_len: int = 0               # set from the problems (``build_pair``)
+    task_sha256: str = ""              # the task file's checksum, set when built
+
+    def validate(self) -> None:
+        need = self.need
+        for f in fields(self):          # a config read back from a file may hold anything
+            v = getattr(self, f.name)
+            if f.name == "temperature":
+                need(isinstance(v, (int, float)) and not isinstance(v, bool)
+                     and math.isfinite(v), f.name, "expected a finite number")
+            elif f.name in ("target", "draft", "task_file", "device", "dtype"):
+                need(isinstance(v, str) and v != "", f.name, "expected a non-empty string")
+            elif f.name in ("delimiter", "answer_regex"):
+                need(v is None or isinstance(v, str), f.name, "expected a string or none")
+            elif f.name == "task_sha256":
+                need(isinstance(v, str), f.name, "expected a string")
+            else:
+                need((v is None and f.name.endswith("_prompts"))
+                     or (isinstance(v, int) and not isinstance(v, bool)), f.name,
+                     "expected a whole number")
+        need(0 <= self.seed < 2 ** 63, "seed", "expected an integer >= 0")
+        need(self.temperature > 0, "temperature", "expected > 0")
+        need(1 <= self.block_size <= 64, "block_size", "expected 1..64")
+        need(1 <= self.top_k <= 1 << 20, "top_k", "expected 1..1,048,576")
+        need(1 <= self.max_new_tokens <= MAX_NEW_TOKENS, "max_new_tokens",
+             f"expected 1..{MAX_NEW_TOKENS:,}")
+        need(1 <= self.batch_size <= ngram.MAX_PROMPTS, "batch_size",
+             f"expected 1..{ngram.MAX_PROMPTS:,}")
+        need(self.device in HM.DEVICES, "device", "expected one of " + ", ".join(HM.DEVICES))
+        need(self.dtype in HM.DTYPES, "dtype", "expected one of " + ", ".join(HM.DTYPES))
+        need(self.context_len >= 0, "context_len", "expected >= 0")
+        for s in SPLITS:
+            v = getattr(self, f"{s}_prompts")
+            need(v is None or 1 <= v <= ngram.MAX_PROMPTS, f"{s}_prompts",
+                 f"expected 1..{ngram.MAX_PROMPTS:,} or none (every problem of the split)")
+        need((self.delimiter is None) != (self.answer_regex is None), "answer_regex",
+             "give a delimiter or an answer regex, one of the two")
+        self.checker()
+
+    def checker(self):
+        """The answer checker the configuration names (TraceConfigError naming the
+        setting if it cannot work)."""
+        try:
+            if self.answer_regex is not None:
+                return RegexChecker(self.answer_regex)
+            return DelimiterChecker(self.delimiter)
+        except CheckerError as e:
+            field = "answer_regex" if self.answer_regex is not None else "delimiter"
+            raise ngram.TraceConfigError(field, str(e).split(": ", 1)[-1]) from None
+
+    def checker_text(self) -> str:
+        return (f"regex {self.answer_regex!r}" if self.answer_regex is not None
+                else f"{self.delimiter} (the last delimiter's line)")
+
+    def trace_config(self):
+        """The Hugging Face trace configuration that loads these models
+        (``evolve.data.sources.hf.models.load_pair``)."""
+        return HFTraceConfig(target=self.target, draft=self.draft, seed=self.seed,
+                             block_size=self.block_size, top_k=self.top_k,
+                             temperature=self.temperature, device=self.device,
+                             dtype=self.dtype, batch_size=self.batch_size)
+
+
+class ModelView:
+    """One model as the task decoder asks for it: ``probs(H)``, the next-token
+    distribution (float64, (B, vocab)) after each of the (B, C) histories H (token
+    ids, left-padded with PAD)."""
+
+    def __init__(self, model, vocab: int, temperature: float, device: str, name: str,
+                 info: dict):
+        self.model, self.vocab, self.temperature = model, vocab, temperature
+        self.device, self.name, self.info = device, name, info
+
+    def probs(self, H) -> np.ndarray:
+        import torch  # lazy: the core install has no torch
+        H = np.asarray(H)
+        out = []
+        for s in range(0, H.shape[0], MAX_ROWS):
+            h = H[s:s + MAX_ROWS]
+            live = h != PAD
+            first = int(np.argmax(live.any(axis=0)))      # columns before it: all padding
+            h, live = h[:, first:], live[:, first:]
+            ids = torch.as_tensor(np.where(live, h, 0), dtype=torch.long, device=self.device)
+            mask = torch.as_tensor(live, dtype=torch.long, device=self.device)
+            pos = (mask.cumsum(1) - 1).clamp_min(0)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask,
+                                    position_ids=pos).logits[:, -1]
+                out.append(DV.probs(logits, self.vocab, self.temperature).cpu().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.vocab))
+
+    def describe(self) -> dict:
+        return self.info
+
+
+@dataclass
+class HFTaskPair:
+    """A user's draft/target pair on a user's task (the interface of ``pair.TaskPair``)."""
+    target: ModelView
+    draft: ModelView
+    tokenizer: object
+    problems: dict                   # split -> list of files.Problem
+    config: HFTaskConfig
+    vocab: int
+    info: dict
+    end: int | None                  # the end-of-text token (None: the budget ends texts)
+    checker: object
+
+    token_dtype = np.int32
+    pad = PAD
+
+    @property
+    def context_len(self) -> int:
+        return self.config.context_len
+
+    @property
+    def max_tokens(self) -> int:
+        return self.config.max_new_tokens
+
+    @property
+    def batch(self) -> int:
+        return self.config.batch_size
+
+    def encode(self, text: str) -> list:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def prompts(self, split: str, n: int | None = None):
+        """(the first n prompts of a split as token ids, left-padded with PAD to
+        (n, context_len) int32; one numpy Generator per prompt for the uniforms)."""
+        problems = self.problems[split][:n]
+        H = np.full((len(problems), self.context_len), PAD, dtype=np.int32)
+        for i, p in enumerate(problems):
+            ids = self.encode(p.prompt)
+            H[i, self.context_len - len(ids):] = ids
+        children = (np.random.SeedSequence([self.config.seed, 2]).spawn(len(SPLITS))
+                    [SPLITS.index(split)].spawn(len(problems)))
+        return H, [np.random.default_rng(c) for c in children]
+
+    def max_new(self, split: str) -> int:
+        """Blocks to decode at most: every block emits a token, and the budget of
+        ``max_new_tokens`` generated tokens ends a text first."""
+        return self.config.max_new_tokens
+
+    def _text(self, tokens) -> list:
+        t = [int(x) for x in tokens if int(x) != PAD]
+        if self.end is not None and self.end in t:
+            t = t[:t.index(self.end)]
+        return t
+
+    def body(self, tokens) -> str:
+        """Generated tokens before the end-of-text token, as text."""
+        return self.tokenizer.decode(self._text(tokens), skip_special_tokens=True)
+
+    def answer_of(self, tokens):
+        """The final answer of a generated text (tokens), None when it has none."""
+        return self.checker.extract(self.body(tokens))
+
+    def done_of(self, tokens) -> bool:
+        return self.end is not None and self.end in list(tokens)
+
+    def task_meta(self) -> dict:
+        cfg = self.config
+        return {"name": cfg.task_file, "source": "hf", "checker": cfg.checker_text(),
+                "end": self.end, "max_new_tokens": cfg.max_new_tokens,
+                "task_sha256": cfg.task_sha256}
+
+    def describe(self) -> dict:
+        return {"task": self.config.task_file, **self.info,
+                "problems": {s: len(self.problems[s]) for s in SPLITS}}
+
+
+def split_problems(problems, seed: int) -> dict:
+    """split -> problems: those with a split keep it; the others are dealt out train,
+    valid, train, test after a shuffle seeded by ``seed``."""
+    out = by_split(problems)
+    free = [p for p in problems if p.split is None]
+    perm = np.random.default_rng(np.random.SeedSequence([seed, 3])).permutation(len(free))
+    for j, i in enumerate(perm):
+        out[("train", "valid", "train", "test")[j % 4]].append(free[i])
+    return out
+
+
+def build_pair(config: HFTaskConfig) -> HFTaskPair:
+    """Read and check the task file, load the pair, and size the context; every
+    failure is one line (DataError naming the file and line, HFTraceError naming
+    the model, TraceConfigError naming the setting)."""
+    config.validate()
+    checker = config.checker()
+    problems = read_tasks(config.task_file)
+    sha = sha256_file(config.task_file)
+    if config.task_sha256 and config.task_sha256 != sha:
+        raise DataError(f"{config.task_file}: the task file changed since these traces were "
+                        "recorded (its checksum differs); record them again")
+    problems = split_problems(problems, config.seed)
+    for s in SPLITS:
+        if not problems[s]:
+            raise DataError(f"{config.task_file}: the {s} split has no problem (give more "
+                            f"problems, or label some with \"split\": \"{s}\")")
+        cap = getattr(config, f"{s}_prompts")
+        problems[s] = problems[s][:cap]
+    loaded = HM.load_pair(config.trace_config())
+    torch, _ = HM.require_libs()
+    tok = loaded.tokenizer
+    longest, where = 0, None
+    for s in SPLITS:
+        for i, p in enumerate(problems[s]):
+            n = len(tok(p.prompt)["input_ids"])
+            if n > longest:
+                longest, where = n, (s, i)
+    C = longest + config.max_new_tokens + config.block_size + 1
+    limit = min(v for v in (HM.max_positions(loaded.target), HM.max_positions(loaded.draft),
+                            1 << 20) if v is not None)
+    if C > limit:
+        raise ngram.TraceConfigError(
+            "max_new_tokens", f"{config.max_new_tokens} is too large; the longest prompt "
+            f"({where[0]} problem {where[1]}, {longest} tokens), {config.max_new_tokens} new "
+            f"tokens and a block of {config.block_size} need {C} positions, and the models "
+            f"hold {limit}")
+    if config.context_len and config.context_len != C:
+        raise DataError(f"{config.task_file}: the prompts need a context of {C} tokens, the "
+                        f"traces were recorded with {config.context_len}; record them again")
+    if config.top_k > loaded.vocab:
+        raise ngram.TraceConfigError("top_k", f"{config.top_k} is invalid; expected 1.."
+                                     f"{loaded.vocab} (the vocabulary)")
+    config = replace(config, context_len=C, task_sha256=sha)
+    info = {"target": loaded.info["target"], "draft": loaded.info["draft"],
+            "device": loaded.info["device"], "dtype": loaded.info["dtype"],
+            "torch": torch.__version__, "transformers": loaded.info["transformers"]}
+    views = [ModelView(m, loaded.vocab, config.temperature, loaded.device, name,
+                       loaded.info[role])
+             for m, name, role in ((loaded.target, config.target, "target"),
+                                   (loaded.draft, config.draft, "draft"))]
+    eos = getattr(tok, "eos_token_id", None)
+    end = int(eos) if isinstance(eos, int) and 0 <= eos < loaded.vocab else None
+    return HFTaskPair(views[0], views[1], tok, problems, config, loaded.vocab, info, end,
+                      checker)

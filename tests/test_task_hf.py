@@ -1,0 +1,167 @@
+"""Your own task with your own pair (evolve.data.sources.task.hf_pair, evolve data task
+--task-file): on the tiny random-init GPT-2 pair of tests/hfkit.py whose tokenizer
+ends a text at the token the target emits most, the model views against the models
+reading the tokens alone, the labels against a direct greedy continuation, the
+arbiter against the recording, determinism, and the refusals."""
+
+import collections
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from evolve.data import labels as LB  # noqa: E402
+from evolve.data.sources.hf import device as DV  # noqa: E402
+from evolve.data.sources.task import hf_pair as HT, record  # noqa: E402
+from tests import hfkit  # noqa: E402
+from tests.clikit import one_line_error  # noqa: E402
+
+G, NEW, REGEX = 3, 12, r"(\d+)"
+
+
+def _greedy(model, ids: list, n: int) -> list:
+    """n tokens of the model's greedy continuation of ids, each from the tokens alone."""
+    out = list(ids)
+    with torch.inference_mode():
+        for _ in range(n):
+            out.append(int(model(torch.tensor([out])).logits[0, -1].argmax()))
+    return out[len(ids):]
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    root = tmp_path_factory.mktemp("hf_task")
+    target, draft = hfkit.tiny_pair(root)
+    model = AutoModelForCausalLM.from_pretrained(target).eval()
+    tok = AutoTokenizer.from_pretrained(target)
+    seen = collections.Counter(_greedy(model, tok("Q: 1 + 2 = ?\nA:")["input_ids"], 24))
+    end = seen.most_common(1)[0][0]
+    for d in (target, draft):              # texts end at the target's favourite token
+        t = AutoTokenizer.from_pretrained(d)
+        t.eos_token = t.convert_ids_to_tokens(end)
+        t.save_pretrained(d)
+    path = root / "task.jsonl"
+    path.write_text("".join(json.dumps({"prompt": f"Q: {i} + {2 * i} = ?\nA:",
+                                        "answer": 3 * i}) + "\n" for i in range(24)))
+    cfg = HT.HFTaskConfig(target=str(target), draft=str(draft), task_file=str(path),
+                          block_size=G, max_new_tokens=NEW, delimiter=None,
+                          answer_regex=REGEX, batch_size=5)
+    return SimpleNamespace(root=root, target=target, draft=draft, path=path, end=end,
+                           cfg=cfg, pair=HT.build_pair(cfg), model=model)
+
+
+def test_a_view_reads_a_left_padded_history_as_the_model_reads_its_tokens(task):
+    pair = task.pair
+    H, _ = pair.prompts("train")
+    H[1, -3:] = -1                              # shorter histories in the same batch
+    H[1] = np.roll(H[1], 3)
+    P = pair.target.probs(H)
+    for h, p in zip(H, P):
+        ids = torch.tensor([h[h != HT.PAD].tolist()])
+        with torch.inference_mode():
+            alone = DV.probs(task.model(ids).logits[0, -1], pair.vocab, 1.0).numpy()
+        np.testing.assert_allclose(p, alone, rtol=1e-5, atol=1e-9)
+    assert pair.end == task.end and pair.context_len == max(
+        len(pair.encode(p.prompt)) for s in pair.problems.values() for p in s) + NEW + G + 1
+
+
+@pytest.fixture(scope="module")
+def greedy(task):
+    return record.record_split(task.pair, "valid", "greedy", 0)
+
+
+def test_texts_end_at_the_end_token_or_the_budget(task, greedy):
+    cols = greedy.traces.columns
+    assert cols["context"].dtype == np.int32 and cols["cand_token"].dtype == np.int32
+    early = 0
+    for s in np.unique(cols["sequence"]):
+        last = np.flatnonzero(cols["sequence"] == s)[-G:]      # the text's last block
+        keep = cols["token"][last] == cols["target_top"][last]  # greedy standard decisions
+        n_acc = G if keep.all() else int(np.argmin(keep))
+        total = int(cols["position"][last[0]]) + n_acc + 1
+        if total < NEW:                     # ended before its budget: by the end token
+            early += 1
+            emitted = list(cols["token"][last[:n_acc]]) + (
+                [int(cols["target_top"][last[n_acc]])] if n_acc < G else [])
+            assert task.end in emitted or n_acc == G, (s, emitted)
+        assert int(cols["position"][last[0]]) < NEW    # the block began within the budget
+    assert early >= 1                       # some texts end before their budget
+
+
+def test_labels_match_a_direct_greedy_continuation_of_the_generated_text(task, greedy):
+    pair, cols, crit = task.pair, greedy.traces.columns, greedy.critical
+    rows = np.flatnonzero(crit >= 0)
+    assert rows.size > 8 and 0 < (crit[rows] == 1).sum() < rows.size
+    for r in rows[np.linspace(0, rows.size - 1, 12).astype(int)]:
+        ctx = cols["context"][r]
+        ctx = ctx[ctx != HT.PAD].tolist()
+        pos = int(cols["position"][r])
+        answers = []
+        for tok in (int(cols["token"][r]), int(cols["target_top"][r])):
+            text = ctx[len(ctx) - pos:] + [tok]
+            if tok != pair.end:
+                more = _greedy(task.model, ctx + [tok], min(NEW, NEW - 1 - pos))
+                text += more[:more.index(pair.end) + 1] if pair.end in more else more
+            answers.append(pair.checker.extract(pair.body(text)))
+        assert crit[r] == int(answers[0] != answers[1]), (r, answers)
+
+
+def test_recording_again_gives_the_same_columns_and_labels(task, greedy):
+    again = record.record_split(task.pair, "valid", "greedy", 0)
+    for f, v in greedy.traces.columns.items():
+        assert np.array_equal(v, again.traces.columns[f]), f
+    assert np.array_equal(greedy.critical, again.critical)
+    assert LB.could_reject(greedy.traces.columns, True).sum() == (greedy.critical >= 0).sum()
+
+
+def test_record_evolve_and_compare_from_the_command_line(task, tmp_path):
+    out = tmp_path / "task"
+    base = ("data", "task", "--task-file", task.path, "--target", task.target, "--draft",
+            task.draft, "--max-new-tokens", NEW, "--block-size", G, "--answer-regex", REGEX)
+    r = hfkit.invoke(*base, "--decoding", "sample", "--out", out)
+    assert r.exit_code == 0, r.output
+    valid = record.load(out, "valid")
+    assert valid.meta["task"]["source"] == "hf" and valid.meta["decoding"] == "sample"
+    r = hfkit.invoke("run", "--data", out, "--objective", "task_speed", "--generations", 1,
+                     "--population", 16, "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 0, r.output
+    r = hfkit.invoke("simulate-task", "--data", out, "--split", "valid", "--compare",
+                     "lossless", "--compare", "leniency:0.5", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)
+    lossless = res["rules"]["lossless"]
+    # the arbiter's lossless decode is the recording's: the same blocks per problem
+    assert lossless["problems"] == len(task.pair.problems["valid"])
+    assert lossless["calls_per_problem"] * lossless["problems"] == len(valid) / G
+    assert res["rules"]["leniency(l=0.5)"]["tokens_per_call"] > lossless["tokens_per_call"]
+    task.path.write_text(task.path.read_text() + json.dumps({"prompt": "Q?",
+                                                             "answer": 1}) + "\n")
+    try:
+        r = hfkit.invoke("simulate-task", "--data", out, "--compare", "lossless")
+        one_line_error(r, "changed since")
+    finally:
+        task.path.write_text("".join(task.path.read_text().splitlines(True)[:-1]))
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--task-file", "T"), ("--target", "needed with --task-file")),
+    (("--target", "M", "--draft", "M"), ("--task-file", "needed")),
+    (("--delimiter", "##"), ("--delimiter", "only with --task-file")),
+    (("--task-file", "T", "--target", "M", "--draft", "D", "--answer-regex", "("),
+     ("--answer-regex", "not a regular expression")),
+    (("--task-file", "T", "--target", "M", "--draft", "D", "--max-new-tokens", 400),
+     ("--max-new-tokens", "positions")),
+    (("--task-file", "BAD", "--target", "M", "--draft", "D"), ("line 2", "'answer'")),
+])
+def test_refusals_are_one_line(task, tmp_path, args, needles):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "a", "answer": 1}\n{"prompt": "b"}\n')
+    subst = {"T": task.path, "M": task.target, "D": task.draft, "BAD": bad}
+    r = hfkit.invoke("data", "task", "--out", tmp_path / "o", *[subst.get(a, a) for a in args])
+    one_line_error(r, *needles)
+    assert not (tmp_path / "o").exists()
