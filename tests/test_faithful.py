@@ -150,6 +150,63 @@ def test_vllm_module_and_patch_lines_accept_as_the_objectives_scored(tmp_path):
     np.testing.assert_array_equal(got.reshape(x.shape), u < np.where(pos < 3, a, std))
 
 
+SLOTTED = ("pmin(1.0, add(mul(0.5, pdiv(target_prob, draft_prob)), mul(0.2, mul(slot_tv, "
+           "add(ahead, mul(next_tv, add(slot_kl_pq, slot_kl_qp)))))))")
+
+
+def test_dropin_and_vllm_module_compute_slot_and_lookahead_inputs_as_the_decoders(tmp_path):
+    """A rule reading the slot features and the lookahead inputs exports to the
+    transformers drop-in and the vLLM module, whose acceptance of every drafted token
+    of a block equals the decoders' (``evolve.data.decode.drafted_acceptance``, the
+    inputs the objectives score) for the same distributions; vLLM's kernel does not
+    hold them and refuses the rule."""
+    from evolve.data import decode as DE
+    from evolve.export.modules import ExportError
+    rng = np.random.default_rng(3)
+    B, g, k = 8, 4, V          # the rule judges every draft: each input counts
+    p, q = random_pq(rng, B * (g + 1))
+    P, Q = p.reshape(B, g + 1, V), q.reshape(B, g + 1, V)[:, :g]
+    X = np.stack([[rng.choice(V, p=Q[b, j]) for j in range(g)] for b in range(B)])
+    Pg, Qg = P[:, :g].reshape(-1, V), Q.reshape(-1, V)
+    qx = np.take_along_axis(Q, X[:, :, None], 2)[:, :, 0]
+    px = np.take_along_axis(P[:, :g], X[:, :, None], 2)[:, :, 0]
+    rule = tree_rule(treeio.parse(SLOTTED))
+    want = DE.drafted_acceptance(rule, Pg, Qg, X, qx, px, np.zeros(B, np.int64),
+                                 DE.candidate_summary(Pg, Qg, k, np.int64))
+    plain = DE.drafted_acceptance(tree_rule(treeio.parse("pmin(1.0, mul(0.5, pdiv("
+                                                         "target_prob, draft_prob)))")), Pg, Qg,
+                                  X, qx, px, np.zeros(B, np.int64),
+                                  DE.candidate_summary(Pg, Qg, k))
+    assert ((want < 1) & (np.abs(want - plain) > 0.05)).mean() > 0.3   # the inputs count
+    hf = export(tmp_path, "hf", scope(k=k, g=g), SLOTTED, name="slotted")
+    for b in range(B):
+        ids = torch.as_tensor(np.concatenate([[1, 2, 3], X[b]]))[None]
+        f = hf.candidate_features(ids, torch.as_tensor(Q[b])[None], torch.as_tensor(P[b])[None],
+                                  g, 3)
+        got = hf.acceptance(f["draft_rank"], *[f[n] for n in hf.INPUTS]).numpy()
+        np.testing.assert_allclose(got, want[b], rtol=0, atol=1e-12)
+    # vLLM: requests of 1 to g + 2 drafts in one batch; a request's first g drafts are
+    # a block as the decoders see it, later ones go by the standard rule
+    vl = export(tmp_path, "vllm", scope(k=k, g=g), SLOTTED, name="slotted")
+    lens = [2, 1, g, g + 2, 3, g + 1]
+    p, q = random_pq(rng, sum(lens))
+    x = np.array([rng.choice(V, p=r) for r in q])
+    cu = np.cumsum(lens)
+    h = vl.thresholds(torch.as_tensor(x), torch.as_tensor(q), torch.as_tensor(p),
+                      torch.as_tensor(cu)).numpy()
+    for n, end in zip(lens, cu):
+        r = np.arange(end - n, end)
+        m = min(n, g)
+        b = r[:m]
+        want = DE.drafted_acceptance(rule, p[b], q[b], x[b][None], q[b, x[b]][None],
+                                     p[b, x[b]][None], np.zeros(1, np.int64),
+                                     DE.candidate_summary(p[b], q[b], k, np.int64))[0]
+        std = np.minimum(1.0, p[r[m:], x[r[m:]]] / q[r[m:], x[r[m:]]])
+        np.testing.assert_allclose(h[r], np.concatenate([want, std]), rtol=0, atol=1e-12)
+    with pytest.raises(ExportError, match="does not hold"):
+        modules.check_format("vllm-patch", treeio.parse(SLOTTED))
+
+
 def test_exports_refuse_a_trace_champion_without_its_scope(tmp_path):
     runs = tmp_path / "runs"
     run = fake_trace_run(runs, "old", LENIENT)

@@ -129,7 +129,8 @@ def run_options(*, data_dir=None, runs_dir=None, name=None, resume=None, writeba
             raise ConfigError.of("engine", f"{show(engine)} is invalid; expected one of "
                                            f"{', '.join(engines.ENGINE_FORMATS)}")
         options["inputs"] = engines.engine_inputs(engine, options.get("objective",
-                                                                      Config.objective))
+                                                                      Config.objective),
+                                                  bool(options.get("lookahead")))
     if "ess_floor" in options and not options.get("trajectory"):
         raise ConfigError.of("ess_floor", "only with trajectory (it is the floor of the "
                                           "trajectory estimate's effective sequences; "

@@ -28,17 +28,24 @@ generated (``evolve.export.arrays``). Neither imports anything of this project.
 
 from __future__ import annotations
 
-from evolve.data.decode import RESIDUAL_EPS     # written into the generated code as a literal
-from evolve.lang.features import INPUT_NAMES
+# written into the generated code as literals
+from evolve.data.decode import KL_FLOOR, RESIDUAL_EPS
+from evolve.lang.features import INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, SLOT_INPUT_NAMES
 
-# Inputs each format can compute from what its engine hands over.
+# Inputs each format can compute from what its engine hands over. The transformers
+# drop-in and the vLLM module see both full distributions of every drafted position
+# and the block they belong to, so they compute the slot features and the lookahead
+# inputs as the decoders do (``evolve.data.decode.slot_features``,
+# ``lookahead_features``); vLLM's kernel holds one token's probabilities only.
 PROVIDES = {
     "numpy": None,     # None: every input is an argument
     "torch": None,
     "hf": ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
-           "top_token_match", "block_position", "p_max", "q_max"),
+           "top_token_match", "block_position", "p_max", "q_max") + SLOT_INPUT_NAMES
+    + LOOKAHEAD_INPUT_NAMES,
     "vllm": ("draft_prob", "target_prob", "draft_entropy", "target_entropy",
-             "top_token_match", "block_position", "p_max", "q_max"),
+             "top_token_match", "block_position", "p_max", "q_max") + SLOT_INPUT_NAMES
+    + LOOKAHEAD_INPUT_NAMES,
     # what rejection_random_sample_kernel holds at its accept test (evolve.export.vllm_patch)
     "vllm-patch": ("draft_prob", "target_prob", "block_position"),
 }
@@ -48,17 +55,19 @@ PROVIDES = {
 ENGINE_FORMATS = {"vllm": "vllm-patch", "transformers": "hf"}
 
 
-def engine_inputs(engine: str, objective: str) -> str:
+def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
     """The inputs (comma-separated, for ``Config.inputs``) a search for ``engine`` may
     use: those its export format computes (``PROVIDES``), the token features only when
-    the run's ``objective`` scores token splits."""
+    the run's ``objective`` scores token splits, the lookahead inputs only with
+    ``lookahead`` (the run offers them)."""
     from evolve.objectives import OBJECTIVES     # lazy: start-up (export modules load alone)
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine {engine!r}")
     obj = OBJECTIVES.get(objective)
     traces = obj is None or obj.trace_inputs      # an unknown objective is refused by Config
     names = PROVIDES[ENGINE_FORMATS[engine]]
-    return ",".join(n for n in names if traces or n in INPUT_NAMES)
+    return ",".join(n for n in names if (traces or n in INPUT_NAMES)
+                    and (lookahead or n not in LOOKAHEAD_INPUT_NAMES))
 
 
 ENTROPY = '''
@@ -66,6 +75,41 @@ ENTROPY = '''
 def entropy(probs):
     """Entropy in nats along the last dimension (0 log 0 = 0)."""
     return -torch.special.xlogy(probs, probs).sum(dim=-1)
+
+
+KL_FLOOR = {kl_floor!r}
+SLOT_INPUTS = {slot_inputs!r}
+NEEDS_SLOTS = bool(set(INPUTS) & set(SLOT_INPUTS))
+
+
+def kl(a, b):
+    """KL(a || b) along the last dimension, over a's support, b floored at KL_FLOOR."""
+    pos = a > 0
+    one, zero = torch.ones_like(a), torch.zeros_like(a)
+    t = torch.where(pos, a * (torch.log(torch.where(pos, a, one))
+                              - torch.log(torch.clamp(b, min=KL_FLOOR))), zero)
+    return t.sum(dim=-1)
+
+
+def slot_features(p, q, later, steps):
+    """The slot features of drafted positions from their full distributions p, q
+    [n, vocab] (float64): slot_tv = sum max(0, q - p) (the standard rule's rejection
+    probability), KL(p || q) and KL(q || p); and the lookahead inputs along each
+    block, where later [n] (bool) says position i + 1 is the next slot of position
+    i's block and steps bounds a block's length: next_tv, the next slot's TV (0 at a
+    block's last), and ahead, the expected number of later drafts the standard rule
+    accepts after an acceptance, ahead_i = (1 - TV_(i+1)) (1 + ahead_(i+1))."""
+    tv = torch.clamp(q - p, min=0).sum(dim=-1)
+    zero = torch.zeros_like(tv)
+    nxt = zero.clone()
+    nxt[:-1] = torch.where(later[:-1], tv[1:], zero[1:])
+    ahead = zero.clone()
+    for _ in range(int(steps)):
+        after = zero.clone()
+        after[:-1] = ahead[1:]
+        ahead = torch.where(later, (1.0 - nxt) * (1.0 + after), zero)
+    return {{"slot_tv": tv, "slot_kl_pq": kl(p, q), "slot_kl_qp": kl(q, p), "next_tv": nxt,
+            "ahead": ahead}}
 '''
 
 HF = '''
@@ -85,7 +129,7 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
     q = q[0, :candidate_length].double()
     p = p[0, :candidate_length].double()
     start = candidate_input_ids.shape[1] - candidate_length
-    return {{
+    f = {{
         "draft_prob": q[idx, tokens],
         "target_prob": p[idx, tokens],
         "position": (start + idx - int(prompt_length)).clamp(min=0).double(),
@@ -97,6 +141,9 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
         "q_max": q.max(dim=-1).values,
         "draft_rank": draft_rank(q, tokens) if TOP_K is not None else torch.zeros_like(idx),
     }}
+    if NEEDS_SLOTS:                    # the call's drafts are one block
+        f.update(slot_features(p, q, idx + 1 < candidate_length, candidate_length))
+    return f
 
 
 def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits,
@@ -291,6 +338,7 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
     start = torch.where(req > 0, cu[(req - 1).clamp(min=0)], torch.zeros_like(req))
     ones = torch.ones(ids.shape[0], dtype=p.dtype, device=p.device)
     rank = torch.zeros_like(ids)
+    q = None
     if draft_probs is None:
         draft_prob, draft_entropy, q_max = ones, ones * 0, ones
     else:
@@ -298,7 +346,7 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
         draft_prob, draft_entropy, q_max = q[idx, ids], entropy(q), q.max(dim=-1).values
         if TOP_K is not None:
             rank = draft_rank(draft_probs, ids)
-    return {{
+    f = {{
         "draft_prob": draft_prob,
         "target_prob": p[idx, ids],
         "position": ones * 0,
@@ -310,6 +358,18 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
         "q_max": q_max,
         "draft_rank": rank,
     }}
+    if NEEDS_SLOTS:
+        if q is None:                  # a drafter without probabilities: q one-hot
+            q = torch.nn.functional.one_hot(ids, p.shape[-1]).to(p.dtype)
+        block = idx - start
+        later = torch.zeros_like(ids, dtype=torch.bool)
+        later[:-1] = req[1:] == req[:-1]          # the next token is the same request's
+        if BLOCK_SIZE is not None:                # and within the scored block
+            later &= block + 1 < BLOCK_SIZE
+        steps = int(block.max()) + 1 if ids.shape[0] else 0
+        f.update(slot_features(p.double(), q.double(), later, steps))
+        f.update({{k: v.to(p.dtype) for k, v in f.items() if k in SLOT_INPUTS}})
+    return f
 
 
 def thresholds(draft_token_ids, draft_probs, target_probs, cu_num_draft_tokens):
@@ -358,10 +418,15 @@ def settings_lines(fmt: str, scope: dict | None) -> list[str]:
             "on both models, no top-k or top-p truncation."]
 
 
+def _entropy() -> str:
+    return ENTROPY.format(kl_floor=KL_FLOOR,
+                          slot_inputs=SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES)
+
+
 def engine_source(fmt: str) -> str:
     """The fixed text a format appends to the torch rule ('' for numpy and torch)."""
     if fmt == "hf":
-        return HF.format(residual_eps=RESIDUAL_EPS, entropy=ENTROPY)
+        return HF.format(residual_eps=RESIDUAL_EPS, entropy=_entropy())
     if fmt == "vllm":
-        return VLLM.format(entropy=ENTROPY)
+        return VLLM.format(entropy=_entropy())
     return ""
