@@ -90,6 +90,41 @@ def test_dropin_binds_as_each_release_calls_it(tmp_path, monkeypatch, release):
     assert gu._speculative_sampling is original
 
 
+@pytest.mark.parametrize("release", sorted(CALLS))
+def test_a_rule_reading_slot_and_lookahead_inputs_decides_in_the_dropin(tmp_path, monkeypatch,
+                                                                       release):
+    """Called as each release calls it, the drop-in of a rule that reads the slot
+    features and the lookahead inputs hands the rule the decoders' values of them
+    (``evolve.data.decode``) computed from the call's softmax distributions."""
+    import numpy as np
+
+    from evolve.data import decode as DE
+    original, call = CALLS[release]
+    monkeypatch.setattr(gu, "_speculative_sampling", original)
+    tree = "pmin(1.0, add(pdiv(target_prob, draft_prob), mul(slot_tv, add(ahead, next_tv))))"
+    src = modules.export_source(treeio.parse(tree), "hf", {"metrics": {}}, "slotted")
+    path = tmp_path / "slotted_hf.py"
+    path.write_text(src)
+    mod = load_module_from(path, f"_hf_release_slotted_{release}")
+    seen = []
+    accept = mod.accept
+    mod.accept = lambda u, *inputs: seen.append(inputs) or accept(u, *inputs)
+    mod.install(prompt_length=3)
+    try:
+        ids, q_logits, g, p_logits = _inputs()
+        tokens, n = call(gu._speculative_sampling, (ids, q_logits, g, p_logits), False)
+        assert tokens.shape == (1, int(n) + 1) and 0 <= int(n) <= g
+    finally:
+        mod.uninstall()
+    got = dict(zip(mod.INPUTS, seen[0]))
+    q = q_logits.softmax(-1)[0].double().numpy()
+    p = p_logits.softmax(-1)[0, :g].double().numpy()
+    slots = DE.slot_features(p, q)
+    want = {**slots, **DE.lookahead_features(slots["slot_tv"], g)}
+    for name in ("slot_tv", "slot_kl_pq", "slot_kl_qp", "next_tv", "ahead"):
+        np.testing.assert_allclose(got[name].numpy(), want[name], rtol=1e-12, atol=1e-15)
+
+
 def test_dropin_done_candidate_adds_no_token(tmp_path, monkeypatch):
     """Every draft kept and the candidate done (end of sequence or maximum length):
     the drafts are returned and no token is added, as transformers does."""
