@@ -55,6 +55,21 @@ def test_without_lookahead_inputs_it_is_the_exact_emission(decoded):
             np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
 
 
+def _row_acceptance(rule, P, Q, position, block_position, tokens, look, k):
+    """The acceptance of ``tokens`` with every input computed on its own row of the
+    (N, V) distributions P, Q (the reference the estimator's one-row inputs must equal):
+    the rule inside q's top k, the standard rule outside."""
+    n = np.arange(tokens.size)
+    F = {"draft_prob": Q[n, tokens], "target_prob": P[n, tokens],
+         "position": np.full(tokens.size, position), "draft_entropy": DEC.entropy(Q),
+         "target_entropy": DEC.entropy(P), "top_token_match": tokens == np.argmax(P, axis=1),
+         "block_position": np.full(tokens.size, block_position), "p_max": P.max(axis=1),
+         "q_max": Q.max(axis=1), **DEC.slot_features(P, Q), **look}
+    a = DEC.clipped(rule.many(F))
+    inside = (DEC.top_candidates(Q, k) == tokens[:, None]).any(axis=1)
+    return np.where(inside, a, np.minimum(1.0, P[n, tokens] / Q[n, tokens]))
+
+
 def _brute(pair, rule, block, j):
     """e(y) at slot j by enumerating every draft after y that the slots <= j read."""
     g, k = pair.config.block_size, pair.config.top_k
@@ -85,14 +100,11 @@ def _brute(pair, rule, block, j):
         ci = np.asarray(block["context"][i], np.uint8)[None]
         Pi, Qi = np.repeat(pair.target.probs(ci), ys.size, 0), np.repeat(pair.draft.probs(ci),
                                                                           ys.size, 0)
-        w *= LE._acceptance(rule, Pi, Qi, {"position": np.full(ys.size, block["position"][i]),
-                                           "block_position": np.full(ys.size, i)},
-                            np.full(ys.size, int(block["token"][i])),
-                            {f: v[:, i] for f, v in look.items()}, k)
-    a = LE._acceptance(rule, np.repeat(p[None], ys.size, 0), np.repeat(q[None], ys.size, 0),
-                       {"position": np.full(ys.size, block["position"][j]),
-                        "block_position": np.full(ys.size, j)}, ys,
-                       {f: v[:, j] for f, v in look.items()}, k)
+        w *= _row_acceptance(rule, Pi, Qi, block["position"][i], i,
+                             np.full(ys.size, int(block["token"][i])),
+                             {f: v[:, i] for f, v in look.items()}, k)
+    a = _row_acceptance(rule, np.repeat(p[None], ys.size, 0), np.repeat(q[None], ys.size, 0),
+                        block["position"][j], j, ys, {f: v[:, j] for f, v in look.items()}, k)
     A = np.bincount(ys, prob * w * a, V)
     W = np.bincount(ys, prob * w, V)
     R = np.bincount(ys, prob * w * (1 - a), V)
@@ -141,3 +153,25 @@ def test_one_slot_deeper_it_converges_to_the_brute_force(decoded):
         errs.append(abs(0.5 * np.abs(got - p).sum() - tv_want))
     print(f"brute-force TV {tv_want:.5f}; estimate errors at 8 and 64 futures: {errs}")
     assert errs[1] < 2e-3 and errs[1] <= errs[0] + 1e-4, (errs, tv_want)
+
+
+EVERY = ("pmin(1.0, add(pdiv(target_prob, draft_prob), mul(0.01, add(add(add(position, "
+         "draft_entropy), add(target_entropy, block_position)), add(add(p_max, q_max), "
+         "add(add(slot_tv, slot_kl_pq), add(slot_kl_qp, add(next_tv, ahead))))))))")
+
+
+def test_one_row_inputs_equal_the_inputs_of_repeated_rows():
+    """The estimator computes a slot's own inputs once and broadcasts them: for a rule
+    reading every input, the acceptance equals the one with each input computed on
+    every repeated row, bit for bit, inside and outside the draft's top k."""
+    rng = np.random.default_rng(5)
+    rule = tree_rule(treeio.parse(EVERY))
+    V, N, k = 40, 300, 6
+    p, q = rng.dirichlet(np.full(V, 0.4)), rng.dirichlet(np.full(V, 0.4))
+    tokens = rng.integers(0, V, N)
+    look = {"next_tv": rng.random(N), "ahead": 3 * rng.random(N)}
+    got = LE._acceptance(rule, p, q, 17, 2, tokens, look, k)
+    want = _row_acceptance(rule, np.repeat(p[None], N, 0), np.repeat(q[None], N, 0), 17, 2,
+                           tokens, look, k)
+    assert np.array_equal(got, want)
+    assert 0 < (got < 1).mean() < 1 and len(set(np.round(got, 12))) > 10

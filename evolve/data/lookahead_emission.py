@@ -36,43 +36,51 @@ from evolve.data import emission as EM
 VOCAB = DEC.VOCAB
 
 
-def _features(p, q, rows: dict, tokens, look: dict) -> dict:
-    """The rule's inputs of ``tokens`` (N,) at slots with distributions p, q (N, V),
-    the slot's own columns ``rows`` (position, block_position, slot features; (N,)),
-    and lookahead values ``look`` (N,)."""
-    n = np.arange(tokens.size)
-    return {"draft_prob": q[n, tokens], "target_prob": p[n, tokens],
-            "position": rows["position"], "draft_entropy": DEC.entropy(q),
-            "target_entropy": DEC.entropy(p),
-            "top_token_match": tokens == np.argmax(p, axis=1),
-            "block_position": rows["block_position"], "p_max": p.max(axis=1),
-            "q_max": q.max(axis=1), **DEC.slot_features(p, q), **look}
-
-
-def _acceptance(rule, p, q, rows: dict, tokens, look: dict, k: int) -> np.ndarray:
-    """a of ``tokens`` at their slots: the rule's clipped threshold for drafts among
-    q's top k, the standard rule for the others (as the decoders apply it)."""
-    a = DEC.clipped(rule.many(_features(p, q, rows, tokens, look)))
+def _acceptance(rule, p, q, position, block_position, tokens, look: dict,
+                k: int) -> np.ndarray:
+    """a of ``tokens`` (N,) at one slot whose distributions are p, q (V,), at
+    ``position`` and ``block_position``, with lookahead values ``look`` (N,) per token:
+    the rule's clipped threshold for drafts among q's top k, the standard rule for the
+    others (as the decoders apply it). The slot's own inputs are computed once, on its
+    one row, and broadcast: the same values as on N repeated rows."""
+    N = tokens.size
+    P, Q = p[None], q[None]
+    one = {"position": position, "draft_entropy": DEC.entropy(Q)[0],
+           "target_entropy": DEC.entropy(P)[0], "block_position": block_position,
+           "p_max": p.max(), "q_max": q.max(),
+           **{f: v[0] for f, v in DEC.slot_features(P, Q).items()}}
+    F = {"draft_prob": q[tokens], "target_prob": p[tokens],
+         "top_token_match": tokens == np.argmax(p),
+         **{f: np.full(N, v) for f, v in one.items()}, **look}
+    a = DEC.clipped(rule.many(F))
     if DEC.judges_every_draft(rule):
         return a
-    top = DEC.top_candidates(q, k)
-    inside = (top == tokens[:, None]).any(axis=1)
-    n = np.arange(tokens.size)
-    return np.where(inside, a, np.minimum(1.0, p[n, tokens] / q[n, tokens]))
+    inside = np.isin(tokens, DEC.top_candidates(Q, k)[0])
+    return np.where(inside, a, np.minimum(1.0, p[tokens] / q[tokens]))
 
 
-def slot_emission(pair, rule, block: dict, j: int, futures: int, rng) -> np.ndarray:
+def block_dists(pair, block: dict):
+    """(P, Q), (g, V): the target's and the draft's distributions at each slot of a
+    block (after its recorded contexts)."""
+    H = np.asarray(block["context"], dtype=np.uint8)
+    return pair.target.probs(H), pair.draft.probs(H)
+
+
+def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
+                  dists=None) -> np.ndarray:
     """The estimated emitted distribution (V,) at slot ``j`` of one block.
 
     ``block``: the block's recorded columns (g rows each): ``context`` (C tokens before
     each slot), ``token``, ``position``, ``block_position``, ``slot_tv`` (the path's
-    slot TVs; slot i's depends only on the drafts before i)."""
+    slot TVs; slot i's depends only on the drafts before i). ``dists``: the block's
+    ``block_dists`` when the caller has them."""
     g = pair.config.block_size
     k = pair.config.top_k
     C = pair.context_len
     probs = (lambda H: (pair.target.probs(H), pair.draft.probs(H)))
     ctx = np.asarray(block["context"][j], dtype=np.uint8)
-    p, q = (x[0] for x in probs(ctx[None, :]))
+    PB, QB = block_dists(pair, block) if dists is None else dists
+    p, q = PB[j], QB[j]
     V = p.size
     depth = max(0, g - 2 - j)             # drafts after x_j that slots <= j read
     M = futures if depth >= 1 else 1      # none to sample at the last two slots: exact
@@ -81,10 +89,11 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng) -> np.ndar
     tv = np.tile(np.asarray(block["slot_tv"], dtype=np.float64)[:j + 1], (ys.size, 1))
     later = []
     for m in range(j + 1, g):             # slot m's TV, at the context after x_(m-1)
-        if m == j + 1:                    # one context per y: computed once, then repeated
-            P, Q = (np.repeat(x, M, axis=0) for x in probs(hist[::M, -C:]))
-        else:
-            P, Q = probs(hist[:, -C:])
+        # each distinct context once (all share the block's prefix: the drafts after
+        # it tell them apart; V at m = j + 1, few more later where the draft is sure)
+        _, first, inv = np.unique(hist[:, ctx.size:], axis=0, return_index=True,
+                                  return_inverse=True)
+        P, Q = (x[inv.reshape(-1)] for x in probs(hist[first, -C:]))
         later.append(np.maximum(Q - P, 0.0).sum(axis=1))
         if m < g - 1:                     # the next draft, for the next slot's context
             x = DEC.sample_rows(Q, rng.random(ys.size))
@@ -97,16 +106,11 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng) -> np.ndar
     # the earlier slots' acceptances of the path's drafts, under each future
     w = np.ones(ys.size)
     for i in range(j):
-        Pi, Qi = probs(np.asarray(block["context"][i], dtype=np.uint8)[None, :])
-        Pi, Qi = np.repeat(Pi, ys.size, 0), np.repeat(Qi, ys.size, 0)
-        rows = {"position": np.full(ys.size, block["position"][i]),
-                "block_position": np.full(ys.size, i)}
         tok = np.full(ys.size, int(block["token"][i]))
-        w *= _acceptance(rule, Pi, Qi, rows, tok, {f: v[:, i] for f, v in look.items()}, k)
-    rows = {"position": np.full(ys.size, block["position"][j]),
-            "block_position": np.full(ys.size, j)}
-    a = _acceptance(rule, np.repeat(p[None], ys.size, 0), np.repeat(q[None], ys.size, 0),
-                    rows, ys, {f: v[:, j] for f, v in look.items()}, k)
+        w *= _acceptance(rule, PB[i], QB[i], block["position"][i], i, tok,
+                         {f: v[:, i] for f, v in look.items()}, k)
+    a = _acceptance(rule, p, q, block["position"][j], j, ys,
+                    {f: v[:, j] for f, v in look.items()}, k)
     A = (w * a).reshape(V, M).mean(axis=1)               # E[w a_j | y]
     W = w.reshape(V, M).mean(axis=1)                     # E[w | y]
     R = (w * (1.0 - a)).reshape(V, M).mean(axis=1)       # E[w (1 - a_j) | y]
@@ -129,10 +133,11 @@ def estimate_slots(pair, rule, cols: dict, rows: np.ndarray, futures: int, seed:
         start = int(row) - int(cols["block_position"][row])
         block = {f: cols[f][start:start + g] for f in names}
         j = int(cols["block_position"][row])
-        p = pair.target.probs(np.asarray(block["context"][j], np.uint8)[None, :])
+        dists = block_dists(pair, block)
+        p = dists[0][j:j + 1]
         for out, m, stream in ((None, futures, 0), (tv_half, max(1, futures // 2), 1)):
             rng = np.random.default_rng((seed, int(row), stream))
-            e = slot_emission(pair, rule, block, j, m, rng)
+            e = slot_emission(pair, rule, block, j, m, rng, dists)
             t, k_ = EM.distortion(p, e[None])
             if out is None:
                 tv[n], kl[n] = t[0], k_[0]
