@@ -125,7 +125,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
     recorded = {}
     for split in ("train", "valid", "test"):      # all recorded before any file is written
         t = time.perf_counter()
-        recorded[split] = ts = record.record_split(pair, split, decoding, seed)
+        recorded[split] = ts = record.record_split(pair, split, decoding, seed,
+                                                          meter=tm.meter)
         c = ts.labels_meta["mined"]
         tm.note(f"{split}: {len(ts):,} drafted rows of {len(pair.problems[split]):,} "
                 f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "

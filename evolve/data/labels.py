@@ -73,8 +73,8 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
 
 
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
-         pad: int = 0, batch: int = BATCH, max_tokens: int | None = None
-         ) -> tuple[np.ndarray, dict]:
+         pad: int = 0, batch: int = BATCH, max_tokens: int | None = None,
+         tick=None) -> tuple[np.ndarray, dict]:
     """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed; cost) of
     a recording's columns ``cols`` (``context`` (N, C) the tokens before each drafted
     row, in the histories' dtype, ``token``, ``target_top``, ``target_prob``,
@@ -82,7 +82,8 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     alone: the ``position`` tokens before the row, the row's token and what follows
     (never the prompt). Each continuation runs ``max_new`` tokens at most,
     and with ``max_tokens`` (the decoder's budget of generated tokens) no further than
-    that budget: the substituted token and its continuation end where the text would."""
+    that budget: the substituted token and its continuation end where the text would.
+    ``tick(n)``, when given, is called after each batch of ``n`` labelled rows."""
     t0 = time.perf_counter()
     rows = np.flatnonzero(could_reject(cols, greedy))
     labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
@@ -108,6 +109,8 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
         b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
         passes += pa + pb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
+        if tick is not None:
+            tick(r.size)
     seconds = time.perf_counter() - t0
     cost = {"rows": int(rows.size), "critical": int((labels == 1).sum()),
             "target_forward_rows": int(passes), "seconds": round(seconds, 3),

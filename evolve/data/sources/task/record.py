@@ -19,6 +19,7 @@ reads traces, and a labels file can be remade or refused on its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zipfile
 from dataclasses import dataclass
@@ -72,17 +73,28 @@ class TaskSplit:
 
 
 def record_split(pair, split: str, mode: str, seed: int = 0,
-                 prompts: int | None = None, progress=None) -> TaskSplit:
+                 prompts: int | None = None, meter=None) -> TaskSplit:
     """The traces and labels of a split's first ``prompts`` problems (all: None) of a
-    task pair (the built-in ``TaskPair``, or ``hf_pair.HFTaskPair``)."""
+    task pair (the built-in ``TaskPair``, or ``hf_pair.HFTaskPair``). ``meter(label,
+    total, unit)``, when given (``evolve.cli.render``), counts the problems decoded and
+    the drafts labelled."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     greedy = mode == "greedy"
     H, rngs = pair.prompts(split, prompts)
     max_new = pair.max_new(split)
-    cols, _ = decode(pair, H, rngs, max_new, batch=getattr(pair, "batch", BATCH),
-                     record=True, greedy=greedy, end=pair.end, max_tokens=pair.max_tokens,
-                     tick=progress)
+    batch = getattr(pair, "batch", BATCH)
+    with (meter(f"{split}: decoding", len(H), "problems") if meter
+          else contextlib.nullcontext()) as m:
+        done = [0]
+
+        def tick():
+            step = min(batch, len(H) - done[0])
+            done[0] += step
+            if m is not None:
+                m.advance(step)
+        cols, _ = decode(pair, H, rngs, max_new, batch=batch, record=True, greedy=greedy,
+                         end=pair.end, max_tokens=pair.max_tokens, tick=tick)
     live = cols.pop("live")
     cols = {f: np.ascontiguousarray(v[live]) for f, v in cols.items()}
     cfg = pair.config
@@ -95,9 +107,12 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
         meta["vocab_size"] = pair.vocab
     ts = T.TraceSplit(cols, meta, split)
     T.validate(ts, f"<{split} task traces>")
-    critical, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, greedy, max_new, seed,
-                             pad=pair.pad, max_tokens=pair.max_tokens,
-                             batch=getattr(pair, "batch", LB.BATCH))
+    need = int(LB.could_reject(cols, greedy).sum())
+    with (meter(f"{split}: mining labels", need, "drafts") if meter
+          else contextlib.nullcontext()) as m:
+        critical, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, greedy, max_new,
+                                 seed, pad=pair.pad, max_tokens=pair.max_tokens,
+                                 tick=None if m is None else m.advance)
     return TaskSplit(ts, critical, {"labels_version": LABELS_VERSION, "kind": "answer change",
                                     "decoding": mode, "rows": len(ts), "mined": cost})
 
