@@ -12,6 +12,8 @@ problem: the accuracy drop and the tokens per call gained, each with a 95% inter
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
 from evolve.data.decode import BATCH, clipped, decode
@@ -19,19 +21,27 @@ from evolve.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
 
 
-def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool) -> dict:
+def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=None) -> dict:
     """Per problem: ``correct`` (bool), ``tokens`` (up to and including the end of the
     answer, at most the pair's ``max_tokens``) and ``calls`` (target calls it took),
     and the answers. ``pair`` is a task pair (``evolve.data.sources.task.pair``'s
-    interface: the built-in pair or a Hugging Face one)."""
+    interface: the built-in pair or a Hugging Face one). ``advance(n)``, when given, is
+    called as each batch of n problems is decoded."""
     rule = None if rule is None else as_rule(rule)
     H, rngs = pair.prompts(split, prompts)
     problems = pair.problems[split][:len(H)]
     C = H.shape[1]
-    _, acc, hist, lens = decode(pair, H, rngs, pair.max_new(split),
-                                batch=getattr(pair, "batch", BATCH), rule=rule, record=False,
-                                history=True, greedy=greedy, end=pair.end,
-                                max_tokens=pair.max_tokens)
+    batch = getattr(pair, "batch", BATCH)
+    done = [0]
+
+    def tick():
+        step = min(batch, len(H) - done[0])
+        done[0] += step
+        if advance is not None:
+            advance(step)
+    _, acc, hist, lens = decode(pair, H, rngs, pair.max_new(split), batch=batch, rule=rule,
+                                record=False, history=True, greedy=greedy, end=pair.end,
+                                max_tokens=pair.max_tokens, tick=tick)
     calls = (acc >= 0).sum(axis=1).astype(np.float64)
     correct, tokens, answers = [], [], []
     for i, p in enumerate(problems):
@@ -71,15 +81,19 @@ def paired(a: dict, b: dict) -> dict:
 
 
 def compare(pair, rules: dict, split: str = "test", prompts: int | None = None,
-            greedy: bool = True, progress=None) -> dict:
+            greedy: bool = True, progress=None, meter=None) -> dict:
     """Every rule of ``rules`` (label -> rule; None is the lossless rule) on the same
-    problems and uniforms; summaries, and paired differences from the first."""
+    problems and uniforms; summaries, and paired differences from the first.
+    ``progress(text)`` gets a line per rule; ``meter(label, total, unit)``, when given
+    (``evolve.cli.render``), counts each rule's problems as they are decoded."""
     say = progress or (lambda text: None)
     raw = {}
+    n = min(prompts or len(pair.problems[split]), len(pair.problems[split]))
     for label, rule in rules.items():
-        say(f"{label}: decoding {prompts or len(pair.problems[split])} {split} problems "
-            f"({'greedy' if greedy else 'sampled'})")
-        raw[label] = run_rule(pair, rule, split, prompts, greedy)
+        say(f"{label}: decoding {n} {split} problems ({'greedy' if greedy else 'sampled'})")
+        with (meter(label, n, "problems") if meter else contextlib.nullcontext()) as m:
+            raw[label] = run_rule(pair, rule, split, prompts, greedy,
+                                  None if m is None else m.advance)
     labels = list(rules)
     ref = labels[0]
     return {"split": split, "decoding": "greedy" if greedy else "sample",

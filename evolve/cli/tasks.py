@@ -198,7 +198,8 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
              f"{len(pair.problems[split])} problems")
     out = term(json_mode)
     t0 = time.perf_counter()
-    res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note)
+    res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
+                                meter=out.meter)
     res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1))
     if json_mode:
         out.print_json(views.jsonable(res))
