@@ -152,6 +152,7 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path):
     (("--task-file", "T"), ("--target", "needed with --task-file")),
     (("--target", "M", "--draft", "M"), ("--task-file", "needed")),
     (("--delimiter", "##"), ("--delimiter", "only with --task-file")),
+    (("--device", "cpu"), ("--device", "only with --task-file")),
     (("--task-file", "T", "--target", "M", "--draft", "D", "--answer-regex", "("),
      ("--answer-regex", "not a regular expression")),
     (("--task-file", "T", "--target", "M", "--draft", "D", "--max-new-tokens", 400),

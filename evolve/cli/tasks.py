@@ -80,10 +80,12 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                             if v is not None)
              + " (your own task is decoded by your own pair)")
     if task_file is None:
-        for option, value in (("--delimiter", delimiter), ("--answer-regex", answer_regex)):
-            if value is not None:
-                fail(f"{option}: only with --task-file (the built-in task's answers follow "
-                     "####)")
+        ctx = click.get_current_context()
+        for name in ("delimiter", "answer_regex", "max_new_tokens", "device", "dtype",
+                     "batch_size"):
+            if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
+                fail(f"--{name.replace('_', '-')}: only with --task-file (it sets how your "
+                     "own pair decodes your own task)")
     if delimiter is not None and answer_regex is not None:
         fail("--answer-regex: give --delimiter or --answer-regex, not both")
     out = Path(out) if out else _default_dir()
