@@ -23,7 +23,10 @@ lossless speculative decoding of the same pair):
    with 95% intervals.
 
 Figures go to ``benchmarks/task_results.json``; ``--page`` rewrites the section of
-docs/results.md and the picture ``docs/img/task_results.png``.
+docs/results.md and the picture ``docs/img/task_results.png``. On your own task:
+record it into ``DIR/greedy`` (and/or ``DIR/sample``) with ``evolve data task
+--task-file ... --decoding greedy``, then ``python benchmarks/task_results.py --data
+DIR --modes greedy --out FILE``.
 """
 
 from __future__ import annotations
@@ -69,7 +72,9 @@ LOSSLESS = "lossless"
 
 
 def recorded(data: Path, mode: str, sizes, seed: int) -> tuple:
-    """The task traces of ``data`` (recorded there first when missing) and the pair."""
+    """The task traces of ``data`` (the built-in task recorded there first when
+    missing; traces of your own task and pair, ``evolve data task --task-file``, are
+    used as they are) and the pair that recorded them."""
     if not all((data / f"{s}.npz").exists() for s in ("train", "valid", "test")):
         cfg = TP.TaskPairConfig(seed=seed, train_prompts=sizes[0], valid_prompts=sizes[1],
                                 test_prompts=sizes[2])
@@ -83,7 +88,7 @@ def recorded(data: Path, mode: str, sizes, seed: int) -> tuple:
     meta = traces.read_file_meta(data / "test.npz")
     if meta.get("decoding") != mode:
         raise SystemExit(f"{data}: the traces are {meta.get('decoding')}, not {mode}")
-    pair = TP.build_pair(TP.TaskPairConfig.from_dict(meta["config"]))
+    pair = TP.rebuild(meta)        # the built-in pair, or your own (evolve data task --task-file)
     splits = {s: record.load(data, s) for s in ("train", "valid", "test")}
     return splits, pair
 

@@ -119,12 +119,15 @@ def test_recording_again_gives_the_same_columns_and_labels(task, greedy):
     assert LB.could_reject(greedy.traces.columns, True).sum() == (greedy.critical >= 0).sum()
 
 
-def test_record_evolve_and_compare_from_the_command_line(task, tmp_path):
+def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeypatch):
     out = tmp_path / "task"
-    base = ("data", "task", "--task-file", task.path, "--target", task.target, "--draft",
-            task.draft, "--max-new-tokens", NEW, "--block-size", G, "--answer-regex", REGEX)
+    monkeypatch.chdir(task.root)         # relative paths, read back from elsewhere below
+    base = ("data", "task", "--task-file", task.path.name, "--target", task.target.name,
+            "--draft", task.draft.name, "--max-new-tokens", NEW, "--block-size", G,
+            "--answer-regex", REGEX)
     r = hfkit.invoke(*base, "--decoding", "sample", "--out", out)
     assert r.exit_code == 0, r.output
+    monkeypatch.chdir(tmp_path)
     valid = record.load(out, "valid")
     assert valid.meta["task"]["source"] == "hf" and valid.meta["decoding"] == "sample"
     r = hfkit.invoke("run", "--data", out, "--objective", "task_speed", "--generations", 1,

@@ -21,6 +21,9 @@ cost grows with the text; the models load as the Hugging Face trace source loads
 them (``evolve.data.sources.hf.models``: safetensors only, no code from the model
 directory, both tokenizers alike).
 
+The task file and local model directories are recorded as absolute paths, so
+``evolve simulate-task`` finds them from any directory.
+
 C, the context both models read, is set from the problems: the longest prompt in
 tokens, ``max_new_tokens`` and a block of drafts, so every model always reads the
 whole prompt; it must fit the models' positions. On one device, dtype and batch
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 import numpy as np
 
@@ -249,11 +253,24 @@ def split_problems(problems, seed: int) -> dict:
     return out
 
 
+def _absolute(path: str, local_only: bool = False) -> str:
+    """An absolute form of a local path, so that traces recorded here are read back
+    from any directory; a hub id (no such local path, ``local_only``) as it is."""
+    p = Path(path).expanduser()
+    if local_only and not p.exists():
+        return path
+    return str(p.resolve())
+
+
 def build_pair(config: HFTaskConfig) -> HFTaskPair:
     """Read and check the task file, load the pair, and size the context; every
     failure is one line (DataError naming the file and line, HFTraceError naming
     the model, TraceConfigError naming the setting)."""
     config.validate()
+    if not config.task_sha256:          # recording: paths as the traces will name them
+        config = replace(config, task_file=_absolute(config.task_file),
+                         target=_absolute(config.target, local_only=True),
+                         draft=_absolute(config.draft, local_only=True))
     checker = config.checker()
     problems = read_tasks(config.task_file)
     sha = sha256_file(config.task_file)
