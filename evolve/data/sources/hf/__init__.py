@@ -38,13 +38,14 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from evolve.data import traces as T
 from evolve.data.sources import ngram
 from evolve.data.tokens import MAX_SPLIT_BYTES
 
 from evolve.data.sources.hf.models import (INSTALL_HINT, HFPair, HFTraceError,  # noqa: F401
+                                          absolute,
                                           DEVICES, DTYPES, load_pair,
                                           out_of_memory, require_libs)
 from evolve.errors import first_line
@@ -197,6 +198,10 @@ def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
     a context manager with ``advance(n)`` (``evolve.cli.render``), counts the drafted
     tokens of each split as they are recorded."""
     cfg.validate()
+    cfg = replace(cfg, target=absolute(cfg.target, local_only=True),  # found from anywhere
+                  draft=absolute(cfg.draft, local_only=True),
+                  prompts_file=absolute(cfg.prompts_file),
+                  corpus_dir=absolute(cfg.corpus_dir))
     texts, corpus, source = read_prompts(cfg)
     t0 = time.perf_counter()
     pair = load_pair(cfg)

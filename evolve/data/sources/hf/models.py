@@ -13,6 +13,7 @@ transformers are imported inside functions: the core install does not need them.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,18 @@ class HFPair:
     device: str
     config: "HFTraceConfig"          # evolve.data.sources.hf (which builds on this module)
     info: dict
+
+
+def absolute(path: str | None, local_only: bool = False) -> str | None:
+    """An absolute form of a local path (symbolic links kept, so errors name the path
+    given), so that what a recording names is found again from any directory; with
+    ``local_only`` a name that is no local path (a hub id) is kept as it is."""
+    if path is None:
+        return None
+    p = Path(path).expanduser()
+    if local_only and not p.exists():
+        return path
+    return os.path.abspath(p)
 
 
 def resolve_device(device: str) -> str:

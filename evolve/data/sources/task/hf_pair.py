@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from pathlib import Path
 
 import numpy as np
 
@@ -253,24 +252,15 @@ def split_problems(problems, seed: int) -> dict:
     return out
 
 
-def _absolute(path: str, local_only: bool = False) -> str:
-    """An absolute form of a local path, so that traces recorded here are read back
-    from any directory; a hub id (no such local path, ``local_only``) as it is."""
-    p = Path(path).expanduser()
-    if local_only and not p.exists():
-        return path
-    return str(p.resolve())
-
-
 def build_pair(config: HFTaskConfig) -> HFTaskPair:
     """Read and check the task file, load the pair, and size the context; every
     failure is one line (DataError naming the file and line, HFTraceError naming
     the model, TraceConfigError naming the setting)."""
     config.validate()
     if not config.task_sha256:          # recording: paths as the traces will name them
-        config = replace(config, task_file=_absolute(config.task_file),
-                         target=_absolute(config.target, local_only=True),
-                         draft=_absolute(config.draft, local_only=True))
+        config = replace(config, task_file=HM.absolute(config.task_file),
+                         target=HM.absolute(config.target, local_only=True),
+                         draft=HM.absolute(config.draft, local_only=True))
     checker = config.checker()
     problems = read_tasks(config.task_file)
     sha = sha256_file(config.task_file)
