@@ -53,6 +53,7 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/traces-full",             # make results-engines (top-k 256)
     "datasets/neural-traces-full",      # make results-engines-neural (top-k 256)
     "datasets/my-traces",               # an example of the user's own output
+    "datasets/my-task",                 # an example of the user's own task traces
     "datasets/task",                    # evolve data task (default output)
     "datasets/task-results",            # make results-task
     "benchmarks/results.json",          # python benchmarks/speed.py

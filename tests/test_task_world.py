@@ -306,6 +306,12 @@ def test_record_run_and_compare_from_the_command_line(tmp_path, monkeypatch):
     assert "learned_judge" in ch["baselines_tuned_on_valid"]
     r = invoke("inspect", name)
     assert r.exit_code == 0, r.output
+    assert ch["scope"]["decoding"] == "greedy" and "greedy decoding" in r.output
+    r = invoke("export", name, "--format", "numpy", "--allow-infeasible")
+    assert r.exit_code == 0, r.output
+    assert "DECODING = 'greedy'" in r.stdout
+    one_line_error(invoke("export", name, "--format", "hf", "--allow-infeasible"),
+                   "--format hf", "greedy decoding")
     r = invoke(*compare_cmd)
     assert r.exit_code == 0, r.output
     assert "trtllm" in r.output and "lossless" in r.output
@@ -319,6 +325,50 @@ def test_record_run_and_compare_from_the_command_line(tmp_path, monkeypatch):
         assert lo <= v["accuracy"]["difference"] <= hi
     r = invoke("simulate-task", "--data", data, "--compare", "lossless", "--prompts", 17)
     one_line_error(r, "--prompts", "17", "16 problems")
+
+
+@pytest.mark.parametrize("lib", ["numpy", "torch"])
+def test_a_greedy_champion_exports_with_the_acceptance_it_was_scored_with(recorded, sampled,
+                                                                          tmp_path, lib):
+    """A task champion records its scope with the decoding. Greedy: the numpy and torch
+    exports and ``evolve.Rule`` give every recorded row the task objectives' acceptance
+    (1 for a target-argmax draft, the clipped threshold for every other), which the
+    rule's bare threshold is not; the engine formats refuse it in one line. Sampled:
+    the usual trace scope."""
+    import importlib.util
+
+    import evolve
+    from evolve.data import traces
+    from evolve.export import modules
+    from evolve.kernels.tokens import matrix_thresholds
+    from evolve.runs.schema import check_scope
+    tree = "mul(0.6, target_prob)"
+    split = record.load(recorded, "valid")
+    scope = check_scope(traces.scope_of(split.meta), "scope")
+    assert scope["decoding"] == "greedy" and scope["top_k"] is None
+    assert traces.scope_of(record.load(sampled, "valid").meta)["decoding"] == "sample"
+    td = TaskData(split)
+    h = matrix_thresholds(treeio.linearise([treeio.parse(tree)]), td.X)[0]
+    clip = np.where(h > 0, np.where(h > 1, 1.0, h), 0.0)
+    want = np.where(td.arrays.inside, clip, td.arrays.outside)     # the objectives' a
+    assert (want != clip).mean() > 0.2          # the argmax drafts make a difference
+    meta = {"metrics": {}, "scope": scope}
+    path = tmp_path / f"greedy_{lib}.py"
+    path.write_text(modules.export_source(treeio.parse(tree), lib, meta, "t"))
+    spec = importlib.util.spec_from_file_location(f"greedy_{lib}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = split.traces.columns
+    conv = np.asarray if lib == "numpy" else __import__("torch").as_tensor
+    args = [conv(np.asarray(c[n], dtype=bool if n == "top_token_match" else np.float64))
+            for n in mod.INPUTS]
+    np.testing.assert_allclose(np.asarray(mod.acceptance(0, *args)), want, rtol=0, atol=1e-12)
+    rule = evolve.Rule(tree, scope=scope)
+    feats = {n: c[n] for n in (*rule.inputs, "top_token_match")}
+    np.testing.assert_allclose(rule.acceptance(feats), want, rtol=0, atol=1e-12)
+    for fmt in ("hf", "vllm", "vllm-patch"):
+        with pytest.raises(modules.ExportError, match="greedy decoding"):
+            evolve.export(rule, format=fmt)
 
 
 def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):

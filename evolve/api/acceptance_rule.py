@@ -126,12 +126,18 @@ class Rule:
     def __repr__(self) -> str:
         sc = self.scope
         where = ("" if sc is None else
+                 ", scope=greedy" if sc.get("decoding") == "greedy" else
                  f", scope=top-{sc['top_k']}" if sc.get("top_k") is not None else
                  ", scope=every token")
         return f"Rule({self.expression!r}{where})"
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Rule) and (self.tree, self.scope) == (other.tree, other.scope)
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the rule was scored in greedy decoding (its scope says so)."""
+        return (self.scope or {}).get("decoding") == "greedy"
 
     def __hash__(self) -> int:
         return hash(self.tree)
@@ -150,7 +156,12 @@ class Rule:
             raise RuleInputError.of("features", f"{show(features)} is invalid; expected a "
                                                 "mapping of input names to arrays")
         cols = {}
-        for name in set(self.inputs) | ({"draft_prob", "target_prob"} if self.scope else set()):
+        need = set(self.inputs)
+        if self.greedy:                         # the argmax drafts are kept
+            need.add("top_token_match")
+        elif self.scope:                        # the standard rule outside the scope
+            need |= {"draft_prob", "target_prob"}
+        for name in need:
             if name in extra:
                 cols[name] = np.asarray(extra[name])
                 continue
@@ -173,10 +184,14 @@ class Rule:
         """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
         (NaN: 0) inside its scope, min(1, target_prob / draft_prob) for drafts ranked
         ``top_k`` or later (``draft_rank``, e.g. from ``draft_rank(q, token)``); a rule of
-        a top-k scope needs ``draft_rank``."""
+        a top-k scope needs ``draft_rank``. A rule scored in greedy decoding (a task
+        champion's scope) keeps a draft that is the target's argmax (1) and gives every
+        other clip(threshold, 0, 1)."""
         cols = self._columns(features, columns)
         h = numpy_eval.evaluate(self.nodes, cols)
         a = np.where(h > 0, np.where(h > 1, 1.0, h), 0.0)
+        if self.greedy:            # a draft that is the target's argmax is kept
+            return np.where(cols["top_token_match"].astype(bool), 1.0, a)
         k = None if self.scope is None else self.scope.get("top_k")
         if k is None:
             return a
@@ -292,9 +307,12 @@ class RuleFunctions:
         torch = self._torch
         h = self.threshold(*inputs)
         a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
+        f = dict(zip(self.INPUTS, inputs))
+        if self.rule.greedy:        # a draft that is the target's argmax is kept
+            match = torch.as_tensor(f["top_token_match"], device=h.device).bool()
+            return torch.where(match, torch.ones_like(h), a)
         if self.TOP_K is None:
             return a
-        f = dict(zip(self.INPUTS, inputs))
         q = torch.as_tensor(f["draft_prob"], device=h.device).to(h.dtype)
         p = torch.as_tensor(f["target_prob"], device=h.device).to(h.dtype)
         std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))

@@ -264,6 +264,10 @@ def show_standing(ch: dict, term) -> None:
 
 def scope_text(sc: dict) -> str:
     """A champion's scope in one line (``evolve.data.traces.scope_of``)."""
+    if sc.get("decoding") == "greedy":
+        return (f"greedy decoding: target-argmax drafts kept, the rule decides every other; "
+                f"{sc.get('block_size')} drafted tokens per call; vocabulary "
+                f"{sc.get('vocab_size')}")
     who = ("every drafted token" if sc.get("top_k") is None
            else f"drafts among the draft's top {sc['top_k']} (standard rule outside)")
     t = sc.get("temperature")

@@ -162,15 +162,26 @@ def scope_of(meta: dict) -> dict:
     - ``block_size``: drafted tokens per target call (a constant draft length);
     - ``temperature``: applied to both models' logits, with no top-k or top-p
       truncation of either distribution;
-    - ``vocab_size`` and the ``backend`` that recorded the traces."""
+    - ``vocab_size`` and the ``backend`` that recorded the traces;
+    - on task traces, ``decoding``: "sample" as above, or "greedy" (the draft proposes
+      its argmax, a draft that is the target's argmax is kept, the rule decides every
+      other draft, and a rejection emits the target's argmax; ``top_k`` is None)."""
     V = vocab_size(meta)
     k = int(meta["top_k"])
     cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     t = cfg.get("temperature")
-    return {"top_k": None if k >= V else k, "vocab_size": V,
-            "block_size": int(meta["block_size"]),
-            "temperature": float(t) if isinstance(t, (int, float)) else None,
-            "truncation": None, "backend": str(meta.get("backend", "ngram"))}
+    scope = {"top_k": None if k >= V else k, "vocab_size": V,
+             "block_size": int(meta["block_size"]),
+             "temperature": float(t) if isinstance(t, (int, float)) else None,
+             "truncation": None, "backend": str(meta.get("backend", "ngram"))}
+    if meta.get("decoding") in DECODINGS:
+        scope["decoding"] = meta["decoding"]
+        if meta["decoding"] == "greedy":
+            scope["top_k"] = None
+    return scope
+
+
+DECODINGS = ("sample", "greedy")     # a scope's decoding (task traces record theirs)
 
 
 # ---------------------------------------------------------------- storage

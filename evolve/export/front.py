@@ -20,7 +20,8 @@ from pathlib import Path
 
 from evolve.errors import show
 from evolve.export import champions
-from evolve.export.modules import FORMATS, PATCHES, ExportError, check_format, export_source
+from evolve.export.modules import (FORMATS, PATCHES, ExportError, check_decoding, check_format,
+                                   export_source)
 from evolve.export.outfile import check_target, write_new
 from evolve.export.vllm_patch import patch_source
 from evolve.io import paths
@@ -79,6 +80,7 @@ def export(run=None, *, installed: str | None = None, format: str = "numpy", out
         else []
     try:
         check_format(format, nodes)
+        check_decoding(format, meta.get("scope"))
         source = patch_source(nodes, meta, title) if format in PATCHES else \
             export_source(nodes, format, meta, title)
     except (TypeError, ValueError) as e:        # metadata that is not plain JSON

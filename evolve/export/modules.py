@@ -45,9 +45,24 @@ def check_format(fmt: str, nodes) -> None:
                           f"which {what} (formats that can: {', '.join(able)})")
 
 
+GREEDY_FORMATS = ("numpy", "torch")     # the formats a greedy-decoding rule exports to
+
+
+def check_decoding(fmt: str, scope: dict | None, title: str = "the champion") -> None:
+    """ExportError (one line) for a rule scored in greedy decoding and an engine format:
+    transformers' greedy assisted decoding and vLLM's greedy verification keep a draft
+    iff it is the target's argmax, inside code that has no place for a rule."""
+    if (scope or {}).get("decoding") == "greedy" and fmt not in GREEDY_FORMATS:
+        raise ExportError(f"--format {fmt}: {title} was scored in greedy decoding, which "
+                          f"{'transformers' if fmt == 'hf' else 'vLLM'} verifies by exact "
+                          "argmax match with no place for a rule; export it with --format "
+                          "numpy or torch (their acceptance keeps the target's argmax drafts)")
+
+
 def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
     """The complete module text of ``nodes`` in format ``fmt`` (a module format)."""
     check_format(fmt, nodes)
+    check_decoding(fmt, metadata.get("scope"))
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt}: a patch, not a module (evolve.export.vllm_patch)")
     trace = codegen.uses_trace_inputs(nodes)

@@ -10,7 +10,8 @@ keeps that scope: ``SCOPE``, ``TOP_K``, ``BLOCK_SIZE`` and ``TEMPERATURE``, and
   distribution, the order the traces' candidates were taken in;
 - ``acceptance(draft_rank, <inputs>)``: the acceptance probability the rule was
   scored with, clip(threshold, 0, 1) (NaN: 0) inside the scope and the standard
-  rule outside it;
+  rule outside it; in greedy decoding (``DECODING``, a task champion's scope) 1 for
+  a draft that is the target's argmax and clip(threshold, 0, 1) for every other;
 - ``accept(u, <inputs>, draft_rank=...)``: ``u < acceptance(...)``; a module of a
   top-k scope refuses a call without the ranks (a rule applied to every drafted
   token is not the rule that was scored).
@@ -57,9 +58,13 @@ _ACCEPTANCE = {
 def acceptance(draft_rank, {args}):
     """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
     (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
-    standard rule min(1, target_prob / draft_prob) for the others."""
+    standard rule min(1, target_prob / draft_prob) for the others; in greedy decoding
+    (DECODING) 1 for a draft that is the target's argmax, clip(threshold, 0, 1) for
+    every other."""
     h = np.asarray(threshold({args}))
     a = np.where(h > 0, np.where(h > 1, 1, h), 0).astype(h.dtype)
+    if DECODING == "greedy":       # a draft that is the target's argmax is kept
+        return np.where(np.asarray(top_token_match, dtype=bool), 1, a).astype(h.dtype)
     if TOP_K is None:
         return a
     with np.errstate(all="ignore"):
@@ -82,9 +87,14 @@ def accept(u, {args}, draft_rank=None):
 def acceptance(draft_rank, {args}):
     """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
     (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
-    standard rule min(1, target_prob / draft_prob) for the others."""
+    standard rule min(1, target_prob / draft_prob) for the others; in greedy decoding
+    (DECODING) 1 for a draft that is the target's argmax, clip(threshold, 0, 1) for
+    every other."""
     h = threshold({args})
     a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
+    if DECODING == "greedy":       # a draft that is the target's argmax is kept
+        match = torch.as_tensor(top_token_match, device=h.device).bool()
+        return torch.where(match, torch.ones_like(h), a)
     if TOP_K is None:
         return a
     q = torch.as_tensor(draft_prob, device=h.device).to(h.dtype)
@@ -125,7 +135,9 @@ def accept(u, {args}):
 def scope_constants(scope: dict | None) -> str:
     """``SCOPE`` and its parts as module constants (None values for a token rule)."""
     sc = scope or {}
+    decoding = sc.get("decoding", "sample") if scope else None
     return (f"SCOPE = {codegen.python_literal(scope)}\n"
+            f"DECODING = {decoding!r}   # greedy: argmax drafts kept, the rule decides the rest\n"
             f"TOP_K = {sc.get('top_k')!r}      # None: the rule decides every drafted token\n"
             f"BLOCK_SIZE = {sc.get('block_size')!r}      # drafted tokens per target call\n"
             f"TEMPERATURE = {sc.get('temperature')!r}   # both models, no top-k/top-p\n")
@@ -137,8 +149,10 @@ def scope_source(scope: dict | None, backend: Backend, inputs: tuple) -> str:
     args = ", ".join(inputs)
     if scope is None:
         return _PLAIN_ACCEPT[backend.name].format(args=args)
-    if "draft_prob" not in inputs or "target_prob" not in inputs:
-        raise ValueError("a scoped rule's signature holds draft_prob and target_prob")
+    if "draft_prob" not in inputs or "target_prob" not in inputs \
+            or "top_token_match" not in inputs:
+        raise ValueError("a scoped rule's signature holds draft_prob, target_prob and "
+                         "top_token_match")
     return _RANK[backend.name] + _ACCEPTANCE[backend.name].format(args=args)
 
 
@@ -148,6 +162,13 @@ def scope_lines(scope: dict | None) -> list[str]:
         return ["Scope: scored on token splits (no draft/target pair): accept(u, ...) is "
                 "u < threshold(...)."]
     k, t = scope.get("top_k"), scope.get("temperature")
+    if scope.get("decoding") == "greedy":
+        return ["Scope (what the rule was scored with, and keeps here): greedy decoding: the "
+                "draft proposes its argmax; a draft that is the target's argmax is kept, the "
+                "rule decides every other (u < clip(threshold)), and after the first "
+                "rejection the target's argmax is emitted;",
+                f"  {scope.get('block_size')} drafted tokens per target call (a constant draft "
+                "length)."]
     who = ("every drafted token" if k is None else
            f"drafts among the draft's top {k} tokens (draft_rank < TOP_K; ties: lower id "
            f"first); the standard rule min(1, p/q) decides the others")

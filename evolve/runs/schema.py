@@ -184,6 +184,11 @@ def check_scope(sc, where: str) -> dict:
           "a finite number > 0 or null")
     _need(sc.get("truncation") is None, where, "scope.truncation", sc.get("truncation"),
           "null (no top-k or top-p truncation)")
+    d = sc.get("decoding", "sample")
+    _need(d in ("sample", "greedy"), where, "scope.decoding", d, "sample or greedy")
+    _need(d != "greedy" or k is None, where, "scope.top_k", k,
+          "null in greedy decoding (the rule decides every draft that is not the target's "
+          "argmax)")
     return sc
 
 

@@ -6,13 +6,15 @@ could reject); champions are scored by the task objectives
 (``evolve.objectives.task_objectives``), reported beside every rule family tuned to
 the run's critical budget on valid (``evolve.rules.task_tuning``), and judged by
 task accuracy free-running (``evolve.task_compare``). A champion is not written back:
-export it from its run.
+export it from its run (its scope records the decoding: a greedy champion exports to
+numpy and torch, whose ``acceptance`` keeps the target's argmax drafts).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from evolve.data import traces
 from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.io.paths import DATA_DIR
@@ -74,6 +76,7 @@ class TaskTask(Task):
                                     f"({score:.4f} tokens per call)")
         champion = {"critical_budget": cfg.critical_budget, "baselines_tuned_on_valid": tuned,
                     "decoding": result.splits["valid"].meta["decoding"],
+                    "scope": traces.scope_of(result.splits["valid"].meta),
                     "standing": {"verdict": verdict, "why": why, "valid_score": score,
                                  "standard_rejection": std["tokens_per_call"],
                                  "best_tuned": None if best is None else
