@@ -386,17 +386,25 @@ def markdown(doc: dict) -> str:
                          f"{o['median']:.4f}, min {o['min']:.4f}, max {o['max']:.4f}); "
                          f"`{r['command']}`")
             if "--lookahead" in r["command"]:
-                d = (free["rules"].get(variant) or {}).get("distortion") or {}
+                fr = free["rules"].get(variant) or {}
+                d = fr.get("distortion") or {}
+                if d.get("kind") == "estimate":
+                    tv = ("its TV is estimated"
+                          f" at {d['slots']:,} of {d['reached']:,} reached slots, "
+                          f"{d['futures']} sampled later drafts per candidate (mean "
+                          f"slot TV {d['slot_tv_mean']:.5f}; "
+                          f"{d['slot_tv_mean_half_futures']:.5f} at half the futures) "
+                          "(`evolve.data.lookahead_emission`)")
+                elif fr.get("tv_per_token") is None:
+                    tv = ("its TV is not measured: on a Hugging Face pair the estimate "
+                          "(`evolve.data.lookahead_emission`) would decode the later drafts "
+                          "of every candidate with the models, which is not done here")
+                else:
+                    tv = "its TV is measured"
                 lines.append("  It reads a lookahead input: its offline numbers are an "
                              "estimate (next_tv and ahead held at the recorded draft's values "
                              "for every candidate); free-running, its tokens per call are "
-                             "measured and its TV is estimated"
-                             + (f" at {d['slots']:,} of {d['reached']:,} reached slots, "
-                                f"{d['futures']} sampled later drafts per candidate (mean "
-                                f"slot TV {d['slot_tv_mean']:.5f}; "
-                                f"{d['slot_tv_mean_half_futures']:.5f} at half the futures)"
-                                if d.get("kind") == "estimate" else "")
-                             + " (`evolve.data.lookahead_emission`)."
+                             f"measured and {tv}."
                              if P.uses_lookahead_inputs(treeio.parse(r["tree"])) else
                              "  It reads neither lookahead input, so its offline and "
                              "free-running numbers are exact.")
