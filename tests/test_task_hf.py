@@ -111,6 +111,24 @@ def test_labels_match_a_direct_greedy_continuation_of_the_generated_text(task, g
         assert crit[r] == int(answers[0] != answers[1]), (r, answers)
 
 
+@pytest.mark.parametrize("decoding", ["greedy", "sample"])
+def test_cached_continuations_are_the_whole_history_ones(task, greedy, decoding):
+    """The miner's continuations with the target's KV cache (``continue_texts``) give
+    the texts and counted passes of ``evolve.data.labels.continue_text``, which reads
+    each whole history at every step."""
+    cols = greedy.traces.columns
+    rows = np.flatnonzero(greedy.critical >= 0)[:40]
+    hist = np.concatenate([cols["context"][rows], cols["token"][rows, None].astype(np.int32)], 1)
+    keep = cols["position"][rows] + 1
+    limit = np.minimum(NEW, NEW - 1 - cols["position"][rows])
+    u = np.random.default_rng(4).random((rows.size, NEW + 1))
+    args = (decoding == "greedy", u, task.pair.done_of, limit, HT.PAD, keep)
+    want = LB.continue_text(task.pair, hist, *args)
+    got = task.pair.continue_texts(hist, *args)
+    assert got == want and want[1] > rows.size
+    assert len({len(t) for t in want[0]}) > 1          # texts of different lengths
+
+
 def test_recording_again_gives_the_same_columns_and_labels(task, greedy):
     again = record.record_split(task.pair, "valid", "greedy", 0)
     for f, v in greedy.traces.columns.items():

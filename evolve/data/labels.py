@@ -105,8 +105,10 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
             own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
                                  axis=1)
         keep = np.asarray(cols["position"])[r] + 1       # the generated text and the row
-        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
-        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
+        cont = getattr(pair, "continue_texts", None)     # a pair's own (KV-cached) form
+        cont = (lambda *a: continue_text(pair, *a)) if cont is None else cont
+        a, pa = cont(sub, greedy, u[:, 1:], done_of, limit, pad, keep)
+        b, pb = cont(own, greedy, u[:, 1:], done_of, limit, pad, keep)
         passes += pa + pb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
         if tick is not None:

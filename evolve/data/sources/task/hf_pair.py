@@ -230,6 +230,55 @@ class HFTaskPair:
     def done_of(self, tokens) -> bool:
         return self.end is not None and self.end in list(tokens)
 
+    def continue_texts(self, hist, greedy: bool, uniforms, done_of, max_new, pad: int = PAD,
+                       keep=None) -> tuple[list, int]:
+        """``evolve.data.labels.continue_text`` with the target's KV cache: each history
+        is read once, then one token a step (the contract, the texts and the passes
+        counted are those of ``continue_text``; the logits are the cached pass's, equal
+        to a whole-history read to float rounding, as the trace recorder's are)."""
+        import torch  # lazy: the core install has no torch
+
+        from evolve.data.decode import sample_rows
+        from evolve.data.sources.hf.cache import Cached, Layout
+        hist = np.asarray(hist)
+        B, L = hist.shape
+        limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
+        steps = int(limit.max(initial=0))
+        texts, ids = [], []
+        for i, h in enumerate(hist):
+            first = np.flatnonzero(h != pad)
+            start = first[0] if first.size else L
+            ids.append(h[start:].tolist())
+            if keep is not None:
+                start = max(start, L - int(keep[i]))
+            texts.append(h[start:].tolist())
+        done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
+        if steps == 0 or done.all() or B == 0:
+            return texts, 0
+        view = self.target
+        with torch.inference_mode():
+            lay = Layout(ids, steps, 0, view.device)
+            model = Cached(view.model)
+            model.prefill(lay)
+            lay.open_block()
+            passes = 0
+            for step in range(steps):
+                live = np.flatnonzero(~done)
+                if live.size == 0:
+                    break
+                logits = model.read(lay, lay.cols, 1)[:, -1]
+                P = DV.probs(logits, self.vocab, view.temperature).cpu().numpy()
+                passes += live.size
+                nxt = (np.argmax(P, axis=1) if greedy
+                       else sample_rows(P, uniforms[:, step]))
+                for i in live:
+                    texts[i].append(int(nxt[i]))
+                    if step + 1 >= limit[i] or done_of(texts[i]):
+                        done[i] = True
+                if step + 1 < steps:
+                    lay.append(torch.as_tensor(nxt, dtype=torch.int64, device=view.device))
+        return texts, passes
+
     def task_meta(self) -> dict:
         cfg = self.config
         return {"name": cfg.task_file, "source": "hf", "checker": cfg.checker_text(),
