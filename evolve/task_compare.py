@@ -39,9 +39,10 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=
         done[0] += step
         if advance is not None:
             advance(step)
-    _, acc, hist, lens = decode(pair, H, rngs, pair.max_new(split), batch=batch, rule=rule,
-                                record=False, history=True, greedy=greedy, end=pair.end,
-                                max_tokens=pair.max_tokens, tick=tick)
+    run = getattr(pair, "decode", None) or (lambda *a, **kw: decode(pair, *a, **kw))
+    _, acc, hist, lens = run(H, rngs, pair.max_new(split), batch=batch, rule=rule,
+                             record=False, history=True, greedy=greedy, end=pair.end,
+                             max_tokens=pair.max_tokens, tick=tick)
     calls = (acc >= 0).sum(axis=1).astype(np.float64)
     correct, tokens, answers = [], [], []
     for i, p in enumerate(problems):

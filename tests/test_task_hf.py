@@ -112,6 +112,41 @@ def test_labels_match_a_direct_greedy_continuation_of_the_generated_text(task, g
 
 
 @pytest.mark.parametrize("decoding", ["greedy", "sample"])
+def test_the_cached_decoder_decodes_as_whole_history_reads(task, decoding):
+    """The pair's KV-cached decoder (``HFTaskPair.decode``, the Hugging Face recorder)
+    and the numpy decoder reading whole histories through the model views decode the
+    same problems with the same uniforms alike: the same drafts, decisions, accepted
+    counts, texts and ends, and every recorded column to float rounding; with a rule
+    too."""
+    from evolve.data.decode import decode
+    from evolve.rules.adapters import named_rule
+    pair, greedy = task.pair, decoding == "greedy"
+    kw = dict(greedy=greedy, end=pair.end, max_tokens=pair.max_tokens)
+    H, rngs = pair.prompts("valid")
+    got, acc = pair.decode(H, rngs, NEW, record=True, **kw)
+    H, rngs = pair.prompts("valid")
+    want, acc_w = decode(pair, H, rngs, NEW, batch=pair.batch, record=True, **kw)
+    assert np.array_equal(acc, acc_w) and (acc == -1).any() and (acc > 0).any()
+    assert set(got) == set(want) and np.array_equal(got["live"], want["live"])
+    live = want["live"]             # rows of blocks after a text's end are not kept
+    for f in want:
+        if want[f].dtype.kind in "iub":
+            assert np.array_equal(got[f][live], want[f][live]), f
+        else:
+            np.testing.assert_allclose(got[f][live], want[f][live], rtol=1e-5, atol=1e-7,
+                                       err_msg=f)
+    rule = named_rule("leniency", 0.5, greedy)[0]
+    H, rngs = pair.prompts("valid")
+    _, acc, hist, lens = pair.decode(H, rngs, NEW, rule=rule, record=False, history=True, **kw)
+    H, rngs = pair.prompts("valid")
+    _, acc_w, hist_w, lens_w = decode(pair, H, rngs, NEW, batch=pair.batch, rule=rule,
+                                      record=False, history=True, **kw)
+    assert np.array_equal(acc, acc_w) and np.array_equal(lens, lens_w)
+    for h, w, n in zip(hist, hist_w, lens):
+        assert np.array_equal(h[:n], w[:n])
+
+
+@pytest.mark.parametrize("decoding", ["greedy", "sample"])
 def test_cached_continuations_are_the_whole_history_ones(task, greedy, decoding):
     """The miner's continuations with the target's KV cache (``continue_texts``) give
     the texts and counted passes of ``evolve.data.labels.continue_text``, which reads

@@ -55,8 +55,17 @@ def probs(logits, vocab: int, temperature: float) -> np.ndarray:
 
 
 def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=None,
-           track: bool = False, progress=None):
+           track: bool = False, progress=None, greedy: bool = False, end: int | None = None,
+           max_tokens: int | None = None, history: bool = False, tick=None):
     """Speculative decoding of every prompt (token id arrays) for ``blocks`` blocks.
+
+    ``greedy``, ``end`` and ``max_tokens`` decode as ``evolve.data.decode.decode``
+    does (the task world): greedy drafts and verification (a target-argmax draft kept,
+    a rule deciding the others, the target's argmax emitted), and sequences that end
+    once a block emitted ``end`` or they generated ``max_tokens`` tokens (the records
+    then hold ``live``, and later blocks count -1 accepted). With ``history`` the
+    decoded token ids of each sequence (its prompt and what it generated) come back
+    as a last value. ``tick()``, when given, is called after each batch.
 
     All uniforms of a prompt are drawn from its generator up front: draft (blocks, g),
     accept (blocks, g), resample/bonus (blocks,). ``rule=None`` is the standard rule
@@ -77,19 +86,29 @@ def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=Non
     if track and rule is None:
         raise ValueError("hf decode: tracking the distortion needs a rule")
     n = len(prompts)
-    check_lengths(pair, prompts, blocks)
+    if max_tokens is None:
+        check_lengths(pair, prompts, blocks)
+    else:       # a budget ends every sequence first (the last block may pass it by g)
+        check_fits(pair, max((len(p) for p in prompts), default=0) + max_tokens - 1 + g, 0)
     U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
          else np.zeros((0, blocks, 2 * g + 1)))
-    parts, accepted, tracked = [], [], []
+    stop = (greedy, end, max_tokens)
+    parts, accepted, tracked, hists = [], [], [], []
     for s0 in range(0, n, batch):
-        cols, n_acc, tr = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
-                                        blocks, g, k, C, s0, record, rule, track, progress)
+        cols, n_acc, tr, h = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
+                                           blocks, g, k, C, s0, record, rule, track, progress,
+                                           stop)
         parts.append(cols)
         accepted.append(n_acc)
         tracked.append(tr)
+        hists += h
+        if tick is not None:
+            tick()
     cols = ({f: np.concatenate([p[f] for p in parts]) for f in parts[0]}
             if record and parts else None)
     acc = np.concatenate(accepted) if accepted else np.zeros((0, blocks), dtype=np.int64)
+    if history:
+        return cols, acc, hists
     if not track:
         return cols, acc
     out = {f: np.concatenate([t[f] for t in tracked]) if tracked else np.zeros(0)
@@ -142,8 +161,11 @@ def _contexts(hist, X, C):
     return ctx.reshape(B * g, C)
 
 
-def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, progress):
+def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, progress,
+                  stop=(False, None, None)):
     import torch  # lazy: the core install has no torch
+    greedy, end, max_tokens = stop
+    stops = end is not None or max_tokens is not None
     B, V, temp, dev = len(prompts), pair.vocab, pair.config.temperature, pair.device
     hist = [np.asarray(p, dtype=np.int64) for p in prompts]
     lay = Layout(hist, blocks, g, dev)
@@ -155,16 +177,25 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
     rec: dict[str, list] = {}
     drafts, counts, news = [], [], []
     tr: dict[str, list] = {f: [] for f in TRACKED}
+    if greedy and kind != "standard":
+        raise ValueError(f"rule {getattr(rule, 'name', rule)!r}: greedy decoding takes rules "
+                         "with the standard residual (the correction is the target's argmax)")
+    done = torch.zeros(B, dtype=torch.bool, device=dev)     # the sequence has ended
+    ran = 0
     with torch.no_grad():
         draft.prefill(lay)
         target.prefill(lay)
         for t in range(blocks):
+            if stops and bool(done.all()):
+                break
+            ran = t + 1
+            live = ~done
             gen_before = lay.npos - npos0
             lay.open_block()
             Q = torch.empty((B, g, V), dtype=torch.float64, device=dev)
             for j in range(g):
                 Q[:, j] = DV.probs(draft.read(lay, lay.cols, 1)[:, 0], V, temp)
-                lay.append(DV.sample(Q[:, j], Ut[:, t, j]))
+                lay.append(Q[:, j].argmax(dim=1) if greedy else DV.sample(Q[:, j], Ut[:, t, j]))
             P = DV.probs(target.read(lay, lay.cols, g + 1), V, temp)
             X = lay.ids[:, lay.block_start + 1:lay.cols].clone()
             Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
@@ -173,53 +204,82 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
             else:
                 x = X.reshape(-1, 1)
                 F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}
-            a = ((F["target_prob"] / F["draft_prob"]).clamp_max(1.0).reshape(B, g)
-                 if rule is None else DV.rule_acceptance(rule, F, B, g))
+            std = (F["target_prob"] / F["draft_prob"]).clamp_max(1.0).reshape(B, g)
+            if greedy:      # matches kept, a rule judges the mismatches
+                match = X == P[:, :g].argmax(dim=2)
+                a = (match.to(torch.float64) if rule is None else
+                     torch.where(match, 1.0, DV.rule_acceptance(rule, F, B, g)))
+            else:
+                a = std if rule is None else DV.rule_acceptance(rule, F, B, g)
             acc = Ut[:, t, g:2 * g] < a
             n_acc = torch.where(acc.all(dim=1), g, (~acc).to(torch.int8).argmax(dim=1))
-            rej = (n_acc < g).unsqueeze(1)
-            jm = n_acc.clamp_max(g - 1)
             Pn = P[rows, n_acc]
-            Qn = torch.where(rej, Q[rows, jm], 0.0)
-            Rn = rejection_residual(kind, Pn, Qn, X[rows, jm])
-            new = DV.sample(torch.where(rej, Rn, Pn), Ut[:, t, 2 * g])
+            if greedy:      # the target's argmax (at a rejection and after the last draft)
+                new = Pn.argmax(dim=1)
+            else:
+                rej = (n_acc < g).unsqueeze(1)
+                jm = n_acc.clamp_max(g - 1)
+                Qn = torch.where(rej, Q[rows, jm], 0.0)
+                Rn = rejection_residual(kind, Pn, Qn, X[rows, jm])
+                new = DV.sample(torch.where(rej, Rn, Pn), Ut[:, t, 2 * g])
             if track:
                 _track(tr, Pg, Qg, F, gen_before, n_acc, rule, k, seq0, t)
             if record:
                 for f, v in F.items():
                     if f not in DV.RECORD_SKIPS:
                         rec.setdefault(f, []).append(v)
-                rec.setdefault("baseline_accepts", []).append(acc.reshape(-1))
+                # the schema's standard decisions (greedy too: rand < min(1, p/q))
+                rec.setdefault("baseline_accepts", []).append(
+                    (acc if not greedy else Ut[:, t, g:2 * g] < std).reshape(-1))
+                if stops:
+                    rec.setdefault("live", []).append(live.repeat_interleave(g))
             lay.settle(n_acc, new)
             drafts.append(X)
-            counts.append(n_acc)
             news.append(new)
+            if stops:       # an ended sequence emits nothing more; its blocks count -1
+                counts.append(torch.where(live, n_acc, -1))
+                out = torch.cat([X, new.unsqueeze(1)], dim=1)
+                out[rows, n_acc] = new
+                emit = (torch.arange(g + 1, device=dev).unsqueeze(0) <= n_acc.unsqueeze(1)) \
+                    & live.unsqueeze(1)
+                if end is not None:
+                    done = done | ((out == end) & emit).any(dim=1)
+                if max_tokens is not None:
+                    done = done | (lay.npos - npos0 >= max_tokens)
+            else:
+                counts.append(n_acc)
             if progress is not None:
                 progress(B * g)
-    X_all = torch.stack(drafts).cpu().numpy()            # (blocks, B, g)
-    accepted = torch.stack(counts).cpu().numpy().T.astype(np.int64)
-    new_all = torch.stack(news).cpu().numpy()
+    blocks_run = ran if stops else blocks
+    X_all = torch.stack(drafts).cpu().numpy() if drafts else np.zeros((0, B, g), np.int64)
+    accepted = np.full((B, blocks), -1, dtype=np.int64)
+    if counts:
+        accepted[:, :blocks_run] = torch.stack(counts).cpu().numpy().T
+    new_all = torch.stack(news).cpu().numpy() if news else np.zeros((0, B), np.int64)
     host: dict[str, list] = {}
     if record:
         tok_dtype = np.int32 if V < 2 ** 31 else np.int64
         for f, parts in rec.items():
             a = torch.stack(parts).cpu().numpy()
             host[f] = list(a.astype(tok_dtype) if f == "cand_token" else a)
-        host["rand_value"] = list(U[:, :, g:2 * g].transpose(1, 0, 2).reshape(blocks, B * g))
-        host["sequence"] = [np.repeat(seq0 + np.arange(B), g)] * blocks
-        host["block_index"] = [np.full(B * g, t, dtype=np.int64) for t in range(blocks)]
+        host["rand_value"] = list(U[:, :blocks_run, g:2 * g].transpose(1, 0, 2)
+                                  .reshape(blocks_run, B * g))
+        host["sequence"] = [np.repeat(seq0 + np.arange(B), g)] * blocks_run
+        host["block_index"] = [np.full(B * g, t, dtype=np.int64) for t in range(blocks_run)]
         host["context"] = []
-    for t in range(blocks):
+    for t in range(blocks_run):
         if record:
             host["context"].append(_contexts(hist, X_all[t], C) if C
                                    else np.zeros((B * g, 0), np.uint8))
-        hist = [np.concatenate([h, X_all[t, i, :accepted[i, t]], new_all[t, i:i + 1]])
+        hist = [h if accepted[i, t] < 0 else
+                np.concatenate([h, X_all[t, i, :accepted[i, t]], new_all[t, i:i + 1]])
                 for i, h in enumerate(hist)]
     tracked = None
     if track:
         tracked = {f: np.concatenate(v) for f, v in tr.items()}
         tracked["history"] = hist
-    return (sequence_major(host, blocks, B, g) if record else None), accepted, tracked
+    return ((sequence_major(host, blocks_run, B, g) if record else None), accepted, tracked,
+            hist)
 
 
 def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: int) -> None:

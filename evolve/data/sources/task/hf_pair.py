@@ -9,16 +9,18 @@ line after the last ``delimiter``, GSM8K's ``####``, or a regular expression's
 group). Problems without a split are dealt out train, valid, train, test after a
 seeded shuffle (2 : 1 : 1), as the Hugging Face prompts are.
 
-``HFTaskPair`` has the built-in pair's interface (``pair.TaskPair``), so the same
-decoder (``evolve.data.decode.decode``), recorder, label miner and arbiter
-(``evolve.task_compare``) run on it. Each model is a ``ModelView``: ``probs(H)`` on
-(B, C) int32 histories, left-padded with ``PAD`` = -1 (no token), is the model's
-next-token distribution after each history's tokens, padding masked (attention mask
-and positions counted from the first token), softmax at the temperature in float64
-as the Hugging Face trace source computes it (``evolve.data.sources.hf.device``).
-A view reads the whole history each call (no KV cache): simple and exact, and the
-cost grows with the text; the models load as the Hugging Face trace source loads
-them (``evolve.data.sources.hf.models``: safetensors only, no code from the model
+``HFTaskPair`` has the built-in pair's interface (``pair.TaskPair``), so the
+recorder, label miner and arbiter (``evolve.task_compare``) run on it. Each model is
+a ``ModelView``: ``probs(H)`` on (B, C) int32 histories, left-padded with ``PAD`` =
+-1 (no token), is the model's next-token distribution after each history's tokens,
+padding masked (attention mask and positions counted from the first token), softmax
+at the temperature in float64 as the Hugging Face trace source computes it
+(``evolve.data.sources.hf.device``). A view reads the whole history each call: the
+reference. The pair decodes with the KV-cached Hugging Face recorder
+(``HFTaskPair.decode``, the interface of ``evolve.data.decode.decode``) and mines
+with cached continuations (``continue_texts``), both tested against the views. The
+models load as the Hugging Face trace source loads them
+(``evolve.data.sources.hf.models``: safetensors only, no code from the model
 directory, both tokenizers alike).
 
 The task file and local model directories are recorded as absolute paths, so
@@ -229,6 +231,41 @@ class HFTaskPair:
 
     def done_of(self, tokens) -> bool:
         return self.end is not None and self.end in list(tokens)
+
+    def decode(self, prompts, rngs, blocks: int, batch: int | None = None, rule=None,
+               record: bool = True, history: bool = False, greedy: bool = False,
+               end: int | None = None, tick=None, max_tokens: int | None = None):
+        """``evolve.data.decode.decode`` of this pair, KV-cached: the same arguments,
+        uniforms, decisions and returned values (``prompts``: (n, C) int32 left-padded
+        with PAD; with ``history``, the (n, C + blocks (g + 1)) histories and their
+        lengths), decoded by the Hugging Face recorder (``evolve.data.sources.hf.decode``)
+        on the models' device. The logits are the cached passes', equal to whole-history
+        reads to float rounding (tested)."""
+        from evolve.data.sources.hf import decode as hf_decode
+        H = np.asarray(prompts)
+        ids = [h[h != PAD].astype(np.int64) for h in H]
+        out = hf_decode.decode(self._raw(), ids, rngs, blocks, record=record, rule=rule,
+                               greedy=greedy, end=end, max_tokens=max_tokens, history=True,
+                               tick=tick)
+        cols, acc, hists = out
+        if not history:
+            return cols, acc
+        C, g = H.shape[1], self.config.block_size
+        full = np.full((H.shape[0], C + blocks * (g + 1)), PAD, dtype=H.dtype)
+        full[:, :C] = H
+        lens = np.empty(H.shape[0], dtype=np.int64)
+        for i, (p, h) in enumerate(zip(ids, hists)):
+            gen = np.asarray(h[len(p):])
+            full[i, C:C + gen.size] = gen
+            lens[i] = C + gen.size
+        return cols, acc, full, lens
+
+    def _raw(self):
+        """The pair as the Hugging Face recorder reads it: the models themselves."""
+        from types import SimpleNamespace
+        return SimpleNamespace(target=self.target.model, draft=self.draft.model,
+                               vocab=self.vocab, device=self.target.device, config=self.config,
+                               info={"target": self.target.info, "draft": self.draft.info})
 
     def continue_texts(self, hist, greedy: bool, uniforms, done_of, max_new, pad: int = PAD,
                        keep=None) -> tuple[list, int]:

@@ -93,8 +93,9 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
             done[0] += step
             if m is not None:
                 m.advance(step)
-        cols, _ = decode(pair, H, rngs, max_new, batch=batch, record=True, greedy=greedy,
-                         end=pair.end, max_tokens=pair.max_tokens, tick=tick)
+        run = getattr(pair, "decode", None) or (lambda *a, **kw: decode(pair, *a, **kw))
+        cols, _ = run(H, rngs, max_new, batch=batch, record=True, greedy=greedy, end=pair.end,
+                      max_tokens=pair.max_tokens, tick=tick)
     live = cols.pop("live")
     cols = {f: np.ascontiguousarray(v[live]) for f, v in cols.items()}
     cfg = pair.config
