@@ -36,11 +36,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from types import SimpleNamespace
 
 import numpy as np
 
+from evolve.data.decode import sample_rows
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
+from evolve.data.sources.hf import decode as hf_decode
+from evolve.data.sources.hf.cache import Cached, Layout
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf import models as HM
 from evolve.data.sources.task.checker import CheckerError, DelimiterChecker, RegexChecker
@@ -241,7 +245,6 @@ class HFTaskPair:
         lengths), decoded by the Hugging Face recorder (``evolve.data.sources.hf.decode``)
         on the models' device. The logits are the cached passes', equal to whole-history
         reads to float rounding (tested)."""
-        from evolve.data.sources.hf import decode as hf_decode
         H = np.asarray(prompts)
         ids = [h[h != PAD].astype(np.int64) for h in H]
         out = hf_decode.decode(self._raw(), ids, rngs, blocks, record=record, rule=rule,
@@ -262,7 +265,6 @@ class HFTaskPair:
 
     def _raw(self):
         """The pair as the Hugging Face recorder reads it: the models themselves."""
-        from types import SimpleNamespace
         return SimpleNamespace(target=self.target.model, draft=self.draft.model,
                                vocab=self.vocab, device=self.target.device, config=self.config,
                                info={"target": self.target.info, "draft": self.draft.info})
@@ -275,8 +277,6 @@ class HFTaskPair:
         to a whole-history read to float rounding, as the trace recorder's are)."""
         import torch  # lazy: the core install has no torch
 
-        from evolve.data.decode import sample_rows
-        from evolve.data.sources.hf.cache import Cached, Layout
         hist = np.asarray(hist)
         B, L = hist.shape
         limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
