@@ -148,9 +148,10 @@ def test_the_cached_decoder_decodes_as_whole_history_reads(task, decoding):
 
 @pytest.mark.parametrize("decoding", ["greedy", "sample"])
 def test_cached_continuations_are_the_whole_history_ones(task, greedy, decoding):
-    """The miner's continuations with the target's KV cache (``continue_texts``) give
-    the texts and counted passes of ``evolve.data.labels.continue_text``, which reads
-    each whole history at every step."""
+    """The miner's continuations with the target's KV cache (the pair's
+    ``continuation_reader``) give the texts and counted passes of
+    ``evolve.data.labels.continue_text`` reading each whole history at every step
+    (through the model view, for a pair without that reader)."""
     cols = greedy.traces.columns
     rows = np.flatnonzero(greedy.critical >= 0)[:40]
     hist = np.concatenate([cols["context"][rows], cols["token"][rows, None].astype(np.int32)], 1)
@@ -158,8 +159,9 @@ def test_cached_continuations_are_the_whole_history_ones(task, greedy, decoding)
     limit = np.minimum(NEW, NEW - 1 - cols["position"][rows])
     u = np.random.default_rng(4).random((rows.size, NEW + 1))
     args = (decoding == "greedy", u, task.pair.done_of, limit, HT.PAD, keep)
-    want = LB.continue_text(task.pair, hist, *args)
-    got = task.pair.continue_texts(hist, *args)
+    whole = SimpleNamespace(target=task.pair.target, context_len=task.pair.context_len)
+    want = LB.continue_text(whole, hist, *args)
+    got = LB.continue_text(task.pair, hist, *args)
     assert got == want and want[1] > rows.size
     assert len({len(t) for t in want[0]}) > 1          # texts of different lengths
 

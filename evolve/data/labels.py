@@ -41,7 +41,9 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
     argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
     not text, nor, with ``keep`` (one number per row), any but the last ``keep``
     tokens of a history (the prompt). A text is a list of token ids (byte values for
-    a byte-level pair). Returns the texts and the forward passes spent (rows x
+    a byte-level pair). The target reads each whole history at every step, or, for a
+    pair with a ``continuation_reader`` (a Hugging Face one: its KV cache), as that
+    reader reads it. Returns the texts and the forward passes spent (rows x
     positions)."""
     C = pair.context_len
     B, L = hist.shape
@@ -54,13 +56,16 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
             start = max(start, L - int(keep[i]))
         texts.append(h[start:].tolist())
     done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
+    steps = int(limit.max(initial=0))
+    reader = getattr(pair, "continuation_reader", None)
+    read = (reader(hist, steps) if reader is not None
+            else (lambda live, h: pair.target.probs(h[live, -C:])))
     passes = 0
-    for step in range(int(limit.max(initial=0))):
+    for step in range(steps):
         live = np.flatnonzero(~done)
         if live.size == 0:
             break
-        window = hist[live, -C:]
-        P = pair.target.probs(window)
+        P = read(live, hist)
         passes += live.size
         nxt = (np.argmax(P, axis=1) if greedy else sample_rows(P, uniforms[live, step]))
         hist = np.concatenate([hist, np.full((B, 1), pad, dtype=hist.dtype)], axis=1)
@@ -105,10 +110,8 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
             own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
                                  axis=1)
         keep = np.asarray(cols["position"])[r] + 1       # the generated text and the row
-        cont = getattr(pair, "continue_texts", None)     # a pair's own (KV-cached) form
-        cont = (lambda *a: continue_text(pair, *a)) if cont is None else cont
-        a, pa = cont(sub, greedy, u[:, 1:], done_of, limit, pad, keep)
-        b, pb = cont(own, greedy, u[:, 1:], done_of, limit, pad, keep)
+        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
+        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
         passes += pa + pb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
         if tick is not None:

@@ -18,7 +18,7 @@ at the temperature in float64 as the Hugging Face trace source computes it
 (``evolve.data.sources.hf.device``). A view reads the whole history each call: the
 reference. The pair decodes with the KV-cached Hugging Face recorder
 (``HFTaskPair.decode``, the interface of ``evolve.data.decode.decode``) and mines
-with cached continuations (``continue_texts``), both tested against the views. The
+with cached continuations (``continuation_reader``), both tested against the views. The
 models load as the Hugging Face trace source loads them
 (``evolve.data.sources.hf.models``: safetensors only, no code from the model
 directory, both tokenizers alike).
@@ -40,7 +40,6 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from evolve.data.decode import sample_rows
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
 from evolve.data.sources.hf import decode as hf_decode
@@ -269,52 +268,32 @@ class HFTaskPair:
                                vocab=self.vocab, device=self.target.device, config=self.config,
                                info={"target": self.target.info, "draft": self.draft.info})
 
-    def continue_texts(self, hist, greedy: bool, uniforms, done_of, max_new, pad: int = PAD,
-                       keep=None) -> tuple[list, int]:
-        """``evolve.data.labels.continue_text`` with the target's KV cache: each history
-        is read once, then one token a step (the contract, the texts and the passes
-        counted are those of ``continue_text``; the logits are the cached pass's, equal
-        to a whole-history read to float rounding, as the trace recorder's are)."""
+    def continuation_reader(self, hist, steps: int):
+        """How ``evolve.data.labels.continue_text`` reads the target for the histories
+        ``hist`` (B, L) over at most ``steps`` steps: from its KV cache. ``read(live,
+        hist)`` gives the next-token distributions of the ``live`` rows: the first call
+        reads every history once, each later call only the previous step's tokens (the
+        last column of ``hist``; rows that have ended are never read again). The logits
+        are the cached passes', equal to whole-history reads to float rounding, as the
+        trace recorder's are."""
         import torch  # lazy: the core install has no torch
-
-        hist = np.asarray(hist)
-        B, L = hist.shape
-        limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
-        steps = int(limit.max(initial=0))
-        texts, ids = [], []
-        for i, h in enumerate(hist):
-            first = np.flatnonzero(h != pad)
-            start = first[0] if first.size else L
-            ids.append(h[start:].tolist())
-            if keep is not None:
-                start = max(start, L - int(keep[i]))
-            texts.append(h[start:].tolist())
-        done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
-        if steps == 0 or done.all() or B == 0:
-            return texts, 0
         view = self.target
-        with torch.inference_mode():
-            lay = Layout(ids, steps, 0, view.device)
-            model = Cached(view.model)
-            model.prefill(lay)
-            lay.open_block()
-            passes = 0
-            for step in range(steps):
-                live = np.flatnonzero(~done)
-                if live.size == 0:
-                    break
-                logits = model.read(lay, lay.cols, 1)[:, -1]
-                P = DV.probs(logits, self.vocab, view.temperature).cpu().numpy()
-                passes += live.size
-                nxt = (np.argmax(P, axis=1) if greedy
-                       else sample_rows(P, uniforms[:, step]))
-                for i in live:
-                    texts[i].append(int(nxt[i]))
-                    if step + 1 >= limit[i] or done_of(texts[i]):
-                        done[i] = True
-                if step + 1 < steps:
-                    lay.append(torch.as_tensor(nxt, dtype=torch.int64, device=view.device))
-        return texts, passes
+        ids = [h[h != PAD].astype(np.int64) for h in np.asarray(hist)]
+        state = {}
+
+        def read(live, h):
+            with torch.inference_mode():
+                if not state:
+                    state["lay"] = lay = Layout(ids, steps, 0, view.device)
+                    state["model"] = Cached(view.model)
+                    state["model"].prefill(lay)
+                    lay.open_block()
+                else:           # an ended row's padding stands in for a token never read
+                    state["lay"].append(torch.as_tensor(np.maximum(h[:, -1], 0),
+                                                        dtype=torch.int64, device=view.device))
+                logits = state["model"].read(state["lay"], state["lay"].cols, 1)[:, -1]
+                return DV.probs(logits, self.vocab, view.temperature).cpu().numpy()[live]
+        return read
 
     def task_meta(self) -> dict:
         cfg = self.config
