@@ -16,7 +16,7 @@ import contextlib
 
 import numpy as np
 
-from evolve.data.decode import BATCH, clipped, decode
+from evolve.data.decode import clipped
 from evolve.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
 
@@ -31,18 +31,9 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=
     H, rngs = pair.prompts(split, prompts)
     problems = pair.problems[split][:len(H)]
     C = H.shape[1]
-    batch = getattr(pair, "batch", BATCH)
-    done = [0]
-
-    def tick():
-        step = min(batch, len(H) - done[0])
-        done[0] += step
-        if advance is not None:
-            advance(step)
-    run = getattr(pair, "decode", None) or (lambda *a, **kw: decode(pair, *a, **kw))
-    _, acc, hist, lens = run(H, rngs, pair.max_new(split), batch=batch, rule=rule,
-                             record=False, history=True, greedy=greedy, end=pair.end,
-                             max_tokens=pair.max_tokens, tick=tick)
+    _, acc, hist, lens = pair.decode(H, rngs, pair.max_new(split), advance, rule=rule,
+                                     record=False, history=True, greedy=greedy, end=pair.end,
+                                     max_tokens=pair.max_tokens)
     calls = (acc >= 0).sum(axis=1).astype(np.float64)
     correct, tokens, answers = [], [], []
     for i, p in enumerate(problems):
@@ -50,9 +41,8 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=
         if pair.max_tokens is not None:
             text = text[:pair.max_tokens]
         ends = np.flatnonzero(text == pair.end) if pair.end is not None else []
-        body = text if len(ends) == 0 else text[:ends[0]]
         tokens.append(len(text) if len(ends) == 0 else int(ends[0]) + 1)
-        body = pair.body(body)
+        body = pair.body(text)          # the text before its end
         answer = pair.checker.extract(body)
         answers.append(answer)
         correct.append(answer is not None and pair.checker.check(body, p.answer))

@@ -271,6 +271,21 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
     return cols, acc
 
 
+def batch_ticks(n: int, batch: int, advance):
+    """A decoder's ``tick()`` (``decode``'s, the Hugging Face recorder's), called after
+    each batch of ``batch`` of ``n`` prompts, as ``advance(the batch's size)``; None
+    without ``advance``."""
+    if advance is None:
+        return None
+    done = [0]
+
+    def tick():
+        step = min(batch, n - done[0])
+        done[0] += step
+        advance(step)
+    return tick
+
+
 def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False,
                   end=None, max_tokens=None):
     B = prompts.shape[0]

@@ -40,6 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from evolve.data.decode import batch_ticks
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
 from evolve.data.sources.hf import decode as hf_decode
@@ -235,20 +236,20 @@ class HFTaskPair:
     def done_of(self, tokens) -> bool:
         return self.end is not None and self.end in list(tokens)
 
-    def decode(self, prompts, rngs, blocks: int, batch: int | None = None, rule=None,
-               record: bool = True, history: bool = False, greedy: bool = False,
-               end: int | None = None, tick=None, max_tokens: int | None = None):
+    def decode(self, prompts, rngs, blocks: int, advance=None, rule=None, record: bool = True,
+               history: bool = False, greedy: bool = False, end: int | None = None,
+               max_tokens: int | None = None):
         """``evolve.data.decode.decode`` of this pair, KV-cached: the same arguments,
         uniforms, decisions and returned values (``prompts``: (n, C) int32 left-padded
         with PAD; with ``history``, the (n, C + blocks (g + 1)) histories and their
         lengths), decoded by the Hugging Face recorder (``evolve.data.sources.hf.decode``)
-        on the models' device. The logits are the cached passes', equal to whole-history
-        reads to float rounding (tested)."""
+        on the models' device, ``advance(n)`` after each batch of n problems. The logits
+        are the cached passes', equal to whole-history reads to float rounding (tested)."""
         H = np.asarray(prompts)
         ids = [h[h != PAD].astype(np.int64) for h in H]
         out = hf_decode.decode(self._raw(), ids, rngs, blocks, record=record, rule=rule,
                                greedy=greedy, end=end, max_tokens=max_tokens, history=True,
-                               tick=tick)
+                               tick=batch_ticks(len(ids), self.batch, advance))
         cols, acc, hists = out
         if not history:
             return cols, acc

@@ -18,6 +18,8 @@ decodes with the pair as it is.
 The pair is also what the recorder (``record``) and the arbiter
 (``evolve.task_compare``) ask of a task, the interface the Hugging Face task pair
 (``hf_pair``) has too: ``prompts(split, n)`` (padded prompts and their generators),
+``decode(prompts, rngs, blocks, advance=..., ...)`` (``evolve.data.decode.decode``'s
+decoding, with progress counted in problems),
 ``max_new(split)`` (blocks to decode at most), ``end`` and ``max_tokens`` (what ends
 a text), ``pad``, ``body(tokens)`` (a generated text before its end, as text),
 ``answer_of`` and ``done_of`` (of a history's tokens), ``checker`` and
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evolve.data.decode import BATCH, batch_ticks, decode
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.sources.ngram import ConfigFields, TraceConfigError
 from evolve.data.sources.task import arithmetic, grammar
@@ -98,6 +101,12 @@ class TaskPair:
 
     def prompts(self, split: str, n: int | None = None):
         return prompts_of(self, split, n)
+
+    def decode(self, prompts, rngs, blocks: int, advance=None, **kw):
+        """``evolve.data.decode.decode`` of the problems ``prompts`` (the pairs'
+        interface: ``advance(n)``, when given, after each batch of n problems)."""
+        return decode(self, prompts, rngs, blocks, BATCH,
+                      tick=batch_ticks(len(prompts), BATCH, advance), **kw)
 
     def max_new(self, split: str) -> int:
         """Blocks to decode at most: the most bytes a solution of the split can take

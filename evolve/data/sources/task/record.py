@@ -30,7 +30,6 @@ import numpy as np
 from evolve.data import labels as LB
 from evolve.data import tokens as D
 from evolve.data import traces as T
-from evolve.data.decode import BATCH, decode
 from evolve.data.sources.task.checker import DelimiterChecker
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
@@ -83,19 +82,10 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
     greedy = mode == "greedy"
     H, rngs = pair.prompts(split, prompts)
     max_new = pair.max_new(split)
-    batch = getattr(pair, "batch", BATCH)
     with (meter(f"{split}: decoding", len(H), "problems") if meter
           else contextlib.nullcontext()) as m:
-        done = [0]
-
-        def tick():
-            step = min(batch, len(H) - done[0])
-            done[0] += step
-            if m is not None:
-                m.advance(step)
-        run = getattr(pair, "decode", None) or (lambda *a, **kw: decode(pair, *a, **kw))
-        cols, _ = run(H, rngs, max_new, batch=batch, record=True, greedy=greedy, end=pair.end,
-                      max_tokens=pair.max_tokens, tick=tick)
+        cols, _ = pair.decode(H, rngs, max_new, None if m is None else m.advance, record=True,
+                              greedy=greedy, end=pair.end, max_tokens=pair.max_tokens)
     live = cols.pop("live")
     cols = {f: np.ascontiguousarray(v[live]) for f, v in cols.items()}
     cfg = pair.config
