@@ -181,7 +181,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
         raise ValueError(f"rule {getattr(rule, 'name', rule)!r}: greedy decoding takes rules "
                          "with the standard residual (the correction is the target's argmax)")
     done = torch.zeros(B, dtype=torch.bool, device=dev)     # the sequence has ended
-    ran = 0
+    ran = 0                 # blocks decoded (fewer once every sequence has ended)
     with torch.no_grad():
         draft.prefill(lay)
         target.prefill(lay)
@@ -250,11 +250,10 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 counts.append(n_acc)
             if progress is not None:
                 progress(B * g)
-    blocks_run = ran if stops else blocks
     X_all = torch.stack(drafts).cpu().numpy() if drafts else np.zeros((0, B, g), np.int64)
     accepted = np.full((B, blocks), -1, dtype=np.int64)
     if counts:
-        accepted[:, :blocks_run] = torch.stack(counts).cpu().numpy().T
+        accepted[:, :ran] = torch.stack(counts).cpu().numpy().T
     new_all = torch.stack(news).cpu().numpy() if news else np.zeros((0, B), np.int64)
     host: dict[str, list] = {}
     if record:
@@ -262,12 +261,12 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
         for f, parts in rec.items():
             a = torch.stack(parts).cpu().numpy()
             host[f] = list(a.astype(tok_dtype) if f == "cand_token" else a)
-        host["rand_value"] = list(U[:, :blocks_run, g:2 * g].transpose(1, 0, 2)
-                                  .reshape(blocks_run, B * g))
-        host["sequence"] = [np.repeat(seq0 + np.arange(B), g)] * blocks_run
-        host["block_index"] = [np.full(B * g, t, dtype=np.int64) for t in range(blocks_run)]
+        host["rand_value"] = list(U[:, :ran, g:2 * g].transpose(1, 0, 2)
+                                  .reshape(ran, B * g))
+        host["sequence"] = [np.repeat(seq0 + np.arange(B), g)] * ran
+        host["block_index"] = [np.full(B * g, t, dtype=np.int64) for t in range(ran)]
         host["context"] = []
-    for t in range(blocks_run):
+    for t in range(ran):
         if record:
             host["context"].append(_contexts(hist, X_all[t], C) if C
                                    else np.zeros((B * g, 0), np.uint8))
@@ -278,7 +277,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
     if track:
         tracked = {f: np.concatenate(v) for f, v in tr.items()}
         tracked["history"] = hist
-    return ((sequence_major(host, blocks_run, B, g) if record else None), accepted, tracked,
+    return ((sequence_major(host, ran, B, g) if record else None), accepted, tracked,
             hist)
 
 
