@@ -72,13 +72,12 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
     from evolve.data.sources.task import pair as TP
     from evolve.data.sources.task import record    # lazy: start-up (a command loads only what it runs)
     need(decoding in MODES, "--decoding", decoding, " or ".join(MODES))
-    own = (task_file, target, draft)
-    if any(v is not None for v in own) and not all(v is not None for v in own):
-        missing = [o for o, v in zip(("--task-file", "--target", "--draft"), own) if v is None]
-        fail(f"{missing[0]}: needed with "
-             + " and ".join(o for o, v in zip(("--task-file", "--target", "--draft"), own)
-                            if v is not None)
-             + " (your own task is decoded by your own pair)")
+    own = dict(zip(("--task-file", "--target", "--draft"), (task_file, target, draft)))
+    given = [o for o, v in own.items() if v is not None]
+    if given and len(given) < len(own):
+        missing = next(o for o in own if o not in given)
+        fail(f"{missing}: needed with {' and '.join(given)} (your own task is decoded by "
+             "your own pair)")
     if task_file is None:
         ctx = click.get_current_context()
         for name in ("delimiter", "answer_regex", "max_new_tokens", "device", "dtype",
