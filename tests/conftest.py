@@ -66,3 +66,38 @@ def edited_evolved(tmp_path, monkeypatch):
     def write(text: str):
         (d / "evolved.py").write_text(text)
     return write
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, small_data_dir):
+    """A small finished run (3 generations), to copy and tamper with."""
+    from tests.clikit import invoke
+    from tests.runkit import POP
+    parent = tmp_path_factory.mktemp("finished")
+    r = invoke("run", "--population", POP, "--generations", 3, "--seed", 1, "--name", "done",
+               "--data", small_data_dir, "--runs-dir", parent, "--no-writeback", "--json")
+    assert r.exit_code == 0, r.output
+    return parent / "done"
+
+
+@pytest.fixture(scope="session")
+def data_copy(tmp_path_factory, small_data_dir):
+    """The small splits in a directory of their own (other data than
+    ``small_data_dir`` for --resume, and free to be copied and tampered with)."""
+    import shutil
+    d = tmp_path_factory.mktemp("data") / "splits"
+    shutil.copytree(small_data_dir, d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def finished(tmp_path_factory, data_copy):
+    """A finished run of ``tests.runkit.GENS`` generations on ``data_copy``, to copy
+    and tamper with."""
+    from tests.clikit import invoke
+    from tests.runkit import GENS, POP
+    parent = tmp_path_factory.mktemp("finished")
+    r = invoke("run", "--population", POP, "--generations", GENS, "--seed", 1, "--name", "done",
+               "--data", data_copy, "--runs-dir", parent, "--no-writeback", "--json")
+    assert r.exit_code == 0, r.output
+    return parent / "done"

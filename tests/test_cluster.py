@@ -4,7 +4,7 @@ cluster that cannot be reached is one line; a worker killed mid-run is retried
 or stops the run cleanly, and --resume continues exactly.
 
 Also guarantee 29 of docs/reliability.md, Trace schema v3: slot features, checked like
-the rest: see tests/test_hostile.py.
+the rest: see tests/test_untrusted_files.py.
 """
 
 import json

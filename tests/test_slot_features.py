@@ -3,7 +3,7 @@ n-gram decoder, stored, validated; v2 files still load. The slot features as rul
 inputs, and the two slot-spending baselines (cactus, fuzzy_sd) against enumeration.
 
 Also guarantee 29 of docs/reliability.md, Trace schema v3: slot features, checked like
-the rest: see tests/test_hostile.py.
+the rest: see tests/test_untrusted_files.py.
 """
 
 import math

@@ -1,6 +1,7 @@
 """Orchestration of one `evolve run`: engine + run directory + signals + write-back.
 
-Reliability contract (docs/reliability.md, tests/test_reliability.py):
+Reliability contract (docs/reliability.md; tests/test_config_errors.py,
+tests/test_interrupts.py, tests/test_crash_safety.py, tests/test_resume.py):
 - ``prepare`` validates every option, the runs directory and a resumed run's
   files before anything is created; errors are one-line RunError/ConfigError.
 - SIGINT/SIGTERM finish the current generation, save, and return exit code 130
