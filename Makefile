@@ -42,10 +42,10 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/speed.py
+	$(BIN)/python -m benchmarks.speed.harness
 
 bench-smoke: $(STAMP)
-	$(BIN)/python benchmarks/speed.py --smoke
+	$(BIN)/python -m benchmarks.speed.harness --smoke
 
 # The documentation site, built strictly (a broken link or API reference fails), into site/
 docs: $(STAMP)
@@ -54,7 +54,7 @@ docs: $(STAMP)
 # The documentation's figures (docs/img/), drawn from the committed results JSON under
 # benchmarks/ (nothing is measured here; each figure names its source)
 figures: $(STAMP)
-	$(BIN)/python benchmarks/figures.py
+	$(BIN)/python -m benchmarks.figures
 
 data: $(STAMP)
 	$(BIN)/evolve data generate --force
@@ -63,44 +63,44 @@ traces: $(STAMP)
 	$(BIN)/evolve data trace
 
 results: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --page
+	$(BIN)/python -m benchmarks.experiments.trace_results --page
 
 # The same on the neural pair's traces (after `make neural-pair neural-traces`; about an
 # hour on 2 cores, most of it free-running decoding with the Hugging Face models)
 results-neural: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
-		--variants plain p99 --prompts 4096 --out benchmarks/neural_trace_results.json \
+	$(BIN)/python -m benchmarks.experiments.trace_results --data datasets/neural-traces --starts 5 \
+		--variants plain p99 --prompts 4096 --out benchmarks/experiments/neural_trace_results.json \
 		--runs-dir runs/neural-trace-results --section neural-results --page
 
 # The search also offered the lookahead inputs (next_tv, ahead), p99 capped like the p99
 # variant above, against the same tuned baselines, free-running on test
 results-lookahead: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --variants lookahead \
-		--out benchmarks/lookahead_results.json --runs-dir runs/lookahead-results \
+	$(BIN)/python -m benchmarks.experiments.trace_results --variants lookahead \
+		--out benchmarks/experiments/lookahead_results.json --runs-dir runs/lookahead-results \
 		--section lookahead-results --page
 
 results-lookahead-neural: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces --starts 5 \
-		--variants lookahead --prompts 4096 --out benchmarks/neural_lookahead_results.json \
+	$(BIN)/python -m benchmarks.experiments.trace_results --data datasets/neural-traces --starts 5 \
+		--variants lookahead --prompts 4096 --out benchmarks/experiments/neural_lookahead_results.json \
 		--runs-dir runs/neural-lookahead-results --section neural-lookahead-results --page
 
 # The learned value gates (with and without the lookahead inputs) against per-position
 # leniency, tuned on valid, free-running on test once per seed of the uniforms
 results-value-gate: $(STAMP)
-	$(BIN)/python benchmarks/value_gate.py --page
+	$(BIN)/python -m benchmarks.experiments.value_gate --page
 
 # The task world: the built-in arithmetic task recorded greedy and sampled with critical-token
 # labels, every rule family and the learned judge tuned on valid by free-running task accuracy
 # to accuracy drops of 1% and 3%, the evolved champion, all decoded paired on test
 results-task: $(STAMP)
-	$(BIN)/python benchmarks/task_results.py --page
+	$(BIN)/python -m benchmarks.experiments.task_results --page
 
 # The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
 # on traces whose candidates hold the whole byte vocabulary (top-k 256), where every
 # family's objectives are exact, and decoded free-running against the best tuned baseline
 results-engines: $(STAMP)
-	$(BIN)/python benchmarks/trace_results.py --data datasets/traces-full --top-k 256 \
-		--variants --engines --out benchmarks/engine_results.json \
+	$(BIN)/python -m benchmarks.experiments.trace_results --data datasets/traces-full --top-k 256 \
+		--variants --engines --out benchmarks/experiments/engine_results.json \
 		--runs-dir runs/engine-results --section engine-results --page
 
 # The same on the neural pair (after `make neural-pair`)
@@ -108,8 +108,8 @@ results-engines-neural: $(STAMP)
 	test -f datasets/neural-traces-full/train.npz || $(BIN)/evolve data trace --backend hf \
 		--target datasets/neural-pair/target --draft datasets/neural-pair/draft \
 		--batch-size 64 --top-k 256 --out datasets/neural-traces-full
-	$(BIN)/python benchmarks/trace_results.py --data datasets/neural-traces-full --variants \
-		--engines --prompts 4096 --out benchmarks/neural_engine_results.json \
+	$(BIN)/python -m benchmarks.experiments.trace_results --data datasets/neural-traces-full --variants \
+		--engines --prompts 4096 --out benchmarks/experiments/neural_engine_results.json \
 		--runs-dir runs/neural-engine-results --section neural-engine-results --page
 
 # A small byte-level GPT-2 target and draft trained on CPU (datasets/neural-pair/; about

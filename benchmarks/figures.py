@@ -6,23 +6,23 @@ styles are the project's own (``evolve.rules.styles``), so a family looks as it 
 ``evolve tradeoff --png``.
 
 - ``docs/img/tradeoff-ngram.png`` and ``docs/img/tradeoff-neural.png``: the trade-off on
-  each pair (``benchmarks/trace_results.json``, ``make results``;
-  ``benchmarks/neural_trace_results.json``, ``make results-neural``). Per TV budget, the
+  each pair (``benchmarks/experiments/trace_results.json``, ``make results``;
+  ``benchmarks/experiments/neural_trace_results.json``, ``make results-neural``). Per TV budget, the
   top panel is the offline test split: every family tuned on valid to the budget and
   each champion, tokens per call against TV per token, with the budget dashed; the
   bottom panel is the final arbiter, paired free-running decoding on the test prompts:
   each rule's tokens per call minus the best tuned baseline's with its 95% interval,
   against the 99th percentile of its slot TV (the tail a rule spends in).
-- ``docs/img/task_results.png``: the task world (``benchmarks/task_results.json``,
+- ``docs/img/task_results.png``: the task world (``benchmarks/experiments/task_results.json``,
   ``make results-task``): per decoding and accuracy budget, every rule's tokens per
   call on the test problems against its accuracy drop from lossless speculative
   decoding of the same pair, paired, with 95% intervals on both, the budget dashed.
 - ``docs/img/speed.png``: node evaluations per second of the population kernel and
-  its references on this machine's CPUs (``benchmarks/speed_results.json``, ``make
-  bench``; ``benchmarks/gpu_eval_results_cpu.json``, ``python benchmarks/gpu_eval.py
+  its references on this machine's CPUs (``benchmarks/speed/speed_results.json``, ``make
+  bench``; ``benchmarks/speed/gpu_eval_results_cpu.json``, ``python -m benchmarks.speed.gpu_eval
   --device cpu ...``, torch on the CPU: no GPU was measured).
 
-Usage: ``python benchmarks/figures.py [--out docs/img]``.
+Usage: ``python -m benchmarks.figures [--out docs/img]``.
 """
 
 from __future__ import annotations
@@ -32,16 +32,14 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from benchmarks.common import ROOT  # noqa: E402
 
 from evolve.rules.styles import STYLES, OTHERS  # noqa: E402
 from evolve.runs.pictures import pyplot, save_png  # noqa: E402
 
 Z95 = 1.959963984540054
-PAIRS = (("tradeoff-ngram.png", "trace_results.json", "the n-gram pair (make results)"),
-         ("tradeoff-neural.png", "neural_trace_results.json",
+PAIRS = (("tradeoff-ngram.png", "experiments/trace_results.json", "the n-gram pair (make results)"),
+         ("tradeoff-neural.png", "experiments/neural_trace_results.json",
           "the neural pair (make results-neural)"))
 
 
@@ -219,14 +217,14 @@ def main(argv=None) -> int:
     for name, source, title in PAIRS:
         pair_figure(json.loads((bench / source).read_text()), title, args.out / name)
         print(f"{args.out / name}: from benchmarks/{source}")
-    task_figure(json.loads((bench / "task_results.json").read_text()),
+    task_figure(json.loads((bench / "experiments" / "task_results.json").read_text()),
                 args.out / "task_results.png")
-    print(f"{args.out / 'task_results.png'}: from benchmarks/task_results.json")
-    speed_figure(json.loads((bench / "speed_results.json").read_text()),
-                 json.loads((bench / "gpu_eval_results_cpu.json").read_text()),
+    print(f"{args.out / 'task_results.png'}: from benchmarks/experiments/task_results.json")
+    speed_figure(json.loads((bench / "speed" / "speed_results.json").read_text()),
+                 json.loads((bench / "speed" / "gpu_eval_results_cpu.json").read_text()),
                  args.out / "speed.png")
-    print(f"{args.out / 'speed.png'}: from benchmarks/speed_results.json and "
-          "benchmarks/gpu_eval_results_cpu.json")
+    print(f"{args.out / 'speed.png'}: from benchmarks/speed/speed_results.json and "
+          "benchmarks/speed/gpu_eval_results_cpu.json")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""``python benchmarks/gpu_check.py``: every GPU figure in one command. Here, without a
+"""``python -m benchmarks.speed.gpu_check``: every GPU figure in one command. Here, without a
 GPU, ``--smoke`` runs every section end to end on the CPU (the fused kernels in Triton's
 interpreter), the results compared with the Numba kernels before anything is timed; no
 figure is judged against a target. The packages a GPU machine lacks install from a
@@ -20,16 +20,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import gpu_check  # noqa: E402
+SCRIPT = ["-m", "benchmarks.speed.gpu_check"]
+from benchmarks.speed import gpu_check  # noqa: E402
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
 def test_smoke_runs_every_section_and_prints_one_table(tmp_path):
     out = tmp_path / "check.json"
-    r = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", str(out)],
+    r = subprocess.run([sys.executable, *SCRIPT, "--smoke", "--json", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     doc = json.loads(out.read_text())
@@ -56,7 +55,7 @@ def test_smoke_runs_every_section_and_prints_one_table(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")
 def test_without_a_gpu_and_without_smoke_it_is_one_line():
-    r = subprocess.run([sys.executable, str(SCRIPT)], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, *SCRIPT], cwd=ROOT, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no CUDA device" in r.stderr and "--smoke" in r.stderr
@@ -94,7 +93,7 @@ def test_missing_packages_install_from_the_wheels_alone(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_check, "REQUIRED", required)
     monkeypatch.setattr(sys, "path", list(sys.path))
     assert gpu_check.missing(required) == [name]
-    with pytest.raises(gpu_check.CheckError, match="no wheels in .*gpu_wheels.py"):
+    with pytest.raises(gpu_check.CheckError, match="no wheels in .*benchmarks.speed.gpu_wheels"):
         gpu_check.install([name], wheels, tmp_path / "site")
     _wheel(wheels, name)
     gpu_check.install([name], wheels, tmp_path / "site")

@@ -1,4 +1,4 @@
-"""benchmarks/gpu_eval.py runs (``--smoke``, torch on the CPU): both kernels' results
+"""benchmarks/speed/gpu_eval.py runs (``--smoke``, torch on the CPU): both kernels' results
 are compared before any timing, and the figures and ratios come out."""
 
 import json
@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_gpu_benchmark_smoke(tmp_path):
     out = tmp_path / "gpu.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_eval.py"), "--smoke",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.speed.gpu_eval", "--smoke",
                         "--device", "cpu", "--torch-threads", "1", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "torch on CPU" in r.stdout and r.stdout.count("identical") == 2, r.stdout
     doc = json.loads(out.read_text())

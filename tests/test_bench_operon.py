@@ -1,7 +1,6 @@
-"""benchmarks/operon.py: Operon trees convert to ours with the same values (a smoke run,
+"""benchmarks/speed/operon.py: Operon trees convert to ours with the same values (a smoke run,
 and hand-built trees pinning argument order). Nothing is timed or judged here."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,24 +15,13 @@ from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "operon.py"
-
-
-def _load_script():
-    """benchmarks/operon.py as a module, loaded by path (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_operon", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load_script()
+SCRIPT = ["-m", "benchmarks.speed.operon"]
+from benchmarks.speed import operon as bench  # noqa: E402
 
 
 def test_smoke_json(tmp_path):
     out = tmp_path / "operon.json"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", str(out)],
+    proc = subprocess.run([sys.executable, *SCRIPT, "--smoke", "--json", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ours/Operon" in proc.stdout
@@ -101,7 +89,7 @@ def test_without_pyoperon_skips(tmp_path):
     out = tmp_path / "skip.json"
     code = ("import runpy, sys; sys.modules['pyoperon'] = None; "
             f"sys.argv = ['operon.py', '--json', {str(out)!r}]; "
-            f"runpy.run_path({str(SCRIPT)!r}, run_name='__main__')")
+            f"runpy.run_module('benchmarks.speed.operon', run_name='__main__')")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -1,10 +1,9 @@
-"""`python benchmarks/speed.py --smoke`: the machinery works end to end. Nothing
+"""`python -m benchmarks.speed.harness --smoke`: the machinery works end to end. Nothing
 here is timed and no speed target is asserted; the numbers are only checked for
 shape. The smokes take about a minute, so they are marked slow (`make test` and CI
 run them; `make test-fast` does not). The Operon reference is optional: without
 pyoperon its section says it was skipped."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,34 +17,23 @@ from evolve.lang import primitives as P
 from evolve.lang import treeio
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "speed.py"
-
-
-def _load_script():
-    """benchmarks/speed.py as a module, loaded by path (benchmarks/ is no package)."""
-    spec = importlib.util.spec_from_file_location("benchmarks_speed", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod      # dataclasses look their module up while building
-    spec.loader.exec_module(mod)
-    return mod
-
-
-bench = _load_script()
+SCRIPT = ["-m", "benchmarks.speed.harness"]
+from benchmarks.speed import harness as bench  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def smoke():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, *SCRIPT, "--smoke", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
 
 
 def test_script_usage_errors():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--no-such-option"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, *SCRIPT, "--no-such-option"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "usage" in proc.stderr
-    proc = subprocess.run([sys.executable, str(SCRIPT), "engine-child"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, *SCRIPT, "engine-child"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "engine-child SPEC_JSON" in proc.stderr
 
@@ -189,8 +177,7 @@ def test_kernel_fast_paths_equal_the_scalar_reference(small_splits):
 
 
 def test_row_level_share_counts_subtrees_of_per_position_inputs():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from trace_speed import row_level_share
+    from benchmarks.speed.trace_speed import row_level_share
     from evolve.lang import treeio
     # add(mul(pos, 2), d): pos, 2 and mul are per-position; add and d are not
     assert row_level_share([treeio.parse("add(mul(position, 2.0), draft_prob)")]) == 3 / 5
@@ -200,7 +187,7 @@ def test_row_level_share_counts_subtrees_of_per_position_inputs():
 
 @pytest.mark.slow
 def test_trace_speed_smoke(tmp_path):
-    """`python benchmarks/trace_speed.py --smoke --before DIR`: both kernels score the
+    """`python -m benchmarks.speed.trace_speed --smoke --before DIR`: both kernels score the
     same trees, the run section runs both checkouts (here this one twice) and finds
     their histories and champions identical. Nothing is timed against a target."""
     from evolve.data import tokens, traces
@@ -212,7 +199,7 @@ def test_trace_speed_smoke(tmp_path):
         traces.save(tracekit.split(s), (tmp_path / "traces").mkdir(exist_ok=True)
                     or tmp_path / "traces" / f"{s}.npz")
     out = tmp_path / "r.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_speed.py"),
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.speed.trace_speed",
                            "--smoke", "--data", str(tmp_path), "--before", str(ROOT),
                            "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)

@@ -177,9 +177,9 @@ def test_worker_killed_mid_run_is_retried_or_stops_and_resumes_exactly(data, tmp
 
 @pytest.mark.slow
 def test_cluster_benchmark_smoke(tmp_path):
-    """benchmarks/cluster.py on a tiny set: every configuration, the same sums."""
+    """benchmarks/speed/cluster.py on a tiny set: every configuration, the same sums."""
     out = tmp_path / "bench.json"
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cluster.py"), "--smoke",
+    p = subprocess.run([sys.executable, "-m", "benchmarks.speed.cluster", "--smoke",
                         "--work", str(tmp_path / "work"), "--json", str(out)],
                        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                        capture_output=True, text=True, timeout=600)

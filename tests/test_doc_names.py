@@ -56,11 +56,11 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/my-task",                 # an example of the user's own task traces
     "datasets/task",                    # evolve data task (default output)
     "datasets/task-results",            # make results-task
-    "benchmarks/results.json",          # python benchmarks/speed.py
-    "benchmarks/results-smoke.json",    # python benchmarks/speed.py --smoke
-    "benchmarks/startup-results.json",  # python benchmarks/startup.py
-    "benchmarks/wheels",                # python benchmarks/gpu_wheels.py
-    "benchmarks/.gpu-site",             # python benchmarks/gpu_check.py installs there
+    "benchmarks/speed/results.json",    # python -m benchmarks.speed.harness
+    "benchmarks/speed/results-smoke.json", # python -m benchmarks.speed.harness --smoke
+    "benchmarks/speed/startup-results.json", # python -m benchmarks.speed.startup
+    "benchmarks/wheels",                # python -m benchmarks.speed.gpu_wheels
+    "benchmarks/.gpu-site",             # python -m benchmarks.speed.gpu_check installs there
 }
 BARE_ALLOWED = {
     "champion.py",       # written into every run directory

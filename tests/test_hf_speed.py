@@ -1,4 +1,4 @@
-"""`python benchmarks/hf_speed.py --smoke`: the Hugging Face decoder benchmark runs end
+"""`python -m benchmarks.speed.hf_speed --smoke`: the Hugging Face decoder benchmark runs end
 to end and reports every figure for every decoder and prompt length. Nothing is timed
 against a target here (the figures are in docs/own-pair.md)."""
 
@@ -14,13 +14,13 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "hf_speed.py"
+SCRIPT = ["-m", "benchmarks.speed.hf_speed"]
 DECODERS = {"minimal", "record", "free", "free+track"}
 
 
 @pytest.mark.slow
 def test_hf_speed_smoke_reports_every_figure():
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--json", "--device", "cpu"],
+    proc = subprocess.run([sys.executable, *SCRIPT, "--smoke", "--json", "--device", "cpu"],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)

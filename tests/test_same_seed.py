@@ -18,7 +18,7 @@ interpreter's binary, so the same seed walked different runs on different builds
 CPython 3.11.7 lists `float` before `bool` and 3.12.1 lists `bool` first. The engine
 now uses `evolve.search.operators.cx_one_point`, which makes the same draws with the
 types in the primitive set's order. That is the order 3.11.7 already used, so runs
-there are unchanged. `benchmarks/deap_reference.py` uses the same crossover, so its
+there are unchanged. `benchmarks/speed/deap_reference.py` uses the same crossover, so its
 "same trajectory" check holds on every build. Tests:
 `test_crossover_draws_do_not_depend_on_set_order`,
 `test_same_seed_same_run_whatever_the_set_order` (these make DEAP's module see the

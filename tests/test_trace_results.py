@@ -1,7 +1,6 @@
 """The README's trace-results script runs end to end at tiny sizes; its tuned
 baselines (every family of the rules table) and the choice of the best one."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -19,11 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _script():
-    s = importlib.util.spec_from_file_location("trace_results",
-                                               ROOT / "benchmarks" / "trace_results.py")
-    mod = importlib.util.module_from_spec(s)
-    s.loader.exec_module(mod)
-    return mod
+    from benchmarks.experiments import trace_results
+    return trace_results
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +79,10 @@ def test_engine_families_are_tuned_on_full_vocabulary_traces():
 @pytest.mark.slow
 def test_trace_results_quick(tmp_path):
     out = tmp_path / "results.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_results.py"), "--quick",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.experiments.trace_results", "--quick",
                         "--data", str(tmp_path / "traces"), "--runs-dir", str(tmp_path / "runs"),
                         "--out", str(out), "--variants", "plain", "cap", "p99", "lookahead"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert [b["budget"] for b in doc["budgets"]] == [0.01, 0.03]
@@ -121,9 +117,9 @@ def test_trace_results_quick(tmp_path):
 @pytest.mark.slow
 def test_trajectory_gap_quick(tmp_path):
     out = tmp_path / "gap.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trajectory_gap.py"), "--quick",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.experiments.trajectory_gap", "--quick",
                         "--traces", str(tmp_path / "traces"), "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert [b["budget"] for b in doc["budgets"]] == [0.01, 0.03]
@@ -142,10 +138,10 @@ def test_engine_results_quick_decode_every_engine_knob(tmp_path):
     SGLang knobs exact, so every engine family is tuned and decoded free-running, and no
     champion is evolved."""
     out = tmp_path / "engines.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "trace_results.py"), "--quick",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.experiments.trace_results", "--quick",
                         "--top-k", "256", "--variants", "--engines",
                         "--data", str(tmp_path / "traces"), "--runs-dir", str(tmp_path / "runs"),
-                        "--out", str(out)], capture_output=True, text=True, timeout=600)
+                        "--out", str(out)], capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     assert "no evolved champions" in r.stdout
@@ -160,14 +156,14 @@ def test_engine_results_quick_decode_every_engine_knob(tmp_path):
 
 @pytest.mark.slow
 def test_value_gate_quick(tmp_path):
-    """benchmarks/value_gate.py end to end at tiny sizes: the reference and both gates
+    """benchmarks/experiments/value_gate.py end to end at tiny sizes: the reference and both gates
     tuned on valid, decoded paired once per seed, the gate that reads ahead labelled an
     estimate offline and free-running."""
     out = tmp_path / "gate.json"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "value_gate.py"), "--quick",
+    r = subprocess.run([sys.executable, "-m", "benchmarks.experiments.value_gate", "--quick",
                         "--data", str(tmp_path / "traces"), "--out", str(out),
                         "--budgets", "0.03", "--seeds", "1", "2"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     doc = json.loads(out.read_text())
     (b,) = doc["budgets"]

@@ -284,14 +284,9 @@ def test_a_dask_cluster_gives_the_local_sums(npz_dir, tmp_path):
 
 @pytest.mark.parametrize("variant", ["trajectory", "lookahead"])
 def test_the_benchmark_runs_at_smoke_size(tmp_path, variant):
-    """benchmarks/trajectory_objective.py end to end on tiny traces: both objectives'
+    """benchmarks/experiments/trajectory_objective.py end to end on tiny traces: both objectives'
     champions, their margins over the tuned reference and the comparison by seed."""
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "trajectory_objective.py"
-    spec_ = importlib.util.spec_from_file_location("trajectory_objective_bench", path)
-    bench = importlib.util.module_from_spec(spec_)
-    spec_.loader.exec_module(bench)
+    from benchmarks.experiments import trajectory_objective as bench
     out = tmp_path / "out.json"
     assert bench.main(["--smoke", "--variant", variant, "--traces", str(tmp_path / "t"),
                        "--out", str(out)]) == 0

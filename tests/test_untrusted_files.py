@@ -7,7 +7,7 @@ Checkpoints, hall of fame and champion files are JSON. Trees are read by
 `treeio.parse`, which accepts only primitive names, input names and finite numbers
 and limits text length, node count and depth. Nothing uses `eval`, `exec`, `pickle`
 or DEAP's `compile`/`from_string` (the one exception is the speed benchmark,
-`benchmarks/speed`, outside the package, which times `gp.compile` and per-tree
+`benchmarks/speed/harness.py`, outside the package, which times `gp.compile` and per-tree
 `exec` as baselines on trees it generates in memory). Nothing under a run directory
 or a data directory is imported: champions are scored from their parsed trees by the
 kernel, and write-back reads the installed rule's tree from the `METADATA` literal
@@ -281,7 +281,7 @@ def test_no_eval_exec_or_pickle_in_the_harness():
     """Static guard: nothing in evolve/ (every subpackage) evaluates text, imports a
     file or unpickles: no eval/exec, no DEAP compile/from_string (they eval), no
     exec_module/spec_from_file_location, no pickle-like modules, no
-    allow_pickle=True. (The speed benchmark, benchmarks/speed, outside the
+    allow_pickle=True. (The speed benchmark, benchmarks/speed/harness.py, outside the
     package, times DEAP's ``gp.compile`` and per-tree ``exec`` as baselines on
     trees it generates in memory.)"""
     unsafe_modules = {"pickle", "marshal", "shelve", "dill", "cloudpickle", "joblib"}

@@ -5,7 +5,7 @@ pinned line; the replaced lines elsewhere), the patched text parses, the lines i
 puts in the kernel compute the exported torch rule when `tl` is played by torch,
 and rules reading what the kernel lacks are refused in one line. Slow: the
 release's sdist is downloaded (47 MB), its file checked and patched
-(benchmarks/vllm_patch_check.py); the patched kernel runs in Triton's interpreter
+(benchmarks/checks/vllm_patch_check.py); the patched kernel runs in Triton's interpreter
 when EVOLVE_VLLM_TRITON names a directory holding triton (pip install --target).
 
 Also guarantee 34 of docs/reliability.md, What an export decides is what was scored: see
@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import types
 import urllib.error
 from pathlib import Path
 
@@ -36,7 +35,6 @@ from tests.clikit import fake_trace_run, invoke, one_line_error
 torch = pytest.importorskip("torch")
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "benchmarks" / "vllm_patch_check.py"
 META = {"run": "r", "seed": 3, "metrics": {}}
 TREES = (
     "pmin(1.0, pdiv(target_prob, draft_prob))",
@@ -265,11 +263,7 @@ def sdist(tmp_path_factory):
     given = os.environ.get("EVOLVE_VLLM_SDIST")
     if given:
         return Path(given)
-    sys.path.insert(0, str(SCRIPT.parent))
-    try:
-        import vllm_patch_check as check
-    finally:
-        sys.path.remove(str(SCRIPT.parent))
+    from benchmarks.checks import vllm_patch_check as check
     try:
         return check.obtain_sdist(None, tmp_path_factory.mktemp("vllm"))
     except (urllib.error.URLError, OSError) as e:
@@ -278,7 +272,8 @@ def sdist(tmp_path_factory):
 
 
 def _check(sdist, *extra):
-    r = subprocess.run([sys.executable, str(SCRIPT), "--sdist", str(sdist), "--json", *extra],
+    r = subprocess.run([sys.executable, "-m", "benchmarks.checks.vllm_patch_check", "--sdist", str(sdist),
+                        "--json", *extra],
                        capture_output=True, text=True, cwd=ROOT,
                        env={k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"})
     assert r.returncode == 0, r.stdout + r.stderr

@@ -14,7 +14,7 @@ on valid among every generation's hall of fame (ties: smaller, then older).
 Test is never looked at here.
 
 A run makes exactly the draws and choices a plain DEAP loop with the same
-operators makes (benchmarks/deap_reference.py walks the same trajectory).
+operators makes (benchmarks/speed/deap_reference.py walks the same trajectory).
 """
 
 from __future__ import annotations

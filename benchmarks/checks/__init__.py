@@ -1,0 +1,1 @@
+"""See benchmarks/README.md."""
