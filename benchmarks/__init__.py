@@ -2,6 +2,6 @@
 
 Run them as modules from the repository's root, e.g. ``python -m benchmarks.speed.harness``:
 ``speed/`` measures how fast the harness is, ``experiments/`` reproduces the research results
-of docs/results.md, ``checks/`` checks exports and runs against engines and each other, and
-``common`` holds what they share.
+of docs/results.md and docs/results/, ``checks/`` checks exports and runs against engines and
+each other, and ``common`` holds what they share.
 """

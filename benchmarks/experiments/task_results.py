@@ -23,7 +23,7 @@ lossless speculative decoding of the same pair):
    with 95% intervals.
 
 Figures go to ``benchmarks/experiments/task_results.json``; ``--page`` rewrites the section of
-docs/results.md and the picture ``docs/img/task_results.png``. On your own task:
+docs/results/task-world.md and the picture ``docs/img/task_results.png``. On your own task:
 record it into ``DIR/greedy`` (and/or ``DIR/sample``) with ``evolve data task
 --task-file ... --decoding greedy``, then ``python -m benchmarks.experiments.task_results --data
 DIR --modes greedy --out FILE``.
@@ -243,7 +243,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=paths.RUNS_DIR / "task-results")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
-                    help="rewrite the section of docs/results.md and its picture")
+                    help="rewrite the section of docs/results/task-world.md and its picture")
     ap.add_argument("--jobs", type=int, default=2,
                     help="decodings run at once, each in its own process [2]")
     quick_and_render_args(ap)
@@ -303,7 +303,7 @@ def markdown(doc: dict) -> str:
              f"({doc.get('seconds', 0) / 60:.0f} minutes on 2 shared cores); figures in "
              "`benchmarks/experiments/task_results.json`.", "",
              "[![Tokens per call against accuracy drop, every rule tuned on valid]"
-             "(img/task_results.png)](img/task_results.png)", "",
+             "(../img/task_results.png)](../img/task_results.png)", "",
              "*Every rule on the test problems, the same uniforms for all: tokens per target "
              "call against the accuracy drop from lossless speculative decoding of the same "
              "pair, 95% intervals on both (paired by problem for the drop); the dashed line "

@@ -1,4 +1,4 @@
-"""The trace results of docs/results.md, reproduced from scratch: `make results`.
+"""The trace results of docs/results/traces.md, reproduced from scratch: `make results`.
 
 For each TV budget (0.01 and 0.03 per token) on the default n-gram traces (or
 any traces with --data; `make results-neural` runs it on the neural pair's):
@@ -26,7 +26,7 @@ any traces with --data; `make results-neural` runs it on the neural pair's):
 
 Writes benchmarks/experiments/trace_results.json (commands, seeds, trees, commit, every
 figure) and, with --page, the tables between the results markers of
-docs/results.md. Usage:
+the section's page (docs/results/traces.md for trace-results). Usage:
 
     python -m benchmarks.experiments.trace_results [--starts 5] [--population 500]
         [--generations 40] [--prompts 8192] [--page]
@@ -65,7 +65,7 @@ BUDGETS = (0.01, 0.03)
 OUT = ROOT / "benchmarks" / "experiments" / "trace_results.json"
 VARIANTS = ("plain", "cap", "p99", "lookahead")
 DEFAULT_VARIANTS = ("plain", "cap", "p99")
-SECTION = "trace-results"       # docs/results.md markers <!-- SECTION:begin --> ... <!-- SECTION:end -->
+SECTION = "trace-results"       # markers <!-- SECTION:begin/end --> on docs/results/traces.md
 OPTION = {"tv_budget": "budget-tv", "kl_budget": "budget-kl", "tv_position_cap": "cap-tv-position",
           "tv_p99_cap": "cap-tv-p99",
           "population": "population", "generations": "generations", "seed": "seed",
@@ -215,8 +215,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs-dir", type=Path, default=paths.RUNS_DIR / "trace-results")
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", "--readme", dest="page", action="store_true",
-                    help="rewrite the results tables of docs/results.md (--readme: the "
-                         "name the recorded commands use)")
+                    help="rewrite the results tables of the section's page under "
+                         "docs/results/ (--readme: the name the recorded commands use)")
     ap.add_argument("--variants", nargs="*", choices=VARIANTS, default=list(DEFAULT_VARIANTS),
                     help="which evolved champions: plain, cap (mean slot TV per position "
                          "capped), p99 (99th percentile of slot TV capped), lookahead (p99 "

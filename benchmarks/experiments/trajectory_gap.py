@@ -87,7 +87,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "experiments" / "trajectory_gap.json")
     ap.add_argument("--quick", action="store_true", help="tiny traces (a smoke test)")
     ap.add_argument("--page", "--readme", dest="page", action="store_true",
-                    help="write the tables between docs/results.md's trajectory-gap markers")
+                    help="write the tables between the trajectory-gap markers of "
+                         "docs/results/trajectory.md")
     a = ap.parse_args(argv)
     if a.quick:
         a.prompts = min(a.prompts, 64)

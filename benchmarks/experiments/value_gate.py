@@ -19,7 +19,7 @@ traces with slot features, --data):
    spread over seeds.
 
 Writes benchmarks/experiments/value_gate.json and, with --page, the tables between the
-value-gate markers of docs/results.md. Usage:
+value-gate markers of docs/results/lookahead.md. Usage:
 
     python -m benchmarks.experiments.value_gate [--prompts 8192] [--seeds 1 2 3] [--page]
     python -m benchmarks.experiments.value_gate --quick     # tiny sizes, a smoke test
@@ -67,7 +67,7 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", type=float, nargs="+", default=list(BUDGETS))
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
-                    help="rewrite the value-gate tables of docs/results.md")
+                    help="rewrite the value-gate tables of docs/results/lookahead.md")
     ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
                     help="reached slots at which the free-running TV of a rule that reads "
                          "a lookahead input is estimated (--quick: %d)" % TR.QUICK_LOOKAHEAD_SLOTS)
