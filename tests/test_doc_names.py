@@ -242,7 +242,7 @@ def _sources():
     files = []
     for top in TOPS:
         files += sorted(p for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
-    files += sorted((ROOT / "docs").glob("*.md"))
+    files += sorted((ROOT / "docs").rglob("*.md"))
     files += [ROOT / "README.md"] + sorted(p for top in (*TOPS, "datasets")
                                            for p in (ROOT / top).glob("README.md"))
     return files

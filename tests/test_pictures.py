@@ -131,6 +131,6 @@ def test_every_figure_of_the_docs_is_drawn_by_the_committed_script(tmp_path):
     assert figures.main(["--out", str(tmp_path)]) == 0
     drawn = {p.name for p in tmp_path.glob("*.png")}
     assert drawn == {p.name for p in (root / "docs" / "img").glob("*.png")}
-    shown = {m for page in (root / "docs").glob("*.md")
-             for m in re.findall(r"\]\(img/([\w.-]+\.png)\)", page.read_text())}
+    shown = {m for page in (root / "docs").rglob("*.md")
+             for m in re.findall(r"\]\((?:\.\./)?img/([\w.-]+\.png)\)", page.read_text())}
     assert shown and shown <= drawn, shown - drawn
