@@ -19,8 +19,10 @@ traces: the n-gram pair (``evolve.data.decode``) or a Hugging Face pair
   drafts, the tilt of reaching the slot) at a random sample of the reached slots,
   weighted in the per-sequence sums by their sampling probability, and labelled
   (``distortion``: kind ``estimate``, the slots and futures used, and the mean slot
-  TV at half the futures, whose difference bounds the ratio's bias); on a Hugging
-  Face pair its distortion is not measured (None);
+  TV at half the futures, whose difference bounds the ratio's bias); the sample's size
+  is the source's (``lookahead``: 2,000 slots of 32 futures on the n-gram pair, 300
+  of 8 on a Hugging Face pair, whose models read each continuation after the whole
+  history);
 - sequence-level fidelity: the mean log-likelihood per emitted token of the
   generated text under the target and under the draft. The standard rule's
   output is distributed as the target's own samples, so a rule whose text the
@@ -45,26 +47,21 @@ from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, che
 Z95 = 1.959963984540054
 
 
-# A rule that reads the lookahead inputs: its emission is estimated
-# (``evolve.data.lookahead_emission``) at this many reached slots, drawn at random,
-# each with this many sampled futures per candidate (n-gram pair only).
-LOOKAHEAD_SLOTS = 2000
-LOOKAHEAD_FUTURES = 32
-
-
 def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
-             lookahead_slots: int = LOOKAHEAD_SLOTS,
-             lookahead_futures: int = LOOKAHEAD_FUTURES, meter=None) -> dict:
+             lookahead_slots: int | None = None, lookahead_futures: int | None = None,
+             meter=None) -> dict:
     """Free-running decoding of one rule; per-sequence sums (see ``compare``). ``pair``
     is the pair a trace source rebuilt (``evolve.data.sources.registry``), which
-    decodes. A rule that reads the lookahead inputs has its distortion estimated where
-    the source can (``lookahead_slots`` sampled slots, ``lookahead_futures`` futures per
-    candidate; ``distortion`` says so) and not measured where it cannot (None).
-    ``meter`` (``meter(label, total, unit)``) counts the progress where the source can."""
+    decodes. A rule that reads the lookahead inputs has its distortion estimated
+    (``lookahead_slots`` sampled slots, ``lookahead_futures`` futures per candidate;
+    None: the source's ``lookahead`` defaults; ``distortion`` says so). ``meter``
+    (``meter(label, total, unit)``) counts the progress where the source can."""
     rule = as_rule(rule)
-    raw = source_of_pair(pair).free_running(
-        pair, rule, split, prompts, blocks, seed,
-        (lookahead_slots, lookahead_futures) if EM.reads_lookahead(rule) else None, meter)
+    source = source_of_pair(pair)
+    slots, futures = source.lookahead
+    look = (lookahead_slots or slots, lookahead_futures or futures)
+    raw = source.free_running(pair, rule, split, prompts, blocks, seed,
+                              look if EM.reads_lookahead(rule) else None, meter)
     accepted = raw["accepted"]
     n = accepted.shape[0]
     seq = raw["sequence"]
@@ -193,8 +190,8 @@ def check_comparison(prompts: int, blocks: int, rules: int, block_size: int, top
 
 def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
             blocks: int = 16, seed: int = 1, progress=None,
-            lookahead_slots: int = LOOKAHEAD_SLOTS,
-            lookahead_futures: int = LOOKAHEAD_FUTURES, meter=None) -> dict:
+            lookahead_slots: int | None = None, lookahead_futures: int | None = None,
+            meter=None) -> dict:
     """Every rule of ``rules`` (label -> rule) decoded free-running on the same
     prompts and uniforms; summaries, and paired differences from the first.
     Settings beyond the bounds or this machine's memory raise

@@ -227,19 +227,69 @@ def test_paired_comparison_of_a_rule_that_reads_the_lookahead():
     assert np.abs(path - want)[early].max() > 1e-4
 
 
-@pytest.mark.slow
-def test_hf_pair_free_running_with_a_lookahead_rule(tmp_path):
+@pytest.fixture(scope="module")
+def hf_free_pair(tmp_path_factory):
+    """A tiny Hugging Face pair (random-init GPT-2s) with its prompt corpus, loaded as
+    a comparison loads it."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from evolve.data.sources import hf
-    from evolve.data.sources.hf import decode as hf_decode, free as hf_free, prompts as hf_prompts
+    from evolve.data.sources.hf import free as hf_free, prompts as hf_prompts
     from tests import hfkit
-    target, draft = hfkit.tiny_pair(tmp_path)
-    corpus = hfkit.write_corpus(tmp_path / "corpus", 6, "row {j} of file {i}: def g(x): return x\n")
+    tmp = tmp_path_factory.mktemp("hf-lookahead")
+    target, draft = hfkit.tiny_pair(tmp)
+    corpus = hfkit.write_corpus(tmp / "corpus", 6, "row {j} of file {i}: def g(x): return x\n")
     cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=3, top_k=8,
                            blocks_per_prompt=3, prompt_len=16, train_prompts=8, valid_prompts=8,
                            test_prompts=8, corpus_dir=str(corpus), batch_size=8)
-    fp = hf_free.FreePair(hf.load_pair(cfg), None, hf_prompts.load_corpus(cfg))
+    return hf_free.FreePair(hf.load_pair(cfg), None, hf_prompts.load_corpus(cfg))
+
+
+def _hf_decoded(fp, rule, seed=2):
+    from evolve.data.sources.hf import decode as hf_decode, prompts as hf_prompts
+    ids, rngs = hf_prompts.split_prompts(fp.pair, "test", None, fp.corpus, n=8, draw=seed)
+    _, accepted, tracked = hf_decode.decode(fp.pair, ids, rngs, 3, record=False, rule=rule,
+                                            track=True)
+    return np.array([len(i) for i in ids]), accepted, tracked
+
+
+@pytest.mark.slow
+def test_hf_estimate_of_a_rule_without_lookahead_is_the_tracked_exact_distortion(hf_free_pair):
+    # each sampled slot's history is rebuilt from the decoded text (the prompt, the
+    # blocks before, the accepted drafts), the models read it again, and the estimator
+    # of the n-gram pair runs on their distributions: for a rule that reads no
+    # lookahead input that is the exact emission the decoder tracked at that slot
+    from evolve.data.sources.hf import lookahead as HL
+    rule = named_rule("leniency", 0.5)[0]
+    lens, accepted, tracked = _hf_decoded(hf_free_pair, rule)
+    rows, tv, kl, tv_half = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 12, 4)
+    assert rows.size == 12 and len(set(tracked["block_position"][rows])) >= 2
+    np.testing.assert_allclose(tv, tracked["tv"][rows], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(kl, tracked["kl"][rows], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(tv_half, tv, rtol=0, atol=1e-12)     # no futures read
+    assert tv.max() > 1e-3                                         # a lossy rule
+
+
+@pytest.mark.slow
+def test_hf_estimate_reads_the_same_distributions_with_and_without_the_repeated_cache(
+        hf_free_pair):
+    from evolve.data.sources.hf import lookahead as HL
+    rule = tree_rule(AHEAD_TREE, "ahead")
+    lens, accepted, tracked = _hf_decoded(hf_free_pair, rule)
+    cached = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 8, 4)
+    whole = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 8, 4,
+                        repeat_cache=False)
+    assert np.array_equal(cached[0], whole[0])
+    for a, b in zip(cached[1:], whole[1:]):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-8)
+    # a rule that reads the lookahead: the path's later slots are not every candidate's
+    assert np.abs(cached[1] - tracked["tv"][cached[0]]).max() > 1e-5
+
+
+@pytest.mark.slow
+def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
+    from evolve.data.sources.hf import decode as hf_decode, prompts as hf_prompts
+    fp = hf_free_pair
     ids, rngs = hf_prompts.split_prompts(fp.pair, "test", None, fp.corpus)
     cols, _ = hf_decode.decode(fp.pair, ids, rngs, 3)
     assert not {"next_tv", "ahead"} & set(cols)        # traces derive them, never record them
@@ -253,15 +303,19 @@ def test_hf_pair_free_running_with_a_lookahead_rule(tmp_path):
         np.testing.assert_allclose(first[f], want[f], rtol=0, atol=1e-14, err_msg=f)
     rules = {"standard": named_rule("standard_rejection")[0],
              "ahead": tree_rule(AHEAD_TREE, "ahead")}
-    res = paired.compare(fp, rules, "test", 8, 3, seed=2)
-    assert res == paired.compare(fp, rules, "test", 8, 3, seed=2)
+    small = {"lookahead_slots": 10, "lookahead_futures": 4}
+    res = paired.compare(fp, rules, "test", 8, 3, seed=2, **small)
+    assert res == paired.compare(fp, rules, "test", 8, 3, seed=2, **small)
     a = res["rules"]["ahead"]
-    # tokens per call measured; the distortion of a lookahead rule is estimated on the
-    # n-gram pair only: not measured here, never the path's values as if exact
-    assert np.isfinite(a["tokens_per_call"]) and a["tv_per_token"] is None
-    assert a["distortion"]["kind"] == "not measured" and a["slot_tv_p99"] is None
-    assert res["versus_reference"]["ahead"]["tv_per_token"]["difference"] is None
-    assert np.isfinite(res["rules"]["standard"]["tv_per_token"])
+    # the distortion of a lookahead rule is estimated at a sample of the reached slots,
+    # labelled so, never the path's values as if exact
+    d = a["distortion"]
+    assert d["kind"] == "estimate" and d["slots"] == 10 and d["futures"] == 4
+    assert d["reached"] > 10
+    for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "slot_tv_p99"):
+        assert np.isfinite(a[key]), key
+    assert np.isfinite(res["versus_reference"]["ahead"]["tv_per_token"]["difference"])
+    assert res["rules"]["standard"]["distortion"] == {"kind": "exact"}
 
 
 def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):

@@ -231,9 +231,10 @@ def main(argv=None) -> int:
                          "the SGLang knobs exact)")
     ap.add_argument("--section", default=SECTION,
                     help="the page markers to write between (<!-- SECTION:begin -->)")
-    ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
+    ap.add_argument("--lookahead-slots", type=int, default=None,
                     help="reached slots at which the free-running TV of a rule that reads "
-                         "a lookahead input is estimated (--quick: %d)" % QUICK_LOOKAHEAD_SLOTS)
+                         "a lookahead input is estimated (default: the pair's, 2,000 on the "
+                         "n-gram pair, 300 on a Hugging Face pair; --quick: %d)" % QUICK_LOOKAHEAD_SLOTS)
     quick_and_render_args(ap)
     a = ap.parse_args(argv)
     if rendered(a, markdown, lambda doc: write_page(doc, a.section)):

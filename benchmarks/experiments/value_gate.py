@@ -68,9 +68,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
                     help="rewrite the value-gate tables of docs/results/lookahead.md")
-    ap.add_argument("--lookahead-slots", type=int, default=paired.LOOKAHEAD_SLOTS,
+    ap.add_argument("--lookahead-slots", type=int, default=None,
                     help="reached slots at which the free-running TV of a rule that reads "
-                         "a lookahead input is estimated (--quick: %d)" % TR.QUICK_LOOKAHEAD_SLOTS)
+                         "a lookahead input is estimated (default: the pair's, 2,000 on the "
+                         "n-gram pair, 300 on a Hugging Face pair; --quick: %d)" % TR.QUICK_LOOKAHEAD_SLOTS)
     TR.quick_and_render_args(ap)
     a = ap.parse_args(argv)
     if TR.rendered(a, markdown, lambda doc: TR.write_page(doc, SECTION, markdown)):

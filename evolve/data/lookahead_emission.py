@@ -66,38 +66,54 @@ def block_dists(pair, block: dict):
     return pair.target.probs(H), pair.draft.probs(H)
 
 
+def context_probs(pair, context: np.ndarray):
+    """The n-gram pair's ``after(appended)``: p, q (N, V) after ``context`` (the block's
+    C tokens before the slot) followed by each row of ``appended`` (N, d)."""
+    C = pair.context_len
+    context = np.asarray(context, dtype=np.uint8)
+
+    def after(appended: np.ndarray):
+        H = np.concatenate([np.tile(context, (appended.shape[0], 1)),
+                            appended.astype(np.uint8)], axis=1)[:, -C:]
+        return pair.target.probs(H), pair.draft.probs(H)
+    return after
+
+
 def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
-                  dists=None) -> np.ndarray:
+                  dists=None, after=None) -> np.ndarray:
     """The estimated emitted distribution (V,) at slot ``j`` of one block.
 
     ``block``: the block's recorded columns (g rows each): ``context`` (C tokens before
     each slot), ``token``, ``position``, ``block_position``, ``slot_tv`` (the path's
     slot TVs; slot i's depends only on the drafts before i). ``dists``: the block's
-    ``block_dists`` when the caller has them."""
+    ``block_dists`` when the caller has them. ``after(appended)``: the target's and
+    the draft's distributions (N, V) after the history before slot j followed by each
+    row of ``appended`` (N, d): for a pair whose models read the whole history (the
+    Hugging Face pair: ``evolve.data.sources.hf.lookahead``); by default the n-gram
+    pair's after ``block["context"][j]`` (``context_probs``)."""
     g = pair.config.block_size
     k = pair.config.top_k
-    C = pair.context_len
-    probs = (lambda H: (pair.target.probs(H), pair.draft.probs(H)))
-    ctx = np.asarray(block["context"][j], dtype=np.uint8)
+    if after is None:
+        after = context_probs(pair, block["context"][j])
     PB, QB = block_dists(pair, block) if dists is None else dists
     p, q = PB[j], QB[j]
     V = p.size
+    ids = np.uint8 if V <= 256 else np.int64   # the tokens' type
     depth = max(0, g - 2 - j)             # drafts after x_j that slots <= j read
     M = futures if depth >= 1 else 1      # none to sample at the last two slots: exact
     ys = np.repeat(np.arange(V), M)       # (V M,): candidate y, each with M futures
-    hist = np.concatenate([np.tile(ctx, (ys.size, 1)), ys[:, None].astype(np.uint8)], axis=1)
+    app = ys[:, None].astype(ids)         # the tokens after the prefix, per row
     tv = np.tile(np.asarray(block["slot_tv"], dtype=np.float64)[:j + 1], (ys.size, 1))
     later = []
-    for m in range(j + 1, g):             # slot m's TV, at the context after x_(m-1)
-        # each distinct context once (all share the block's prefix: the drafts after
-        # it tell them apart; V at m = j + 1, few more later where the draft is sure)
-        _, first, inv = np.unique(hist[:, ctx.size:], axis=0, return_index=True,
-                                  return_inverse=True)
-        P, Q = (x[inv.reshape(-1)] for x in probs(hist[first, -C:]))
+    for m in range(j + 1, g):             # slot m's TV, after x_(m-1)
+        # each distinct continuation once (all share the block's prefix: the drafts
+        # after it tell them apart; V at m = j + 1, few more later where the draft is sure)
+        _, first, inv = np.unique(app, axis=0, return_index=True, return_inverse=True)
+        P, Q = (x[inv.reshape(-1)] for x in after(app[first]))
         later.append(np.maximum(Q - P, 0.0).sum(axis=1))
         if m < g - 1:                     # the next draft, for the next slot's context
             x = DEC.sample_rows(Q, rng.random(ys.size))
-            hist = np.concatenate([hist, x[:, None].astype(np.uint8)], axis=1)
+            app = np.concatenate([app, x[:, None].astype(ids)], axis=1)
     tv = np.concatenate([tv] + [t[:, None] for t in later], axis=1) if later else tv
     if tv.shape[1] < g:                   # j = g - 1: no later slots
         tv = np.concatenate([tv, np.zeros((ys.size, g - tv.shape[1]))], axis=1)
@@ -144,3 +160,23 @@ def estimate_slots(pair, rule, cols: dict, rows: np.ndarray, futures: int, seed:
             else:
                 out[n] = t[0]
     return tv, kl, tv_half
+
+
+def sample_slots(reached: int, slots: int, seed: int) -> np.ndarray:
+    """Which of ``reached`` slots (in decoding order) the estimate is made at: at most
+    ``slots`` of them drawn at random for the comparison's ``seed``, sorted."""
+    rng = np.random.default_rng((seed, 11))
+    return np.sort(rng.choice(reached, size=min(reached, slots), replace=False))
+
+
+def estimate_note(reached: int, futures: int, tv: np.ndarray,
+                  tv_half: np.ndarray) -> tuple[dict, np.ndarray]:
+    """What a comparison says of an estimated distortion (``distortion``), and each
+    estimated slot's weight in the per-sequence sums (1 / its sampling probability)."""
+    note = {"kind": "estimate", "slots": int(tv.size), "reached": int(reached),
+            "futures": futures, "slot_tv_mean": float(tv.mean()) if tv.size else 0.0,
+            "slot_tv_mean_half_futures": float(tv_half.mean()) if tv.size else 0.0,
+            "why": "the rule reads the lookahead inputs: its emitted distribution at a "
+                   "slot depends on the drafts after it, estimated over sampled later "
+                   "drafts at a random sample of the reached slots"}
+    return note, np.full(tv.size, reached / max(tv.size, 1))

@@ -42,17 +42,9 @@ def lookahead_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule,
     """Estimated TV and KL at a random sample of the reached slots (each weighing
     1 / its sampling probability in the per-sequence sums), and what was estimated."""
     idx = np.flatnonzero(reached)
-    rng = np.random.default_rng((seed, 11))
-    pick = np.sort(rng.choice(idx.size, size=min(idx.size, slots), replace=False))
-    rows = idx[pick]
+    rows = idx[LE.sample_slots(idx.size, slots, seed)]
     tv, kl, tv_half = LE.estimate_slots(pair, rule, cols, rows, futures, seed)
-    note = {"kind": "estimate", "slots": int(rows.size), "reached": int(idx.size),
-            "futures": futures, "slot_tv_mean": float(tv.mean()) if tv.size else 0.0,
-            "slot_tv_mean_half_futures": float(tv_half.mean()) if tv.size else 0.0,
-            "why": "the rule reads the lookahead inputs: its emitted distribution at a "
-                   "slot depends on the drafts after it, estimated over sampled later "
-                   "drafts at a random sample of the reached slots"}
-    weight = np.full(rows.size, idx.size / max(rows.size, 1))
+    note, weight = LE.estimate_note(idx.size, futures, tv, tv_half)
     return rows, tv, kl, weight, note
 
 

@@ -78,6 +78,14 @@ class Layout:
         self.pending = new
 
 
+def call_names(model) -> tuple[str, bool]:
+    """The name of ``model``'s cache argument and output (later releases call it
+    ``cache``, earlier ones ``past_key_values``) and whether it takes
+    ``logits_to_keep``."""
+    params = inspect.signature(model.forward).parameters
+    return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+
+
 class Cached:
     """One model reading the layout's columns in order, its KV cache kept."""
 
@@ -85,10 +93,7 @@ class Cached:
         self.model = model
         self.past = None
         self.cols = 0
-        params = inspect.signature(model.forward).parameters
-        self.keep = "logits_to_keep" in params
-        # later releases call the cache argument and output ``cache``
-        self.arg = "cache" if "cache" in params else "past_key_values"
+        self.arg, self.keep = call_names(model)
 
     def read(self, lay: Layout, end: int, keep: int):
         """Read columns [self.cols, end); the logits of the last ``keep`` of them."""

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from evolve.data import lookahead_emission as LE
 from evolve.data.sources import hf
 from evolve.data.sources.hf import decode as HD
+from evolve.data.sources.hf import lookahead as HL
 from evolve.data.sources.hf import prompts as HP
 from evolve.data.tokens import DataError
 
@@ -84,9 +86,14 @@ def corpus_matches(fp: FreePair, ts) -> bool:
     return fp.corpus is None or recorded is None or recorded == fp.corpus.fingerprint()
 
 
-def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed: int) -> dict:
+def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed: int,
+                 lookahead=None) -> dict:
     """Decode ``prompts`` prompts of ``split`` (draw ``seed``) for ``blocks`` blocks with
-    ``rule``; accepted counts, reached positions' distortion, per-sequence log-likelihoods."""
+    ``rule``; accepted counts, reached positions' distortion, per-sequence log-likelihoods.
+    ``lookahead``: (slots, futures) of the estimate for a rule that reads the lookahead
+    inputs (``evolve.data.sources.hf.lookahead``), whose distortion is then estimated at
+    a random sample of the reached positions, each weighing 1 / its sampling
+    probability."""
     ids, rngs = HP.split_prompts(fp.pair, split, fp.texts, fp.corpus, n=prompts, draw=seed)
     total = len(ids) * blocks * fp.config.block_size
     label = str(getattr(rule, "name", "") or "rule")
@@ -94,10 +101,21 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
           else contextlib.nullcontext()) as m:
         _, accepted, tr = HD.decode(fp.pair, ids, rngs, blocks, record=False, rule=rule,
                                     track=True, progress=m.advance if m else None)
-    lp, lq, emitted = loglik(fp.pair, tr["history"], np.array([len(i) for i in ids]))
-    return {"accepted": accepted, "sequence": tr["sequence"],
-            "block_position": tr["block_position"], "tv": tr["tv"], "kl": tr["kl"],
-            "logp": lp, "logq": lq, "emitted": emitted}
+    lens = np.array([len(i) for i in ids])
+    lp, lq, emitted = loglik(fp.pair, tr["history"], lens)
+    out = {"accepted": accepted, "logp": lp, "logq": lq, "emitted": emitted}
+    if lookahead is None:
+        return {**out, "sequence": tr["sequence"], "block_position": tr["block_position"],
+                "tv": tr["tv"], "kl": tr["kl"]}
+    slots, futures = lookahead
+    with (fp.meter(f"{label}: TV estimate", min(slots, tr["sequence"].size), "slots")
+          if fp.meter else contextlib.nullcontext()) as m:
+        rows, tv, kl, tv_half = HL.estimate(fp, rule, lens, accepted, tr, seed, slots, futures,
+                                            progress=m.advance if m else None)
+    note, weight = LE.estimate_note(tr["sequence"].size, futures, tv, tv_half)
+    return {**out, "sequence": tr["sequence"][rows],
+            "block_position": tr["block_position"][rows], "tv": tv, "kl": kl,
+            "weight": weight, "distortion": note}
 
 
 def loglik(pair: hf.HFPair, hist: list, starts: np.ndarray):

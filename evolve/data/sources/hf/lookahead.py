@@ -1,0 +1,132 @@
+"""The emitted distribution of a rule that reads the lookahead inputs, estimated at a
+random sample of the reached slots of a Hugging Face pair's free-running decoding.
+
+The estimate is the n-gram pair's (``evolve.data.lookahead_emission``): every
+candidate at slot j, the later drafts that the lookahead inputs of slots <= j read
+sampled from the draft, and the tilt of reaching j. What differs is how the models
+are read: they read the whole history, so each sampled slot's history (the prompt,
+the text emitted before its block, and the block's accepted drafts before j) is read
+once per model, its KV cache repeated for every continuation
+(``Cache.batch_repeat_interleave``; where a release's cache lacks it, every
+continuation is read with the whole history instead: the same distributions, slower),
+and the continuations' one to three tokens are read after it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from evolve.data import emission as EM
+from evolve.data import lookahead_emission as LE
+from evolve.data.sources.hf import device as DV
+from evolve.data.sources.hf.cache import call_names
+
+ROWS = 512          # continuations read at once (the repeated cache's memory)
+
+
+class History:
+    """Both models after one history (L,): their distributions at every position of
+    it, and after it followed by rows of further tokens (``after``)."""
+
+    def __init__(self, pair, history: np.ndarray, repeat_cache: bool = True):
+        import torch  # lazy: the core install has no torch
+        self.pair = pair
+        self.ids = torch.as_tensor(np.asarray(history, dtype=np.int64),
+                                   device=pair.device)[None]
+        self.repeat_cache = repeat_cache
+        self.dists = []
+        with torch.no_grad():
+            for model in (pair.target, pair.draft):
+                out = self._read(model, self.ids, None, use_cache=False)
+                self.dists.append(self._probs(out.logits[0]))
+
+    def _probs(self, logits) -> np.ndarray:
+        return DV.probs(logits, self.pair.vocab, self.pair.config.temperature).cpu().numpy()
+
+    def _read(self, model, ids, past, use_cache: bool, start: int = 0, keep: int = 0):
+        import torch  # lazy: the core install has no torch
+        arg, keeps = call_names(model)
+        n, d = ids.shape
+        pos = torch.arange(start, start + d, device=ids.device).expand(n, d)
+        mask = torch.ones((n, start + d), dtype=torch.int64, device=ids.device)
+        kw = {"logits_to_keep": keep} if keep and keeps else {}
+        if past is not None:
+            kw[arg] = past
+        return model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                     use_cache=use_cache, **kw)
+
+    def slots(self, start: int, j: int):
+        """(P, Q), (j + 1, V): the distributions at slots 0 .. j of the block that starts
+        at index ``start`` of the history (slot i predicts the token at start + i)."""
+        return tuple(d[start - 1:start + j] for d in self.dists)
+
+    def after(self, appended: np.ndarray):
+        """p, q (N, V) after the history followed by each row of ``appended`` (N, d)."""
+        import torch  # lazy: the core install has no torch
+        L = self.ids.shape[1]
+        app = torch.as_tensor(np.asarray(appended, dtype=np.int64), device=self.ids.device)
+        out = []
+        with torch.no_grad():
+            for model in (self.pair.target, self.pair.draft):
+                parts = []
+                for s in range(0, app.shape[0], ROWS):
+                    rows = app[s:s + ROWS]
+                    n = rows.shape[0]
+                    past = None
+                    if self.repeat_cache:
+                        arg, _ = call_names(model)
+                        past = getattr(self._read(model, self.ids, None, use_cache=True), arg)
+                        if not hasattr(past, "batch_repeat_interleave"):
+                            past = None
+                    if past is not None:
+                        past.batch_repeat_interleave(n)
+                        o = self._read(model, rows, past, use_cache=True, start=L, keep=1)
+                    else:
+                        o = self._read(model, torch.cat([self.ids.expand(n, L), rows], dim=1),
+                                       None, use_cache=False, keep=1)
+                    parts.append(self._probs(o.logits[:, -1]))
+                out.append(np.concatenate(parts))
+        return out[0], out[1]
+
+
+def block_starts(prompt_lens: np.ndarray, accepted: np.ndarray) -> np.ndarray:
+    """(n, blocks): the index in each sequence's history where each block starts (an
+    ended sequence's later blocks, counted -1, emit nothing)."""
+    emitted = np.where(accepted >= 0, accepted + 1, 0)
+    return prompt_lens[:, None] + np.cumsum(emitted, axis=1) - emitted
+
+
+def estimate(fp, rule, prompt_lens: np.ndarray, accepted: np.ndarray, tracked: dict,
+             seed: int, slots: int, futures: int, repeat_cache: bool = True,
+             progress=None):
+    """Estimated TV and KL at a random sample of the reached slots (each weighing 1 / its
+    sampling probability in the per-sequence sums; the sample is drawn as the n-gram
+    pair's), the same at half the futures, and which rows of ``tracked`` (the
+    decoder's reached slots: ``sequence``, ``block``, ``block_position``, ``history``)
+    they are: (rows, tv, kl, tv_half). ``progress(1)`` after each slot."""
+    rows = LE.sample_slots(tracked["sequence"].size, slots, seed)
+    starts = block_starts(np.asarray(prompt_lens, dtype=np.int64), accepted)
+    tv, kl, tv_half = (np.empty(rows.size) for _ in range(3))
+    for out_i, row in enumerate(rows):
+        s = int(tracked["sequence"][row])
+        t, j = int(tracked["block"][row]), int(tracked["block_position"][row])
+        start = int(starts[s, t])
+        hist = np.asarray(tracked["history"][s])
+        h = History(fp.pair, hist[:start + j], repeat_cache)
+        P, Q = h.slots(start, j)
+        block = {"token": hist[start:start + j + 1],
+                 "position": start - int(prompt_lens[s]) + np.arange(j + 1),
+                 "block_position": np.arange(j + 1),
+                 "slot_tv": np.maximum(Q - P, 0.0).sum(axis=1)}
+        for m, stream in ((futures, 0), (max(1, futures // 2), 1)):
+            e = LE.slot_emission(fp, rule, block, j, m,
+                                 np.random.default_rng((seed, int(row), stream)),
+                                 dists=(P, Q), after=h.after)
+            d_tv, d_kl = EM.distortion(P[j:j + 1], e[None])
+            if stream == 0:
+                tv[out_i], kl[out_i] = d_tv[0], d_kl[0]
+            else:
+                tv_half[out_i] = d_tv[0]
+        if progress is not None:
+            progress(1)
+    return rows, tv, kl, tv_half
