@@ -116,20 +116,15 @@ def summary(r: dict, g: int) -> dict:
     tokens, se = mean_se(r["tokens"] / r["calls"])
     tv, tv_se = ratio_se(r["tv"], r["tokens"])
     kl, kl_se = ratio_se(r["kl"], r["tokens"])
-    measured = r["distortion"]["kind"] != "not measured"
     lp, lp_se = ratio_se(r["logp"], r["emitted"])
     lq, lq_se = ratio_se(r["logq"], r["emitted"])
     slot = r["slot_tv"]
-    if not measured:
-        tv = tv_se = kl = kl_se = None
     return {"tokens_per_call": tokens, "tokens_se": se,
             "tv_per_token": tv, "tv_se": tv_se, "kl_per_token": kl, "kl_se": kl_se,
             "distortion": r["distortion"],
             "slot_tv_by_position": [float(slot[r["slot_bpos"] == j].mean())
-                                    if measured and (r["slot_bpos"] == j).any() else
-                                    (None if not measured else 0.0) for j in range(g)],
-            "slot_tv_p99": (float(np.quantile(slot, 0.99)) if slot.size else 0.0)
-            if measured else None,
+                                    if (r["slot_bpos"] == j).any() else 0.0 for j in range(g)],
+            "slot_tv_p99": float(np.quantile(slot, 0.99)) if slot.size else 0.0,
             "target_loglik_per_token": lp, "target_loglik_se": lp_se,
             "draft_loglik_per_token": lq, "draft_loglik_se": lq_se,
             "acceptance": r["acceptance"]}
@@ -138,13 +133,9 @@ def summary(r: dict, g: int) -> dict:
 def paired(a: dict, b: dict) -> dict:
     """Rule a minus rule b, paired by sequence (same prompts, same uniforms)."""
     out = {}
-    unmeasured = "not measured" in (a["distortion"]["kind"], b["distortion"]["kind"])
     for key, num, den in (("tokens_per_call", "tokens", None), ("tv_per_token", "tv", "tokens"),
                           ("target_loglik_per_token", "logp", "emitted"),
                           ("draft_loglik_per_token", "logq", "emitted")):
-        if key == "tv_per_token" and unmeasured:
-            out[key] = {"difference": None, "se": None, "ci95": None}
-            continue
         if den is None:
             mean, se = mean_se(a[num] / a["calls"] - b[num] / b["calls"])
         else:

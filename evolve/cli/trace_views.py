@@ -163,13 +163,7 @@ def show_comparison(doc: dict, term) -> None:
     rows, notes = [], []
     for name, r in rules.items():
         kind = (r.get("distortion") or {}).get("kind", "exact")
-        mark = {"estimate": " ~", "not measured": ""}.get(kind, "")
-        if kind == "not measured":
-            rows.append([name, pm(r["tokens_per_call"], r["tokens_se"]), "not measured",
-                         "", "", "", f"{r['target_loglik_per_token']:.4f}",
-                         f"{r['draft_loglik_per_token']:.4f}"])
-            notes.append(f"{name}: TV not measured: {r['distortion']['why']}")
-            continue
+        mark = " ~" if kind == "estimate" else ""
         if kind == "estimate":
             d = r["distortion"]
             notes.append(f"{name} ~: TV and KL estimated: {d['why']} ({d['slots']:,} of "
@@ -194,7 +188,6 @@ def show_comparison(doc: dict, term) -> None:
             dtv = d["tv_per_token"]
             rows.append([name, pm(t["difference"], t["se"]),
                          f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
-                         "not measured" if dtv["difference"] is None else
                          pm(dtv["difference"], dtv["se"], "+.5f"),
                          pm(d["target_loglik_per_token"]["difference"],
                              d["target_loglik_per_token"]["se"], "+.4f"),
