@@ -17,9 +17,15 @@ some drafts and with left-padded prompts of 1 to 9 tokens
 (`test_cached_logits_are_an_uncached_forward_of_the_history[gpt2|llama]`,
 `test_settle_makes_rejected_drafts_holes_and_advances_positions`). Only the model's
 cache argument is used (`past_key_values`, or `cache` where the release names it so,
-read from the signature); no cache method is called, so no release-specific cache
-API is relied on; these tests and the recording and free-running tests pass with
-transformers 4.56.2, 5.17.0 and 5.24.0. Everything per position (softmax at the
+read from the signature); the decoder calls no cache method, so no release-specific
+cache API is relied on. The free-running TV estimate of a rule that reads the
+lookahead inputs (`evolve/data/sources/hf/lookahead.py`) repeats a history's cache
+for its continuations with `batch_repeat_interleave` where the release's cache has it
+and reads every continuation with the whole history where not; both give an uncached
+forward pass of each continuation
+(`test_continuations_after_a_history_are_an_uncached_forward[gpt2|llama]`). These
+tests and the recording and free-running tests pass with transformers 4.56.2, 5.17.0
+and 5.24.0. Everything per position (softmax at the
 temperature in float64, inverse-CDF sampling with the same pre-drawn uniforms in the
 same order, candidates and tail masses, entropies, the slot features, the rejection
 residual with `RESIDUAL_EPS`, a rule's acceptance and the tracked distortion) runs
@@ -147,3 +153,30 @@ def test_llama_pair_recording_is_a_direct_forward_pass_of_each_context():
                 logits = model(input_ids=ids, use_cache=False).logits[0, -1]
             want = torch.softmax(logits, -1)[cols["token"][r]].item()
             assert abs(cols[field][r] - want) < TOL, (field, r)
+
+
+@pytest.mark.parametrize("build", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_continuations_after_a_history_are_an_uncached_forward(build):
+    from types import SimpleNamespace
+    from evolve.data.sources.hf import device as DV
+    from evolve.data.sources.hf.lookahead import History
+    model = build()
+    pair = SimpleNamespace(target=model, draft=model, vocab=VOCAB, device="cpu",
+                           config=SimpleNamespace(temperature=1.0))
+    rng = np.random.default_rng(1)
+    history = rng.integers(0, VOCAB, 7)
+    rows = rng.integers(0, VOCAB, (5, 3))
+    rows[1] = rows[0]                                   # a repeated continuation
+    want = np.stack([DV.probs(model(input_ids=torch.from_numpy(
+        np.concatenate([history, r]))[None], use_cache=False).logits[0, -1].detach(),
+        VOCAB, 1.0).numpy() for r in rows])
+    for repeat in (True, False):
+        h = History(pair, history, repeat_cache=repeat)
+        P, Q = h.after(rows)
+        assert np.abs(P - want).max() < TOL and np.abs(Q - want).max() < TOL, repeat
+    # the history's own positions: slot i of a block starting at 4 predicts token 4 + i
+    P, Q = History(pair, history).slots(4, 2)
+    for i in range(3):
+        got = DV.probs(model(input_ids=torch.from_numpy(history[:4 + i])[None],
+                             use_cache=False).logits[0, -1].detach(), VOCAB, 1.0).numpy()
+        assert np.abs(P[i] - got).max() < TOL
