@@ -276,8 +276,8 @@ def test_hf_estimate_reads_the_same_distributions_with_and_without_the_repeated_
     from evolve.data.sources.hf import lookahead as HL
     rule = tree_rule(AHEAD_TREE, "ahead")
     lens, accepted, tracked = _hf_decoded(hf_free_pair, rule)
-    cached = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 8, 4)
-    whole = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 8, 4,
+    cached = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4)
+    whole = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4,
                         repeat_cache=False)
     assert np.array_equal(cached[0], whole[0])
     for a, b in zip(cached[1:], whole[1:]):
@@ -303,15 +303,15 @@ def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
         np.testing.assert_allclose(first[f], want[f], rtol=0, atol=1e-14, err_msg=f)
     rules = {"standard": named_rule("standard_rejection")[0],
              "ahead": tree_rule(AHEAD_TREE, "ahead")}
-    small = {"lookahead_slots": 10, "lookahead_futures": 4}
+    small = {"lookahead_slots": 6, "lookahead_futures": 4}
     res = paired.compare(fp, rules, "test", 8, 3, seed=2, **small)
     assert res == paired.compare(fp, rules, "test", 8, 3, seed=2, **small)
     a = res["rules"]["ahead"]
     # the distortion of a lookahead rule is estimated at a sample of the reached slots,
     # labelled so, never the path's values as if exact
     d = a["distortion"]
-    assert d["kind"] == "estimate" and d["slots"] == 10 and d["futures"] == 4
-    assert d["reached"] > 10
+    assert d["kind"] == "estimate" and d["slots"] == 6 and d["futures"] == 4
+    assert d["reached"] > 6
     for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "slot_tv_p99"):
         assert np.isfinite(a[key]), key
     assert np.isfinite(res["versus_reference"]["ahead"]["tv_per_token"]["difference"])
