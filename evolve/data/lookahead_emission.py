@@ -1,5 +1,6 @@
 """The emitted token's distribution at a slot under a rule that reads the lookahead
-inputs, estimated over the block's later drafts (the n-gram pair).
+inputs, estimated over the block's later drafts (the n-gram pair's models here; a
+Hugging Face pair's are read through ``evolve.data.sources.hf.lookahead``).
 
 ``next_tv`` and ``ahead`` at slot i are computed from the slot TVs of the block's later
 slots, and slot m's TV depends on the drafts before it. So a lookahead rule's decision
