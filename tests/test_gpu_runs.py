@@ -65,6 +65,7 @@ memory anyway is still one line, exit code 2, with the last checkpoint kept.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -90,8 +91,12 @@ TRACES = dict(population=40, seed=2, objective="speed", tv_budget=0.05, tv_p99_c
 
 @pytest.fixture
 def torch_on_cpu(monkeypatch):
-    """``cuda`` runs the torch kernels on torch's CPU device."""
-    monkeypatch.setenv(gpu.OVERRIDE, "cpu")
+    """``cuda`` runs the torch kernels on torch's CPU device; with
+    ``EVOLVE_TEST_ON_GPU=1`` on a machine with a GPU, ``cuda`` is the GPU itself (its
+    default kernel: the fused one when it passes its probe), so the same whole-run
+    comparisons check the compiled kernels there."""
+    on_gpu = os.environ.get("EVOLVE_TEST_ON_GPU") == "1" and torch.cuda.is_available()
+    monkeypatch.setenv(gpu.OVERRIDE, "cuda" if on_gpu else "cpu")
 
 
 def view(res) -> dict:

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -125,26 +126,28 @@ def device(smoke: bool):
     return torch.device("cpu")
 
 
-def probe(dev) -> None:
+def probe(dev) -> str:
+    """Why the fused kernels cannot be measured on ``dev`` ("" when they can): Triton
+    cannot build them, or their compiled bits differ from the Numba interpreter's."""
     from evolve.kernels.gpu import DeviceError, fused_for
     try:
-        fused = fused_for(dev, "fused")
+        return fused_for(dev, "fused").probe(dev)
     except DeviceError as e:
-        raise CheckError(str(e)) from None
-    why = fused.probe(dev)
-    if why:
-        raise CheckError(why)
+        return str(e)
+    except Exception as e:            # noqa: BLE001 (a compiler error of this Triton)
+        traceback.print_exc()
+        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
 
 
-def kernels(sizes: dict, dev, sync) -> dict:
+def kernels(sizes: dict, dev, sync, names=("fused", "torch")) -> dict:
+    """The token and trace sections of ``gpu_eval`` with the kernels ``names``; a kernel
+    that fails or gives other results than the Numba kernel is left out of the timing
+    and named in the section's ``failed``."""
     from benchmarks.speed import gpu_eval
-    args = SimpleNamespace(kernels=("fused", "torch"), **{k: sizes[k] for k in (
+    args = SimpleNamespace(kernels=tuple(names), strict=False, **{k: sizes[k] for k in (
         "token_rows", "trees", "drafted", "population", "repeats", "torch_repeats")})
-    try:
-        return {"token": gpu_eval.token_section(args, dev, sync),
-                "trace": gpu_eval.trace_section(args, dev, sync)}
-    except SystemExit as e:          # a kernel's results differ from the Numba kernel's
-        raise CheckError(str(e)) from None
+    return {"token": gpu_eval.token_section(args, dev, sync),
+            "trace": gpu_eval.trace_section(args, dev, sync)}
 
 
 # ------------------------------------------------------------------ 5.-6. Hugging Face
@@ -245,29 +248,37 @@ def rows(doc: dict) -> list:
     targets are judged on a GPU only (never with --smoke)."""
     out = []
     judged = doc["device"].startswith("cuda") and not doc["smoke"]
-    k = doc.get("kernels")
-    if k:
-        tok, tr = k["token"], k["trace"]
+    k = doc.get("kernels") or {}
+    tok, tr = k.get("token"), k.get("trace")
+    if tok:
         what = f"token kernel, {tok['trees']:,} trees x {tok['rows']:,} rows"
-        fused = tok["fused_node_evals_per_s"]
+        numba = tok["numba_node_evals_per_s"]
         t = TARGETS["token_node_evals_per_s"]
-        out.append((f"{what}: fused", f"{_g(fused)} node evals/s", "", "",
-                    f">= {t:.0e} node evals/s", _met(fused, t, judged)))
-        out.append((f"{what}: torch", f"{_g(tok['torch_node_evals_per_s'])} node evals/s",
-                    "the fused kernel", f"{fused / tok['torch_node_evals_per_s']:.2f}x "
-                    "(fused / torch)", "", ""))
+        for kern in ("fused", "torch"):
+            if kern in tok.get("failed", {}):
+                out.append((f"{what}: {kern}", "not timed", tok["failed"][kern], "", "", ""))
+            elif f"{kern}_node_evals_per_s" in tok:
+                rate = tok[f"{kern}_node_evals_per_s"]
+                out.append((f"{what}: {kern}", f"{_g(rate)} node evals/s",
+                            f"Numba, {doc['numba_threads']} threads: {_g(numba)}",
+                            f"{rate / numba:.2f}x", f">= {t:.0e} node evals/s"
+                            if kern == "fused" else "",
+                            _met(rate, t, judged) if kern == "fused" else ""))
         out.append((f"{what}: Numba, {doc['numba_threads']} threads",
-                    f"{_g(tok['numba_node_evals_per_s'])} node evals/s", "the fused kernel",
-                    f"{tok['fused_over_numba']:.2f}x (fused / Numba)", "", ""))
+                    f"{_g(numba)} node evals/s", "", "", "", ""))
+    if tr:
         what = (f"trace generation, {tr['population']:,} trees x {tr['drafted_tokens']:,} "
                 f"drafted tokens")
         numba = f"Numba, {doc['numba_threads']} threads: {_g(tr['numba_generation_s'])} s"
         t = TARGETS["trace_speedup"]
-        out.append((f"{what}: fused", f"{_g(tr['fused_generation_s'])} s", numba,
-                    f"{tr['fused_speedup']:.2f}x faster", f">= {t:.0f}x",
-                    _met(tr["fused_speedup"], t, judged)))
-        out.append((f"{what}: torch", f"{_g(tr['torch_generation_s'])} s", numba,
-                    f"{tr['torch_speedup']:.2f}x faster", "", ""))
+        for kern in ("fused", "torch"):
+            if kern in tr.get("failed", {}):
+                out.append((f"{what}: {kern}", "not timed", tr["failed"][kern], "", "", ""))
+            elif f"{kern}_generation_s" in tr:
+                out.append((f"{what}: {kern}", f"{_g(tr[f'{kern}_generation_s'])} s", numba,
+                            f"{tr[f'{kern}_speedup']:.2f}x faster",
+                            f">= {t:.0f}x" if kern == "fused" else "",
+                            _met(tr[f"{kern}_speedup"], t, judged) if kern == "fused" else ""))
     t = TARGETS["recorder_vs_minimal"]
     for L, res in (doc.get("recorder") or {}).items():
         minimal = res["minimal"]["total_tokens_per_s"]
@@ -286,6 +297,9 @@ def rows(doc: dict) -> list:
                     f"{res['dropin_vs_own']:.2f}", "", ""))
     for name, why in doc.get("not_run", {}).items():
         out.append((name, "not run", why, "", "", ""))
+    for name, why in doc.get("failed", {}).items():
+        if name not in ("fused kernel", "torch kernel"):      # rows of their own above
+            out.append((name, "failed", why, "", "", ""))
     return out
 
 
@@ -312,6 +326,10 @@ def title(dev, smoke: bool) -> str:
 # ------------------------------------------------------------------ main
 
 def run(args) -> dict:
+    """Every section in turn; each one's figures go to ``--json`` as soon as it ends (a
+    check stopped by a time limit keeps what it measured). A section that fails is named
+    in ``failed`` with its reason (the traceback goes to stderr) and the others still
+    run."""
     t0 = time.perf_counter()
     bootstrap(args.wheels)
     if importlib.util.find_spec("triton") is None:
@@ -324,30 +342,59 @@ def run(args) -> dict:
     sync = (lambda: torch.cuda.synchronize(dev)) if dev.type == "cuda" else (lambda: None)
     doc = {"title": title(dev, args.smoke), "device": str(dev), "smoke": args.smoke,
            "numba_threads": numba.get_num_threads(), "cpu_count": os.cpu_count(),
-           "batch": sizes["batch"], "targets": TARGETS, "not_run": {}}
-    note = lambda text: print(f"gpu_check: {text}", file=sys.stderr, flush=True)  # noqa: E731
-    note("probing the fused kernels")
-    probe(dev)
+           "batch": sizes["batch"], "targets": TARGETS, "not_run": {}, "failed": {}}
+    note = lambda text: print(f"gpu_check [{time.perf_counter() - t0:5.0f} s]: {text}",  # noqa: E731
+                              file=sys.stderr, flush=True)
     left = lambda: args.budget - (time.perf_counter() - t0)    # noqa: E731
+
+    def save():
+        doc["seconds"] = time.perf_counter() - t0
+        if args.json:
+            args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+
+    def section(name, fn):
+        """fn()'s result, or None with the failure recorded under ``name``."""
+        try:
+            return fn()
+        except Exception as e:            # noqa: BLE001 (one section's failure)
+            traceback.print_exc()
+            doc["failed"][name] = (f"{type(e).__name__}: "
+                                   f"{(str(e).strip().splitlines() or [''])[0][:160]}")
+            return None
+        finally:
+            save()
+
+    note(doc["title"])
+    note("probing the fused kernels")
+    why = probe(dev)
+    names = ("fused", "torch")
+    if why:
+        doc["failed"]["fused kernels"] = why
+        names = ("torch",)
+    save()
     note("token and trace kernels (results compared with the Numba kernels first)")
-    doc["kernels"] = kernels(sizes, dev, sync)
+    doc["kernels"] = section("kernels", lambda: kernels(sizes, dev, sync, names))
+    for sec in (doc["kernels"] or {}).values():
+        for kern, why in sec.get("failed", {}).items():
+            doc["failed"].setdefault(f"{kern} kernel", why)
+    save()
     models = None
     if left() > 0:
         note("Hugging Face recorder and free-running against the minimal loop")
-        kind, models = hf_models(dev, sizes)
-        doc["models"] = kind
-        doc["recorder"] = recorder(models, dev, sizes)
+        built = section("hf models", lambda: hf_models(dev, sizes))
+        if built is not None:
+            doc["models"], models = built
+            doc["recorder"] = section("hf recorder", lambda: recorder(models, dev, sizes))
     else:
         doc["not_run"]["hf recorder"] = f"the {args.budget:.0f} s budget was spent"
     if models is not None and left() > 0:
         note("the exported drop-in inside generate")
-        try:
-            doc["dropin"] = dropin(models, dev, sizes, sync)
-        except (RuntimeError, ValueError) as e:      # a transformers it does not know
-            doc["not_run"]["drop-in in generate"] = str(e).strip().splitlines()[0][:120]
+        doc["dropin"] = section("drop-in in generate",
+                                lambda: dropin(models, dev, sizes, sync))
     elif models is not None:
         doc["not_run"]["drop-in in generate"] = f"the {args.budget:.0f} s budget was spent"
-    doc["seconds"] = time.perf_counter() - t0
+    save()
+    note("done")
     return doc
 
 
@@ -369,8 +416,9 @@ def main(argv=None) -> int:
     print(table(doc))
     if doc["smoke"]:
         print("smoke sizes: the machinery is checked, no target is judged")
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+    if doc["failed"]:
+        print("failed: " + "; ".join(f"{k}: {v}" for k, v in doc["failed"].items()))
+        return 1
     return 0
 
 
