@@ -159,7 +159,7 @@ def _log_poly(x):
     """heuristics.ops.log_poly."""
     b = x.to(tl.int64, bitcast=True)
     m = ((b & MANTISSA) | EXPONENT_ONE).to(tl.float64, bitcast=True)
-    big = m > SQRT2
+    big = m > tl.full(m.shape, SQRT2, tl.float64)
     m = tl.where(big, m * 0.5, m)
     e = ((b >> 52) - 1023).to(tl.float64) + big.to(tl.float64)
     f = m - 1.0
@@ -175,14 +175,14 @@ def _log_poly(x):
 @triton.jit
 def _plog(a):
     x = tl.abs(a)
-    ok = x > LOG_EPS
-    return tl.where(ok, _log_poly(tl.where(ok, x, 1.0)), LOG_FLOOR)
+    ok = x > tl.full(x.shape, LOG_EPS, tl.float64)
+    return tl.where(ok, _log_poly(tl.where(ok, x, 1.0)), tl.full(x.shape, LOG_FLOOR, tl.float64))
 
 
 @triton.jit
 def _pexp(a):
     ok = a < EXP_MAX
-    return tl.where(ok, _exp_poly(tl.where(ok, a, 0.0)), EXP_CAP)
+    return tl.where(ok, _exp_poly(tl.where(ok, a, 0.0)), tl.full(a.shape, EXP_CAP, tl.float64))
 
 
 @triton.jit
@@ -192,10 +192,15 @@ def _run(ops, consts, start, length, X, sx, U, su, nin, rows, mask, spill, lanes
     into a column; input j at X + j * sx, plog/pexp/psqrt of it at U + (3 j') * su
     with USE_U), [BLOCK] float64. Stack slots sp-1 .. sp-4 are r0 .. r3; slot i < sp-4
     is spill row i (this block's own scratch, ``spill``)."""
+    # Four distinct tensors: Triton's compiler carries through the loop only the names
+    # whose value the body changes, judged by identity, so a register that starts as
+    # another one's alias (r1 = r0) and is assigned r0 in the body is taken for
+    # unchanged and stays 0 (the interpreter, plain Python, does not show it; the
+    # tests read the compiled loop's carried values, tests/test_gpu_fused.py).
     r0 = tl.zeros([BLOCK], dtype=tl.float64)
-    r1 = r0
-    r2 = r0
-    r3 = r0
+    r1 = tl.zeros([BLOCK], dtype=tl.float64)
+    r2 = tl.zeros([BLOCK], dtype=tl.float64)
+    r3 = tl.zeros([BLOCK], dtype=tl.float64)
     sp = 0
     k = start
     end = start + length
@@ -231,7 +236,7 @@ def _run(ops, consts, start, length, X, sx, U, su, nin, rows, mask, spill, lanes
             elif op == MUL:
                 r0 = r0 * r1
             elif op == PDIV:
-                r0 = tl.where(tl.abs(r1) > DIV_EPS, r0 / r1, 1.0)
+                r0 = tl.where(tl.abs(r1) > tl.full(r1.shape, DIV_EPS, tl.float64), r0 / r1, 1.0)
             elif op == PMIN:
                 r0 = tl.where(r0 < r1, r0, r1)
             else:  # PMAX
@@ -303,12 +308,12 @@ def _token_kernel(ops, consts, starts, lengths, n_progs, X, sx, U, su, nin, n, r
         t1 = tl.minimum(t0 + per_item, tiles)
         start = tl.load(starts + p)
         length = tl.load(lengths + p)
-        a0 = tl.zeros([BLOCK], dtype=tl.int64)
-        a1 = a0
-        a2 = a0
-        e0 = a0
-        e1 = a0
-        e2 = a0
+        a0 = tl.zeros([BLOCK], dtype=tl.int64)     # distinct tensors (see _run)
+        a1 = tl.zeros([BLOCK], dtype=tl.int64)
+        a2 = tl.zeros([BLOCK], dtype=tl.int64)
+        e0 = tl.zeros([BLOCK], dtype=tl.int64)
+        e1 = tl.zeros([BLOCK], dtype=tl.int64)
+        e2 = tl.zeros([BLOCK], dtype=tl.int64)
         for t in range(t0, t1):
             rows = tl.cast(t, tl.int64) * BLOCK + lanes
             mask = rows < n
@@ -397,12 +402,12 @@ def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, l
         start = tl.load(starts + p)
         length = tl.load(lengths + p)
         pc = tl.cast(p, tl.int64) * width
-        w = tl.full([BLOCK], 1.0, tl.float64)
-        tok = w
+        w = tl.full([BLOCK], 1.0, tl.float64)      # distinct tensors (see _run)
+        tok = tl.full([BLOCK], 1.0, tl.float64)
         tvb = tl.zeros([BLOCK], dtype=tl.float64)
-        klb = tvb
-        exb = tvb
-        tail = tvb
+        klb = tl.zeros([BLOCK], dtype=tl.float64)
+        exb = tl.zeros([BLOCK], dtype=tl.float64)
+        tail = tl.zeros([BLOCK], dtype=tl.float64)
         for s in range(g):
             qa = tl.zeros([BLOCK], dtype=tl.float64)
             tl.debug_barrier()                       # the scratch rows' last readers are done
@@ -422,7 +427,7 @@ def _trace_kernel(ops, consts, starts, lengths, n_progs, X, nin, nb, g, k, lq, l
                      + (tl.load(row + R_Q_TAIL * gnb, mask=mask, other=0.0) - m_tail)) \
                 / tl.load(row + R_Z_RES * gnb, mask=mask, other=1.0)
             tv = tl.zeros([BLOCK], dtype=tl.float64)
-            kl = tv
+            kl = tl.zeros([BLOCK], dtype=tl.float64)
             for c in range(k):
                 rows = tl.cast(s * k + c, tl.int64) * nb + blk
                 h = tl.load(hs + c * BLOCK + lanes)
