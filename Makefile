@@ -16,7 +16,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs figures run test test-fast test-slow bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-value-gate results-engines results-engines-neural results-task neural-pair neural-traces install clean
+.PHONY: docs figures run test test-fast test-slow test-triton-releases bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-value-gate results-engines results-engines-neural results-task neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -40,6 +40,16 @@ test-fast: $(STAMP)
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
+
+# The fused GPU kernels compiled (for an H100, no GPU needed) with the Triton release
+# torch's CUDA 13 wheels pin as well as with $(TRITON); not part of `make test` (a
+# 190 MB download). The compiled kernels are also probed on the GPU before first use.
+TRITON_RELEASES ?= 3.6.0
+test-triton-releases: $(STAMP)
+	for r in $(TRITON_RELEASES); do test -d .triton-releases/$$r/triton || \
+	  $(BIN)/python -m pip install -q --no-deps --target .triton-releases/$$r triton==$$r || exit 1; done
+	EVOLVE_TRITON_RELEASES="$$(for r in $(TRITON_RELEASES); do printf '%s:' $(CURDIR)/.triton-releases/$$r; done)" \
+	  $(BIN)/python -m pytest -q tests/test_gpu_fused.py -k "compile"
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.speed.harness

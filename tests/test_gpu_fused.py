@@ -8,6 +8,7 @@ Python, so sizes are small: a trace program costs about 0.1 s per drafted positi
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import json
 import os
@@ -218,6 +219,7 @@ def test_the_probe_passes_and_catches_other_bits(fused, monkeypatch):
     monkeypatch.setattr(fused, "token_values", one_ulp_off)
     why = fused.probe(DEV)
     assert "\n" not in why and "other bits" in why and "on 1 of" in why, why
+    assert why.endswith(" in " + treeio.to_string(fused._probe_programs()[3])), why
 
 
 def test_the_kernel_is_chosen_once_and_can_be_forced(monkeypatch, fused):
@@ -308,13 +310,28 @@ COMPILE = textwrap.dedent("""
         ptx = k.asm["ptx"]
         for pat in ("fma.rn.f64", "div.rn.f64", "sqrt.rn.f64", "f32", "approx"):
             found[pat] = found.get(pat, 0) + len(re.findall(re.escape(pat), ptx))
+        # the float64 tensors each loop carries, and every float64 immediate
+        found.setdefault("carried", []).extend(
+            line.split("->")[0].count("xf64>") for line in k.asm["ttir"].splitlines()
+            if "scf.while" in line)
+        found["immediates"] = sorted(set(found.get("immediates", []))
+                                     | set(re.findall(r"0d([0-9A-F]{16})", ptx)))
     print(json.dumps(found))
 """)
 
 
-def _compiled_ptx(arch: int, fusion: bool) -> dict:
+# Other Triton releases to compile with: folders holding one each (``pip install
+# --target DIR triton==X``), separated by os.pathsep; ``make test-triton-releases`` sets
+# it to the release torch's CUDA 13 wheels pin (3.6.0). CI compiles with the pinned one.
+RELEASES = [None] + [d for d in os.environ.get("EVOLVE_TRITON_RELEASES", "").split(os.pathsep)
+                     if d]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_ptx(arch: int, fusion: bool, release: str | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1])]
+    env["PYTHONPATH"] = os.pathsep.join(([release] if release else [])
+                                        + [str(Path(__file__).resolve().parents[1])]
                                         + sys.path)
     r = subprocess.run([sys.executable, "-c", COMPILE, str(arch), "1" if fusion else "0"],
                        capture_output=True, text=True, env=env, timeout=600)
@@ -323,13 +340,44 @@ def _compiled_ptx(arch: int, fusion: bool) -> dict:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the other tests run them compiled")
-def test_the_kernels_compile_for_a_gpu_without_fused_multiply_adds():
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_kernels_compile_for_a_gpu_without_fused_multiply_adds(release):
     """The compiled path, which the interpreter does not take: the kernels compile, with
     the argument types of their launches, for an H100 (sm_90, Triton's own ptxas, no GPU
     needed), with IEEE division and square root, no float64 FMA and no float32 at all
     (a float argument would be float32: the tail cap goes by memory); with fusion
     allowed the same check finds FMAs."""
-    got = _compiled_ptx(90, fusion=False)
+    got = _compiled_ptx(90, False, release)
     assert got["fma.rn.f64"] == 0 and got["f32"] == 0 and got["approx"] == 0, got
     assert got["div.rn.f64"] >= 6 and got["sqrt.rn.f64"] >= 2, got
-    assert _compiled_ptx(90, fusion=True)["fma.rn.f64"] > 0
+    assert _compiled_ptx(90, True, release)["fma.rn.f64"] > 0
+
+
+def _hex(x: float) -> str:
+    return np.float64(x).view(np.uint64).item().to_bytes(8, "big").hex().upper()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the other tests run them compiled")
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_compiled_kernels_keep_every_register_and_float64_constant(release):
+    """Two ways the compiled kernels once differed from the interpreter on a GPU (10,128
+    of 31,232 probe values on an H100 with Triton 3.6, then 1): Triton's compiler
+    carries through a loop only the names the body changes, judged by identity, so a
+    stack register that started as another's alias stayed 0 (3.6 and 3.9); and Triton
+    3.6 rounds a Python float compared with a float64 tensor to float32 first (pdiv at
+    |b| = 1e-9; ``make test-triton-releases`` compiles with 3.6). So: the interpreter's loop
+    carries its four float64 registers, and no float64 immediate of the PTX is a
+    constant of the kernels rounded to float32; the thresholds are there exactly."""
+    got = _compiled_ptx(90, False, release)
+    assert got["carried"] and min(n for n in got["carried"] if n) >= 4, got["carried"]
+    assert max(got["carried"]) >= 4
+    import triton.language as tl
+    from evolve.kernels.gpu import fused as F
+    consts = [v for v in vars(F).values()
+              if isinstance(v, tl.constexpr) and isinstance(v.value, float)]
+    rounded = {_hex(float(np.float32(c.value))) for c in consts
+               if np.isfinite(np.float32(c.value)) and float(np.float32(c.value)) != c.value}
+    assert not rounded & set(got["immediates"]), sorted(rounded & set(got["immediates"]))
+    from heuristics import ops as O
+    for c in (O.DIV_EPS, O.LOG_EPS, O.SQRT2):
+        assert _hex(c) in got["immediates"], c

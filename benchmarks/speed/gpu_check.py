@@ -6,7 +6,8 @@ A script of the source checkout, not part of the ``evolve`` package::
 
 On a machine with one GPU and no package index, in this order:
 
-1. Installs what the machine lacks (``REQUIRED``; on a CUDA torch image that is deap)
+1. Installs what the machine lacks (``REQUIRED``; on a CUDA torch image that is deap
+   and what it imports: moocore, cffi, pycparser, platformdirs)
    from the wheels ``benchmarks/speed/gpu_wheels.py`` prepared beforehand (``--wheels``,
    default ``benchmarks/wheels``), into ``benchmarks/.gpu-site`` (nothing of the
    machine's own environment is changed).
@@ -27,8 +28,12 @@ On a machine with one GPU and no package index, in this order:
 
 It prints one table (the device, torch, Triton and CUDA versions and the CPU count in
 its title; each figure with what it is compared with, the ratio and the target) and
-writes every figure to ``--json``. Sections that would start after ``--budget`` seconds
-(default 420) are reported as not run. About 6 minutes on one H100 (not yet run there).
+writes every figure to ``--json``, after every section. A kernel that fails its probe,
+does not run or gives other results than the Numba kernel is left out of the timing and
+named; so is a section that fails, and the others still run (exit code 1). Sections
+that would start after ``--budget`` seconds (default 420) are reported as not run. On
+one H100 the kernel sections took 3.0 minutes (torch kernel alone) and the Hugging Face
+ones 2.3 minutes; figures and files in ``benchmarks/speed/gpu_results/``.
 
 ``--smoke`` runs every section at tiny sizes on the CPU when there is no GPU (the fused
 kernels in Triton's interpreter, the torch kernels on torch's CPU device, GPT-2 models
@@ -57,8 +62,9 @@ from benchmarks.speed.gpu_wheels import WHEELS  # noqa: E402
 
 SITE = ROOT / "benchmarks" / ".gpu-site"      # where missing packages are installed
 # module -> distribution: what this script imports
-REQUIRED = {"numpy": "numpy", "numba": "numba", "deap": "deap", "torch": "torch",
-            "triton": "triton", "transformers": "transformers"}
+REQUIRED = {"numpy": "numpy", "numba": "numba", "deap": "deap", "moocore": "moocore",
+            "cffi": "cffi", "pycparser": "pycparser", "platformdirs": "platformdirs",
+            "torch": "torch", "triton": "triton", "transformers": "transformers"}
 TARGETS = {"token_node_evals_per_s": 3e11, "trace_speedup": 30.0, "recorder_vs_minimal": 0.5}
 FULL = dict(token_rows=4_000_000, trees=1000, drafted=1_000_000, population=1000, repeats=3,
             torch_repeats=1, lengths=(64, 1024), batch=32, blocks=16, new_tokens=128,

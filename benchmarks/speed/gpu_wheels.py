@@ -6,8 +6,9 @@ package index: run this where an index is reachable, then take ``benchmarks/whee
                                     [PACKAGE ...]
 
 A GPU image with CUDA torch has torch, Triton (torch's own), numpy and usually numba
-and transformers; what ``gpu_check.py`` needs beyond those is ``PACKAGES`` (deap, pure
-Python, whose only dependency, numpy, the image has). Wheels are fetched with ``pip
+and transformers; what ``gpu_check.py`` needs beyond those is ``PACKAGES``: deap (pure
+Python) and what it imports, moocore (compiled, one abi3 wheel) with cffi (compiled),
+pycparser and platformdirs; a CUDA torch image of 2026-11 had none of them. Wheels are fetched with ``pip
 download --no-deps --only-binary=:all:`` for each ``--python`` version on manylinux
 x86_64, so a package with compiled code named on the command line gets one wheel per
 version.
@@ -22,7 +23,10 @@ from pathlib import Path
 
 from benchmarks.common import ROOT
 WHEELS = ROOT / "benchmarks" / "wheels"
-PACKAGES = ("deap==1.4.4",)       # the release the tests run with
+# the releases the tests run with: deap, and what deap 1.4 imports that the image lacks
+# (moocore, with cffi, pycparser and platformdirs)
+PACKAGES = ("deap==1.4.4", "moocore==0.3.2", "cffi==2.1.1", "pycparser==3.12",
+            "platformdirs==4.14.8")
 PLATFORMS = ("manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64")
 
 

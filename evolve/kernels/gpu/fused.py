@@ -669,10 +669,10 @@ def _probe_inputs(n: int = 512) -> np.ndarray:
     return np.stack([rng.permutation(col) for col in cols])
 
 
-def _bits_differ(got: np.ndarray, want: np.ndarray) -> int:
+def _differ(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where got and want have other bits (any NaN equals any NaN)."""
     nan = np.isnan(want)
-    return int((np.isnan(got) != nan).sum()
-               + (got[~nan].view(np.int64) != want[~nan].view(np.int64)).sum())
+    return np.where(nan, ~np.isnan(got), got.view(np.int64) != want.view(np.int64))
 
 
 def probe(dev) -> str:
@@ -705,8 +705,11 @@ def probe(dev) -> str:
     except _ERRORS as e:
         line = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
         return f"the fused kernels do not run here (Triton {triton.__version__}: {line})"
-    bad = _bits_differ(got, want)
-    if bad:
-        return (f"the fused kernels give other bits than the Numba interpreter on {bad} of "
-                f"{want.size} probe values (Triton {triton.__version__})")
+    differ = _differ(got, want)
+    if differ.any():
+        i, j = np.argwhere(differ)[0]                 # the first program that differs
+        return (f"the fused kernels give other bits than the Numba interpreter on "
+                f"{int(differ.sum())} of {want.size} probe values (Triton "
+                f"{triton.__version__}), first {float(got[i, j])!r} for {float(want[i, j])!r} in "
+                f"{treeio.to_string(trees[i])}")
     return ""
