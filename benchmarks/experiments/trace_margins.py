@@ -9,9 +9,9 @@ blocks. Needs the default traces (`evolve data trace`). Usage:
     python -m benchmarks.experiments.trace_margins RUN [RUN ...]
 """
 
+import argparse
 import json
 import sys
-
 
 import numpy as np  # noqa: E402
 
@@ -52,10 +52,10 @@ def margins(tree: str, budget: float, va: spec.TraceArrays, te: spec.TraceArrays
     return out
 
 
-def main(names: list[str]) -> int:
-    if not names:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN", help="run directories under runs/")
+    names = ap.parse_args(argv).runs
     va = spec.TraceArrays.from_split(traces.load(paths.TRACES_DIR / "valid.npz"))
     te = spec.TraceArrays.from_split(traces.load(paths.TRACES_DIR / "test.npz"))
     parent = paths.runs_dir()

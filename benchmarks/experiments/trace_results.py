@@ -53,6 +53,7 @@ import evolve  # noqa: E402
 from evolve import paired  # noqa: E402
 from evolve.data import traces  # noqa: E402
 from evolve.data.sources import ngram  # noqa: E402
+from evolve.data.sources.registry import source_of_pair  # noqa: E402
 from evolve.lang import primitives as P  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
@@ -246,12 +247,14 @@ def main(argv=None) -> int:
     splits = _traces(a.data, a.quick, a.top_k)
     sas = {k: spec.TraceArrays.from_split(v) for k, v in splits.items()}
     pair = _pair(splits["test"], a.data)
+    slots, futures = source_of_pair(pair).lookahead     # recorded as used, not as None
+    a.lookahead_slots = a.lookahead_slots or slots
     doc = {"commit": _commit(), "data": _shown(a.data),
            "command": " ".join(["python -m benchmarks.experiments.trace_results", *(
                argv if argv is not None else sys.argv[1:])]),
            "settings": vars(a) | {
         "data": _shown(a.data), "runs_dir": _shown(a.runs_dir), "out": _shown(a.out),
-        "render": None}, "budgets": []}
+        "render": None, "lookahead_futures": futures}, "budgets": []}
     a.runs_dir.mkdir(parents=True, exist_ok=True)
     for budget in BUDGETS:
         print(f"budget {budget}: tuning baselines on valid", file=sys.stderr)

@@ -86,13 +86,16 @@ def main(argv=None) -> int:
         raise SystemExit(f"{a.data}: the value gates read slot features: "
                          f"{sas['valid'].missing}")
     pair = TR._pair(splits["test"], a.data)
+    slots, futures = TR.source_of_pair(pair).lookahead  # recorded as used, not as None
+    a.lookahead_slots = a.lookahead_slots or slots
     values = {name: value_gate.fit(sas["valid"], look) for name, look in tuning.GATES.items()}
     doc = {"commit": TR._commit(), "data": TR._shown(a.data),
            "command": " ".join(["python -m benchmarks.experiments.value_gate", *(
                argv if argv is not None else sys.argv[1:])]),
            "settings": {"prompts": a.prompts, "blocks": a.blocks, "seeds": a.seeds,
                         "rounds": value_gate.ROUNDS, "depth": value_gate.DEPTH,
-                        "rate": value_gate.RATE, "lookahead_slots": a.lookahead_slots},
+                        "rate": value_gate.RATE, "lookahead_slots": a.lookahead_slots,
+                        "lookahead_futures": futures},
            "budgets": []}
     for budget in a.budgets:
         print(f"budget {budget}: tuning on valid", file=sys.stderr)
