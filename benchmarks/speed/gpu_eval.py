@@ -112,19 +112,40 @@ def _identical(section: str, kernels, run, want, strict: bool = True):
     return ok, failed
 
 
-def token_section(args, dev, sync) -> dict:
+def token_inputs(rows: int, trees: int):
+    """(programs, split): the speed benchmark's random token population and the token
+    train split tiled to ``rows`` rows."""
     from evolve.data import tokens
     from evolve.io.paths import DATA_DIR
     from evolve.kernels import tokens as tk
-    from evolve.kernels.gpu import tokens as gt
     from evolve.lang import primitives as P
     from benchmarks.speed.harness import FULL
     ds = tokens.load_npz(DATA_DIR / "train.npz")
-    reps = -(-args.token_rows // len(ds))
-    cols = {f: np.ascontiguousarray(np.tile(v, reps)[:args.token_rows])
+    reps = -(-rows // len(ds))
+    cols = {f: np.ascontiguousarray(np.tile(v, reps)[:rows])
             for f, v in ds.columns().items()}
     split = tk.TokenArrays(tokens.Dataset(**cols, name="train"))
-    progs = _trees(P.make_pset(), args.trees, FULL.pop_seed)
+    return _trees(P.make_pset(), trees, FULL.pop_seed), split
+
+
+def trace_inputs(drafted: int, population: int):
+    """(programs, trace arrays, seconds to build them): ``population`` random trace
+    trees and n-gram train traces of about ``drafted`` drafted tokens (g = 4)."""
+    from evolve.data.sources import ngram
+    from evolve.lang import primitives as P
+    from evolve.objectives.spec import TraceArrays
+    g, blocks = 4, 16
+    prompts = max(1, drafted // (g * blocks))
+    cfg = ngram.TraceConfig(train_prompts=prompts, block_size=g, blocks_per_prompt=blocks)
+    t = time.perf_counter()
+    sa = TraceArrays.from_split(ngram.build_split(ngram.build_pair(cfg), "train"))
+    return _trees(P.make_pset(trace=True), population, 7), sa, time.perf_counter() - t
+
+
+def token_section(args, dev, sync) -> dict:
+    from evolve.kernels import tokens as tk
+    from evolve.kernels.gpu import tokens as gt
+    progs, split = token_inputs(args.token_rows, args.trees)
     nodes = int(progs.lengths.sum())
 
     def run(kern):
@@ -149,18 +170,9 @@ def token_section(args, dev, sync) -> dict:
 
 
 def trace_section(args, dev, sync) -> dict:
-    from evolve.data.sources import ngram
     from evolve.kernels import speculative
     from evolve.kernels.gpu import traces as gtr
-    from evolve.lang import primitives as P
-    from evolve.objectives.spec import TraceArrays
-    g, blocks = 4, 16
-    prompts = max(1, args.drafted // (g * blocks))
-    cfg = ngram.TraceConfig(train_prompts=prompts, block_size=g, blocks_per_prompt=blocks)
-    t = time.perf_counter()
-    sa = TraceArrays.from_split(ngram.build_split(ngram.build_pair(cfg), "train"))
-    built = time.perf_counter() - t
-    progs = _trees(P.make_pset(trace=True), args.population, 7)
+    progs, sa, built = trace_inputs(args.drafted, args.population)
     nodes = int(progs.lengths.sum())
     rows = sa.n * sa.k
 

@@ -537,9 +537,12 @@ class Call:
 
 
 def token_call(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
-               block: int = TOKEN_BLOCK) -> Call | None:
+               block: int | None = None) -> Call | None:
     """The launch of ``token_counts`` (with rand, base, std_q) or ``token_values``
-    (without), None when there is nothing to score."""
+    (without), None when there is nothing to score. The launch constants (``block``:
+    TOKEN_BLOCK, TILES_PER_ITEM, WARPS, BLOCKS_PER_SM) are read at each call, so
+    ``benchmarks/speed/gpu_tune.py`` can time others."""
+    block = block or TOKEN_BLOCK
     m = int(X.shape[1])
     if not progs.n or not m:
         return None
@@ -558,7 +561,7 @@ def token_call(progs: Programs, X, U, out, rand=None, base=None, std_q=None,
         dict(TALLY=tally, USE_U=True, BLOCK=block))
 
 
-def token_counts(progs: Programs, X, U, rand, base, std_q, out, block: int = TOKEN_BLOCK) -> None:
+def token_counts(progs: Programs, X, U, rand, base, std_q, out, block: int | None = None) -> None:
     """Add the six counts of every program over the rows of X (inputs x rows on the
     device; U = ``interp.derived(X)``, rand, base, std_q: those rows' columns) to out,
     int64 (P, 6) on the device (``kernels.tokens.population_counts``'s integers)."""
@@ -567,7 +570,7 @@ def token_counts(progs: Programs, X, U, rand, base, std_q, out, block: int = TOK
         call.launch()
 
 
-def token_values(progs: Programs, X, U, out, block: int = TOKEN_BLOCK) -> None:
+def token_values(progs: Programs, X, U, out, block: int | None = None) -> None:
     """Every program's values over the rows of X into out, float64 (P, rows) on the
     device (``kernels.tokens.matrix_thresholds``'s bits)."""
     call = token_call(progs, X, U, out, block=block)
@@ -589,8 +592,10 @@ def candidate_major(part) -> tuple:
 
 def trace_call(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: int,
                cap: float = TAIL_OFF, with_kl: bool = False,
-               block: int = TRACE_BLOCK) -> Call | None:
-    """The launch of ``trace_sums``, None when there is nothing to score."""
+               block: int | None = None) -> Call | None:
+    """The launch of ``trace_sums``, None when there is nothing to score (``block``:
+    TRACE_BLOCK, read at each call as the other launch constants are)."""
+    block = block or TRACE_BLOCK
     X, lq, lp, lr, lrow, ldc, lsx = cols
     nb = int(ldc.shape[1])
     n = p1 - p0
@@ -613,7 +618,7 @@ def trace_call(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: i
 
 
 def trace_sums(progs: Programs, cols: tuple, g: int, k: int, acc, p0: int, p1: int,
-               cap: float = TAIL_OFF, with_kl: bool = False, block: int = TRACE_BLOCK) -> None:
+               cap: float = TAIL_OFF, with_kl: bool = False, block: int | None = None) -> None:
     """Add the limb sums of programs p0..p1 over a chunk's blocks (``candidate_major``
     columns) to acc, int64 (4, P, layout.width(g)) on the device, as
     ``traces._limbs(block_values(...)).sum(-1)`` adds them (the Numba kernel's
