@@ -43,7 +43,7 @@ TOKEN_CONFIGS = [(256, 16, 4, 16), (512, 16, 4, 16), (1024, 16, 4, 16), (512, 16
 TRACE_CONFIGS = [(128, 4, 16), (256, 4, 16), (512, 4, 16), (64, 2, 32), (256, 8, 8),
                  (128, 4, 8)]
 FULL = dict(token_rows=4_000_000, trees=1000, drafted=1_000_000, population=1000, repeats=3)
-SMOKE = dict(token_rows=600, trees=4, drafted=32, population=2, repeats=1)
+SMOKE = dict(token_rows=600, trees=4, drafted=32, population=1, repeats=1)
 
 
 def _constants(F, names: tuple, values: tuple):
