@@ -34,8 +34,11 @@ kernels, one IEEE operation per step: kernels are launched with
 float64 division and square root are correctly rounded on every GPU; ``exp_poly``
 rounds half to even with the 1.5 * 2^52 trick (exact for its reduced argument,
 |x / ln 2| < 1100); negation is a multiplication by -1 (exact; some Triton releases
-negate by 0 - x, which loses -0.0); python-float constants are typed float64 against
-float64 tensors (Triton >= 3.0).
+negate by 0 - x, which loses -0.0); python-float constants in arithmetic are typed
+float64 against float64 tensors (Triton >= 3.0), but Triton 3.6 rounds one compared
+with a float64 tensor to float32 first, so a threshold or a ``where`` value that
+float32 cannot hold is a ``tl.full(..., tl.float64)``; registers and accumulators
+start as distinct tensors (see ``_run``).
 The protected operators keep their NaN meaning (``where`` on ordered comparisons;
 ``!=`` is unordered). Without a GPU, Triton's interpreter (``TRITON_INTERPRET=1``)
 runs the same kernels on numpy, which is how the tests check them
