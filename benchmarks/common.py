@@ -31,6 +31,12 @@ def child_env(env: dict | None = None) -> dict:
     return env
 
 
+def one_line(e: BaseException, limit: int = 160) -> str:
+    """An exception as the one line a benchmark's table or JSON names it by: its type
+    and the first line of its message, cut to ``limit`` characters."""
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:limit]}"
+
+
 def results_page(section: str, docs: Path = PAGES) -> Path:
     """The one page of ``docs`` (``results.md`` and ``results/*.md``) that holds the
     markers of ``section``."""

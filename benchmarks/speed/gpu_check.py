@@ -56,7 +56,7 @@ import traceback
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.common import ROOT  # noqa: E402
+from benchmarks.common import ROOT, one_line  # noqa: E402
 
 from benchmarks.speed.gpu_wheels import WHEELS  # noqa: E402
 
@@ -142,7 +142,7 @@ def probe(dev) -> str:
         return str(e)
     except Exception as e:            # noqa: BLE001 (a compiler error of this Triton)
         traceback.print_exc()
-        return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+        return one_line(e)
 
 
 def kernels(sizes: dict, dev, sync, names=("fused", "torch")) -> dict:
@@ -304,8 +304,17 @@ def rows(doc: dict) -> list:
     for name, why in doc.get("not_run", {}).items():
         out.append((name, "not run", why, "", "", ""))
     for name, why in doc.get("failed", {}).items():
-        if name not in ("fused kernel", "torch kernel"):      # rows of their own above
-            out.append((name, "failed", why, "", "", ""))
+        out.append((name, "failed", why, "", "", ""))
+    return out
+
+
+def failures(doc: dict) -> dict:
+    """What failed: the sections of ``doc["failed"]``, and each kernel that a kernel
+    section left out of its timing (first reason only)."""
+    out = dict(doc.get("failed", {}))
+    for sec in (doc.get("kernels") or {}).values():
+        for kern, why in sec.get("failed", {}).items():
+            out.setdefault(f"{kern} kernel", why)
     return out
 
 
@@ -364,8 +373,7 @@ def run(args) -> dict:
             return fn()
         except Exception as e:            # noqa: BLE001 (one section's failure)
             traceback.print_exc()
-            doc["failed"][name] = (f"{type(e).__name__}: "
-                                   f"{(str(e).strip().splitlines() or [''])[0][:160]}")
+            doc["failed"][name] = one_line(e)
             return None
         finally:
             save()
@@ -380,10 +388,6 @@ def run(args) -> dict:
     save()
     note("token and trace kernels (results compared with the Numba kernels first)")
     doc["kernels"] = section("kernels", lambda: kernels(sizes, dev, sync, names))
-    for sec in (doc["kernels"] or {}).values():
-        for kern, why in sec.get("failed", {}).items():
-            doc["failed"].setdefault(f"{kern} kernel", why)
-    save()
     models = None
     if left() > 0:
         note("Hugging Face recorder and free-running against the minimal loop")
@@ -422,8 +426,9 @@ def main(argv=None) -> int:
     print(table(doc))
     if doc["smoke"]:
         print("smoke sizes: the machinery is checked, no target is judged")
-    if doc["failed"]:
-        print("failed: " + "; ".join(f"{k}: {v}" for k, v in doc["failed"].items()))
+    failed = failures(doc)
+    if failed:
+        print("failed: " + "; ".join(f"{k}: {v}" for k, v in failed.items()))
         return 1
     return 0
 

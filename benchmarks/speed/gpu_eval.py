@@ -44,6 +44,8 @@ from pathlib import Path
 
 import numpy as np  # noqa: E402
 
+from benchmarks.common import one_line  # noqa: E402
+
 TARGETS = {"token_node_evals_per_s": 3e11, "trace_generation_speedup": 30.0}   # on an H100
 
 
@@ -101,7 +103,7 @@ def _identical(section: str, kernels, run, want, strict: bool = True):
         except Exception as e:          # noqa: BLE001 (a kernel that cannot run here)
             if strict:
                 raise
-            why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
+            why = one_line(e)
         if why and strict:
             raise SystemExit(f"gpu_eval: the {kern} {section} results differ from the Numba "
                              "kernel's")

@@ -36,6 +36,9 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.common import one_line
+from benchmarks.speed.gpu_eval import _median_time
+
 # (TOKEN_BLOCK, TILES_PER_ITEM, WARPS, BLOCKS_PER_SM); the default first
 TOKEN_CONFIGS = [(256, 16, 4, 16), (512, 16, 4, 16), (1024, 16, 4, 16), (512, 16, 8, 8),
                  (1024, 16, 8, 8), (256, 4, 4, 16), (256, 64, 4, 16), (256, 16, 4, 8)]
@@ -52,10 +55,6 @@ def _constants(F, names: tuple, values: tuple):
     for n, v in zip(names, values):
         setattr(F, n, v)
     return old
-
-
-def _why(e: Exception) -> str:
-    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:120]}"
 
 
 def sweep(kind: str, configs, names, run, want, count: float, repeats: int, sync, left,
@@ -75,16 +74,9 @@ def sweep(kind: str, configs, names, run, want, count: float, repeats: int, sync
                     rows.append(row | {"failed": "results differ from the Numba kernel's"})
                     continue
             except Exception as e:             # noqa: BLE001 (a configuration that fails)
-                rows.append(row | {"failed": _why(e)})
+                rows.append(row | {"failed": one_line(e, 120)})
                 continue
-            ts = []
-            for _ in range(max(1, repeats)):
-                sync()
-                t = time.perf_counter()
-                run()
-                sync()
-                ts.append(time.perf_counter() - t)
-            sec = float(np.median(ts))
+            sec = _median_time(run, repeats, sync)
             rows.append(row | {"seconds": sec, "node_evals_per_s": count / sec})
         finally:
             _constants(F, names, old)
