@@ -60,3 +60,10 @@ def test_a_failing_or_differing_configuration_is_named_and_the_constants_put_bac
     assert rows[3] == {"TOKEN_BLOCK": 1024, "WARPS": 4, "not_run": "the budget was spent"}
     assert seen == [(256, 4)] * 3 + [(300, 4), (512, 8)]       # checked, then 2 timed
     assert (F.TOKEN_BLOCK, F.WARPS) == before
+
+
+def test_a_kernel_that_is_not_swept_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        gpu_tune.main(["--kernels", "token,bogus"])
+    assert e.value.code == 2
+    assert "--kernels: 'bogus' is not token or trace" in capsys.readouterr().err

@@ -5,8 +5,8 @@ shows them all next to the present defaults, measured in the same run.
 A script of the source checkout, not part of the ``evolve`` package::
 
     python -m benchmarks.speed.gpu_tune [--smoke] [--json FILE] [--budget S]
-                                  [--token-rows N] [--trees N] [--drafted N]
-                                  [--population N] [--repeats N]
+                                  [--kernels token,trace] [--token-rows N] [--trees N]
+                                  [--drafted N] [--population N] [--repeats N]
 
 The constants are those of ``evolve/kernels/gpu/fused.py``, read at every launch:
 ``TOKEN_BLOCK`` (rows per tile), ``TILES_PER_ITEM`` (tiles per work item),
@@ -17,7 +17,9 @@ traces of 1M drafted tokens). A configuration Triton cannot compile or launch, o
 whose results differ, is named and not timed. Configurations that would start after
 ``--budget`` seconds (default 420) are reported as not run. Each figure is the median
 of ``--repeats`` timed calls after the untimed call that checked the results. The
-first row of each kernel is the present default.
+first row of each kernel is the present default. ``--kernels`` sweeps only the kernels
+named (default both); ``--json`` is written after each kernel's sweep, so a run stopped
+by a time limit keeps what it measured.
 
 ``--smoke`` runs two configurations of each kernel at tiny sizes on the CPU when
 there is no GPU (Triton's interpreter), which ``tests/test_bench_gpu_tune.py`` runs;
@@ -43,8 +45,8 @@ from benchmarks.speed.gpu_eval import _median_time
 TOKEN_CONFIGS = [(256, 16, 4, 16), (512, 16, 4, 16), (1024, 16, 4, 16), (512, 16, 8, 8),
                  (1024, 16, 8, 8), (256, 4, 4, 16), (256, 64, 4, 16), (256, 16, 4, 8)]
 # (TRACE_BLOCK, WARPS, BLOCKS_PER_SM); the default first
-TRACE_CONFIGS = [(128, 4, 16), (256, 4, 16), (512, 4, 16), (64, 2, 32), (256, 8, 8),
-                 (128, 4, 8)]
+TRACE_CONFIGS = [(128, 4, 16), (256, 4, 16), (512, 4, 16), (256, 4, 8), (64, 2, 32),
+                 (256, 8, 8), (512, 8, 8), (128, 4, 8)]
 FULL = dict(token_rows=4_000_000, trees=1000, drafted=1_000_000, population=1000, repeats=3)
 SMOKE = dict(token_rows=600, trees=4, drafted=32, population=1, repeats=1)
 
@@ -85,7 +87,8 @@ def sweep(kind: str, configs, names, run, want, count: float, repeats: int, sync
     return rows
 
 
-def run(args) -> dict:
+def run(args, save=lambda doc: None) -> dict:
+    """The sweeps of ``args.kernels``; ``save(doc)`` after each."""
     import torch
     t0 = time.perf_counter()
     if torch.cuda.is_available():
@@ -107,20 +110,26 @@ def run(args) -> dict:
     doc = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda"
            else "no GPU: Triton's interpreter (--smoke; not GPU figures)",
            "smoke": args.smoke, "repeats": args.repeats}
-    progs, split = gpu_eval.token_inputs(args.token_rows, args.trees)
-    doc["token"] = {"trees": len(progs), "rows": split.n, "configs": sweep(
-        "token", token_configs, ("TOKEN_BLOCK", "TILES_PER_ITEM", "WARPS", "BLOCKS_PER_SM"),
-        lambda: gt.population_counts(progs, split, dev, kernel="fused"),
-        tk.population_counts(progs, split), float(progs.lengths.sum()) * split.n,
-        args.repeats, sync, left, np.array_equal)}
-    progs, sa, _ = gpu_eval.trace_inputs(args.drafted, args.population)
-    doc["trace"] = {"population": len(progs), "drafted_tokens": sa.n, "configs": sweep(
-        "trace", trace_configs, ("TRACE_BLOCK", "WARPS", "BLOCKS_PER_SM"),
-        lambda: gtr.population_sums(progs, sa, dev, kernel="fused"),
-        speculative.population_sums(progs, sa, with_kl=False),
-        float(progs.lengths.sum()) * sa.n * sa.k, args.repeats, sync, left,
-        np.array_equal)}
-    doc["seconds"] = time.perf_counter() - t0
+    if "token" in args.kernels:
+        progs, split = gpu_eval.token_inputs(args.token_rows, args.trees)
+        doc["token"] = {"trees": len(progs), "rows": split.n, "configs": sweep(
+            "token", token_configs,
+            ("TOKEN_BLOCK", "TILES_PER_ITEM", "WARPS", "BLOCKS_PER_SM"),
+            lambda: gt.population_counts(progs, split, dev, kernel="fused"),
+            tk.population_counts(progs, split), float(progs.lengths.sum()) * split.n,
+            args.repeats, sync, left, np.array_equal)}
+        doc["seconds"] = time.perf_counter() - t0
+        save(doc)
+    if "trace" in args.kernels:
+        progs, sa, _ = gpu_eval.trace_inputs(args.drafted, args.population)
+        doc["trace"] = {"population": len(progs), "drafted_tokens": sa.n, "configs": sweep(
+            "trace", trace_configs, ("TRACE_BLOCK", "WARPS", "BLOCKS_PER_SM"),
+            lambda: gtr.population_sums(progs, sa, dev, kernel="fused"),
+            speculative.population_sums(progs, sa, with_kl=False),
+            float(progs.lengths.sum()) * sa.n * sa.k, args.repeats, sync, left,
+            np.array_equal)}
+        doc["seconds"] = time.perf_counter() - t0
+        save(doc)
     return doc
 
 
@@ -128,6 +137,8 @@ def table(doc: dict) -> str:
     lines = [f"fused kernel launch constants on {doc['device']} (median of "
              f"{doc['repeats']} timed calls; the first row of each kernel is the default)"]
     for kind in ("token", "trace"):
+        if kind not in doc:
+            continue
         rows = doc[kind]["configs"]
         base = rows[0].get("seconds")
         for r in rows:
@@ -147,17 +158,26 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--budget", type=float, default=420.0)
+    ap.add_argument("--kernels", default="token,trace",
+                    help="the kernels to sweep, comma-separated: token, trace")
     for name in ("token-rows", "trees", "drafted", "population", "repeats"):
         ap.add_argument(f"--{name}", type=int, default=None)
     args = ap.parse_args(argv)
     for k, v in (SMOKE if args.smoke else FULL).items():
         if getattr(args, k) is None:
             setattr(args, k, v)
-    doc = run(args)
+    args.kernels = tuple(args.kernels.split(","))
+    bad = [k for k in args.kernels if k not in ("token", "trace")]
+    if bad:
+        ap.error(f"--kernels: {bad[0]!r} is not token or trace")
+
+    def save(doc):
+        if args.json:
+            args.json.write_text(json.dumps(doc, indent=2) + "\n")
+    doc = run(args, save)
     print(table(doc))
-    if args.json:
-        args.json.write_text(json.dumps(doc, indent=2) + "\n")
-    bad = [r for kind in ("token", "trace") for r in doc[kind]["configs"] if "failed" in r]
+    bad = [r for kind in ("token", "trace") for r in doc.get(kind, {}).get("configs", ())
+           if "failed" in r]
     return 1 if bad else 0
 
 
