@@ -33,6 +33,17 @@ def save_model(path: Path, seed: int, dims: dict, vocab: int = VOCAB, ids: dict 
     return path
 
 
+def test_device() -> str:
+    """The torch device the hf tests run their models and tensors on: torch's CPU, or,
+    with ``EVOLVE_TEST_ON_GPU=1`` on a machine with a GPU, the GPU itself (the same
+    comparisons then check the device code on CUDA)."""
+    import os
+
+    import torch
+    return ("cuda" if os.environ.get("EVOLVE_TEST_ON_GPU") == "1"
+            and torch.cuda.is_available() else "cpu")
+
+
 def tiny_pair(root: Path) -> tuple[Path, Path]:
     return (save_model(root / "target", 1, TARGET), save_model(root / "draft", 2, DRAFT))
 

@@ -24,6 +24,7 @@ from tests.clikit import one_line_error  # noqa: E402
 
 G, K, PROMPTS, BLOCKS = 3, 8, 12, 3
 ENV = {"HF_HUB_OFFLINE": "1"}
+DEV = hfkit.test_device()      # torch's CPU, or the GPU with EVOLVE_TEST_ON_GPU=1
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def free(tmp_path_factory):
     cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), block_size=G, top_k=K,
                            blocks_per_prompt=BLOCKS, prompt_len=20, train_prompts=PROMPTS,
                            valid_prompts=PROMPTS, test_prompts=PROMPTS, corpus_dir=str(corpus),
-                           batch_size=PROMPTS)
+                           batch_size=PROMPTS, device=DEV)
     pair = hf.load_pair(cfg)
     return hf_free.FreePair(pair, None, hf_prompts.load_corpus(cfg))
 
@@ -85,10 +86,10 @@ def test_log_likelihoods_are_the_models_own(free):
     starts = np.array([len(i) for i in ids])
     lp, lq, emitted = hf_free.loglik(free.pair, tr["history"], starts)
     for s in (0, PROMPTS - 1):
-        h = torch.tensor(tr["history"][s])[None]
+        h = torch.tensor(tr["history"][s], device=DEV)[None]
         for model, got in ((free.pair.target, lp[s]), (free.pair.draft, lq[s])):
             with torch.no_grad():
-                logp = torch.log_softmax(model(h).logits[0].double(), -1).numpy()
+                logp = torch.log_softmax(model(h).logits[0].double(), -1).cpu().numpy()
             t = np.arange(starts[s], h.shape[1])
             assert got == pytest.approx(logp[t - 1, tr["history"][s][t]].sum(), rel=1e-5)
         assert emitted[s] == h.shape[1] - starts[s] >= BLOCKS

@@ -21,6 +21,7 @@ from tests import hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 
 G, NEW, REGEX = 3, 12, r"(\d+)"
+DEV = hfkit.test_device()      # torch's CPU, or the GPU with EVOLVE_TEST_ON_GPU=1
 
 
 def _greedy(model, ids: list, n: int) -> list:
@@ -28,7 +29,7 @@ def _greedy(model, ids: list, n: int) -> list:
     out = list(ids)
     with torch.inference_mode():
         for _ in range(n):
-            out.append(int(model(torch.tensor([out])).logits[0, -1].argmax()))
+            out.append(int(model(torch.tensor([out], device=DEV)).logits[0, -1].argmax()))
     return out[len(ids):]
 
 
@@ -37,7 +38,7 @@ def task(tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
     root = tmp_path_factory.mktemp("hf_task")
     target, draft = hfkit.tiny_pair(root)
-    model = AutoModelForCausalLM.from_pretrained(target).eval()
+    model = AutoModelForCausalLM.from_pretrained(target).eval().to(DEV)
     tok = AutoTokenizer.from_pretrained(target)
     seen = collections.Counter(_greedy(model, tok("Q: 1 + 2 = ?\nA:")["input_ids"], 24))
     end = seen.most_common(1)[0][0]
@@ -50,7 +51,7 @@ def task(tmp_path_factory):
                                         "answer": 3 * i}) + "\n" for i in range(24)))
     cfg = HT.HFTaskConfig(target=str(target), draft=str(draft), task_file=str(path),
                           block_size=G, max_new_tokens=NEW, delimiter=None,
-                          answer_regex=REGEX, batch_size=5)
+                          answer_regex=REGEX, batch_size=5, device=DEV)
     return SimpleNamespace(root=root, target=target, draft=draft, path=path, end=end,
                            cfg=cfg, pair=HT.build_pair(cfg), model=model)
 
@@ -62,9 +63,9 @@ def test_a_view_reads_a_left_padded_history_as_the_model_reads_its_tokens(task):
     H[1] = np.roll(H[1], 3)
     P = pair.target.probs(H)
     for h, p in zip(H, P):
-        ids = torch.tensor([h[h != HT.PAD].tolist()])
+        ids = torch.tensor([h[h != HT.PAD].tolist()], device=DEV)
         with torch.inference_mode():
-            alone = DV.probs(task.model(ids).logits[0, -1], pair.vocab, 1.0).numpy()
+            alone = DV.probs(task.model(ids).logits[0, -1], pair.vocab, 1.0).cpu().numpy()
         np.testing.assert_allclose(p, alone, rtol=1e-5, atol=1e-9)
     assert pair.end == task.end and pair.context_len == max(
         len(pair.encode(p.prompt)) for s in pair.problems.values() for p in s) + NEW + G + 1
@@ -179,7 +180,7 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     monkeypatch.chdir(task.root)         # relative paths, read back from elsewhere below
     base = ("data", "task", "--task-file", task.path.name, "--target", task.target.name,
             "--draft", task.draft.name, "--max-new-tokens", NEW, "--block-size", G,
-            "--answer-regex", REGEX)
+            "--answer-regex", REGEX, "--device", DEV)
     r = hfkit.invoke(*base, "--decoding", "sample", "--out", out)
     assert r.exit_code == 0, r.output
     monkeypatch.chdir(tmp_path)
