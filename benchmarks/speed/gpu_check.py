@@ -69,7 +69,7 @@ TARGETS = {"token_node_evals_per_s": 3e11, "trace_speedup": 30.0, "recorder_vs_m
 FULL = dict(token_rows=4_000_000, trees=1000, drafted=1_000_000, population=1000, repeats=3,
             torch_repeats=1, lengths=(64, 1024), batch=32, blocks=16, new_tokens=128,
             hf_repeats=3)
-SMOKE = dict(token_rows=3000, trees=20, drafted=256, population=6, repeats=1,
+SMOKE = dict(token_rows=1000, trees=6, drafted=256, population=3, repeats=1,
              torch_repeats=1, lengths=(8, 32), batch=4, blocks=3, new_tokens=8, hf_repeats=1)
 
 
