@@ -416,7 +416,7 @@ def test_scheduler_going_silent_mid_run_is_bounded_and_resumes(shards, tmp_path,
     limits = {"EVOLVE_CLUSTER_CONNECT_TIMEOUT": "3", "EVOLVE_CLUSTER_STOP_GRACE": "2",
               "EVOLVE_CLUSTER_CALL_TIMEOUT": "6" if how == "limit" else "600"}
     try:
-        proc = start(tmp_path, "run", *RUN, "--generations", 40, "--population", 200,
+        proc = start(tmp_path, "run", *RUN, "--generations", 15, "--population", 200,
                      "--data", shards["shards"], "--runs-dir", tmp_path, "--name", "t",
                      "--scheduler", f"tcp://127.0.0.1:{tunnel.port}", **limits)
         wait_until(lambda: history_lines(tmp_path / "t") >= 1, START_S, proc)
