@@ -1,7 +1,12 @@
 """Critical-token labels (evolve.data.labels) on a pair whose answers are known by
 construction: the target continues a text by counting up (the next byte is the last
 plus one), the answer is the byte at a fixed place of the text; so a substitution
-before that place changes the answer (critical) and one after it does not."""
+before that place changes the answer (critical) and one after it does not. Also
+against a direct one-row-at-a-time continuation, greedy and sampled, on that target
+and on one that ignores the history (where shared uniforms leave the answer alone
+unless the substitution is the answer itself); the reference catches continuations
+that do not share their uniforms, the target's own draw from another uniform, a
+generated text cut one token short and one uniform stream for every batch."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import numpy as np
 import pytest
 
 from evolve.data import labels as L
+from evolve.data.decode import sample_rows
 
 C, END, AT = 12, 10, 6          # context bytes; texts end at 10 bytes; the answer is byte 6
 
@@ -79,3 +85,73 @@ def test_rows_the_standard_rule_keeps_need_no_label():
     cols["draft_prob"] = np.array([0.5, 0.5])         # p >= q: sampling keeps it
     labels, cost = L.mine(PAIR, cols, answer_of, done_of, False, 12)
     assert labels.tolist() == [L.UNLABELED, L.UNLABELED] and cost["rows"] == 0
+
+
+class IID:
+    """Next byte: independent of the history (bytes 1..4, the answer's place reads
+    one), so two continuations that share their uniforms write the same bytes."""
+
+    def probs(self, H):
+        out = np.zeros((np.asarray(H).shape[0], 256))
+        out[:, 1:5] = [0.4, 0.3, 0.2, 0.1]
+        return out
+
+
+def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int) -> list:
+    """Each label by a direct loop, one row at a time: the draft's token substituted,
+    and the target's argmax (greedy) or its own draw from the row's first uniform
+    (sampling) in its place; both continued one token a step, the k-th generated token
+    from the row's (k+1)-th uniform, until the text ends or ``max_new`` tokens; critical
+    when the answers differ. The uniforms are ``mine``'s: per batch of ``batch``
+    labelled rows starting at s, ``default_rng((seed, s))``, max_new + 1 a row."""
+    rows = np.flatnonzero(L.could_reject(cols, greedy))
+    out = []
+    for i, r in enumerate(rows):
+        s = i - i % batch
+        n = min(batch, rows.size - s)
+        u = np.random.default_rng((seed, s)).random((n, max_new + 1))[i - s]
+        ctx = [int(b) for b in cols["context"][r]]
+        k = int(cols["position"][r])
+        text0 = ctx[len(ctx) - k:] if k else []
+        own = (int(cols["target_top"][r]) if greedy
+               else int(sample_rows(pair.target.probs(np.array([ctx])), u[:1])[0]))
+        answers = []
+        for first in (int(cols["token"][r]), own):
+            hist, text = ctx + [first], text0 + [first]
+            for step in range(max_new):
+                if done_of(text):
+                    break
+                P = pair.target.probs(np.array([hist[-C:]]))
+                b = int(P[0].argmax()) if greedy else int(sample_rows(P, u[1 + step:2 + step])[0])
+                hist.append(b)
+                text.append(b)
+            answers.append(answer_of(text))
+        out.append(int(answers[0] != answers[1]))
+    return out
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sample"])
+@pytest.mark.parametrize("target", [Counting(), IID()], ids=["counting", "iid"])
+def test_labels_are_a_direct_continuation_of_each_row(greedy, target):
+    """``mine`` (batched, both continuations of a batch at once) against
+    ``_direct_labels``, on drafts at every text position. With the history-free target
+    and shared uniforms a substitution before the answer's place cannot change it, nor
+    one after, so only rows at the place itself are critical."""
+    pair = SimpleNamespace(target=target, context_len=C)
+    rng = np.random.default_rng(7)
+    pos = list(range(0, END)) * 2 + [AT] * 16
+    # at the answer's place, drafts the target might draw itself: whether the answer
+    # changes then depends on the target's own draw
+    toks = np.where(np.array(pos) == AT, rng.integers(1, 5, len(pos)),
+                    rng.integers(20, 200, len(pos)))
+    cols = _cols(pos, toks, [k + 1 for k in pos])
+    cols["target_prob"] = np.full(len(pos), 0.05)        # p < q: sampling could reject
+    labels, cost = L.mine(pair, cols, answer_of, done_of, greedy, 12, seed=3, batch=7)
+    assert cost["rows"] == len(pos)
+    assert labels.tolist() == _direct_labels(pair, cols, greedy, 12, 3, 7)
+    at = np.array(pos) == AT
+    assert labels[at].sum() > 0
+    if isinstance(target, IID):
+        assert (labels[~at] == 0).all()
+        if not greedy:     # the target's own draw decides these: some agree with the draft
+            assert set(labels[at].tolist()) == {0, 1}
