@@ -85,3 +85,64 @@ def test_unlabeled_rows_the_standard_rule_could_reject_are_refused():
     crit[row] = TL.UNLABELED
     with pytest.raises(ValueError, match=f"row {row}"):
         TL.check_labels(TL.TaskArrays(G, ta.s, ta.inside, ta.outside, crit), "t")
+
+
+def _slow(h, ta):
+    """The totals and the seed's metric by a loop over blocks and slots, from the
+    definitions: a slot is reached when every earlier one was kept; the rule keeps it
+    with probability a (its clipped threshold where it decides, else the outside
+    acceptance), the standard rule with s; beyond-standard acceptances (a - s)+ are
+    false accepts on critical rows, harmless extras on the others; a harmless row the
+    standard rule could reject (s < 1) is falsely rejected with probability 1 - a."""
+    t = dict(blocks=0.0, tokens=0.0, reached=0.0, accepted=0.0, crit=0.0, harmless=0.0,
+             fr=0.0)
+    for b in range(ta.n_blocks):
+        reach = 1.0
+        t["blocks"] += 1
+        t["tokens"] += 1                                # the bonus or correction token
+        for j in range(b * ta.g, (b + 1) * ta.g):
+            a = min(1.0, max(0.0, h[j])) if ta.inside[j] else ta.outside[j]
+            t["reached"] += reach
+            t["accepted"] += reach * a
+            t["tokens"] += reach * a
+            beyond = reach * max(0.0, a - ta.s[j])
+            t["crit" if ta.critical[j] == 1 else "harmless"] += \
+                beyond if ta.critical[j] >= 0 else 0.0
+            if ta.critical[j] == 0 and ta.s[j] < 1.0:
+                t["fr"] += reach * (1.0 - a)
+            reach *= a
+    accept, fa, fr = t["accepted"] / t["reached"], t["crit"] / t["reached"], \
+        t["fr"] / t["reached"]
+    q = max(0.0, 1.0 - (10.0 * fa + 0.1 * fr))
+    return t, (accept * q if q >= 0.95 else 0.5 * q)
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sample"])
+def test_sums_and_the_seed_metric_equal_a_loop_over_blocks(greedy):
+    """``sums``, ``measures`` and ``seed_fitness`` against ``_slow``, for thresholds
+    that keep quality above the seed's 0.95 and ones that do not. Planted one at a
+    time, each fails it: false accepts weighed 1 instead of 10, false rejects 0.01
+    instead of 0.1, the halving below 0.9 instead of 0.95, |a - s| for (a - s)+.
+    (Counting false rejects where s = 1 changes nothing: such rows carry no label.)"""
+    rng = np.random.default_rng(11 + greedy)
+    ta = _arrays(rng, greedy)
+    ta = TL.TaskArrays(G, ta.s[:G * 60], ta.inside[:G * 60], ta.outside[:G * 60],
+                       ta.critical[:G * 60], answers=7)
+    n = ta.s.size
+    hs = np.stack([rng.random(n) * 1.4 - 0.2, np.zeros(n), np.full(n, 0.02),
+                   np.where(ta.critical == 1, 0.0, 0.9)])
+    seeds = TL.seed_fitness(TL.measures(TL.sums(hs, ta)))
+    seen_low = seen_high = False
+    for h, got_row, seed in zip(hs, TL.sums(hs, ta), seeds):
+        want, want_seed = _slow(h, ta)
+        got = dict(zip(TL.SUMS, got_row))
+        for key, wkey in (("blocks", "blocks"), ("tokens", "tokens"), ("reached", "reached"),
+                          ("accepted", "accepted"), ("critical_accepted", "crit"),
+                          ("harmless_extra", "harmless"), ("false_rejects", "fr")):
+            assert got[key] == pytest.approx(want[wkey], rel=1e-12, abs=1e-12), key
+        assert got["answers"] == 7
+        assert seed == pytest.approx(want_seed, rel=1e-12, abs=1e-15)
+        q = 1.0 - 10.0 * want["crit"] / want["reached"] - 0.1 * want["fr"] / want["reached"]
+        seen_low |= q < 0.95
+        seen_high |= q >= 0.95
+    assert seen_low and seen_high                 # both branches of the seed's metric
