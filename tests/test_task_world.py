@@ -268,7 +268,6 @@ def test_past_the_standard_rule_each_unit_of_acceptance_costs_a_unit_of_tv():
 
 # ------------------------------------------------------------ the commands
 
-@pytest.mark.slow
 def _readme_task_commands() -> list[list[str]]:
     """The README's task-world commands, each as its words after ``evolve``."""
     import re
@@ -281,6 +280,7 @@ def _readme_task_commands() -> list[list[str]]:
     return [c[1:] for c in cmds if c]
 
 
+@pytest.mark.slow
 def test_record_run_and_compare_from_the_command_line(tmp_path, monkeypatch):
     """The README's task-world commands as written (in an empty directory), then what
     they made, and the refusals around them."""
