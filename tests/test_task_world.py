@@ -315,11 +315,16 @@ def test_record_run_and_compare_from_the_command_line(tmp_path, monkeypatch):
     r = invoke(*compare_cmd)
     assert r.exit_code == 0, r.output
     assert "trtllm" in r.output and "lossless" in r.output
+    # TensorRT-LLM's rule with the engine's own settings, as they are set there
+    assert ("trtllm_relaxed(delta=0.2) in the engine: tensorrt-llm: relaxed_topk=256, "
+            "relaxed_delta=0.2") in r.output
     r = invoke(*compare_cmd, "--json")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)
     assert set(doc["rules"]) == {"lossless", f"run {name}", "trtllm_relaxed(delta=0.2)"}, doc["rules"]
     assert doc["problems"] == 16 and doc["decoding"] == "greedy"
+    assert doc["engine_settings"] == {
+        "trtllm_relaxed(delta=0.2)": "tensorrt-llm: relaxed_topk=256, relaxed_delta=0.2"}
     for v in doc["versus_reference"].values():
         lo, hi = v["accuracy"]["ci95"]
         assert lo <= v["accuracy"]["difference"] <= hi

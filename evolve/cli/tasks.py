@@ -183,13 +183,15 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
         fail(f"--data {data_dir}: not task traces (record them with `evolve data task`)")
     parent = paths.runs_dir(runs_dir)
     greedy = (decoding or meta.get("decoding")) == "greedy"
-    chosen = {}
+    chosen, settings = {}, {}
     for text in dict.fromkeys(rules):
         try:
             rule, info = _task_rule(text, parent, greedy)
         except EvolveError as e:
             fail(shorten(str(e), 400))
         chosen[info["label"]] = rule
+        if info.get("setting"):          # an engine's own knob: its settings, as printed
+            settings[info["label"]] = f"{info['engine']}: {info['setting']}"
     try:
         pair = TP.rebuild(meta)
     except (KeyError, TypeError, ValueError) as e:
@@ -201,7 +203,9 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
     t0 = time.perf_counter()
     res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
                                 meter=out.meter)
-    res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1))
+    res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1),
+               engine_settings={k: v.replace("<vocabulary size>", str(pair.vocab))
+                                for k, v in settings.items()})
     if json_mode:
         out.print_json(views.jsonable(res))
         return

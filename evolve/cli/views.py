@@ -168,6 +168,8 @@ def show_task_comparison(doc: dict, term) -> None:
                          f"{c['difference']:+.2f}",
                          f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"])
         term.table("paired differences (by problem)", cols, rows)
+    for name, setting in doc.get("engine_settings", {}).items():
+        term.result(f"{name} in the engine: {setting}")
     term.result(f"({doc['seconds']:.1f} s)")
 
 
