@@ -148,3 +148,20 @@ def test_a_line_meter_speaks_at_least_every_ten_seconds():
         m.advance(1, what)
     assert said == ["tradeoff: 2/4 steps (sweeping b), 0.18 steps/s, 11 s, eta 11 s",
                     "tradeoff: 4/4 steps (tuning b), 0.16 steps/s, 25 s, eta 0 s"]
+
+
+def test_the_starts_table_keeps_each_champion_whole(monkeypatch):
+    """``evolve run --starts`` (``views.show_starts``): a champion's formula, however
+    long, is printed whole, constants included."""
+    from evolve.cli import views
+    long = "pmin(1.0, pdiv(target_prob, mul(draft_prob, " + "add(0.123456789, " * 8 + \
+        "draft_entropy" + ")" * 10
+    ch = {"task": "tokens", "chosen_seed": 2, "starts": [
+        {"seed": 1, "valid_score": 0.5, "valid": {}, "test": {}, "expression": long},
+        {"seed": 2, "valid_score": 0.6, "valid": {}, "test": {}, "expression": "draft_prob"}]}
+    out = _Stream(False)
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setenv("COLUMNS", "80")
+    views.show_starts(ch, Terminal())
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    assert long in text and "…" not in text

@@ -451,7 +451,7 @@ def show_starts(ch: dict, term) -> None:
         rows.append([str(st.get("seed")), _fmt(st.get("valid_score")),
                      _fmt((st.get("valid") or {}).get(key)), _fmt((st.get("test") or {}).get(key)),
                      "chosen" if st.get("seed") == ch.get("chosen_seed") else "",
-                     str(st.get("expression", ""))[:60]])
+                     str(st.get("expression", ""))])     # whole: the table folds it
     term.table(f"starts: chosen on valid score; test {key} over starts", [
         ("seed", "right"), ("valid score", "right"), (f"valid {key}", "right"),
         (f"test {key}", "right"), ("", "left"), ("champion", "left")], rows)
