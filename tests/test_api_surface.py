@@ -18,7 +18,7 @@ import pytest
 import evolve
 from evolve.errors import EvolveError
 from tests import tracekit
-from tests.clikit import SCOPE, fake_trace_run, invoke, isolated  # noqa: F401
+from tests.clikit import SCOPE, fake_trace_run, invoke, isolated, one_line_error  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("isolated")
 tiny_dir = tracekit.tiny_dir_fixture()
@@ -225,6 +225,15 @@ def test_compare_refuses_bad_arguments_in_one_line(tiny_dir, kwargs, param):
     with pytest.raises(EvolveError) as e:
         evolve.compare(**args)
     assert e.value.param == param and "\n" not in str(e.value), str(e.value)
+
+
+def test_compare_on_a_missing_directory_names_the_command_that_records_traces(tmp_path):
+    with pytest.raises(EvolveError) as e:
+        evolve.compare(["standard_rejection", "leniency:0.8"], data_dir=tmp_path / "none")
+    assert "trace directory not found" in str(e.value) and "evolve data trace" in str(e.value)
+    r = invoke("simulate", "--data", tmp_path / "none", "--compare", "standard_rejection",
+               "--compare", "leniency:0.8")
+    one_line_error(r, "trace directory not found", "`evolve data trace`")
 
 
 # ----------------------------------------------------------------------- trace

@@ -18,7 +18,6 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from evolve import paired, simulate
 from evolve.api.named import rule_of
@@ -112,7 +111,7 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
     say = progress or (lambda text: None)
     if meter is None and progress is not None:
         meter = functools.partial(LineMeter, progress)
-    data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
+    data_dir = traces.trace_dir(data_dir if data_dir is not None else paths.TRACES_DIR)
     ts = traces.load(data_dir / f"{split}.npz", name=split)
     cfg = source_of(ts).config_of(ts)    # sizes checked before the rules' runs or the models
     paired.check_comparison(cfg.prompts(split) if prompts is None else prompts,

@@ -244,11 +244,18 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
     return ts
 
 
-def load_splits(directory: str | os.PathLike, splits=SPLITS) -> dict:
+def trace_dir(directory: str | os.PathLike) -> Path:
+    """``directory`` as a Path; DataError naming the command that records traces when it
+    is not a directory."""
     directory = Path(directory)
     if not directory.is_dir():
         raise DataError(f"{directory}: trace directory not found (record traces there "
                         "with `evolve data trace`, or point to yours with --data)")
+    return directory
+
+
+def load_splits(directory: str | os.PathLike, splits=SPLITS) -> dict:
+    directory = trace_dir(directory)
     return {s: load(directory / f"{s}.npz", name=s) for s in splits}
 
 
