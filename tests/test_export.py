@@ -433,3 +433,22 @@ def test_bad_input_one_line_exit_2(tmp_path):
 def test_cli_formats_are_the_modules():
     from evolve.cli import export
     assert export.FORMATS == modules.FORMATS + modules.PATCHES
+
+
+@pytest.mark.parametrize("fmt", ["numpy", "torch", "hf", "vllm", "vllm-patch"])
+def test_the_export_header_and_inspect_say_what_the_rule_was_scored_with(tmp_path, fmt):
+    """A trace champion scored on the draft's top 16 at temperature 0.7, g = 3: every
+    export's header and `evolve inspect` state that scope, as the code keeps it."""
+    scope = {"top_k": 16, "vocab_size": 256, "block_size": 3, "temperature": 0.7,
+             "truncation": None, "backend": "ngram"}
+    fake_trace_run(tmp_path, "sc", "pmin(1.0, pdiv(target_prob, draft_prob))", scope=scope)
+    r = invoke("export", "sc", "--format", fmt, "--runs-dir", tmp_path)
+    assert r.exit_code == 0, r.output
+    head = r.stdout[:4000]
+    assert "Scope (what the rule was scored with, and keeps here)" in head, head
+    assert "top 16" in head and "3 drafted tokens per target call" in head
+    assert "temperature 0.7" in head
+    r = invoke("inspect", "sc", "--runs-dir", tmp_path)
+    assert r.exit_code == 0, r.output
+    assert ("scored with: the rule decides drafts among the draft's top 16 (standard rule "
+            "outside); 3 drafted tokens per call; temperature 0.7") in r.output
