@@ -54,9 +54,13 @@ def test_smoke_runs_every_section_and_prints_one_table(tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here")
-def test_without_a_gpu_and_without_smoke_it_is_one_line():
-    r = subprocess.run([sys.executable, *SCRIPT], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
+@pytest.mark.parametrize("how", ["module", "path"])
+def test_without_a_gpu_and_without_smoke_it_is_one_line(how, tmp_path):
+    """``python -m benchmarks.speed.gpu_check`` from the checkout, and ``python
+    benchmarks/gpu_check.py`` from anywhere: the same command."""
+    cmd = SCRIPT if how == "module" else [str(ROOT / "benchmarks" / "gpu_check.py")]
+    r = subprocess.run([sys.executable, *cmd], cwd=ROOT if how == "module" else tmp_path,
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no CUDA device" in r.stderr and "--smoke" in r.stderr
     assert "Traceback" not in r.stderr
