@@ -61,7 +61,7 @@ def test_config_missing_data_before_any_work(tmp_path):
     parent = tmp_path / "runs"
     line = one_line_error(invoke("run", "--population", POP, "--generations", 1, "--data",
                                  tmp_path / "nodata", "--runs-dir", parent, "--no-writeback"))
-    assert "nodata" in line and "not found" in line
+    assert "nodata" in line and "not found" in line and "`evolve data generate`" in line
     assert not parent.exists()
 
 
