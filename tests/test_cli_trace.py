@@ -81,6 +81,13 @@ def _run_dir(parent: Path, name: str, tree: str) -> Path:
 def test_trace_defaults_are_the_configs():
     cfg = NG.TraceConfig()
     assert CT.TRACE_DEFAULTS == {k: getattr(cfg, k) for k in CT.TRACE_DEFAULTS}
+    # the hf options' defaults, always passed to the Hugging Face config: its own
+    import dataclasses
+    from evolve.data.sources.hf import HFTraceConfig
+    own = {f.name: f.default for f in dataclasses.fields(HFTraceConfig)}
+    options = {o.name: o.default for o in CT.data_trace.params}
+    for name in ("device", "dtype", "batch_size", "prompt_len", "context_len"):
+        assert options[name] == own[name], name
 
 
 def test_data_trace_writes_loadable_splits_and_refuses_to_clobber(tmp_path, tiny_dir):
