@@ -18,7 +18,7 @@ from heuristics import registry
 from heuristics.baselines import BASELINES
 from tests.conftest import TINY
 from tests.genload import load_module_from
-from tests.clikit import fake_trace_run, invoke
+from tests.clikit import fake_trace_run, invoke, one_line_error
 
 torch = pytest.importorskip("torch")
 
@@ -452,3 +452,18 @@ def test_the_export_header_and_inspect_say_what_the_rule_was_scored_with(tmp_pat
     assert r.exit_code == 0, r.output
     assert ("scored with: the rule decides drafts among the draft's top 16 (standard rule "
             "outside); 3 drafted tokens per call; temperature 0.7") in r.output
+
+
+@pytest.mark.parametrize("fmt", ["hf", "vllm", "vllm-patch"])
+def test_an_engine_export_of_traces_without_a_temperature_is_refused(tmp_path, fmt):
+    """Traces that do not record their sampling temperature: an engine format, which must
+    set one, is refused in one line (nothing written); numpy and torch, which set none,
+    export."""
+    scope = {"top_k": 16, "vocab_size": 256, "block_size": 3, "temperature": None,
+             "truncation": None, "backend": "ngram"}
+    fake_trace_run(tmp_path, "nt", "pmin(1.0, pdiv(target_prob, draft_prob))", scope=scope)
+    out = tmp_path / "rule.py"
+    one_line_error(invoke("export", "nt", "--format", fmt, "--out", out, "--runs-dir",
+                          tmp_path), f"--format {fmt}", "temperature", "champion.json")
+    assert not out.exists()
+    assert invoke("export", "nt", "--format", "numpy", "--runs-dir", tmp_path).exit_code == 0

@@ -51,12 +51,21 @@ GREEDY_FORMATS = ("numpy", "torch")     # the formats a greedy-decoding rule exp
 def check_decoding(fmt: str, scope: dict | None, title: str = "the champion") -> None:
     """ExportError (one line) for a rule scored in greedy decoding and an engine format:
     transformers' greedy assisted decoding and vLLM's greedy verification keep a draft
-    iff it is the target's argmax, inside code that has no place for a rule."""
+    iff it is the target's argmax, inside code that has no place for a rule; and for a
+    sampled rule whose traces do not record their temperature and an engine format,
+    which must set one."""
     if (scope or {}).get("decoding") == "greedy" and fmt not in GREEDY_FORMATS:
         raise ExportError(f"--format {fmt}: {title} was scored in greedy decoding, which "
                           f"{'transformers' if fmt == 'hf' else 'vLLM'} verifies by exact "
                           "argmax match with no place for a rule; export it with --format "
                           "numpy or torch (their acceptance keeps the target's argmax drafts)")
+    if scope is not None and scope.get("decoding") != "greedy" \
+            and scope.get("temperature") is None and fmt not in GREEDY_FORMATS:
+        raise ExportError(f"--format {fmt}: {title}'s traces do not record the temperature "
+                          f"they were sampled at, so {'transformers' if fmt == 'hf' else 'vLLM'}"
+                          " cannot be set to decode as the rule was scored; add it to the "
+                          "scope in the run's champion.json (\"temperature\": the traces' "
+                          "sampling temperature), or export with --format numpy or torch")
 
 
 def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
