@@ -97,15 +97,17 @@ class IID:
         return out
 
 
-def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int) -> list:
+def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int) -> tuple:
     """Each label by a direct loop, one row at a time: the draft's token substituted,
     and the target's argmax (greedy) or its own draw from the row's first uniform
     (sampling) in its place; both continued one token a step, the k-th generated token
     from the row's (k+1)-th uniform, until the text ends or ``max_new`` tokens; critical
     when the answers differ. The uniforms are ``mine``'s: per batch of ``batch``
-    labelled rows starting at s, ``default_rng((seed, s))``, max_new + 1 a row."""
+    labelled rows starting at s, ``default_rng((seed, s))``, max_new + 1 a row. Also the
+    target's forward passes a batched miner needs: per batch and continuation, as many
+    as its longest continuation's tokens, and in sampling one for the own draws."""
     rows = np.flatnonzero(L.could_reject(cols, greedy))
-    out = []
+    out, steps = [], []
     for i, r in enumerate(rows):
         s = i - i % batch
         n = min(batch, rows.size - s)
@@ -115,7 +117,7 @@ def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int
         text0 = ctx[len(ctx) - k:] if k else []
         own = (int(cols["target_top"][r]) if greedy
                else int(sample_rows(pair.target.probs(np.array([ctx])), u[:1])[0]))
-        answers = []
+        answers, made = [], []
         for first in (int(cols["token"][r]), own):
             hist, text = ctx + [first], text0 + [first]
             for step in range(max_new):
@@ -126,8 +128,13 @@ def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int
                 hist.append(b)
                 text.append(b)
             answers.append(answer_of(text))
+            made.append(len(text) - len(text0) - 1)
         out.append(int(answers[0] != answers[1]))
-    return out
+        steps.append(made)
+    steps = np.array(steps).reshape(-1, 2)
+    passes = sum(int(steps[s:s + batch, 0].max()) + int(steps[s:s + batch, 1].max())
+                 + (not greedy) for s in range(0, rows.size, batch))
+    return out, passes
 
 
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sample"])
@@ -148,7 +155,8 @@ def test_labels_are_a_direct_continuation_of_each_row(greedy, target):
     cols["target_prob"] = np.full(len(pos), 0.05)        # p < q: sampling could reject
     labels, cost = L.mine(pair, cols, answer_of, done_of, greedy, 12, seed=3, batch=7)
     assert cost["rows"] == len(pos)
-    assert labels.tolist() == _direct_labels(pair, cols, greedy, 12, 3, 7)
+    want, passes = _direct_labels(pair, cols, greedy, 12, 3, 7)
+    assert labels.tolist() == want and cost["target_forward_passes"] == passes
     at = np.array(pos) == AT
     assert labels[at].sum() > 0
     if isinstance(target, IID):

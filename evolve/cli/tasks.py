@@ -131,7 +131,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
         c = ts.labels_meta["mined"]
         tm.note(f"{split}: {len(ts):,} drafted rows of {len(pair.problems[split]):,} "
                 f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "
-                f"({c['target_forward_rows']:,} target rows, {c['seconds']:.1f} s); "
+                f"({c.get('target_forward_passes', 0):,} target forward passes over "
+                f"{c['target_forward_rows']:,} rows, {c['seconds']:.1f} s); "
                 f"{time.perf_counter() - t:.1f} s")
     out.mkdir(parents=True, exist_ok=True)
     for ts in recorded.values():

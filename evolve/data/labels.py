@@ -12,7 +12,8 @@ by the substitution). The label is 1 when the two answers differ, 0 when they ag
 The continuations of many rows are batched: one forward pass of the target per
 generated position over the whole batch (the target's ``probs`` on (B, C) histories,
 the interface of ``evolve.data.decode``). ``mine`` returns the labels and what mining
-cost: the rows labelled, the target's forward passes (rows x positions) and seconds.
+cost: the rows labelled, the target's forward passes (batched calls of the target)
+and the rows they read (rows x positions), and seconds.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def could_reject(cols: dict, greedy: bool) -> np.ndarray:
 
 
 def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new,
-                  pad: int = 0, keep=None) -> tuple[list, int]:
+                  pad: int = 0, keep=None) -> tuple[list, int, int]:
     """The texts after continuing every history (B, L) with the target until
     ``done_of(text)`` or ``max_new`` more tokens (a number, or one per row; greedy:
     argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
@@ -43,8 +44,8 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
     tokens of a history (the prompt). A text is a list of token ids (byte values for
     a byte-level pair). The target reads each whole history at every step, or, for a
     pair with a ``continuation_reader`` (a Hugging Face one: its KV cache), as that
-    reader reads it. Returns the texts and the forward passes spent (rows x
-    positions)."""
+    reader reads it. Returns the texts, the target rows read (rows x positions) and
+    the target's forward passes (one batched call a position)."""
     C = pair.context_len
     B, L = hist.shape
     limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
@@ -60,13 +61,14 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
     reader = getattr(pair, "continuation_reader", None)
     read = (reader(hist, steps) if reader is not None
             else (lambda live, h: pair.target.probs(h[live, -C:])))
-    passes = 0
+    passes = calls = 0
     for step in range(steps):
         live = np.flatnonzero(~done)
         if live.size == 0:
             break
         P = read(live, hist)
         passes += live.size
+        calls += 1
         nxt = (np.argmax(P, axis=1) if greedy else sample_rows(P, uniforms[live, step]))
         hist = np.concatenate([hist, np.full((B, 1), pad, dtype=hist.dtype)], axis=1)
         hist[live, -1] = nxt
@@ -74,7 +76,7 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
             texts[i].append(int(b))
             if step + 1 >= limit[i] or done_of(texts[i]):
                 done[i] = True
-    return texts, passes
+    return texts, passes, calls
 
 
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
@@ -92,7 +94,7 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     t0 = time.perf_counter()
     rows = np.flatnonzero(could_reject(cols, greedy))
     labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
-    passes = 0
+    passes = calls = 0
     for s in range(0, rows.size, batch):
         r = rows[s:s + batch]
         ctx = np.asarray(cols["context"][r])
@@ -107,17 +109,20 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
         else:           # the target's own draw at the row, then the same uniforms
             P = pair.target.probs(ctx[:, -pair.context_len:])
             passes += r.size
+            calls += 1
             own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
                                  axis=1)
         keep = np.asarray(cols["position"])[r] + 1       # the generated text and the row
-        a, pa = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
-        b, pb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
+        a, pa, ca = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
+        b, pb, cb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
         passes += pa + pb
+        calls += ca + cb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
         if tick is not None:
             tick(r.size)
     seconds = time.perf_counter() - t0
     cost = {"rows": int(rows.size), "critical": int((labels == 1).sum()),
-            "target_forward_rows": int(passes), "seconds": round(seconds, 3),
+            "target_forward_rows": int(passes), "target_forward_passes": int(calls),
+            "seconds": round(seconds, 3),
             "continuation": "greedy" if greedy else "seeded sampling", "max_new": max_new}
     return labels, cost
