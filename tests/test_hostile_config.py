@@ -363,7 +363,8 @@ def test_cli_seed_at_the_bound_runs_and_its_readers_accept_it(tmp_path, small_da
     r = invoke("inspect", "big", "--runs-dir", runs, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["config"]["seed"] == int(seed)
-    r = invoke("export", "big", "--format", "numpy", "--runs-dir", runs)
+    r = invoke("export", "big", "--format", "numpy", "--runs-dir", runs,
+               "--allow-infeasible")     # one generation: below standard rejection
     assert r.exit_code == 0, r.output
     r = invoke("run", "--resume", "big", "--generations", 2, "--runs-dir", runs,
                "--no-writeback", "--json")

@@ -285,6 +285,7 @@ def test_writeback_env_var_redirects_cli(tmp_path, small_data_dir, monkeypatch):
     monkeypatch.setattr(paths, "HEURISTICS_DIR", guard)
     r = invoke("run", "--population", POP, "--generations", 2, "--name", "wb",
                "--data", small_data_dir, "--runs-dir", tmp_path / "runs", "--json",
+               "--force",            # written back whatever the (short) run's standing
                env={"EVOLVE_HEURISTICS_DIR": str(heur)})
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["writeback"]["written"]
@@ -319,3 +320,41 @@ def test_broken_evolved_is_reported_and_baselines_still_benchmarked(small_data_d
     assert len(warn) == 1 and words in warn[0], r.stderr
     assert "Traceback" not in r.output
     assert "standard_rejection" in r.stdout and "evolved *" not in r.stdout
+
+
+def test_a_token_champion_is_judged_before_it_is_written_back(tmp_path, small_splits,
+                                                               small_data_dir, monkeypatch):
+    """``tokens.standing``: a rule below standard rejection on valid is infeasible, the
+    best of the benchmark's baselines wins against them all; a run's champion that does
+    not win is not written back (the run says why), nor exported without
+    --allow-infeasible when infeasible, and --force writes it back."""
+    from evolve.objectives import bind
+    from evolve.objectives.tokens import champion_counts
+    from evolve.search.config import Config
+    from evolve.tasks import tokens as TT
+    from evolve.rules import table
+    valid = small_splits["valid"]
+    obj, cfg = bind(Config()), Config()
+    m = lambda tree: champion_counts(treeio.parse(tree), valid).metrics()    # noqa: E731
+    low = TT.standing(obj, cfg, m("0.0"), valid)
+    assert low["verdict"] == "infeasible" and "below standard rejection" in low["why"]
+    best = low["best_baseline"]["rule"]
+    top = TT.standing(obj, cfg, m(table.get(best).tree()), valid)
+    assert top["verdict"] == "wins" and top["valid_score"] == low["best_baseline"]["score"]
+    assert low["standard_rejection"] <= low["best_baseline"]["score"]
+    heur = tmp_path / "heuristics"
+    monkeypatch.setenv("EVOLVE_HEURISTICS_DIR", str(heur))
+    r = invoke("run", "--data", small_data_dir, "--generations", 1, "--population", 20,
+               "--seed", 3, "--runs-dir", tmp_path / "runs", "--name", "r")
+    assert r.exit_code == 0, r.output
+    st = json.loads((tmp_path / "runs" / "r" / "champion.json").read_text())["standing"]
+    assert st["verdict"] == "infeasible"         # one generation of 20: a weak champion
+    assert f"champion infeasible: {st['why']}" in r.stdout
+    assert "not written back" in r.stdout and not (heur / "evolved.py").exists()
+    assert f"champion infeasible: {st['why']}" in invoke(
+        "inspect", "r", "--runs-dir", tmp_path / "runs").stdout
+    r = invoke("export", "r", "--format", "numpy", "--runs-dir", tmp_path / "runs")
+    assert r.exit_code == 2 and "infeasible" in r.stderr and "--allow-infeasible" in r.stderr
+    r = invoke("run", "--resume", "r", "--runs-dir", tmp_path / "runs", "--force")
+    assert r.exit_code == 0, r.output
+    assert (heur / "evolved.py").exists()                   # --force: written back

@@ -88,6 +88,7 @@ class TokenView(ChampionView):
         from evolve.tasks import TASKS    # lazy: start-up (a command loads only what it runs)
         show_token_inspect(info["champion"], term, report.standard_metrics(
             Path((info.get("data") or {}).get("dir") or TASKS["tokens"].default_data())))
+        show_standing(info["champion"], term)
 
 
 class TraceView(ChampionView):
@@ -195,9 +196,13 @@ def show_token_result(result: dict, term, bench: dict) -> None:
     for split, body in bench["splits"].items():
         body["heuristics"]["champion"] = ch["metrics"][split]
     show_benchmark(bench, term)
+    show_standing(ch, term)
     wb = result.get("writeback")
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
+    elif wb.get("refused"):
+        term.result(f"not written back to heuristics/evolved.py: the champion is "
+                    f"{wb['refused']}: {wb['why']} (use --force to write it back)")
     elif wb["written"]:
         term.result(f"written back to heuristics/evolved.py (valid fitness "
                     f"{wb['new_valid_fitness']:.4f} vs {_fmt(wb['current_valid_fitness'])})")
@@ -254,8 +259,8 @@ def show_trace_champion(ch: dict, term) -> None:
 
 
 def show_standing(ch: dict, term) -> None:
-    """Where a trace champion stands (``evolve.tasks.traces.standing``) and the scope it
-    was scored with, which its exports keep."""
+    """Where a champion stands (``evolve.tasks.traces.standing``, ``tokens.standing``,
+    the task world's) and the scope it was scored with, which its exports keep."""
     st = ch.get("standing")
     if st:
         term.result(f"champion {st['verdict']}: {st['why']}")
