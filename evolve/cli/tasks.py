@@ -182,8 +182,10 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
     meta = traces.read_file_meta(data_dir / f"{split}.npz")
     if not isinstance(meta, dict) or meta.get("backend") != "task":
         fail(f"--data {data_dir}: not task traces (record them with `evolve data task`)")
+    from evolve.rules.table import RULES    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     greedy = (decoding or meta.get("decoding")) == "greedy"
+    scope = traces.scope_of(meta)
     chosen, settings = {}, {}
     for text in dict.fromkeys(rules):
         try:
@@ -191,8 +193,9 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
         except EvolveError as e:
             fail(shorten(str(e), 400))
         chosen[info["label"]] = rule
-        if info.get("setting"):          # an engine's own knob: its settings, as printed
-            settings[info["label"]] = f"{info['engine']}: {info['setting']}"
+        if info.get("setting"):          # an engine's own knob: its settings, as set there
+            settings[info["label"]] = (f"{info['engine']}: "
+                                       f"{RULES[info['name']].engine_setting(info['param'], scope)}")
     try:
         pair = TP.rebuild(meta)
     except (KeyError, TypeError, ValueError) as e:
@@ -205,8 +208,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
     res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
                                 meter=out.meter)
     res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1),
-               engine_settings={k: v.replace("<vocabulary size>", str(pair.vocab))
-                                for k, v in settings.items()})
+               engine_settings=settings)
     if json_mode:
         out.print_json(views.jsonable(res))
         return

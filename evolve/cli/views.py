@@ -201,8 +201,7 @@ def show_token_result(result: dict, term, bench: dict) -> None:
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
     elif wb.get("refused"):
-        term.result(f"not written back to heuristics/evolved.py: the champion is "
-                    f"{wb['refused']}: {wb['why']} (use --force to write it back)")
+        show_refusal(wb, term)
     elif wb["written"]:
         term.result(f"written back to heuristics/evolved.py (valid fitness "
                     f"{wb['new_valid_fitness']:.4f} vs {_fmt(wb['current_valid_fitness'])})")
@@ -212,13 +211,18 @@ def show_token_result(result: dict, term, bench: dict) -> None:
                     f"{wb['new_valid_fitness']:.4f} (use --force to replace)")
 
 
+def show_refusal(wb: dict, term) -> None:
+    """A champion not written back for its standing (``tasks.writeback.refusal``)."""
+    term.result(f"not written back to heuristics/{wb['module']}: the champion is "
+                f"{wb['refused']}: {wb['why']} (use --force to write it back)")
+
+
 def show_trace_writeback(wb: dict | None, term) -> None:
     """The write-back decision of a trace run (heuristics/evolved_trace.py)."""
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
     elif wb.get("refused"):
-        term.result(f"not written back to heuristics/{wb['module']}: the champion is "
-                    f"{wb['refused']}: {wb['why']} (use --force to write it back)")
+        show_refusal(wb, term)
     elif wb["written"]:
         term.result(f"written back to heuristics/{wb['module']} (valid speed score at TV "
                     f"{wb['tv_budget']:g}: {wb['new_valid_score']:.4f} vs "

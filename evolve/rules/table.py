@@ -138,11 +138,14 @@ class Rule:
     def engine_setting(self, value: float | None = None, scope: dict | None = None) -> str | None:
         """The engine's own flags or keyword arguments for the rule at ``value``; with
         ``scope`` (``evolve.data.traces.scope_of`` of the traces it was tuned on) also
-        the settings that decode as it was scored: the draft length and temperature."""
+        the traces' vocabulary size where a setting names it, and the settings that
+        decode as it was scored: the draft length and temperature."""
         if self.setting is None:
             return None
         v = self.default if value is None else float(value)
         out = self.setting.replace("{p}", f"{v:.4g}")
+        if scope is not None and scope.get("vocab_size"):
+            out = out.replace("<vocabulary size>", str(int(scope["vocab_size"])))
         if scope is None or self.decoding is None:
             return out
         g, t = int(scope["block_size"]), scope.get("temperature")

@@ -162,7 +162,7 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
     return doc
 
 
-VERDICTS = ("wins", "loses", "infeasible")      # evolve.tasks.traces.standing
+VERDICTS = ("wins", "loses", "infeasible")      # evolve.tasks.writeback.VERDICTS
 MAX_VOCAB = 1 << 24
 
 

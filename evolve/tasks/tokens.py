@@ -14,9 +14,12 @@ from pathlib import Path
 from evolve.tasks.base import Task
 from evolve.io.paths import DATA_DIR
 from evolve.data import tokens as data
-from evolve.tasks.writeback import write_back
-
-WINS, LOSES, INFEASIBLE = "wins", "loses", "infeasible"
+from evolve.kernels.tokens import TokenArrays, population_counts
+from evolve.lang import treeio
+from evolve.objectives import bind
+from evolve.objectives.metrics import Counts
+from evolve.rules import table
+from evolve.tasks.writeback import INFEASIBLE, LOSES, WINS, refusal, write_back
 
 
 def standing(objective, cfg, valid_metrics: dict, valid) -> dict:
@@ -25,14 +28,14 @@ def standing(objective, cfg, valid_metrics: dict, valid) -> dict:
     when one of the benchmark's baselines (``evolve benchmark``'s rows) scores more,
     ``wins`` otherwise. Only a champion that wins is written back without ``--force``,
     and ``evolve export`` refuses an infeasible one unless ``--allow-infeasible``."""
-    from heuristics import registry       # lazy: start-up (listing tasks loads no rules)
-    from evolve.lang import treeio        # lazy: start-up (listing tasks loads no rules)
-    from evolve.objectives.tokens import champion_counts    # lazy: start-up (Numba)
-    from evolve.rules import table        # lazy: start-up (listing tasks loads no rules)
+    from heuristics import registry   # lazy: the rules' package, read when a run is judged
     score = float(objective.split_score(valid_metrics, cfg))
-    scores = {n: float(objective.split_score(
-        champion_counts(treeio.parse(table.get(n).tree()), valid).metrics(), cfg))
-        for n in registry.names(include_evolved=False)}
+    names = registry.names(include_evolved=False)
+    arrays = TokenArrays(valid)        # every baseline in one population, as run_table does
+    raw = population_counts(treeio.linearise([treeio.parse(table.get(n).tree())
+                                              for n in names]), arrays)
+    scores = {n: float(objective.split_score(Counts.from_raw(arrays.n, r).metrics(), cfg))
+              for n, r in zip(names, raw)}
     std = scores["standard_rejection"]
     best = max(scores.items(), key=lambda kv: kv[1])
     what = "expected fitness" if objective.expected else "fitness"
@@ -67,7 +70,6 @@ class TokenTask(Task):
         return data.load_splits(data_dir)
 
     def report(self, result) -> dict:
-        from evolve.objectives import bind    # lazy: start-up (it loads the objectives)
         return {"champion": {"standing": standing(bind(result.config), result.config,
                                                   result.metrics["valid"],
                                                   result.splits["valid"])},
@@ -75,10 +77,8 @@ class TokenTask(Task):
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
-        st = meta.get("standing") or {}
-        if st.get("verdict", WINS) != WINS and not opts.force:
-            return {"written": False, "module": "evolved.py", "refused": st["verdict"],
-                    "why": st["why"], "new_valid_fitness": valid_metrics["fitness"],
-                    "current_valid_fitness": None}
+        refused = refusal(meta, opts.force, "evolved.py")
+        if refused is not None:
+            return {**refused, "new_valid_fitness": valid_metrics["fitness"]}
         return write_back(source, valid_metrics["fitness"], valid, run_name,
                           force=opts.force, directory=opts.heuristics_dir)

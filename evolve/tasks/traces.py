@@ -24,7 +24,7 @@ from evolve.objectives.trace_objectives import evolved_front
 from evolve.objectives.splits import spec_arrays
 from evolve.rules import tuning
 from evolve.rules.table import RULES
-from evolve.tasks.writeback import write_back_trace
+from evolve.tasks.writeback import INFEASIBLE, LOSES, WINS, refusal, write_back_trace
 
 HEADER_KEYS = ("tokens_per_call", "tv_per_token")
 ESTIMATE = ("the champion reads a lookahead input (next_tv, ahead), which follows the token "
@@ -32,8 +32,6 @@ ESTIMATE = ("the champion reads a lookahead input (next_tv, ahead), which follow
             "values for every candidate, an estimate; `evolve simulate --compare` measures "
             "it free-running")
 
-
-WINS, LOSES, INFEASIBLE = "wins", "loses", "infeasible"
 
 
 def standing(objective, cfg, valid: dict, sa_valid, tuned: dict) -> dict:
@@ -157,10 +155,9 @@ class TraceTask(Task):
 
     def install(self, nodes, source, meta, valid_metrics, valid, evaluator, config,
                 run_name, opts):
-        st = meta.get("standing") or {}
-        if st.get("verdict", WINS) != WINS and not opts.force:
-            return {"written": False, "module": "evolved_trace.py", "refused": st["verdict"],
-                    "why": st["why"], "tv_budget": config.tv_budget}
+        refused = refusal(meta, opts.force, "evolved_trace.py")
+        if refused is not None:
+            return {**refused, "tv_budget": config.tv_budget}
         sa = spec_arrays("valid", {"valid": valid}, {"valid": evaluator})
         return write_back_trace(codegen.module_source(
             nodes, "evolved_trace", meta, f"Evolved trace acceptance rule (run {run_name})",

@@ -35,6 +35,19 @@ from evolve.objectives.spec import population_results
 from evolve.objectives.fitness import speed_fitness
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
+# A champion's standing on valid (``standing`` in champion.json; evolve.runs.schema
+# checks it against the same three words)
+VERDICTS = WINS, LOSES, INFEASIBLE = ("wins", "loses", "infeasible")
+
+
+def refusal(meta: dict, force: bool, module: str) -> dict | None:
+    """The write-back decision for a champion that does not win on valid (its
+    ``standing`` in ``meta``) and is not forced: not written, with the verdict and why;
+    None when it may be written back."""
+    st = meta.get("standing") or {}
+    if force or st.get("verdict", WINS) == WINS:
+        return None
+    return {"written": False, "module": module, "refused": st["verdict"], "why": st["why"]}
 
 
 @contextmanager

@@ -90,7 +90,6 @@ class TaskPair:
     problems: dict                   # split -> list of Problem
     config: TaskPairConfig
 
-    vocab = LM.VOCAB                 # bytes: the target's and the draft's vocabulary
     end = grammar.PAD                # a solution ends with PAD after its text
     pad = grammar.PAD                # prompts are left-padded with it ("no text")
     max_tokens = None                # no budget of generated tokens: the grammar ends
