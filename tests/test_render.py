@@ -43,7 +43,12 @@ def _print_table(monkeypatch, tty: bool, columns: int) -> str:
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setenv("COLUMNS", str(columns))
     Terminal().table(TITLE, COLUMNS, ROWS)
-    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())      # (bold headers on a terminal)
+    return _plain(out)
+
+
+def _plain(out: io.StringIO) -> str:
+    """What was printed, without the terminal's styles (bold headers on a terminal)."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
 
 
 def _digits(text: str) -> Counter:
@@ -163,5 +168,5 @@ def test_the_starts_table_keeps_each_champion_whole(monkeypatch):
     monkeypatch.setattr(sys, "stdout", out)
     monkeypatch.setenv("COLUMNS", "80")
     views.show_starts(ch, Terminal())
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    text = _plain(out)
     assert long in text and "…" not in text
