@@ -146,3 +146,25 @@ def test_sums_and_the_seed_metric_equal_a_loop_over_blocks(greedy):
         seen_low |= q < 0.95
         seen_high |= q >= 0.95
     assert seen_low and seen_high                 # both branches of the seed's metric
+
+
+@pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sample"])
+def test_sums_are_the_same_bits_for_any_split_of_the_blocks(greedy):
+    """Each block's values are added in fixed point, so the sums of parts of a split,
+    in any order, are the whole split's sums bit for bit (what shards, a cluster and
+    chunks of rows rely on). Planted, each fails it: the blocks' float values added
+    in float, the parts' float sums added."""
+    from evolve.kernels import fixed
+    rng = np.random.default_rng(5 + greedy)
+    ta = _arrays(rng, greedy)
+    ta = TL.TaskArrays(G, ta.s, ta.inside, ta.outside, ta.critical, answers=37)
+    hs = rng.random((5, ta.s.size)) * 1.4 - 0.2
+    whole = TL.sums(hs, ta)
+    assert whole[:, 0].tolist() == [BLOCKS] * 5 and whole[:, -1].tolist() == [37] * 5
+    for cuts in ([BLOCKS // 2], [1, 2, 3, 97, 250, 399], list(range(1, BLOCKS))):
+        edges = [0, *cuts, BLOCKS]
+        parts = [TL.fixed_sums(hs[:, lo * G:hi * G], ta.blocks(lo, hi))
+                 for lo, hi in zip(edges[:-1], edges[1:])]
+        rng.shuffle(parts)
+        got = TL.from_fixed(fixed.total(parts), BLOCKS, 37)
+        np.testing.assert_array_equal(got, whole)

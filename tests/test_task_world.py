@@ -158,6 +158,20 @@ def test_task_objectives_equal_a_slow_reference_reading_inputs_by_name(mode, rec
     assert crit > 0 and harmless > 0
 
 
+def test_a_population_s_sums_are_the_same_bits_for_any_chunk_of_rows(sampled):
+    """A split is scored a chunk of blocks at a time (bounded memory for any population
+    and split) and the chunks' fixed-point sums added: any chunking gives the whole
+    split's sums, bit for bit."""
+    from evolve.lang.randtrees import random_trees
+    td = TaskData(record.load(sampled, "valid"))
+    progs = treeio.linearise(random_trees(12, seed=4, trace=True)
+                             + [treeio.parse(PROBE)])
+    whole = td.sums(progs, chunk_blocks=td.n_blocks)
+    assert np.isfinite(whole).all() and len(np.unique(whole[:, 1])) > 3
+    for chunk in (1, 7, None):
+        np.testing.assert_array_equal(td.sums(progs, chunk_blocks=chunk), whole)
+
+
 def test_the_greedy_form_of_a_family_has_no_sampling_ratio():
     for name in ("kl_judge", "fuzzy_sd", "cactus"):
         assert RATIO in RULES[name].tree(1.0)

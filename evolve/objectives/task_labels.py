@@ -25,7 +25,12 @@ need no label; every other reached row must have one (a row without is refused b
 ``check_labels``).
 
 ``sums(h, arrays)`` gives, per program (rows of ``h``, the thresholds of the drafted
-rows), the totals the objectives read (``SUMS``), summed over blocks.
+rows), the totals the objectives read (``SUMS``), summed over blocks. Each block's
+values are computed slot after slot and rounded once to 128-bit fixed point
+(``evolve.kernels.fixed``, as the trace kernels do), and the blocks' integers are
+added: any chunking of the rows, any order and any number of shards give the same
+totals bit for bit (``fixed_sums`` of the parts, added with ``fixed.total``, then
+``from_fixed``).
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from evolve.data.decode import clipped
+from evolve.kernels import fixed
 
 UNLABELED = -1
 SUMS = ("blocks", "tokens", "reached", "accepted", "critical_accepted", "harmless_extra",
         "false_rejects", "answers")
+BLOCK_SUMS = SUMS[1:7]        # summed block by block in fixed point; blocks, answers: counts
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,12 @@ class TaskArrays:
     def n_blocks(self) -> int:
         return self.s.size // self.g
 
+    def blocks(self, lo: int, hi: int) -> "TaskArrays":
+        """Blocks ``lo`` to ``hi`` (their rows; ``answers`` kept: it is the split's)."""
+        r = slice(lo * self.g, hi * self.g)
+        return TaskArrays(self.g, self.s[r], self.inside[r], self.outside[r],
+                          self.critical[r], self.answers)
+
 
 def acceptance(h, ta: TaskArrays) -> np.ndarray:
     """The rule's acceptance of every drafted row, (P, N), from thresholds (P, N)."""
@@ -67,24 +81,63 @@ def acceptance(h, ta: TaskArrays) -> np.ndarray:
 
 def sums(h, ta: TaskArrays) -> np.ndarray:
     """Per program, the ``SUMS`` totals (float64, (P, len(SUMS)))."""
+    return from_fixed(fixed_sums(h, ta), ta.n_blocks, ta.answers)
+
+
+def fixed_sums(h, ta: TaskArrays) -> np.ndarray:
+    """Per program, the ``BLOCK_SUMS`` totals as fixed-point integers, int64
+    (P, len(BLOCK_SUMS), 2): the sums of parts of a split add up (``fixed.total``) to
+    the whole split's, bit for bit."""
     h = np.atleast_2d(np.asarray(h, dtype=np.float64))
-    P, g = h.shape[0], ta.g
-    a = acceptance(h, ta).reshape(P, -1, g)
-    s = np.broadcast_to(ta.s.reshape(1, -1, g), a.shape)
-    c = np.broadcast_to(ta.critical.reshape(1, -1, g), a.shape)
-    kept = np.cumprod(a, axis=2)                       # reach_(k+1): all of 0..k kept
-    reach = np.concatenate([np.ones_like(kept[:, :, :1]), kept[:, :, :-1]], axis=2)
-    extra = reach * np.maximum(a - s, 0.0)
-    could = s < 1.0
-    out = np.empty((P, len(SUMS)))
-    out[:, 0] = a.shape[1]
-    out[:, 1] = a.shape[1] + kept.sum(axis=(1, 2))
-    out[:, 2] = reach.sum(axis=(1, 2))
-    out[:, 3] = kept.sum(axis=(1, 2))
-    out[:, 4] = (extra * (c == 1)).sum(axis=(1, 2))
-    out[:, 5] = (extra * (c == 0)).sum(axis=(1, 2))
-    out[:, 6] = (reach * (1.0 - a) * ((c == 0) & could)).sum(axis=(1, 2))
-    out[:, 7] = ta.answers
+    a = np.ascontiguousarray(acceptance(h, ta))
+    return _block_sums(a, np.ascontiguousarray(ta.s, dtype=np.float64),
+                       np.ascontiguousarray(ta.critical, dtype=np.int8), int(ta.g))
+
+
+def from_fixed(fx: np.ndarray, blocks: int, answers: int) -> np.ndarray:
+    """``SUMS`` rows (float64) from ``fixed_sums`` integers and the split's counts."""
+    vals = fixed.to_float(fx)
+    out = np.empty((vals.shape[0], len(SUMS)))
+    out[:, 0] = blocks
+    out[:, 1:7] = vals
+    out[:, 7] = answers
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _block_sums(a, s, crit, g):
+    """The ``BLOCK_SUMS`` of each block of acceptances ``a`` (P, n), slot after slot in
+    block order (reach_k = prod_{j<k} a_j), each block's value added in fixed point."""
+    P, n = a.shape
+    out = np.zeros((P, 6, 2), dtype=np.int64)
+    for p in range(P):
+        acc = out[p]
+        for b in range(n // g):
+            reach = 1.0
+            reached = 0.0
+            accepted = 0.0
+            crit_acc = 0.0
+            harmless = 0.0
+            rejects = 0.0
+            for k in range(g):
+                i = b * g + k
+                ak = a[p, i]
+                reached += reach
+                extra = reach * max(ak - s[i], 0.0)
+                if crit[i] == 1:
+                    crit_acc += extra
+                elif crit[i] == 0:
+                    harmless += extra
+                    if s[i] < 1.0:
+                        rejects += reach * (1.0 - ak)
+                reach = reach * ak
+                accepted += reach
+            fixed.add_to(acc, 0, 1.0 + accepted)
+            fixed.add_to(acc, 1, reached)
+            fixed.add_to(acc, 2, accepted)
+            fixed.add_to(acc, 3, crit_acc)
+            fixed.add_to(acc, 4, harmless)
+            fixed.add_to(acc, 5, rejects)
     return out
 
 

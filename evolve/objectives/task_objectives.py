@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data.decode import slot_columns
+from evolve.kernels import fixed
 from evolve.lang import treeio
 from evolve.lang.features import N_SLOT_INPUTS, SLOT_INPUT_NAMES
 from evolve.objectives import placement
@@ -26,7 +27,7 @@ from evolve.objectives import task_labels as TL
 from evolve.objectives.base import TASK, Evaluator, Objective
 from evolve.objectives.fitness import speed_fitness
 
-
+CHUNK_VALUES = 1 << 22        # thresholds (programs x rows) held at once: 32 MiB
 
 def drafted_matrix(cols: dict) -> np.ndarray:
     """The (12, N) float64 input matrix of the drafted rows (each row's own token), in
@@ -63,14 +64,35 @@ class TaskData:
         self.g = g
         self.greedy = greedy
         self.missing = ""         # task traces are schema v3: the slot features are there
+        self._derived = None      # plog, pexp, psqrt of X: made on first use, kept
 
     @property
     def n_blocks(self) -> int:
         return self.arrays.n_blocks
 
-    def sums(self, progs) -> np.ndarray:
-        from evolve.kernels.tokens import matrix_thresholds   # lazy: start-up (Numba)
-        return TL.sums(matrix_thresholds(progs, self.X), self.arrays)
+    def sums(self, progs, chunk_blocks: int | None = None) -> np.ndarray:
+        """Every program's ``task_labels.SUMS`` row on this split."""
+        return TL.from_fixed(self.fixed_sums(progs, chunk_blocks), self.n_blocks,
+                             self.arrays.answers)
+
+    def fixed_sums(self, progs, chunk_blocks: int | None = None) -> np.ndarray:
+        """Every program's block sums in fixed point (``task_labels.fixed_sums``),
+        computed ``chunk_blocks`` blocks at a time (default: about ``CHUNK_VALUES``
+        thresholds held at once, whatever the population and the split): the same
+        integers for any chunking."""
+        from evolve.kernels.tokens import derived_columns, matrix_thresholds  # lazy: start-up (Numba)
+        if self._derived is None:
+            self._derived = derived_columns(self.X)
+        g, nb = self.g, self.n_blocks
+        per = chunk_blocks or max(1, CHUNK_VALUES // max(1, len(progs)) // g)
+        out = np.zeros((len(progs), len(TL.BLOCK_SUMS), 2), dtype=np.int64)
+        for lo in range(0, nb, per):
+            hi = min(lo + per, nb)
+            r = slice(lo * g, hi * g)
+            h = matrix_thresholds(progs, np.ascontiguousarray(self.X[:, r]),
+                                  np.ascontiguousarray(self._derived[:, r]))
+            out = fixed.add(out, TL.fixed_sums(h, self.arrays.blocks(lo, hi)))
+        return out
 
     def thresholds_sums(self, h) -> np.ndarray:
         """The sums of thresholds already computed (a rule that is not a tree)."""
