@@ -8,7 +8,8 @@ would still match itself, so each case also checks which inputs the run offered)
 
 Token splits have one storage form (``evolve data shard`` takes traces only), so the
 token objectives have no sharded run to compare; ``test_token_splits_are_not_sharded``
-holds that refusal.
+holds that refusal. Task traces with their critical-token labels shard too, and the
+task objectives give the same run on them.
 
 Guarantee 33 of docs/reliability.md, The same run on npz files, shards and a cluster, for every objective:
 
@@ -19,24 +20,34 @@ search the same inputs. Every split's shape says whether it has the slot feature
 (its `missing`, one definition for arrays, devices and shards), and the engine reads
 it with no default, so an evaluator that does not say is an error, never a search
 quietly without the slot inputs. The inputs a run offered are recorded in every
-checkpoint, and a resume on data that would offer others is refused. | objective,
-option | in-process shards | Dask cluster (slow) | |---|---|---| | `speed` (schema
-v3: with slot features) | tested | tested (`test_cluster.py`) | | `speed
---trajectory` | tested | tested | | `speed --lookahead` | tested | tested | | `speed
---trajectory --lookahead` | tested | | | `speed_kl`, `pareto` | tested | | | `speed
---inputs ...` | tested | | | schema v2 traces (no slot features) | tested | tested |
-| token objectives (`expected`, `seed`) | token splits have one storage form:
-`evolve data shard` refuses them in one line | | Tests:
-`tests/test_same_run_everywhere.py` (each case also checks which inputs the run
-offered, so a case that silently drops inputs on both sides still fails). Before
-this guarantee, `--trajectory` on shards lost the slot inputs (its sharded evaluator
-carried a shape without `missing`, read as "missing").
+checkpoint, and a resume on data that would offer others is refused.
+
+Tested, per objective and option (in-process shards; a Dask cluster, slow):
+
+- ``speed`` on schema v3 (slot features): shards; cluster (``test_cluster.py``);
+- ``speed --trajectory``, ``speed --lookahead``: shards; cluster;
+- ``speed --trajectory --lookahead``, ``speed_kl``, ``pareto``, ``speed --inputs``:
+  shards;
+- schema v2 traces (no slot features): shards; cluster;
+- ``task_speed``, ``task_seed`` (task traces with labels): shards; cluster
+  (``task_speed``);
+- token objectives: token splits have one storage form, and ``evolve data shard``
+  refuses them in one line.
+
+Each trace case also checks which inputs the run offered, so a case that silently
+drops inputs on both sides still fails. Before this guarantee, ``--trajectory`` on
+shards lost the slot inputs (its sharded evaluator carried a shape without
+``missing``, read as "missing"). Task traces shard with their labels
+(``critical.npy``), checked in every shard as in the labels file; their sums are
+exact in fixed point on any split of the blocks, and the answers are counted over
+the whole split.
 """
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from evolve.data import shards as S
@@ -171,3 +182,76 @@ def test_an_engine_run_exports_to_that_engine(data, tmp_path):
     r = invoke("export", str(run), "--format", "vllm-patch", "--allow-infeasible")
     assert r.exit_code == 0, r.output
     assert "+++ b/vllm/v1/sample/rejection_sampler.py" in r.output
+
+
+# ------------------------------------------------------------ the task world
+
+TASK_SMALL = dict(train_prompts=30, valid_prompts=12, test_prompts=12)
+
+
+@pytest.fixture(scope="module")
+def task_data(tmp_path_factory):
+    """Greedy task traces with their labels, as npz files and as shards of a third of
+    a split each (so a problem's blocks fall into two shards)."""
+    from evolve.data.sources.task import pair as TP
+    from evolve.data.sources.task import record
+    root = tmp_path_factory.mktemp("task-everywhere")
+    pair = TP.build_pair(TP.TaskPairConfig(**TASK_SMALL))
+    for s in T.SPLITS:
+        record.save(record.record_split(pair, s, "greedy", 0), root / "npz")
+    rows = len(record.load(root / "npz", "train"))
+    shard_dir(root / "npz", root / "shards", rows // 3 + 2)
+    sp = S.open_split(root / "shards" / "train")
+    assert len(sp.shards) >= 3 and sp.shards[0]["rows"] % 100
+    return root / "npz", root / "shards"
+
+
+@pytest.mark.parametrize("objective", ["task_speed", "task_seed"])
+def test_task_traces_on_npz_and_shards_give_the_same_run(objective, task_data, tmp_path):
+    """The task objectives' sums are exact on any split of the blocks, and the answers
+    (the critical budget's denominator) are counted over the whole split: a run on the
+    shards is the run on the npz files. Planted, each fails it: the answers counted per
+    shard and added (a problem cut by a shard counts twice), one shard left out."""
+    npz, sharded = task_data
+    opts = ("--objective", objective, "--budget-critical", "0.05")
+    a = _run(opts, npz, tmp_path, "npz")
+    b = _run(opts, sharded, tmp_path, "shards")
+    assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS
+    assert run_files(b) == run_files(a)
+
+
+@pytest.mark.slow
+def test_task_traces_on_a_local_cluster_give_the_same_run(task_data, tmp_path):
+    pytest.importorskip("distributed")
+    npz, sharded = task_data
+    opts = ("--objective", "task_speed", "--budget-critical", "0.05")
+    a = _run(opts, npz, tmp_path, "npz")
+    b = _run(opts, sharded, tmp_path, "cluster", "--cluster", "local:2")
+    assert run_files(b) == run_files(a)
+
+
+def test_task_shards_check_their_labels_and_traces_without_labels_are_refused(
+        task_data, data, tmp_path):
+    """Shards of task traces carry the labels' column, checked as the labels file is
+    (a draft the standard rule could reject without a label is one line naming the
+    shard's column and row); a task run on shards of plain traces is one line."""
+    import shutil
+    from evolve.data import labels as LB
+    _, sharded = task_data
+    bad = shutil.copytree(sharded, tmp_path / "bad")
+    sp = S.open_split(bad / "valid")
+    path = sp.shard_paths()[1] / "critical.npy"
+    crit = np.load(path)
+    row = int(np.flatnonzero(crit >= 0)[0])
+    crit[row] = LB.UNLABELED
+    np.save(path, crit)
+    man = json.loads((bad / "valid" / S.MANIFEST).read_text())
+    man["shards"][1]["columns"]["critical"]["sha256"] = S.digest(path)
+    (bad / "valid" / S.MANIFEST).write_text(json.dumps(man))
+    runs = tmp_path / "runs"
+    one_line_error(invoke("run", *BASE, "--objective", "task_speed", "--data", bad,
+                          "--runs-dir", runs), "critical.npy", f"row {row}", "no label")
+    _, plain = data["v3"]
+    one_line_error(invoke("run", *BASE, "--objective", "task_speed", "--data", plain,
+                          "--runs-dir", runs), "meta.labels", "evolve data task")
+    assert not runs.exists()

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from evolve import task_compare as TC
+from evolve.data import labels as LB
 from evolve.data.sources.task import greedy as GR
 from evolve.data.sources.task import pair as TP
 from evolve.data.sources.task import record
@@ -86,7 +87,7 @@ def test_labels_of_other_traces_are_refused(recorded, tmp_path):
 def test_missing_labels_and_a_wrong_version_are_refused(recorded, tmp_path):
     from evolve.data import tokens as D
     d = _copy(recorded, tmp_path / "d")
-    meta, crit = record._read_labels(d / "valid.labels.npz")
+    meta, crit = LB.read_labels(d / "valid.labels.npz")
     D.write_npz(d / "valid.labels.npz", dict(meta, labels_version=99),
                 {"critical.npy": crit})
     with pytest.raises(DataError, match="field 'labels_version' is 99; expected 1"):
@@ -397,7 +398,7 @@ def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):
     one_line_error(r, "--compare", "nosuch")
 
 
-def test_a_task_run_on_a_device_or_a_cluster_is_refused_in_one_line(recorded, tmp_path):
+def test_a_task_run_on_a_device_or_a_cluster_without_shards_is_refused_in_one_line(recorded, tmp_path):
     pytest.importorskip("torch")
     r = invoke("run", "--objective", "task_speed", "--data", recorded, "--generations", 1,
                "--population", 10, "--device", "cuda", "--runs-dir", tmp_path,
@@ -405,5 +406,5 @@ def test_a_task_run_on_a_device_or_a_cluster_is_refused_in_one_line(recorded, tm
     one_line_error(r, "device", "task traces are scored on the CPU")
     r = invoke("run", "--objective", "task_speed", "--data", recorded, "--generations", 1,
                "--population", 10, "--cluster", "local:1", "--runs-dir", tmp_path)
-    one_line_error(r, "task traces are scored in this process")
+    one_line_error(r, "--cluster", "needs sharded traces", "evolve data shard")
     assert not any(tmp_path.iterdir())

@@ -26,6 +26,7 @@ from evolve.cli.common import friendly_errors, need, term
 def data_shard(directory, rows_per_shard, out, force, verify):
     """Split the trace splits (.npz) of DIRECTORY into shards of .npy columns.
 
+    Task traces (`evolve data task`) shard with their critical-token labels.
     `evolve run --data OUT` then reads them memory-mapped, in-process or on a
     cluster (--cluster / --scheduler)."""
     # lazy: start-up (a command loads only what it runs)

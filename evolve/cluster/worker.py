@@ -29,9 +29,11 @@ import numba
 
 @dataclass
 class Shard:
-    """A loaded shard: the kernel's arrays of its rows (kept in the worker's memory)."""
+    """A loaded shard: the kernel's arrays of its rows (kept in the worker's memory),
+    or, for task traces with labels, the task objectives' arrays."""
     path: str
-    sa: object          # objectives.spec.TraceArrays
+    sa: object          # objectives.spec.TraceArrays (None for task traces)
+    task: object = None  # objectives.task_objectives.TaskData of a labelled task shard
 
 
 def kernel_arrays(ts):
@@ -55,8 +57,13 @@ def _plain(a):
 
 
 def load_shard(path: str, meta: dict) -> Shard:
-    """Map a (validated) shard and build its kernel arrays, once."""
-    return Shard(str(path), kernel_arrays(map_shard(path, meta)))
+    """Map a (validated) shard and build its kernel arrays (task traces: the task
+    objectives' arrays), once."""
+    ts = map_shard(path, meta)
+    if "labels" in meta:
+        from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
+        return Shard(str(path), None, TaskData.of_columns(ts.columns, ts.meta))
+    return Shard(str(path), kernel_arrays(ts))
 
 
 def programs_payload(progs) -> tuple:

@@ -18,14 +18,25 @@ and the rows they read (rows x positions), and seconds.
 
 from __future__ import annotations
 
+import os
 import time
+import zipfile
+from pathlib import Path
 
 import numpy as np
 
+from evolve.data import tokens as D
 from evolve.data.decode import sample_rows
+from evolve.data.tokens import DataError
+from evolve.errors import first_line
+from evolve.io import jsonio
+from evolve.io.atomic import sha256_file
 
 UNLABELED = -1
 BATCH = 2048
+MODES = ("greedy", "sample")          # a task recording's decoding (meta "decoding")
+LABELS_VERSION = 1
+COLUMN = "critical"                   # the labels' column (int8: 1, 0, UNLABELED)
 
 
 def could_reject(cols: dict, greedy: bool) -> np.ndarray:
@@ -126,3 +137,75 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
             "seconds": round(seconds, 3),
             "continuation": "greedy" if greedy else "seeded sampling", "max_new": max_new}
     return labels, cost
+
+
+# ------------------------------------------------------------------ the labels' file
+
+def labels_path(directory, split: str) -> Path:
+    """Where a split's labels are: ``<split>.labels.npz`` beside its traces."""
+    return Path(directory) / f"{split}.labels.npz"
+
+
+def read_labels(path: Path):
+    """(meta, critical) of a labels file, read as split files are (never unpickled,
+    capped, one DataError line naming the file)."""
+    jsonio.check_regular(path, "labels file", DataError)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            if "meta.json" not in set(zf.namelist()):
+                raise DataError(f"{path}: meta.json is missing (not a labels file)")
+            meta = D.read_meta(zf, str(path))
+            if not isinstance(meta, dict):
+                raise DataError(f"{path}: meta.json must be an object")
+            crit = D.read_members(zf, str(path), {COLUMN: f"{COLUMN}.npy"})[COLUMN]
+    except DataError:
+        raise
+    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as e:
+        raise DataError(f"{path}: cannot read the labels ({first_line(e)})") from None
+    return meta, crit
+
+
+def check_version(meta, where: str) -> None:
+    """DataError unless a labels meta is an object of this ``LABELS_VERSION`` and a
+    known decoding."""
+    if not isinstance(meta, dict) or meta.get("labels_version") != LABELS_VERSION:
+        got = meta.get("labels_version") if isinstance(meta, dict) else meta
+        raise DataError(f"{where}: field 'labels_version' is {got!r:.40}; expected "
+                        f"{LABELS_VERSION}")
+    if meta.get("decoding") not in MODES:
+        raise DataError(f"{where}: field 'decoding' is {meta.get('decoding')!r:.40}; expected "
+                        f"one of {', '.join(MODES)}")
+
+
+def check_critical(columns: dict, crit, greedy: bool, where: str) -> None:
+    """The labels of traces' rows (``columns``): int8, one per row, each 1, 0 or
+    UNLABELED, and a label on every row the standard rule could reject; DataError
+    naming ``where``, the field and the first bad row otherwise."""
+    n = len(columns["token"])
+    if crit.dtype != np.int8 or crit.shape != (n,):
+        raise DataError(f"{where}: field '{COLUMN}' must be int8 of shape ({n},)")
+    bad = np.flatnonzero(~np.isin(crit, (UNLABELED, 0, 1)))
+    if bad.size:
+        raise DataError(f"{where}: field '{COLUMN}' row {int(bad[0])}: "
+                        f"{int(crit[bad[0]])} is not -1, 0 or 1")
+    missing = np.flatnonzero(could_reject(columns, greedy) & (crit == UNLABELED))
+    if missing.size:
+        raise DataError(f"{where}: field '{COLUMN}' row {int(missing[0])}: no label for a "
+                        "draft the standard rule could reject")
+
+
+def load_labels(path: Path, traces_path: Path, ts):
+    """(meta, critical) of the labels file ``path`` of the traces ``ts`` read from
+    ``traces_path``, checked: the version, the traces' checksum, and every label
+    (``check_critical``)."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: the labels of {Path(traces_path).name} are missing "
+                        "(`evolve data task` writes both)")
+    meta, crit = read_labels(path)
+    check_version(dict(meta, decoding=meta.get("decoding", ts.meta.get("decoding"))), str(path))
+    if meta.get("traces_sha256") != sha256_file(traces_path):
+        raise DataError(f"{path}: field 'traces_sha256' does not match "
+                        f"{Path(traces_path).name}: the labels are of other traces (record "
+                        "both again)")
+    check_critical(ts.columns, crit, ts.meta["decoding"] == "greedy", str(path))
+    return meta, crit

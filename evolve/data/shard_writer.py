@@ -28,8 +28,9 @@ from pathlib import Path
 import numpy as np
 
 from evolve.data import traces as T
+from evolve.data import labels as LB
 from evolve.data.shards import (FORMAT, FORMAT_VERSION, MANIFEST, SHARD_NAME, ShardedSplit,
-                                digest, path_stat, shown, st_is_dir, st_is_file)
+                                column_fields, digest, path_stat, shown, st_is_dir, st_is_file)
 from evolve.data.tokens import DataError
 from evolve.io import jsonio
 from evolve.io.atomic import fsync_dir, naming, sync_filesystem
@@ -46,7 +47,7 @@ def write_shard(directory: Path, columns: dict) -> dict:
     split is renamed into place."""
     directory.mkdir(parents=True)
     cols = {}
-    for f in T.fields_of(columns):             # v2, or v3 with the slot features
+    for f in column_fields(columns):           # v2, or v3 with the slot features (and labels)
         a = np.ascontiguousarray(columns[f])
         path = directory / f"{f}.npy"
         try:
@@ -74,7 +75,7 @@ def is_shard_set(directory: str | os.PathLike) -> bool:
                 continue
             if not (SHARD_NAME.fullmatch(name) and st_is_dir(path_stat(d / name))):
                 return False
-            fields = {f"{f}.npy" for f in T.V3_ALL_FIELDS}
+            fields = {f"{f}.npy" for f in T.V3_ALL_FIELDS + (LB.COLUMN,)}
             for inner in os.listdir(d / name):
                 if inner not in fields or not st_is_file(path_stat(d / name / inner)):
                     return False
@@ -248,7 +249,7 @@ class SplitWriter:
                 parts.append({f: a[:need] for f, a in p.items()})
                 self.pending[0] = {f: a[need:] for f, a in p.items()}
                 need = 0
-        fields = T.fields_of(parts[0])
+        fields = column_fields(parts[0])
         head = parts[0] if len(parts) == 1 else \
             {f: np.concatenate([p[f] for p in parts]) for f in fields}
         self.entries.append(write_shard(self.tmp / f"shard-{len(self.entries):05d}", head))
@@ -300,7 +301,7 @@ def _write_all(w: SplitWriter, ts: T.TraceSplit) -> Path:
     try:
         n, step = len(ts), w.rows_per_shard
         for a in range(0, n, step):
-            w.add({f: ts.columns[f][a:a + step] for f in ts.fields})
+            w.add({f: ts.columns[f][a:a + step] for f in column_fields(ts.columns)})
         return w.commit()
     except BaseException:
         w.abort()
@@ -322,8 +323,10 @@ def reshard(split: ShardedSplit, out: str | os.PathLike, rows_per_shard: int) ->
 def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: int,
               splits=T.SPLITS, force: bool = False) -> dict:
     """Shard the .npz trace splits of ``src`` into ``out``; split -> number of shards.
-    Shard sets already at ``out`` are replaced only with ``force`` (and kept in
-    ``out/previous/``); anything else there is refused (``check_out``)."""
+    Task traces shard with their critical-token labels (``<split>.labels.npz``, checked
+    against the traces first). Shard sets already at ``out`` are replaced only with
+    ``force`` (and kept in ``out/previous/``); anything else there is refused
+    (``check_out``)."""
     src, out = Path(src), Path(out)
     if rows_per_shard < 1:
         raise DataError(f"--rows-per-shard: {rows_per_shard!r} is invalid; expected >= 1")
@@ -333,8 +336,22 @@ def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: in
     check_out(out, force, splits)
     done = {}
     for s in splits:                       # one split in memory at a time
-        ts = T.load(src / f"{s}.npz", name=s)
+        ts = _with_labels(src, T.load(src / f"{s}.npz", name=s))
         w = SplitWriter(out / s, ts.meta, rows_per_shard)
         _write_all(w, ts)
         done[s] = len(w.entries)
     return done
+
+
+def _with_labels(src: Path, ts: T.TraceSplit) -> T.TraceSplit:
+    """Task traces with their labels as one more column (and their meta, without the
+    checksum of the .npz file they were written beside, as ``meta.labels``); other
+    traces as they are."""
+    if ts.meta.get("backend") != "task":
+        return ts
+    path = src / f"{ts.name}.npz"
+    meta, crit = LB.load_labels(LB.labels_path(src, ts.name), path, ts)
+    labels = {k: v for k, v in meta.items() if k != "traces_sha256"}
+    labels.setdefault("decoding", ts.meta.get("decoding"))
+    return T.TraceSplit({**ts.columns, LB.COLUMN: crit}, dict(ts.meta, labels=labels),
+                        ts.name)

@@ -16,6 +16,11 @@ blocks, in order: the shards of a split, concatenated, are the split.
                  "columns": {field: {"dtype": "<f8", "shape": [n, k],
                                      "sha256": hex digest of the .npy file}}}]}
 
+Task traces (``evolve data task``) shard with their critical-token labels: the
+manifest's ``meta.labels`` holds the labels' meta (``evolve.data.labels``: version,
+decoding, what mining cost) and every shard one more column, ``critical.npy``
+(int8), checked as the labels file is (``labels.check_critical``).
+
 ``open_split`` validates a split once: the manifest, every shard's columns
 (present, dtype and shape as the manifest says, the same schema in every
 shard, the checksum, read in 16 MiB pieces) and every schema-v2 invariant of
@@ -55,6 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.data import labels as LB
 from evolve.data import traces as T
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
@@ -254,8 +260,16 @@ def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSpl
 
 def shard_fields(meta: dict) -> tuple:
     """The columns of a split's shards: with the slot features where its manifest's
-    ``schema_version`` (copied into ``meta["format_version"]`` by ``open_split``) is 3."""
-    return T.V3_ALL_FIELDS if meta.get("format_version") == T.SLOT_VERSION else T.ALL_FIELDS
+    ``schema_version`` (copied into ``meta["format_version"]`` by ``open_split``) is 3,
+    and with the critical-token labels where its meta has ``labels`` (task traces)."""
+    base = T.V3_ALL_FIELDS if meta.get("format_version") == T.SLOT_VERSION else T.ALL_FIELDS
+    return base + (LB.COLUMN,) if "labels" in meta else base
+
+
+def column_fields(columns: dict) -> tuple:
+    """The columns to write of a piece of a split: its trace fields, and its labels when
+    it has them."""
+    return T.fields_of(columns) + ((LB.COLUMN,) if LB.COLUMN in columns else ())
 
 
 def _whole(v, lo: int = 0, hi: int | None = None) -> bool:
@@ -302,7 +316,12 @@ def _manifest(directory: Path) -> dict:
     if "vocab_size" in meta and not _whole(meta["vocab_size"], 2):
         raise DataError(f"{where}: field 'meta.vocab_size' must be a whole number >= 2, "
                         f"got {meta['vocab_size']!r:.40}")
-    fields = set(T.V3_ALL_FIELDS if m["schema_version"] == T.SLOT_VERSION else T.ALL_FIELDS)
+    if "labels" in meta:
+        if m["schema_version"] != T.SLOT_VERSION:
+            raise DataError(f"{where}: field 'meta.labels': labelled task traces have schema "
+                            f"{T.SLOT_VERSION}, the manifest says {m['schema_version']}")
+        LB.check_version(meta["labels"], f"{where}: field 'meta.labels'")
+    fields = set(shard_fields(dict(meta, format_version=m["schema_version"])))
     seen = set()
     for i, e in enumerate(shards):
         at = f"{where}: shard {i}"
@@ -391,6 +410,10 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
         if check:
             ts = map_shard(sdir, meta, name)
             T.validate(ts, shown(sdir))
+            if "labels" in meta:
+                LB.check_critical(ts.columns, ts.columns[LB.COLUMN],
+                                  meta["labels"]["decoding"] == "greedy",
+                                  shown(sdir / f"{LB.COLUMN}.npy"))
     return ShardedSplit(directory, meta, m["rows"], list(m["shards"]), name or directory.name)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.data import labels as LB
 from evolve.data.decode import slot_columns
 from evolve.kernels import fixed
 from evolve.lang import treeio
@@ -47,9 +48,19 @@ class TaskData:
     rows and the ``task_labels.TaskArrays`` of its decisions and labels."""
 
     def __init__(self, task_split):
-        c = task_split.traces.columns
-        greedy = task_split.meta["decoding"] == "greedy"
-        g = int(task_split.meta["block_size"])
+        self._build(task_split.traces.columns, task_split.meta, task_split.critical)
+
+    @classmethod
+    def of_columns(cls, columns: dict, meta: dict) -> "TaskData":
+        """A task split from trace columns that hold the labels too (``critical``: a
+        sharded task split, whole or one shard)."""
+        td = cls.__new__(cls)
+        td._build(columns, meta, columns[LB.COLUMN])
+        return td
+
+    def _build(self, c: dict, meta: dict, critical) -> None:
+        greedy = meta["decoding"] == "greedy"
+        g = int(meta["block_size"])
         self.X = drafted_matrix(c)
         if greedy:
             s = (c["token"] == c["target_top"]).astype(np.float64)
@@ -58,7 +69,7 @@ class TaskData:
             s = np.minimum(1.0, c["target_prob"] / c["draft_prob"])
             inside, outside = np.asarray(c["draft_cand"]) >= 0, s
         answers = int(np.unique(np.asarray(c["sequence"])).size)
-        self.arrays = TL.TaskArrays(g, s, inside, outside, np.asarray(task_split.critical),
+        self.arrays = TL.TaskArrays(g, s, inside, outside, np.array(critical, dtype=np.int8),
                                     answers)
         self.n = s.size
         self.g = g
@@ -99,6 +110,67 @@ class TaskData:
         return TL.sums(h, self.arrays)
 
 
+class ShardedTaskData:
+    """A sharded task split (``evolve data shard`` of task traces), scored where its
+    shards are: each shard's fixed-point block sums (``shard_sums``, in this process or
+    on the Dask worker that holds the shard, through the split's backend
+    ``map_shards``) added exactly, so the sums are the in-memory split's bit for bit.
+    The split's answers (distinct problems) are counted once, from the shards'
+    ``sequence`` columns."""
+
+    missing = ""                  # task traces are schema v3: the slot features are there
+
+    def __init__(self, split):
+        from evolve.data.shards import read_column    # lazy: only sharded task splits
+        self.split = split
+        self.meta = split.meta
+        self.g = int(split.meta["block_size"])
+        self.n = len(split)
+        self._whole = None
+        seqs = [np.unique(read_column(p / "sequence.npy", "sequence"))
+                for p in split.split.shard_paths()]
+        self.answers = int(np.unique(np.concatenate(seqs)).size) if seqs else 0
+
+    @property
+    def n_blocks(self) -> int:
+        return self.n // self.g
+
+    def fixed_sums(self, progs) -> np.ndarray:
+        payload = (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
+        parts = self.split.backend.map_shards(shard_sums, [None] * len(self.split.split.shards),
+                                              payload)
+        return fixed.total(parts)
+
+    def sums(self, progs) -> np.ndarray:
+        return TL.from_fixed(self.fixed_sums(progs), self.n_blocks, self.answers)
+
+    def whole(self) -> TaskData:
+        """The whole split in this process (what the tuned baselines of a report read)."""
+        if self._whole is None:
+            ts = self.split.split.concat()
+            self._whole = TaskData.of_columns(ts.columns, ts.meta)
+        return self._whole
+
+
+def shard_sums(shard, own, payload) -> np.ndarray:
+    """One loaded shard's fixed-point block sums of the programs ``payload`` (runs
+    where the shard is: ``evolve.cluster.worker.load_shard`` made its ``task``)."""
+    return shard.task.fixed_sums(treeio.Programs(*payload))
+
+
+def task_data(split):
+    """The objectives' data of a task split: ``TaskData`` in memory, ``ShardedTaskData``
+    for a sharded one (it has a backend)."""
+    if getattr(split, "backend", None) is not None:
+        return ShardedTaskData(split)
+    return TaskData(split)
+
+
+def in_memory(data) -> TaskData:
+    """``data`` as a TaskData in this process (a sharded split is loaded whole)."""
+    return data.whole() if isinstance(data, ShardedTaskData) else data
+
+
 def metrics_of(rows) -> dict:
     """A split's metrics from one program's ``task_labels.sums`` row."""
     m = {k: float(v[0]) for k, v in TL.measures(np.atleast_2d(rows)).items()}
@@ -118,7 +190,7 @@ class TaskObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         placement.cpu_only(config, "task traces")
-        td = TaskData(split)
+        td = task_data(split)
         return Evaluator(name, td.sums, td, td.n)
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
@@ -135,7 +207,7 @@ class TaskObjective(Objective):
         out = {}
         for k, split in splits.items():
             ev = evaluators.get(k)
-            td = ev.arrays if ev is not None else TaskData(split)
+            td = ev.arrays if ev is not None else task_data(split)
             out[k] = metrics_of(td.sums(progs))
         return out
 

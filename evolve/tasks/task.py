@@ -14,12 +14,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.data import traces
+from evolve.cluster.session import Session
+from evolve.data import shards, traces
 from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.io.paths import DATA_DIR
 from evolve.objectives import bind
-from evolve.objectives.task_objectives import TaskData
+from evolve.objectives.task_objectives import in_memory, task_data
 from evolve.rules import task_tuning
 from evolve.tasks.base import Task
 
@@ -40,9 +41,16 @@ class TaskTask(Task):
         return TASK_DIR
 
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
-        if session is not None and session.distributed:
-            raise DataError("--cluster/--scheduler: task traces are scored in this process "
-                            "(they are not sharded)")
+        session = session or Session()
+        if shards.is_sharded(data_dir):
+            splits = shards.load_splits(data_dir)
+            for name, sp in splits.items():
+                if "labels" not in sp.meta:
+                    raise DataError(f"{shards.shown(sp.directory / shards.MANIFEST)}: field "
+                                    "'meta.labels' is missing: these shards hold no critical-"
+                                    "token labels (shard what `evolve data task` recorded)")
+            return session.attach(splits)
+        session.attach({})             # --cluster without shards: one line, before anything
         if not Path(data_dir).is_dir():
             raise DataError(f"{data_dir}: no task traces (record them with `evolve data task`)")
         return {s: record.load(data_dir, s) for s in ("train", "valid", "test")}
@@ -52,8 +60,8 @@ class TaskTask(Task):
         test), and where the champion stands against them and the standard rule."""
         cfg, metrics = result.config, result.metrics
         objective = bind(cfg)
-        tds = {k: (result.evaluators[k].arrays if k in result.evaluators
-                   else TaskData(result.splits[k])) for k in ("train", "valid", "test")}
+        tds = {k: in_memory(result.evaluators[k].arrays if k in result.evaluators
+                            else task_data(result.splits[k])) for k in ("train", "valid", "test")}
         tuned = task_tuning.tuned_all(tds, cfg.critical_budget)
         std = tuned[task_tuning.STANDARD]["valid"]
         score = objective.split_score(metrics["valid"], cfg)

@@ -20,8 +20,6 @@ reads traces, and a labels file can be remade or refused on its own.
 from __future__ import annotations
 
 import contextlib
-import os
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,12 +30,10 @@ from evolve.data import tokens as D
 from evolve.data import traces as T
 from evolve.data.sources.task.checker import DelimiterChecker
 from evolve.data.tokens import DataError
-from evolve.errors import first_line
-from evolve.io import jsonio
 from evolve.io.atomic import sha256_file
 
-MODES = ("greedy", "sample")
-LABELS_VERSION = 1
+MODES = LB.MODES
+LABELS_VERSION = LB.LABELS_VERSION
 CHECKER = DelimiterChecker()          # the arithmetic task's "#### answer"
 
 
@@ -109,7 +105,7 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
 
 
 def labels_path(directory, split: str) -> Path:
-    return Path(directory) / f"{split}.labels.npz"
+    return LB.labels_path(directory, split)
 
 
 def save(task_split: TaskSplit, directory) -> None:
@@ -119,26 +115,7 @@ def save(task_split: TaskSplit, directory) -> None:
     T.save(task_split.traces, path)
     meta = dict(task_split.labels_meta, traces_sha256=sha256_file(path))
     D.write_npz(labels_path(directory, task_split.name), meta,
-                {"critical.npy": np.asarray(task_split.critical, dtype=np.int8)})
-
-
-def _read_labels(path: Path):
-    """(meta, critical) of a labels file, read as split files are (never unpickled,
-    capped, one DataError line naming the file)."""
-    jsonio.check_regular(path, "labels file", DataError)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            if "meta.json" not in set(zf.namelist()):
-                raise DataError(f"{path}: meta.json is missing (not a labels file)")
-            meta = D.read_meta(zf, str(path))
-            if not isinstance(meta, dict):
-                raise DataError(f"{path}: meta.json must be an object")
-            crit = D.read_members(zf, str(path), {"critical": "critical.npy"})["critical"]
-    except DataError:
-        raise
-    except (zipfile.BadZipFile, KeyError, ValueError, OSError, EOFError) as e:
-        raise DataError(f"{path}: cannot read the labels ({first_line(e)})") from None
-    return meta, crit
+                {f"{LB.COLUMN}.npy": np.asarray(task_split.critical, dtype=np.int8)})
 
 
 def load(directory, split: str) -> TaskSplit:
@@ -151,26 +128,5 @@ def load(directory, split: str) -> TaskSplit:
     if ts.meta.get("backend") != "task" or ts.meta.get("decoding") not in MODES:
         raise DataError(f"{path}: not task traces (meta.json has no task decoding); record "
                         "them with `evolve data task`")
-    lpath = labels_path(directory, split)
-    if not os.path.isfile(lpath):
-        raise DataError(f"{lpath}: the labels of {path.name} are missing (`evolve data task` "
-                        "writes both)")
-    meta, crit = _read_labels(lpath)
-    if meta.get("labels_version") != LABELS_VERSION:
-        raise DataError(f"{lpath}: field 'labels_version' is {meta.get('labels_version')!r}; "
-                        f"expected {LABELS_VERSION}")
-    if meta.get("traces_sha256") != sha256_file(path):
-        raise DataError(f"{lpath}: field 'traces_sha256' does not match {path.name}: the "
-                        "labels are of other traces (record both again)")
-    if crit.dtype != np.int8 or crit.shape != (len(ts),):
-        raise DataError(f"{lpath}: field 'critical' must be int8 of shape ({len(ts)},)")
-    bad = np.flatnonzero(~np.isin(crit, (-1, 0, 1)))
-    if bad.size:
-        raise DataError(f"{lpath}: field 'critical' row {int(bad[0])}: "
-                        f"{int(crit[bad[0]])} is not -1, 0 or 1")
-    need = LB.could_reject(ts.columns, ts.meta["decoding"] == "greedy")
-    missing = np.flatnonzero(need & (crit == LB.UNLABELED))
-    if missing.size:
-        raise DataError(f"{lpath}: field 'critical' row {int(missing[0])}: no label for a draft "
-                        "the standard rule could reject")
+    meta, crit = LB.load_labels(labels_path(directory, split), path, ts)
     return TaskSplit(ts, crit, meta)
