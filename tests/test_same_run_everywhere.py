@@ -255,3 +255,15 @@ def test_task_shards_check_their_labels_and_traces_without_labels_are_refused(
     one_line_error(invoke("run", *BASE, "--objective", "task_speed", "--data", plain,
                           "--runs-dir", runs), "meta.labels", "evolve data task")
     assert not runs.exists()
+
+
+def test_sharding_task_traces_checks_every_split_s_labels_before_writing(task_data,
+                                                                         tmp_path):
+    """Labels missing for one split: one line, and no split is sharded."""
+    import shutil
+    npz, _ = task_data
+    d = shutil.copytree(npz, tmp_path / "task")
+    (d / "test.labels.npz").unlink()
+    one_line_error(invoke("data", "shard", d, "--rows-per-shard", "400", "--out",
+                          tmp_path / "sh"), "test.labels.npz", "missing")
+    assert not (tmp_path / "sh").exists()

@@ -331,8 +331,11 @@ def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: in
     if rows_per_shard < 1:
         raise DataError(f"--rows-per-shard: {rows_per_shard!r} is invalid; expected >= 1")
     for s in splits:                       # every split readable before anything is written
-        if not T.is_trace_file(src / f"{s}.npz"):
-            T.load(src / f"{s}.npz", name=s)     # raises the precise DataError
+        path = src / f"{s}.npz"
+        if not T.is_trace_file(path):
+            T.load(path, name=s)           # raises the precise DataError
+        elif T.read_file_meta(path).get("backend") == "task":
+            _with_labels(src, T.load(path, name=s))   # and task traces' labels, all checked
     check_out(out, force, splits)
     done = {}
     for s in splits:                       # one split in memory at a time
