@@ -11,6 +11,7 @@ from evolve.cluster import ClusterError, ClusterInterrupted, worker
 from evolve.data.shards import local_blocks
 from evolve.kernels import fixed
 from evolve.kernels.layout import TAIL_OFF
+from evolve.lang import treeio
 
 NO_WORKERS_GRACE_S = 60.0     # no worker at all for this long: the run stops
 POLL_S = 2.0
@@ -34,7 +35,7 @@ class LocalShards:
         return [fn(s, own, *args) for s, own in zip(self.shards, per_shard_args)]
 
     def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
-        payload = worker.programs_payload(progs)
+        payload = treeio.payload(progs)
         return fixed.total(worker.score(s, payload, with_kl, 0, b, tail_cap) for s, b in
                            zip(self.shards, per_shard(self.split, blocks))
                            if b is None or b.size)
@@ -156,7 +157,7 @@ class DaskShards:
 
     def sums(self, progs, with_kl: bool, blocks=None, tail_cap: float = TAIL_OFF):
         t0 = time.perf_counter()
-        payload = worker.programs_payload(progs)
+        payload = treeio.payload(progs)
         futs = [self.client.submit(worker.timed_score, f, payload, with_kl, self.threads, b,
                                    tail_cap, pure=False)
                 for f, b in zip(self.futures, per_shard(self.split, blocks))

@@ -66,11 +66,6 @@ def load_shard(path: str, meta: dict) -> Shard:
     return Shard(str(path), kernel_arrays(ts))
 
 
-def programs_payload(progs) -> tuple:
-    """Linearised programs as plain arrays (what a task carries: kilobytes)."""
-    return (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
-
-
 def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
           blocks=None, tail_cap: float = TAIL_OFF) -> np.ndarray:
     """Exact fixed-point sums of every program on one shard (or on its blocks

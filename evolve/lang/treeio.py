@@ -228,6 +228,12 @@ class Programs:
         return int(self.starts.shape[0])
 
 
+def payload(progs: Programs) -> tuple:
+    """A population as plain arrays (what a task sent to a worker carries: kilobytes);
+    ``Programs(*payload(progs))`` is ``progs`` again."""
+    return (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
+
+
 def linearise(trees: list[list[Node]]) -> Programs:
     total = sum(len(t) for t in trees)
     ops = np.empty(total, dtype=np.int32)

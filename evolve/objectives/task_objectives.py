@@ -30,6 +30,7 @@ from evolve.objectives.fitness import speed_fitness
 
 CHUNK_VALUES = 1 << 22        # thresholds (programs x rows) held at once: 32 MiB
 
+
 def drafted_matrix(cols: dict) -> np.ndarray:
     """The (12, N) float64 input matrix of the drafted rows (each row's own token), in
     the inputs' table order (``evolve.lang.features``)."""
@@ -82,7 +83,8 @@ class TaskData:
         return self.arrays.n_blocks
 
     def sums(self, progs, chunk_blocks: int | None = None) -> np.ndarray:
-        """Every program's ``task_labels.SUMS`` row on this split."""
+        """Every program's ``task_labels.SUMS`` row on this split (``chunk_blocks``: see
+        ``fixed_sums``; any value gives the same bits)."""
         return TL.from_fixed(self.fixed_sums(progs, chunk_blocks), self.n_blocks,
                              self.arrays.answers)
 
@@ -136,7 +138,7 @@ class ShardedTaskData:
         return self.n // self.g
 
     def fixed_sums(self, progs) -> np.ndarray:
-        payload = (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
+        payload = treeio.payload(progs)
         parts = self.split.backend.map_shards(shard_sums, [None] * len(self.split.split.shards),
                                               payload)
         return fixed.total(parts)

@@ -147,8 +147,8 @@ def shard_sums(backend, progs, sb: SplitBlocks, with_kl: bool, tail_cap: float):
     (``evolve.cluster.backends``: ``map_shards``, in this process or on a Dask cluster),
     added as integers."""
     from evolve.kernels import fixed      # lazy: start-up (Numba)
-    # the programs as plain arrays, as ``evolve.cluster.worker.programs_payload`` sends them
-    payload = (progs.ops, progs.consts, progs.starts, progs.lengths, int(progs.max_stack))
+    from evolve.lang import treeio        # lazy: start-up (DEAP)
+    payload = treeio.payload(progs)       # the programs as plain arrays
     results = backend.map_shards(shard_task, sb.parts, payload, sb.n_index, with_kl,
                                  getattr(backend, "threads", 0), tail_cap)
     return (fixed.total(r[0] for r in results), fixed.total(r[1] for r in results))
