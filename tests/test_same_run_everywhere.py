@@ -206,14 +206,16 @@ def task_data(tmp_path_factory):
     return root / "npz", root / "shards"
 
 
-@pytest.mark.parametrize("objective", ["task_speed", "task_seed"])
+@pytest.mark.parametrize("objective", ["task_speed", "task_seed", "speed"])
 def test_task_traces_on_npz_and_shards_give_the_same_run(objective, task_data, tmp_path):
     """The task objectives' sums are exact on any split of the blocks, and the answers
     (the critical budget's denominator) are counted over the whole split: a run on the
     shards is the run on the npz files. Planted, each fails it: the answers counted per
-    shard and added (a problem cut by a shard counts twice), one shard left out."""
+    shard and added (a problem cut by a shard counts twice), one shard left out. Task
+    traces are traces too: the trace objectives run on their shards as on the files."""
     npz, sharded = task_data
-    opts = ("--objective", objective, "--budget-critical", "0.05")
+    opts = ("--objective", objective) + (("--budget-critical", "0.05")
+                                         if objective.startswith("task") else ())
     a = _run(opts, npz, tmp_path, "npz")
     b = _run(opts, sharded, tmp_path, "shards")
     assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS

@@ -6,7 +6,7 @@ linearised programs (plain arrays), never pickled Numba functions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import fields
 
 import numpy as np
 
@@ -27,13 +27,31 @@ from evolve.lang.treeio import Programs
 import numba
 
 
-@dataclass
 class Shard:
-    """A loaded shard: the kernel's arrays of its rows (kept in the worker's memory),
-    or, for task traces with labels, the task objectives' arrays."""
-    path: str
-    sa: object          # objectives.spec.TraceArrays (None for task traces)
-    task: object = None  # objectives.task_objectives.TaskData of a labelled task shard
+    """A loaded shard, kept in the worker's memory: ``sa``, the trace kernels' arrays of
+    its rows, and for task traces (labelled shards) ``task``, the task objectives'
+    ``TaskData``. A labelled shard makes each on first use, so a task run never builds
+    the trace kernels' arrays and a trace run on task traces never the task's."""
+
+    def __init__(self, path, meta: dict | None = None, sa=None):
+        self.path = str(path)
+        self.meta = meta
+        self._sa = sa
+        self._task = None
+
+    @property
+    def sa(self):
+        if self._sa is None:
+            self._sa = kernel_arrays(map_shard(self.path, self.meta))
+        return self._sa
+
+    @property
+    def task(self):
+        if self._task is None:
+            from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
+            ts = map_shard(self.path, self.meta)
+            self._task = TaskData.of_columns(ts.columns, ts.meta)
+        return self._task
 
 
 def kernel_arrays(ts):
@@ -59,11 +77,9 @@ def _plain(a):
 def load_shard(path: str, meta: dict) -> Shard:
     """Map a (validated) shard and build its kernel arrays (task traces: the task
     objectives' arrays), once."""
-    ts = map_shard(path, meta)
-    if "labels" in meta:
-        from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
-        return Shard(str(path), None, TaskData.of_columns(ts.columns, ts.meta))
-    return Shard(str(path), kernel_arrays(ts))
+    if "labels" in meta:                   # the trace or the task objectives' arrays
+        return Shard(path, meta)           # are made on first use (see Shard)
+    return Shard(path, meta, kernel_arrays(map_shard(path, meta)))
 
 
 def score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0,
