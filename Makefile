@@ -62,7 +62,8 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
 
 # The documentation's figures (docs/img/), drawn from the committed results JSON under
-# benchmarks/ (nothing is measured here; each figure names its source)
+# benchmarks/ (nothing is measured here; each figure names its source); the results
+# targets whose JSON a figure reads (results, results-neural, results-task) redraw them
 figures: $(STAMP)
 	$(BIN)/python -m benchmarks.figures
 
@@ -74,6 +75,7 @@ traces: $(STAMP)
 
 results: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.trace_results --page
+	$(BIN)/python -m benchmarks.figures
 
 # The same on the neural pair's traces (after `make neural-pair neural-traces`; about an
 # hour on 2 cores, most of it free-running decoding with the Hugging Face models)
@@ -81,6 +83,7 @@ results-neural: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.trace_results --data datasets/neural-traces --starts 5 \
 		--variants plain p99 --prompts 4096 --out benchmarks/experiments/neural_trace_results.json \
 		--runs-dir runs/neural-trace-results --section neural-results --page
+	$(BIN)/python -m benchmarks.figures
 
 # The search also offered the lookahead inputs (next_tv, ahead), p99 capped like the p99
 # variant above, against the same tuned baselines, free-running on test
@@ -104,6 +107,7 @@ results-value-gate: $(STAMP)
 # to accuracy drops of 1% and 3%, the evolved champion, all decoded paired on test
 results-task: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.task_results --page
+	$(BIN)/python -m benchmarks.figures
 
 # The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
 # on traces whose candidates hold the whole byte vocabulary (top-k 256), where every

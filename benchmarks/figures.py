@@ -20,7 +20,10 @@ styles are the project's own (``evolve.rules.styles``), so a family looks as it 
 - ``docs/img/speed.png``: node evaluations per second of the population kernel and
   its references on this machine's CPUs (``benchmarks/speed/speed_results.json``, ``make
   bench``; ``benchmarks/speed/gpu_eval_results_cpu.json``, ``python -m benchmarks.speed.gpu_eval
-  --device cpu ...``, torch on the CPU: no GPU was measured).
+  --device cpu ...``, torch on the CPU), and below, on one H100 and its 16 CPU cores, the
+  token kernel and a trace generation on the fused kernel, the torch path and Numba
+  (``benchmarks/speed/gpu_results/h100-check-2afdd56.json``, one whole
+  ``python -m benchmarks.speed.gpu_check`` run).
 
 Usage: ``python -m benchmarks.figures [--out docs/img]``.
 """
@@ -128,7 +131,24 @@ def pair_figure(doc: dict, title: str, path: Path) -> None:
     save_png(fig, path)
 
 
-def speed_figure(speed: dict, gpu: dict, path: Path) -> None:
+GPU_CHECK = "speed/gpu_results/h100-check-2afdd56.json"      # the whole gpu_check run shown
+
+
+def _bars(ax, rows, title: str) -> None:
+    ys = list(range(len(rows)))[::-1]
+    ax.barh(ys, [r[1] for r in rows], color=[r[2] for r in rows])
+    ax.set_yticks(ys, [r[0] for r in rows], fontsize=8)
+    for y, r in zip(ys, rows):
+        ax.annotate(f"{r[1]:.2e}", (r[1], y), xytext=(3, -3), textcoords="offset points",
+                    fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_title(title, fontsize=10)
+
+
+def speed_figure(speed: dict, gpu: dict, path: Path, check: dict | None = None) -> None:
+    """Node evaluations per second on this machine's CPUs (top) and, from a whole
+    ``benchmarks.speed.gpu_check`` run (``check``), on one GPU and that machine's CPU
+    cores (bottom), one log scale for both."""
     plt = pyplot()
     pop = speed["population"]
     op = speed.get("operon") or {}
@@ -150,19 +170,33 @@ def speed_figure(speed: dict, gpu: dict, path: Path) -> None:
               f"{gpu['numba_threads']} threads", tok["numba_node_evals_per_s"], "#1f77b4"),
              (f"the same on torch, CPU, {gpu['torch_threads']} thread (the GPU path)",
               tok["torch_node_evals_per_s"], "#9467bd")]
-    fig, ax = plt.subplots(figsize=(9, 0.5 * len(rows) + 1.4), dpi=110, layout="constrained")
-    ys = list(range(len(rows)))[::-1]
-    ax.barh(ys, [r[1] for r in rows], color=[r[2] for r in rows])
-    ax.set_yticks(ys, [r[0] for r in rows], fontsize=8)
+    grows = []
+    if check is not None:
+        t, g = check["kernels"]["token"], check["kernels"]["trace"]
+        n = check["numba_threads"]
+        grows = [(f"token kernel, {t['trees']:,} trees x {t['rows']:,} rows: fused (Triton)",
+                  t["fused_node_evals_per_s"], "#d62728"),
+                 ("the same: torch, one operation per step", t["torch_node_evals_per_s"],
+                  "#9467bd"),
+                 (f"the same: Numba, {n} CPU threads", t["numba_node_evals_per_s"], "#1f77b4"),
+                 (f"trace generation, {g['population']:,} trees x "
+                  f"{g['drafted_tokens'] / 1e6:g}M drafted tokens: fused",
+                  g["fused_node_evals_per_s"], "#d62728"),
+                 ("the same: torch", g["torch_node_evals_per_s"], "#9467bd"),
+                 (f"the same: Numba, {n} CPU threads", g["numba_node_evals_per_s"], "#1f77b4")]
+    heights = [len(rows), len(grows)] if grows else [len(rows)]
+    fig, axes = plt.subplots(len(heights), 1, sharex=True, squeeze=False, dpi=110,
+                             figsize=(9, 0.5 * sum(heights) + 1.4 + 0.5 * len(heights)),
+                             height_ratios=heights, layout="constrained")
+    _bars(axes[0][0], rows, f"{speed['machine']['logical_cpus']} CPU cores "
+                            f"({speed['machine']['cpu_model']}, shared)")
+    if grows:
+        device = check["title"].split(":")[0].replace("GPU check on ", "")
+        _bars(axes[1][0], grows, f"one {device}, {check['cpu_count']} CPU cores (gpu_check)")
+    ax = axes[-1][0]
     ax.set_xscale("log")
-    for y, r in zip(ys, rows):
-        ax.annotate(f"{r[1]:.2e}", (r[1], y), xytext=(3, -3), textcoords="offset points",
-                    fontsize=8)
     ax.set_xlabel("node evaluations per second (log scale)")
-    ax.set_xlim(right=max(r[1] for r in rows) * 6)
-    ax.grid(axis="x", alpha=0.3)
-    ax.set_title(f"{speed['machine']['logical_cpus']} CPU cores ({speed['machine']['cpu_model']}"
-                 f", shared); no GPU measured", fontsize=10)
+    ax.set_xlim(right=max(r[1] for r in rows + grows) * 6)
     save_png(fig, path)
 
 
@@ -222,9 +256,9 @@ def main(argv=None) -> int:
     print(f"{args.out / 'task_results.png'}: from benchmarks/experiments/task_results.json")
     speed_figure(json.loads((bench / "speed" / "speed_results.json").read_text()),
                  json.loads((bench / "speed" / "gpu_eval_results_cpu.json").read_text()),
-                 args.out / "speed.png")
-    print(f"{args.out / 'speed.png'}: from benchmarks/speed/speed_results.json and "
-          "benchmarks/speed/gpu_eval_results_cpu.json")
+                 args.out / "speed.png", json.loads((bench / GPU_CHECK).read_text()))
+    print(f"{args.out / 'speed.png'}: from benchmarks/speed/speed_results.json, "
+          f"benchmarks/speed/gpu_eval_results_cpu.json and benchmarks/{GPU_CHECK}")
     return 0
 
 
