@@ -103,13 +103,17 @@ def timed_score(shard: Shard, payload: tuple, with_kl: bool, threads: int = 0, b
 
 def warm(ts) -> None:
     """Compile (or load from the cache) the trace kernel for these array types, on
-    one block of ``ts``: run here before workers start, so they only read the cache."""
+    one block of ``ts`` (and, for task traces, the task objectives' kernels): run here
+    before workers start, so they only read the cache."""
     g = int(ts.meta["block_size"])
-    one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ts.fields}, ts.meta)
+    one = TraceSplit({f: np.array(ts.columns[f][:g]) for f in ts.columns}, ts.meta)
     sa = kernel_arrays(one)
     progs = treeio.linearise([treeio.parse("pmin(1.0, pdiv(target_prob, draft_prob))")])
     for with_kl in (False, True):
         population_sums(progs, sa, with_kl)
+    if "labels" in ts.meta:
+        from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
+        TaskData.of_columns(one.columns, one.meta).sums(progs)
 
 
 def dask_setup(worker) -> None:
