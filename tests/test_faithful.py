@@ -10,8 +10,10 @@ draft length, the temperature: ``evolve.data.traces.scope_of``). Checked here:
 - the transformers drop-in inside ``model.generate`` on a small GPT-2 pair (slow):
   the first emitted token's distribution and the first draft's acceptance at a fixed
   prompt match the exact gated emission within Monte Carlo error, with enough draws
-  that the same test rejects the drop-in with its gate removed; ``install`` pins the
-  draft length and the sampling settings and puts them back.
+  that the same test rejects the drop-in with its gate removed; at every drafted
+  position of every call, the drop-in reads the distributions of that position's own
+  context and accepts with the exact gated acceptance; ``install`` pins the draft
+  length and the sampling settings and puts them back.
 
 Guarantee 34 of docs/reliability.md, What an export decides is what was scored:
 
@@ -28,7 +30,9 @@ loses, wins); only winners are written back unforced, and infeasible ones are no
 exported without `--allow-infeasible`. Tests: `tests/test_faithful.py` (the exports'
 acceptance equals the objectives' exact acceptance on distributions with ties; the
 drop-in inside `model.generate` emits the exact gated distribution and its gate
-removed fails the same test; the patch's kernel lines, with torch playing Triton),
+removed fails the same test, and at every drafted position it reads that position's
+own distributions and accepts with the exact gated acceptance; the patch's kernel
+lines, with torch playing Triton),
 `tests/test_vllm_patch.py` (the patched release kernel in Triton's interpreter, bare
 and scoped) and `tests/test_packaging.py` (write-back stays in the project, never
 the installed package).
@@ -338,6 +342,48 @@ def test_transformers_dropin_emits_the_scored_distribution(pair, tmp_path):
             assert llr > 0 and stat < limit
         else:
             assert abs(acc.mean() - A) >= Z * se and llr < 0 and stat > limit
+
+
+@pytest.mark.slow
+def test_dropin_reads_every_drafted_position_s_own_distributions(pair, tmp_path):
+    """Beyond the first draft: inside ``generate``, at every drafted position of every
+    call, the drop-in reads the target's and the assistant's distributions of that
+    position's own context (checked against a forward pass of each model on it) and
+    accepts each drafted token with the exact gated acceptance at them. Planted, it
+    fails: the target's distributions read one position late."""
+    from tests import hfkit
+    target, draft = pair
+    k = 8
+    mod = export(tmp_path, "hf", scope(k=k, vocab=hfkit.VOCAB, g=G))
+    seen, feats = [], mod.candidate_features
+
+    def spy(candidate_input_ids, q, p, candidate_length, prompt_length=0):
+        seen.append((candidate_input_ids.clone(), q.clone(), p.clone(), int(candidate_length)))
+        return feats(candidate_input_ids, q, p, candidate_length, prompt_length)
+    mod.candidate_features = spy
+    prompt = torch.tensor([[100, 101, 32, 40]])
+    torch.manual_seed(3)
+    try:
+        for _ in range(3):
+            mod.generate(target, draft, prompt, attention_mask=torch.ones_like(prompt),
+                         max_new_tokens=3 * G + 1, pad_token_id=0)
+    finally:
+        mod.candidate_features = feats
+    assert len(seen) >= 6 and sum(n for *_, n in seen) >= 6 * G
+    for ids, q, p, n in seen:
+        start = ids.shape[1] - n
+        tokens = ids[0, start:]
+        with torch.no_grad():
+            ctx = [ids[:, :start + j] for j in range(n)]
+            pt = torch.stack([target(c).logits[0, -1].double().softmax(-1) for c in ctx])
+            qd = torch.stack([draft(c).logits[0, -1].double().softmax(-1) for c in ctx])
+        np.testing.assert_allclose(p[0, :n].double().numpy(), pt.numpy(), atol=1e-6)
+        np.testing.assert_allclose(q[0, :n].double().numpy(), qd.numpy(), atol=1e-6)
+        f = feats(ids, q, p, n)
+        got = mod.acceptance(f["draft_rank"], *[f[name] for name in mod.INPUTS]).numpy()
+        exact = project_acceptance(p[0, :n].double().numpy(), q[0, :n].double().numpy(),
+                                   LENIENT, k)[np.arange(n), tokens.numpy()]
+        np.testing.assert_allclose(got, exact, rtol=1e-12, atol=1e-15)
 
 
 @pytest.mark.slow

@@ -188,7 +188,7 @@ def test_dropin_generation_under_release(tmp_path, release):
     script = (f"import sys, transformers, pytest\n"
               f"assert transformers.__version__ == {release!r}, transformers.__version__\n"
               f"a = pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_export.py', "
-              f"'tests/test_faithful.py', '-k', 'hf_dropin or hf_lenient or install_pins'])\n"
+              f"'tests/test_faithful.py', '-k', 'hf_dropin or hf_lenient or install_pins or every_drafted'])\n"
               # the KV-cached decoder reads each release's cache argument and masks
               f"b = pytest.main(['-q', '-p', 'no:cacheprovider', 'tests/test_hf_cache.py'])\n"
               f"sys.exit(a or b)\n")
@@ -196,4 +196,4 @@ def test_dropin_generation_under_release(tmp_path, release):
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    assert "3 passed" in p.stdout, p.stdout[-2000:]
+    assert "4 passed" in p.stdout, p.stdout[-2000:]
