@@ -15,6 +15,7 @@ import math
 import shlex
 
 from evolve.errors import EvolveError, show
+from evolve.standing import VERDICTS
 
 
 class SchemaError(EvolveError):
@@ -162,7 +163,6 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
     return doc
 
 
-VERDICTS = ("wins", "loses", "infeasible")      # evolve.tasks.writeback.VERDICTS
 MAX_VOCAB = 1 << 24
 
 

@@ -22,6 +22,7 @@ from evolve.io.paths import DATA_DIR
 from evolve.objectives import bind
 from evolve.objectives.task_objectives import in_memory, task_data
 from evolve.rules import task_tuning
+from evolve.standing import INFEASIBLE, LOSES, WINS
 from evolve.tasks.base import Task
 
 TASK_DIR = DATA_DIR / "task"
@@ -68,18 +69,18 @@ class TaskTask(Task):
         best = max(((k, v) for k, v in tuned.items() if v is not None),
                    key=lambda kv: kv[1]["valid"]["tokens_per_call"], default=None)
         if score < 1.0:
-            verdict, why = "infeasible", (f"over the run's budget on valid (critical per "
+            verdict, why = INFEASIBLE, (f"over the run's budget on valid (critical per "
                                           f"answer {metrics['valid']['critical_per_answer']:.5f}"
                                           f" > {cfg.critical_budget:g})")
         elif score < std["tokens_per_call"]:
-            verdict, why = "infeasible", (f"below the lossless rule on valid ({score:.4f} vs "
+            verdict, why = INFEASIBLE, (f"below the lossless rule on valid ({score:.4f} vs "
                                           f"{std['tokens_per_call']:.4f} tokens per call)")
         elif best is not None and best[1]["valid"]["tokens_per_call"] > score:
-            verdict, why = "loses", (f"{best[0]}, tuned to the same budget, decodes more on "
+            verdict, why = LOSES, (f"{best[0]}, tuned to the same budget, decodes more on "
                                      f"valid ({best[1]['valid']['tokens_per_call']:.4f} vs "
                                      f"{score:.4f} tokens per call)")
         else:
-            verdict, why = "wins", (f"beats the lossless rule and every rule family tuned "
+            verdict, why = WINS, (f"beats the lossless rule and every rule family tuned "
                                     f"to critical {cfg.critical_budget:g} on valid "
                                     f"({score:.4f} tokens per call)")
         champion = {"critical_budget": cfg.critical_budget, "baselines_tuned_on_valid": tuned,

@@ -19,7 +19,8 @@ from evolve.lang import treeio
 from evolve.objectives import bind
 from evolve.objectives.metrics import Counts
 from evolve.rules import table
-from evolve.tasks.writeback import INFEASIBLE, LOSES, WINS, refusal, write_back
+from evolve.standing import INFEASIBLE, LOSES, WINS
+from evolve.tasks.writeback import refusal, write_back
 
 
 def standing(objective, cfg, valid_metrics: dict, valid) -> dict:

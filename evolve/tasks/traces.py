@@ -24,7 +24,8 @@ from evolve.objectives.trace_objectives import evolved_front
 from evolve.objectives.splits import spec_arrays
 from evolve.rules import tuning
 from evolve.rules.table import RULES
-from evolve.tasks.writeback import INFEASIBLE, LOSES, WINS, refusal, write_back_trace
+from evolve.standing import INFEASIBLE, LOSES, WINS
+from evolve.tasks.writeback import refusal, write_back_trace
 
 HEADER_KEYS = ("tokens_per_call", "tv_per_token")
 ESTIMATE = ("the champion reads a lookahead input (next_tv, ahead), which follows the token "

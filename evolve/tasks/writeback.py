@@ -33,11 +33,9 @@ from evolve.lang import codegen
 from evolve.objectives.tokens import champion_counts
 from evolve.objectives.spec import population_results
 from evolve.objectives.fitness import speed_fitness
+from evolve.standing import WINS
 
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
-# A champion's standing on valid (``standing`` in champion.json; evolve.runs.schema
-# checks it against the same three words)
-VERDICTS = WINS, LOSES, INFEASIBLE = ("wins", "loses", "infeasible")
 
 
 def refusal(meta: dict, force: bool, module: str) -> dict | None:
