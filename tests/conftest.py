@@ -101,3 +101,22 @@ def finished(tmp_path_factory, data_copy):
                "--data", data_copy, "--runs-dir", parent, "--no-writeback", "--json")
     assert r.exit_code == 0, r.output
     return parent / "done"
+
+
+@pytest.fixture(scope="session")
+def task_pair_small():
+    """The built-in task pair at a test's size (60 / 24 / 24 problems)."""
+    from evolve.data.sources.task import pair as TP
+    return TP.build_pair(TP.TaskPairConfig(train_prompts=60, valid_prompts=24,
+                                           test_prompts=24))
+
+
+@pytest.fixture(scope="session")
+def task_greedy_small(task_pair_small, tmp_path_factory):
+    """Greedy task traces of ``task_pair_small`` with their labels, recorded once for
+    every test module that reads them (leave them unchanged: copy to alter)."""
+    from evolve.data.sources.task import record
+    d = tmp_path_factory.mktemp("task-greedy")
+    for split in ("train", "valid", "test"):
+        record.save(record.record_split(task_pair_small, split, "greedy", 0), d)
+    return d

@@ -186,24 +186,17 @@ def test_an_engine_run_exports_to_that_engine(data, tmp_path):
 
 # ------------------------------------------------------------ the task world
 
-TASK_SMALL = dict(train_prompts=30, valid_prompts=12, test_prompts=12)
-
-
 @pytest.fixture(scope="module")
-def task_data(tmp_path_factory):
+def task_data(task_greedy_small, tmp_path_factory):
     """Greedy task traces with their labels, as npz files and as shards of a third of
     a split each (so a problem's blocks fall into two shards)."""
-    from evolve.data.sources.task import pair as TP
     from evolve.data.sources.task import record
     root = tmp_path_factory.mktemp("task-everywhere")
-    pair = TP.build_pair(TP.TaskPairConfig(**TASK_SMALL))
-    for s in T.SPLITS:
-        record.save(record.record_split(pair, s, "greedy", 0), root / "npz")
-    rows = len(record.load(root / "npz", "train"))
-    shard_dir(root / "npz", root / "shards", rows // 3 + 2)
+    rows = len(record.load(task_greedy_small, "train"))
+    shard_dir(task_greedy_small, root / "shards", rows // 3 + 2)
     sp = S.open_split(root / "shards" / "train")
     assert len(sp.shards) >= 3 and sp.shards[0]["rows"] % 100
-    return root / "npz", root / "shards"
+    return task_greedy_small, root / "shards"
 
 
 @pytest.mark.parametrize("objective", ["task_speed", "task_seed", "speed"])

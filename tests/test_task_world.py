@@ -38,17 +38,15 @@ SMALL = TP.TaskPairConfig(train_prompts=60, valid_prompts=24, test_prompts=24)
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return TP.build_pair(SMALL)
+def pair(task_pair_small):
+    assert task_pair_small.config.train_prompts == SMALL.train_prompts
+    return task_pair_small
 
 
 @pytest.fixture(scope="module")
-def recorded(pair, tmp_path_factory):
-    """Greedy task traces of SMALL, recorded and saved."""
-    d = tmp_path_factory.mktemp("task")
-    for split in ("train", "valid", "test"):
-        record.save(record.record_split(pair, split, "greedy", 0), d)
-    return d
+def recorded(task_greedy_small):
+    """Greedy task traces of SMALL, recorded and saved (once per session: conftest)."""
+    return task_greedy_small
 
 
 @pytest.fixture(scope="module")
