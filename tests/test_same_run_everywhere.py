@@ -249,6 +249,12 @@ def test_task_shards_check_their_labels_and_traces_without_labels_are_refused(
     _, plain = data["v3"]
     one_line_error(invoke("run", *BASE, "--objective", "task_speed", "--data", plain,
                           "--runs-dir", runs), "meta.labels", "evolve data task")
+    other = shutil.copytree(sharded, tmp_path / "other")
+    man = json.loads((other / "test" / S.MANIFEST).read_text())
+    man["meta"]["labels"]["labels_version"] = 99
+    (other / "test" / S.MANIFEST).write_text(json.dumps(man))
+    one_line_error(invoke("data", "shard", other, "--verify"), "manifest.json",
+                   "meta.labels", "labels_version", "99")
     assert not runs.exists()
 
 
