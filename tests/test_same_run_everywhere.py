@@ -255,6 +255,10 @@ def test_task_shards_check_their_labels_and_traces_without_labels_are_refused(
     (other / "test" / S.MANIFEST).write_text(json.dumps(man))
     one_line_error(invoke("data", "shard", other, "--verify"), "manifest.json",
                    "meta.labels", "labels_version", "99")
+    man["meta"]["labels"].update(labels_version=1, decoding="sample")
+    (other / "test" / S.MANIFEST).write_text(json.dumps(man))
+    one_line_error(invoke("data", "shard", other, "--verify"), "manifest.json",
+                   "meta.labels.decoding", "'sample'", "'greedy'")
     assert not runs.exists()
 
 
