@@ -1,7 +1,8 @@
 """A champion's standing on valid: the three verdicts ``champion.json`` records
-(``standing.verdict``). Each data world's report sets one (``evolve.tasks``),
-write-back keeps only a winner unforced (``evolve.tasks.writeback``), ``evolve
-export`` refuses an infeasible one unless told otherwise, and ``evolve.runs.schema``
-checks a champion read back against the same words."""
+(the ``verdict`` of its ``standing``). Each data world's report sets one
+(``evolve.tasks``), write-back keeps only a winner unforced
+(``evolve.tasks.writeback``), ``evolve export`` refuses an infeasible one unless told
+otherwise, and ``evolve.runs.schema`` checks a champion read back against the same
+words."""
 
 VERDICTS = WINS, LOSES, INFEASIBLE = ("wins", "loses", "infeasible")
