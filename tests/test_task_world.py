@@ -52,7 +52,7 @@ def recorded(task_greedy_small):
 @pytest.fixture(scope="module")
 def sampled(pair, tmp_path_factory):
     d = tmp_path_factory.mktemp("task-sample")
-    record.save(record.record_split(pair, "valid", "sample", 0), d)
+    record.save(record.record_split(pair, "valid", "sample", 0, prompts=12), d)
     return d
 
 
