@@ -111,6 +111,10 @@ class TaskData:
         """The sums of thresholds already computed (a rule that is not a tree)."""
         return TL.sums(h, self.arrays)
 
+    def whole(self) -> "TaskData":
+        """The whole split in this process: this one (``ShardedTaskData.whole`` loads it)."""
+        return self
+
 
 class ShardedTaskData:
     """A sharded task split (``evolve data shard`` of task traces), scored where its
@@ -166,11 +170,6 @@ def task_data(split):
     if getattr(split, "backend", None) is not None:
         return ShardedTaskData(split)
     return TaskData(split)
-
-
-def in_memory(data) -> TaskData:
-    """``data`` as a TaskData in this process (a sharded split is loaded whole)."""
-    return data.whole() if isinstance(data, ShardedTaskData) else data
 
 
 def metrics_of(rows) -> dict:

@@ -20,7 +20,7 @@ from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.io.paths import DATA_DIR
 from evolve.objectives import bind
-from evolve.objectives.task_objectives import in_memory, task_data
+from evolve.objectives.task_objectives import task_data
 from evolve.rules import task_tuning
 from evolve.standing import INFEASIBLE, LOSES, WINS
 from evolve.tasks.base import Task
@@ -61,8 +61,8 @@ class TaskTask(Task):
         test), and where the champion stands against them and the standard rule."""
         cfg, metrics = result.config, result.metrics
         objective = bind(cfg)
-        tds = {k: in_memory(result.evaluators[k].arrays if k in result.evaluators
-                            else task_data(result.splits[k])) for k in ("train", "valid", "test")}
+        tds = {k: (result.evaluators[k].arrays if k in result.evaluators
+                   else task_data(result.splits[k])).whole() for k in ("train", "valid", "test")}
         tuned = task_tuning.tuned_all(tds, cfg.critical_budget)
         std = tuned[task_tuning.STANDARD]["valid"]
         score = objective.split_score(metrics["valid"], cfg)
