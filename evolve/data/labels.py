@@ -165,16 +165,17 @@ def read_labels(path: Path):
     return meta, crit
 
 
-def check_version(meta, where: str) -> None:
-    """DataError unless a labels meta is an object of this ``LABELS_VERSION`` and a
-    known decoding."""
+def check_version(meta, where: str, decoding, field: str = "") -> None:
+    """DataError unless a labels meta is an object of this ``LABELS_VERSION`` whose
+    decoding is the traces' ``decoding`` (``field``: the prefix of the fields' names in
+    the message, e.g. a manifest's ``meta.labels.``)."""
     if not isinstance(meta, dict) or meta.get("labels_version") != LABELS_VERSION:
         got = meta.get("labels_version") if isinstance(meta, dict) else meta
-        raise DataError(f"{where}: field 'labels_version' is {got!r:.40}; expected "
+        raise DataError(f"{where}: field '{field}labels_version' is {got!r:.40}; expected "
                         f"{LABELS_VERSION}")
-    if meta.get("decoding") not in MODES:
-        raise DataError(f"{where}: field 'decoding' is {meta.get('decoding')!r:.40}; expected "
-                        f"one of {', '.join(MODES)}")
+    if meta.get("decoding") not in MODES or meta["decoding"] != decoding:
+        raise DataError(f"{where}: field '{field}decoding' is {meta.get('decoding')!r:.40}, "
+                        f"the traces' decoding {decoding!r:.40}")
 
 
 def check_critical(columns: dict, crit, greedy: bool, where: str) -> None:
@@ -196,13 +197,14 @@ def check_critical(columns: dict, crit, greedy: bool, where: str) -> None:
 
 def load_labels(path: Path, traces_path: Path, ts):
     """(meta, critical) of the labels file ``path`` of the traces ``ts`` read from
-    ``traces_path``, checked: the version, the traces' checksum, and every label
-    (``check_critical``)."""
+    ``traces_path``, checked: the version and decoding (a meta without one takes the
+    traces'), the traces' checksum, and every label (``check_critical``)."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: the labels of {Path(traces_path).name} are missing "
                         "(`evolve data task` writes both)")
     meta, crit = read_labels(path)
-    check_version(dict(meta, decoding=meta.get("decoding", ts.meta.get("decoding"))), str(path))
+    meta.setdefault("decoding", ts.meta.get("decoding"))
+    check_version(meta, str(path), ts.meta.get("decoding"))
     if meta.get("traces_sha256") != sha256_file(traces_path):
         raise DataError(f"{path}: field 'traces_sha256' does not match "
                         f"{Path(traces_path).name}: the labels are of other traces (record "

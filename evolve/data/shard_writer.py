@@ -355,6 +355,5 @@ def _with_labels(src: Path, ts: T.TraceSplit) -> T.TraceSplit:
     path = src / f"{ts.name}.npz"
     meta, crit = LB.load_labels(LB.labels_path(src, ts.name), path, ts)
     labels = {k: v for k, v in meta.items() if k != "traces_sha256"}
-    labels.setdefault("decoding", ts.meta.get("decoding"))
     return T.TraceSplit({**ts.columns, LB.COLUMN: crit}, dict(ts.meta, labels=labels),
                         ts.name)

@@ -320,11 +320,7 @@ def _manifest(directory: Path) -> dict:
         if m["schema_version"] != T.SLOT_VERSION:
             raise DataError(f"{where}: field 'meta.labels': labelled task traces have schema "
                             f"{T.SLOT_VERSION}, the manifest says {m['schema_version']}")
-        LB.check_version(meta["labels"], f"{where}: field 'meta.labels'")
-        if meta["labels"]["decoding"] != meta.get("decoding"):
-            raise DataError(f"{where}: field 'meta.labels.decoding' is "
-                            f"{meta['labels']['decoding']!r}, the traces' decoding "
-                            f"{meta.get('decoding')!r:.40}")
+        LB.check_version(meta["labels"], where, meta.get("decoding"), "meta.labels.")
     fields = set(shard_fields(dict(meta, format_version=m["schema_version"])))
     seen = set()
     for i, e in enumerate(shards):
