@@ -71,8 +71,9 @@ def _run_dir(parent: Path, name: str, tree: str) -> Path:
     path.mkdir(parents=True)
     (path / "config.json").write_text(json.dumps(
         {"format": "evolve-run", "version": 1, "name": name, "config": {}, "data": {"dir": ""}}))
-    (path / "champion.json").write_text(json.dumps(
-        {"tree": tree, "objective": "speed", "tv_budget": 0.03}))
+    (path / "champion.json").write_text(json.dumps(      # scored on the tiny traces' scope
+        {"tree": tree, "objective": "speed", "tv_budget": 0.03,
+         "scope": T.scope_of(tracekit.split("valid").meta)}))
     return path
 
 

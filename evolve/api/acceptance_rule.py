@@ -139,6 +139,16 @@ class Rule:
         """Whether the rule was scored in greedy decoding (its scope says so)."""
         return (self.scope or {}).get("decoding") == "greedy"
 
+    @property
+    def scored_on_tokens(self) -> bool:
+        """Whether the rule is the champion of a run on token splits (the seed's world:
+        scored with no decoding at all, so no trace or task is its scope)."""
+        objective = self._meta.get("objective")
+        if objective is None:
+            return False
+        from evolve.tasks import champion_task    # lazy: the objectives' table on use
+        return not champion_task({"objective": objective}).trace_inputs
+
     def __hash__(self) -> int:
         return hash(self.tree)
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 
 from evolve import paired, simulate
-from evolve.api.named import rule_of
+from evolve.api.named import in_scope, rule_of
 from evolve.api.progress import LineMeter
 from evolve.data import traces
 from evolve.data.sources.registry import source_of, source_of_pair
@@ -82,7 +82,7 @@ def _whole(param: str, value, least: int, optional: bool = True) -> None:
 
 def compare(rules, data_dir=None, split: str = "test", prompts: int | None = None,
             blocks: int | None = None, seed: int = 1, runs_dir=None, progress=None,
-            meter=None) -> Comparison:
+            meter=None, any_scope: bool = False) -> Comparison:
     """Decode every rule of ``rules`` (at least two; the first is the reference)
     free-running on the same prompts and uniforms of ``split``.
 
@@ -90,7 +90,11 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
     ``run:RUN`` (a run under ``runs_dir``). ``prompts`` (default: the split's) and
     ``blocks`` (default: as recorded) size the decoding; ``seed`` draws the prompts and
     uniforms. ``progress``: a callable given a line per rule decoded and, during one,
-    at most every 10 s (``print``); ``meter``: the command line's bar instead."""
+    at most every 10 s (``print``); ``meter``: the command line's bar instead.
+
+    A champion (``run:RUN``, a run's ``Rule``) decodes only traces of the scope it was
+    scored in (``evolve.api.named.in_scope``): another scope is a one-line ScopeError
+    naming both; ``any_scope`` decodes it, its label marked on every row."""
     if isinstance(rules, (str, bytes)) or not hasattr(rules, "__iter__"):
         raise CompareError.of("rules", f"{show(rules)} is invalid; expected a list of at "
                                        "least two rules")
@@ -104,6 +108,9 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
     _whole("prompts", prompts, 2)
     _whole("blocks", blocks, 1)
     _whole("seed", seed, 0, optional=False)
+    if not isinstance(any_scope, bool):
+        raise CompareError.of("any_scope", f"{show(any_scope)} is invalid; expected True or "
+                                           "False")
     for name, value, most in (("prompts", prompts, simulate.MAX_PROMPTS),
                               ("blocks", blocks, simulate.MAX_BLOCKS)):
         if value is not None:
@@ -119,9 +126,13 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
                             cfg.block_size, cfg.top_k, cfg.context_len, cfg.prompt_len)
     named = {}
     parent = paths.runs_dir(runs_dir)
+    scope, outside = traces.scope_of(ts.meta), {}
     for r in rules:
-        rule, info = rule_of(r, parent)
+        rule, info = in_scope(*rule_of(r, parent), scope, any_scope)
         named[info["label"]] = rule
+        if "outside_scope" in info:
+            outside[info["label"]] = info["outside_scope"]
+            say(f"evaluated outside its scope: {info['outside_scope']}")
     pair, same_corpus = source_of(ts).pair_of(ts, say)
     src = source_of_pair(pair)
     blocks = cfg.blocks_per_prompt if blocks is None else int(blocks)
@@ -142,4 +153,5 @@ def compare(rules, data_dir=None, split: str = "test", prompts: int | None = Non
                                  f"{why}; ask for fewer prompts or blocks, or record with "
                                  "a smaller batch size") from None
     return Comparison({"data": str(data_dir), "corpus_matches_trace": same_corpus, **res,
+                       "outside_scope": outside,
                        "seconds": round(time.perf_counter() - t0, 3)})

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from numbers import Real
 from pathlib import Path
 
-from evolve.api.named import installed_rule, run_rule
+from evolve.api.named import ScopeError, in_scope, installed_rule, run_rule
 from evolve.api.progress import steps_meter
 from evolve.data import traces
 from evolve.errors import EvolveError, show
@@ -127,7 +127,8 @@ def check_budgets(budgets) -> list:
 
 def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              trajectory: bool = False, engine: str | None = None, device: str = "cpu",
-             installed: bool = True, progress=None, meter=None) -> Tradeoff:
+             installed: bool = True, progress=None, meter=None,
+             any_scope: bool = False) -> Tradeoff:
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits (default ``datasets/traces``); ``budgets``: TV per
@@ -137,12 +138,18 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     estimate too; ``engine`` (transformers or sglang): sweep only that engine's knobs
     and standard rejection; ``device``: where the kernel sums run (cpu or cuda, the same
     report). ``progress``: a callable given a line at most every 10 s of a long step
-    (``print``); ``meter``: the command line's bar instead."""
+    (``print``); ``meter``: the command line's bar instead.
+
+    A champion is tuned and reported only on traces of the scope it was scored in
+    (``evolve.api.named.in_scope``): a run of another scope is a one-line ScopeError
+    naming both, the installed rule of another scope is left out (``report
+    ["left_out"]`` says why); ``any_scope`` keeps both, their rows marked."""
     budgets = check_budgets(budgets)
     if engine is not None and engine not in ENGINES:
         raise TradeoffError.of("engine", f"{show(engine)} is invalid; expected one of "
                                          f"{', '.join(ENGINES)}")
-    for param, flag in (("trajectory", trajectory), ("installed", installed)):
+    for param, flag in (("trajectory", trajectory), ("installed", installed),
+                        ("any_scope", any_scope)):
         if not isinstance(flag, bool):
             raise TradeoffError.of(param, f"{show(flag)} is invalid; expected True or False")
     if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):
@@ -151,23 +158,32 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     if png is not None:
         png = check_target("png", png)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
-    extra, infos = {}, []
+    t0 = time.perf_counter()
+    splits = traces.load_splits(data_dir, ("valid", "test"))
+    scope = traces.scope_of(splits["valid"].meta)
+    extra, infos, left_out = {}, [], []
     parent = paths.runs_dir(runs_dir)
     for r in {str(getattr(r, "path", r)): r for r in runs}.values():
-        rule, info = run_rule(parent, r)
+        rule, info = in_scope(*run_rule(parent, r), scope, any_scope, "runs")
         extra[info["label"]] = rule.nodes
         infos.append(info)
     if installed:
         found = installed_rule()
         if found is not None:
-            extra[found["label"]] = found.pop("nodes")
-            infos.append(found)
-    t0 = time.perf_counter()
-    splits = traces.load_splits(data_dir, ("valid", "test"))
+            nodes = found.pop("nodes")
+            try:
+                _, found = in_scope(None, found, scope, any_scope, "installed")
+            except ScopeError as e:       # not asked for by name: left out, and said so
+                left_out.append(e.why)
+            else:
+                extra[found["label"]] = nodes
+                infos.append(found)
     sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
     names = families() if engine is None else \
         ["standard_rejection"] + engine_families(engine)
     say = progress or (lambda text: None)
+    for why in left_out:
+        say(f"the installed rule is left out: {why}")
     say(f"sweeping {len(names)} rule families on valid and test, tuning to "
         f"{len(budgets)} budget(s) ...")
     with steps_meter(meter, progress, "tradeoff", 1) as m:
@@ -176,7 +192,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             m.advance(done - m.done, what)
         res = tuning.tradeoff(sas["valid"], sas["test"], budgets, extra,
                               TraceBlocks.from_split(splits["test"]) if trajectory else None,
-                              device, traces.scope_of(splits["valid"].meta), names=names,
+                              device, scope, names=names,
                               headroom=engine is None, progress=step)
     # standard last among the families: drawn over leniency l=1 and ears beta=0 (same point)
     order = [k for k in res["series"] if k in families() and k != "standard_rejection"]
@@ -194,7 +210,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
         except OSError as e:            # the directory went away, a full disk, ...
             raise TradeoffError.of("png", f"{png}: {e.strerror or e}") from None
         say(f"{png}: written")
-    report = {"data": str(data_dir), **res, "runs": infos,
+    report = {"data": str(data_dir), **res, "runs": infos, "left_out": left_out,
               "png": None if png is None else str(png), "trajectory": trajectory,
               "engine": engine, "seconds": round(time.perf_counter() - t0, 3)}
     return Tradeoff(report, series, png)

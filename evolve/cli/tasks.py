@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import fail, friendly_errors, json_option, need, runs_dir_option, term
+from evolve.cli.common import fail, friendly_errors, json_option, need, option_message, \
+    runs_dir_option, term
 from evolve.errors import EvolveError, shorten
 
 MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
@@ -140,16 +141,18 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
     tm.note(f"{out}: train, valid and test traces and their labels written")
 
 
-def _task_rule(text: str, runs_parent: Path, greedy: bool):
+def _task_rule(text: str, runs_parent: Path, greedy: bool, scope: dict, any_scope: bool):
     """A --compare rule: lossless, NAME, NAME:PARAM (in greedy decoding, the rule's
-    greedy form: ``evolve.rules.table.Rule.task_tree``) or run:RUN."""
-    from evolve.api.named import rule_of    # lazy: start-up (a command loads only what it runs)
+    greedy form: ``evolve.rules.table.Rule.task_tree``) or run:RUN (a champion scored in
+    ``scope``, or ``any_scope``: ``evolve.api.named.in_scope``)."""
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.api.named import in_scope, rule_of
     if text == "lossless":
         return None, {"label": "lossless"}
     rule, info = rule_of(text, runs_parent, param="--compare")
     if greedy and info.get("kind") == "rule":
         rule, info = rule_of(text, runs_parent, param="--compare", greedy=True)
-    return rule, info
+    return in_scope(rule, info, scope, any_scope, "rules")
 
 
 @click.command("simulate-task")
@@ -163,9 +166,13 @@ def _task_rule(text: str, runs_parent: Path, greedy: bool):
 @click.option("--decoding", type=str, default=None,
               help="greedy or sample (default: the traces').")
 @runs_dir_option
+@click.option("--any-scope", is_flag=True,
+              help="Decode a champion in another scope (decoding, draft length, top-k, "
+                   "temperature) than it was scored in; refused without it, and its rows are "
+                   "marked [outside its scope].")
 @json_option
 @friendly_errors
-def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_mode):
+def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, any_scope, json_mode):
     """Paired free-running task accuracy: every rule decodes the same problems with the
     same uniforms up to the answer; accuracy, tokens per call, and differences from the
     first rule with 95% intervals."""
@@ -186,13 +193,16 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
     parent = paths.runs_dir(runs_dir)
     greedy = (decoding or meta.get("decoding")) == "greedy"
     scope = traces.scope_of(meta)
-    chosen, settings = {}, {}
+    decoded = traces.scope_of({**meta, "decoding": "greedy" if greedy else "sample"})
+    chosen, settings, outside = {}, {}, []
     for text in dict.fromkeys(rules):
         try:
-            rule, info = _task_rule(text, parent, greedy)
+            rule, info = _task_rule(text, parent, greedy, decoded, any_scope)
         except EvolveError as e:
-            fail(shorten(str(e), 400))
+            fail(shorten(option_message(e), 400))
         chosen[info["label"]] = rule
+        if "outside_scope" in info:
+            outside.append(info["outside_scope"])
         if info.get("setting"):          # an engine's own knob: its settings, as set there
             settings[info["label"]] = (f"{info['engine']}: "
                                        f"{RULES[info['name']].engine_setting(info['param'], scope)}")
@@ -204,11 +214,13 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
         fail(f"--prompts: {prompts} is invalid; the {split} split has "
              f"{len(pair.problems[split])} problems")
     out = term(json_mode)
+    for why in outside:
+        out.note(f"evaluated outside its scope: {why}")
     t0 = time.perf_counter()
     res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
                                 meter=out.meter)
     res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1),
-               engine_settings=settings)
+               engine_settings=settings, outside_scope=outside)
     if json_mode:
         out.print_json(views.jsonable(res))
         return

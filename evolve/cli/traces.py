@@ -24,6 +24,12 @@ traces_option = click.option("--data", "data_dir", type=click.Path(path_type=Pat
                              help="Directory with train/valid/test trace splits "
                                   "(default: datasets/traces/).")
 
+any_scope_option = click.option(
+    "--any-scope", is_flag=True,
+    help="Evaluate a champion on traces of another scope (decoding, draft length, top-k, "
+         "temperature) than it was scored in; refused without it, and every row of such a "
+         "champion is marked [outside its scope].")
+
 
 # ---------------------------------------------------------------- shared
 
@@ -62,10 +68,11 @@ def _load_split(data_dir: Path, split: str):
 @click.option("--seed", type=int, default=1, show_default=True,
               help="Seed of the simulated prompts and draws.")
 @runs_dir_option
+@any_scope_option
 @json_option
 @friendly_errors
 def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks, contexts, reps,
-                 seed, runs_dir, json_mode):
+                 seed, runs_dir, any_scope, json_mode):
     """Real speculative decoding with a rule, next to its offline exact estimate.
 
     Rebuilds the draft/target pair from the split's recorded configuration,
@@ -97,7 +104,7 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
             fail("--compare: give the rules there, not with --rule/--run/--param")
         out = term(json_mode)
         res = api.compare(rules, data_dir, split, prompts, blocks, seed, runs_dir,
-                          progress=out.note, meter=out.meter)
+                          progress=out.note, meter=out.meter, any_scope=any_scope)
         if json_mode:
             out.print_json(views.jsonable(res.report))
         else:
@@ -124,10 +131,14 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
             fail(f"--rule: {heuristic!r} resamples from p without the rejected draft; "
                  f"its single-rule check is not implemented: compare it free-running with "
                  f"--compare {heuristic}")
-    else:
-        from evolve.api.named import run_rule    # lazy: start-up (as above)
-        rule, info = run_rule(paths.runs_dir(runs_dir), run)
     ts = _load_split(data_dir, split)
+    if run is not None:
+        from evolve.api.named import in_scope, run_rule    # lazy: start-up (as above)
+        from evolve.data.traces import scope_of    # lazy: start-up (as above)
+        rule, info = in_scope(*run_rule(paths.runs_dir(runs_dir), run), scope_of(ts.meta),
+                              any_scope, "run")
+        if "outside_scope" in info:
+            out.note(f"evaluated outside its scope: {info['outside_scope']}")
     # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources.registry import source_of
     if not source_of(ts).single_rule_check:
@@ -178,10 +189,11 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="Where the kernel sums run (sweeps, tuning, fixed rules, headroom): cpu "
                    "(Numba) or cuda (torch); the same report bit for bit.")
+@any_scope_option
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine, device,
-                 json_mode):
+                 any_scope, json_mode):
     """Literature rules tuned to TV budgets on valid, reported on test.
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -197,7 +209,7 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     out = term(json_mode)
     res = api.tradeoff(data_dir, [number("--budget", b) for b in budgets] or None, runs,
                        runs_dir, png, trajectory, engine, device, progress=out.note,
-                       meter=out.meter)
+                       meter=out.meter, any_scope=any_scope)
     if json_mode:
         out.print_json(views.jsonable(res.report))
         return

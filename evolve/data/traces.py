@@ -183,6 +183,45 @@ def scope_of(meta: dict) -> dict:
 
 DECODINGS = ("sample", "greedy")     # a scope's decoding (task traces record theirs)
 
+# What a rule scored at one scope needs of the data it is evaluated on: the same
+# decoding, draft length, candidates and temperature (the vocabulary and the source may
+# differ: a rule over probabilities transfers between pairs, and a top-k scope means the
+# draft's k most probable tokens whatever the vocabulary)
+SCOPE_MATCH = ("decoding", "block_size", "top_k", "temperature")
+
+
+def scope_text(scope: dict | None) -> str:
+    """A scope in a few words: ``greedy at temperature 1, g = 4``, ``sampled at
+    temperature 1, g = 4, top-k 16``; None (a rule scored on token splits): ``token
+    splits (no decoding)``."""
+    if scope is None:
+        return "token splits (no decoding)"
+    t = scope.get("temperature")
+    text = (f"{'greedy' if scope.get('decoding', 'sample') == 'greedy' else 'sampled'} at "
+            f"temperature {'?' if t is None else format(t, 'g')}, g = {scope.get('block_size')}")
+    if scope.get("decoding", "sample") == "greedy":
+        return text
+    k = scope.get("top_k")
+    return f"{text}, {'every token' if k is None else f'top-k {k}'}"
+
+
+def scope_mismatch(rule_scope: dict | None, data_scope: dict) -> str | None:
+    """Why a rule scored at ``rule_scope`` (None: on token splits) is not evaluated
+    faithfully on traces of ``data_scope`` (both ``scope_of``), or None when it is: one
+    phrase naming both scopes."""
+    def value(sc, key):
+        v = sc.get(key)
+        return sc.get("decoding", "sample") if key == "decoding" else v
+
+    same = rule_scope is not None and all(
+        value(rule_scope, k) == value(data_scope, k) or (
+            k == "temperature" and None not in (rule_scope.get(k), data_scope.get(k))
+            and abs(rule_scope[k] - data_scope[k]) <= 1e-12 * max(1.0, abs(data_scope[k])))
+        for k in SCOPE_MATCH)
+    if same:
+        return None
+    return f"scored on {scope_text(rule_scope)}; the data is {scope_text(data_scope)}"
+
 
 # ---------------------------------------------------------------- storage
 
