@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import numpy as np
 
+# the elementary functions of the inputs, defined once with them (and read from here too)
+from evolve.data.inputs import (KL_FLOOR, Slots, at_slots, entropy,  # noqa: F401
+                                lookahead_features, slot_columns, slot_features, slots_missing)
+
 VOCAB = 256        # the byte vocabulary of the n-gram pair (evolve.data.sources.ngram_lm)
-
-
-def entropy(P: np.ndarray) -> np.ndarray:
-    """Entropy in nats of each row of a probability matrix."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(P > 0, P * np.log(P), 0.0)
-    return np.maximum(-t.sum(axis=-1), 0.0)
 
 
 def sample_rows(P: np.ndarray, u: np.ndarray) -> np.ndarray:
@@ -91,73 +88,6 @@ def rejection_residual(kind: str, p: np.ndarray, q: np.ndarray, x: np.ndarray) -
     if small.any():
         r[small] = p[small]
     return r
-
-
-KL_FLOOR = 1e-300     # log max(., KL_FLOOR): a KL with q(x) = 0 < p(x) is large, finite
-
-
-def slot_features(p: np.ndarray, q: np.ndarray) -> dict:
-    """The schema-v3 slot features (``evolve.data.traces.V3_FIELDS``) of each row of
-    the full target and draft distributions p, q (B, V), in float64: ``slot_tv`` =
-    sum max(0, q - p) (= TV(p, q), the standard rule's rejection probability),
-    ``slot_kl_pq`` = KL(p || q) and ``slot_kl_qp`` = KL(q || p), each summed over the
-    support of its first argument with the other floored at 1e-300, and
-    ``slot_n_q_gt_p``, the number of tokens with q > p. The one definition: every
-    decoder records these (the Hugging Face one computes the same on its device)."""
-    p = np.asarray(p, dtype=np.float64)
-    q = np.asarray(q, dtype=np.float64)
-    return {"slot_tv": np.maximum(q - p, 0.0).sum(axis=-1),
-            "slot_kl_pq": _kl(p, q), "slot_kl_qp": _kl(q, p),
-            "slot_n_q_gt_p": (q > p).sum(axis=-1).astype(np.int64)}
-
-
-def lookahead_features(slot_tv: np.ndarray, g: int) -> dict:
-    """The lookahead inputs (``evolve.lang.features.LOOKAHEAD_INPUT_NAMES``) of rows in
-    block order (g consecutive rows per block, as traces and both decoders hold them),
-    from their slot TVs: ``next_tv`` at slot j is the slot TV of slot j + 1 of the same
-    block (0 at the last slot), and ``ahead`` the expected number of later drafts the
-    standard rule accepts after an acceptance at j, sum over m > j of prod over
-    j < i <= m of (1 - TV_i), computed from the block's end as
-    ahead_j = (1 - TV_(j+1)) (1 + ahead_(j+1)), ahead_(g-1) = 0. The one definition:
-    the trace objectives and both decoders use it (the Hugging Face one repeats
-    these steps on its device)."""
-    tv = np.asarray(slot_tv, dtype=np.float64).reshape(-1, g)
-    nxt = np.zeros_like(tv)
-    nxt[:, :-1] = tv[:, 1:]
-    ahead = np.zeros_like(tv)
-    for j in range(g - 2, -1, -1):
-        ahead[:, j] = (1.0 - tv[:, j + 1]) * (1.0 + ahead[:, j + 1])
-    return {"next_tv": nxt.reshape(-1), "ahead": ahead.reshape(-1)}
-
-
-def slot_columns(columns: dict) -> dict | None:
-    """The slot features of a split's columns: recorded (schema v3), else computed
-    from the candidates where they hold all of both distributions' mass (zero tails:
-    every other token has p = q = 0 and adds nothing), else None."""
-    names = ("slot_tv", "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p")
-    if all(f in columns for f in names):
-        return {f: columns[f] for f in names}
-    if (np.asarray(columns["tail_draft_prob"]) == 0.0).all() and \
-            (np.asarray(columns["tail_target_prob"]) == 0.0).all():
-        return slot_features(columns["cand_target_prob"], columns["cand_draft_prob"])
-    return None
-
-
-def slots_missing(columns: dict, source: str) -> str:
-    """"" if ``slot_columns`` finds the slot features, else why not (one line)."""
-    if slot_columns(columns) is not None:
-        return ""
-    return (f"{source}: field 'slot_tv' is missing (a schema v2 split whose candidates "
-            "miss some of the mass); rules that read the slot features need traces "
-            "recorded with them (`evolve data trace`)")
-
-
-def _kl(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    pos = a > 0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = np.where(pos, a * (np.log(np.where(pos, a, 1.0))
-                               - np.log(np.maximum(b, KL_FLOOR))), 0.0)
-    return t.sum(axis=-1)
 
 
 SORT_ALL_MAX_VOCAB = 4096   # above this, candidates come from a partial sort
@@ -402,14 +332,9 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndar
     verification knows them."""
     B, g = X.shape
     x = X.reshape(-1)
-    slots = slot_features(Pg, Qg)
-    feats = {"draft_prob": qx.reshape(-1), "target_prob": px.reshape(-1),
-             "position": (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
-             "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
-             "top_token_match": x == np.argmax(Pg, axis=1),
-             "block_position": np.tile(np.arange(g), B),
-             "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **slots,
-             **lookahead_features(slots["slot_tv"], g)}
+    feats = at_slots(Slots(
+        Pg, Qg, x, (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
+        np.tile(np.arange(g), B), g=g))
     a = clipped(rule.many(feats))
     if judges_every_draft(rule):             # an engine's knob judges every draft
         return a.reshape(B, g)

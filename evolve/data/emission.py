@@ -37,6 +37,7 @@ from evolve.data.decode import (RESIDUAL_EPS, STANDARD, WITHOUT_DRAFT, clipped,
                                 entropy, judges_every_draft, lookahead_features, residual,
                                 residual_kind, slot_columns, slot_features, top_candidates)
 from evolve.errors import EvolveError
+from evolve.data import inputs
 from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, reads_any
 
 
@@ -58,18 +59,9 @@ def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions,
                                                   f"slot, shape ({M},)")
             look[f] = v
 
-    def per_row(x):
-        return np.repeat(np.asarray(x)[:, None], V, axis=1)
-
-    top = np.argmax(p, axis=1)
-    return {"draft_prob": q, "target_prob": p,
-            "position": per_row(np.asarray(positions, np.int64)),
-            "draft_entropy": per_row(entropy(q)), "target_entropy": per_row(entropy(p)),
-            "top_token_match": np.arange(V)[None, :] == top[:, None],
-            "block_position": per_row(np.asarray(block_positions, np.int64)),
-            "p_max": per_row(p.max(axis=1)), "q_max": per_row(q.max(axis=1)),
-            **{f: per_row(v) for f, v in slot_features(p, q).items()},
-            **{f: per_row(v) for f, v in look.items()}}
+    return inputs.at_slots(inputs.Slots(p, q, None, np.asarray(positions, np.int64),
+                                        np.asarray(block_positions, np.int64),
+                                        lookahead=look if lookahead is not None else None))
 
 
 def trace_lookahead(ts, rows) -> dict | None:

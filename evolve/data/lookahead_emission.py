@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data import decode as DEC
+from evolve.data import inputs
 from evolve.data import emission as EM
 
 VOCAB = DEC.VOCAB
@@ -44,19 +45,13 @@ def _acceptance(rule, p, q, position, block_position, tokens, look: dict,
     the rule's clipped threshold for drafts among q's top k, the standard rule for the
     others (as the decoders apply it). The slot's own inputs are computed once, on its
     one row, and broadcast: the same values as on N repeated rows."""
-    N = tokens.size
-    P, Q = p[None], q[None]
-    one = {"position": position, "draft_entropy": DEC.entropy(Q)[0],
-           "target_entropy": DEC.entropy(P)[0], "block_position": block_position,
-           "p_max": p.max(), "q_max": q.max(),
-           **{f: v[0] for f, v in DEC.slot_features(P, Q).items()}}
-    F = {"draft_prob": q[tokens], "target_prob": p[tokens],
-         "top_token_match": tokens == np.argmax(p),
-         **{f: np.full(N, v) for f, v in one.items()}, **look}
+    F = {n: v[0] for n, v in inputs.at_slots(inputs.Slots(
+        p[None], q[None], tokens[None], np.array([position]), np.array([block_position]),
+        lookahead={n: v[None] for n, v in look.items()})).items()}
     a = DEC.clipped(rule.many(F))
     if DEC.judges_every_draft(rule):
         return a
-    inside = np.isin(tokens, DEC.top_candidates(Q, k)[0])
+    inside = np.isin(tokens, DEC.top_candidates(q[None], k)[0])
     return np.where(inside, a, np.minimum(1.0, p[tokens] / q[tokens]))
 
 

@@ -1,67 +1,172 @@
-"""The one table of inputs a rule reads, in signature order.
+"""The input registry: every input a rule reads, declared once, in opcode order.
 
-(name in trees and code, short name in infix text, type). The kernel's opcode
-of an input is its index here. The first six are the original record's
-features and the reference signature of every heuristic; the others exist
-on speculative-decoding traces: the position inside the draft block (0-based),
-the target's and the draft's top probability (schema v2), then three slot
-features of schema v3 (``evolve.data.decode.slot_features``: TV(p, q), KL(p||q),
-KL(q||p); the fourth, #{x: q(x) > p(x)}, is recorded but not an input), then two
-lookahead features (``evolve.data.decode.lookahead_features``): what verification
-knows at slot j of the later drafted slots of the same block, since the target
-scores all of them in one pass. ``next_tv`` is the slot TV of slot j + 1 (0 at the
-block's last slot, where an acceptance is followed by the bonus token), ``ahead``
-the expected number of later drafts of the block the standard rule would accept
-after an acceptance at j. Both are computed along the drafted tokens, so they
-depend on the token drafted at j: the exact objectives, which sum over the draft's
-candidates at j, hold them fixed at the recorded draft's values, and a rule that
-reads them is scored by an estimate (``evolve run --lookahead``; the free-running
-comparison decides). Inputs are appended so that trees and checkpoints written
-before them still parse. Splits without slot features (v2 files whose candidates
-miss some mass) offer neither the slot nor the lookahead inputs
-(``evolve.objectives.spec.TraceArrays``). ``TRACE_INPUT_NAMES`` are the nine of a
-v2 trace (the signature of trace rules that read no slot feature),
-``SLOT_SIGNATURE`` the twelve of a rule that reads a slot feature but no lookahead,
-``ALL_INPUT_NAMES`` all fourteen. Token splits, traces, the primitive set,
-generated code and reports all read this table (it imports nothing, so data
-modules can use it without loading Numba).
+An input is one ``Input`` row: its name (in trees and code), its short name (in infix
+text), its type, its group (which data holds it, below), a one-line description, and
+its export expression (``engine``: torch over the tensors an engine format's glue
+holds, ``evolve.export.engines``). How it is computed lives in one module,
+``evolve.data.inputs``: from the full draft and target distributions at drafted slots
+(every decoder and recorder, in numpy and torch), and from a trace's recorded columns
+(the objectives' input matrices). The kernel's opcode of an input is its index here.
+Everything that reads inputs iterates this table: the primitive set, the input
+matrices, the decoders, the rule adapters, the learned rules, generated code and the
+exports; nothing reads an input by its position.
+
+Groups, in table order; an input is offered to a search where its group's data is:
+
+- ``token``: the six features of the original record (every data world);
+- ``trace``: where the draft block stands and the top probabilities (every trace);
+- ``slot``: TV(p, q), KL(p||q), KL(q||p) of the slot's full distributions (traces
+  that record them, schema v3, or whose candidates hold all the mass;
+  ``evolve.data.decode.slot_features``);
+- ``lookahead``: what verification knows at slot j of the later drafted slots of its
+  block (computed from their slot TVs along the drafted tokens,
+  ``evolve.data.decode.lookahead_features``), so the exact objectives hold them at
+  the recorded draft's values and a rule that reads them is scored by an estimate
+  (``evolve run --lookahead`` offers them; the free-running comparison decides).
+
+A group ``needs`` the groups it is computed from (lookahead: slot). A rule's signature
+(generated code and exports) is its world's own groups (token; token and trace on
+traces) plus every group it reads and what those need, in table order
+(``signature_of``): six, nine, twelve or fourteen inputs today. Inputs are appended
+so that trees and checkpoints written before them still parse; the kernels reserve
+``MAX_INPUTS`` opcodes for them (``evolve.lang.primitives``).
+
+This module imports nothing, so data modules can read it without loading Numba.
 """
 
-INPUTS = (
-    ("draft_prob", "d", float),
-    ("target_prob", "t", float),
-    ("position", "pos", float),
-    ("draft_entropy", "de", float),
-    ("target_entropy", "te", float),
-    ("top_token_match", "match", bool),
-)
-TRACE_INPUTS = (
-    ("block_position", "bpos", float),
-    ("p_max", "pmax", float),
-    ("q_max", "qmax", float),
-    ("slot_tv", "stv", float),
-    ("slot_kl_pq", "klpq", float),
-    ("slot_kl_qp", "klqp", float),
-    ("next_tv", "ntv", float),
-    ("ahead", "ahead", float),
-)
-SLOT_INPUT_NAMES = ("slot_tv", "slot_kl_pq", "slot_kl_qp")
-LOOKAHEAD_INPUT_NAMES = ("next_tv", "ahead")
-ALL_INPUTS = INPUTS + TRACE_INPUTS
-N_V2_INPUTS = (len(ALL_INPUTS) - len(SLOT_INPUT_NAMES)
-               - len(LOOKAHEAD_INPUT_NAMES))             # the inputs of v2 traces: 9
-N_SLOT_INPUTS = N_V2_INPUTS + len(SLOT_INPUT_NAMES)      # with the slot features: 12
-INPUT_NAMES = tuple(i[0] for i in INPUTS)
-ALL_INPUT_NAMES = tuple(i[0] for i in ALL_INPUTS)         # fourteen, in opcode order
-TRACE_INPUT_NAMES = ALL_INPUT_NAMES[:N_V2_INPUTS]         # the nine of a v2 trace signature
-SLOT_SIGNATURE = ALL_INPUT_NAMES[:N_SLOT_INPUTS]          # the twelve of a slot rule
+from __future__ import annotations
+
+from dataclasses import dataclass
 
 
-if ALL_INPUT_NAMES[N_V2_INPUTS:N_SLOT_INPUTS] != SLOT_INPUT_NAMES or \
-        ALL_INPUT_NAMES[N_SLOT_INPUTS:] != LOOKAHEAD_INPUT_NAMES:
-    raise ImportError("evolve.lang.features: the slot and lookahead inputs are out of order")
+@dataclass(frozen=True)
+class Input:
+    name: str            # in trees and generated code
+    short: str           # in infix text
+    type: type           # float, or bool (a truth value: the kernel holds 1.0 / 0.0)
+    group: str           # a key of GROUPS
+    per_token: bool      # its value depends on the token (else one value per slot)
+    doc: str             # what it is, in a line
+    engine: str | None   # torch expression in an engine format's glue (None: not exported)
+
+
+# group: (what data holds it, the groups it is computed from)
+GROUPS = {
+    "token": ("every data world: the original record's features", ()),
+    "trace": ("speculative-decoding traces", ()),
+    "slot": ("traces with the slot features (schema v3, or candidates holding all the mass)",
+             ()),
+    "lookahead": ("traces with the slot features, offered with --lookahead", ("slot",)),
+}
+
+# Engine expressions read the glue's tensors (evolve.export.engines): p, q the target's
+# and the draft's probabilities [n, vocab] at the n drafted positions, x the drafted
+# tokens [n], rows = arange(n), block and position the block and sequence positions
+# (floats), and slots the slot features and lookahead inputs of those positions.
+REGISTRY: tuple[Input, ...] = (
+    Input("draft_prob", "d", float, "token", True,
+          "the draft's probability of the drafted token", "q[rows, x]"),
+    Input("target_prob", "t", float, "token", True,
+          "the target's probability of the drafted token", "p[rows, x]"),
+    Input("position", "pos", float, "token", False,
+          "tokens generated before it (0-based; the distance from the prompt)", "position"),
+    Input("draft_entropy", "de", float, "token", False,
+          "entropy of the draft's distribution (nats)", "entropy(q)"),
+    Input("target_entropy", "te", float, "token", False,
+          "entropy of the target's distribution (nats)", "entropy(p)"),
+    Input("top_token_match", "match", bool, "token", True,
+          "the drafted token is the target's most probable one", "x == p.argmax(dim=-1)"),
+    Input("block_position", "bpos", float, "trace", False,
+          "its place in the draft block (0-based)", "block"),
+    Input("p_max", "pmax", float, "trace", False, "the target's top probability",
+          "p.max(dim=-1).values"),
+    Input("q_max", "qmax", float, "trace", False, "the draft's top probability",
+          "q.max(dim=-1).values"),
+    Input("slot_tv", "stv", float, "slot", False,
+          "TV(p, q) at the slot: the standard rule's rejection probability",
+          'slots["slot_tv"]'),
+    Input("slot_kl_pq", "klpq", float, "slot", False, "KL(p || q) at the slot",
+          'slots["slot_kl_pq"]'),
+    Input("slot_kl_qp", "klqp", float, "slot", False, "KL(q || p) at the slot",
+          'slots["slot_kl_qp"]'),
+    Input("next_tv", "ntv", float, "lookahead", False,
+          "the next slot's TV in the block (0 at its last slot)", 'slots["next_tv"]'),
+    Input("ahead", "ahead", float, "lookahead", False,
+          "expected later drafts of the block the standard rule accepts after this one",
+          'slots["ahead"]'),
+)
+
+BY_NAME: dict[str, Input] = {i.name: i for i in REGISTRY}
+if len(BY_NAME) != len(REGISTRY) or any(i.group not in GROUPS for i in REGISTRY) \
+        or [i.group for i in REGISTRY] != sorted((i.group for i in REGISTRY),
+                                                  key=list(GROUPS).index):
+    raise ImportError("evolve.lang.features: an input is repeated, of an unknown group, or "
+                      "out of its group's order")
+
+
+def names_of(*groups: str) -> tuple:
+    """The inputs of these groups, in table order."""
+    return tuple(i.name for i in REGISTRY if i.group in groups)
+
+
+def with_needs(groups) -> set:
+    """The groups and every group they are computed from."""
+    out, todo = set(), list(groups)
+    while todo:
+        g = todo.pop()
+        if g not in out:
+            out.add(g)
+            todo.extend(GROUPS[g][1])
+    return out
+
+
+# The table as (name, short name, type) rows, and the groups' names (the readers of
+# before the registry, and the ones that want a group by name)
+ALL_INPUTS = tuple((i.name, i.short, i.type) for i in REGISTRY)
+INPUTS = tuple(r for r, i in zip(ALL_INPUTS, REGISTRY) if i.group == "token")
+TRACE_INPUTS = tuple(r for r, i in zip(ALL_INPUTS, REGISTRY) if i.group != "token")
+INPUT_NAMES = names_of("token")                              # the six of a token record
+SLOT_INPUT_NAMES = names_of("slot")
+LOOKAHEAD_INPUT_NAMES = names_of("lookahead")
+ALL_INPUT_NAMES = tuple(i.name for i in REGISTRY)            # every input, in opcode order
+TRACE_INPUT_NAMES = names_of("token", "trace")               # the nine of a v2 trace signature
+TOKEN_LEVEL = tuple(i.name for i in REGISTRY if i.per_token)   # those that vary with the token
+SLOT_SIGNATURE = names_of("token", "trace", "slot")          # the twelve of a slot rule
+N_V2_INPUTS = len(TRACE_INPUT_NAMES)
+N_SLOT_INPUTS = len(SLOT_SIGNATURE)
+
+
+def groups_read(nodes) -> set:
+    """The groups of the inputs parsed tree nodes (``evolve.lang.treeio``) read."""
+    return {BY_NAME[n.name].group for n in nodes if getattr(n, "kind", None) == "input"}
 
 
 def reads_any(nodes, names) -> bool:
     """Whether parsed tree nodes (``evolve.lang.treeio``) read any of the inputs ``names``."""
     return any(getattr(n, "kind", None) == "input" and n.name in names for n in nodes)
+
+
+def signature(groups) -> tuple:
+    """The inputs of ``groups`` and of what they need, in table order."""
+    return names_of(*with_needs(groups))
+
+
+def signature_of(nodes, trace: bool = True) -> tuple:
+    """The signature of the rule whose tree is ``nodes`` (generated code and exports):
+    its world's groups (token; token and trace with ``trace``) and every group it reads,
+    with what those need."""
+    return signature({"token"} | ({"trace"} if trace else set()) | groups_read(nodes))
+
+
+def offered(trace: bool = False, slots: bool = True, lookahead: bool = False) -> tuple:
+    """The inputs data of a kind offers a search, in table order: the token group; on
+    traces also the trace group and, with ``slots`` (the split has them), the slot
+    group, and with ``lookahead`` (and ``slots``) the lookahead group."""
+    groups = {"token"}
+    if trace:
+        groups.add("trace")
+        if slots:
+            groups.add("slot")
+            if lookahead:
+                groups.add("lookahead")
+    return names_of(*groups)

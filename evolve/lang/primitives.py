@@ -26,15 +26,18 @@ import numpy as np
 from evolve.lang.features import (ALL_INPUT_NAMES, ALL_INPUTS, INPUT_NAMES,  # noqa: F401
                                   INPUTS, LOOKAHEAD_INPUT_NAMES, N_SLOT_INPUTS, N_V2_INPUTS,
                                   SLOT_INPUT_NAMES, SLOT_SIGNATURE, TRACE_INPUT_NAMES,
-                                  TRACE_INPUTS, reads_any)
+                                  TRACE_INPUTS, groups_read, offered, reads_any, signature,
+                                  signature_of, with_needs)
 from heuristics import ops
 from numba import vectorize
 
 # ------------------------------------------------------------------ inputs
 
 N_INPUTS = len(INPUTS)
-MAX_INPUTS = 15              # opcodes 0..14 are reserved for inputs
-OP_CONST = MAX_INPUTS        # opcode 15: push a constant
+MAX_INPUTS = 32              # opcodes 0..31 are reserved for inputs (the registry's order)
+OP_CONST = MAX_INPUTS        # opcode 32: push a constant; the primitives follow it
+if len(ALL_INPUTS) > MAX_INPUTS:
+    raise ImportError("evolve.lang.primitives: more inputs than MAX_INPUTS opcodes")
 
 
 # ------------------------------------------------------- numpy reference ops
@@ -121,56 +124,59 @@ F, B = float, bool
 # module's protected helpers (evolve.export.backends HELPERS) where a primitive is
 # protected; Triton writes them inline with tl.where (constants as float64 scalars).
 PRIMITIVES: tuple[Primitive, ...] = (
-    Primitive("add", 16, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})",
+    Primitive("add", OP_CONST + 1, (F, F), F, operator.add, _np_arith(np.add), "({0} + {1})",
               "({0} + {1})", lambda S, a, b: a + b, _same("({0} + {1})")),
-    Primitive("sub", 17, (F, F), F, operator.sub, _np_arith(np.subtract), "({0} - {1})",
-              "({0} - {1})", lambda S, a, b: a - b, _same("({0} - {1})")),
-    Primitive("mul", 18, (F, F), F, operator.mul, _np_arith(np.multiply), "({0} * {1})",
-              "({0} * {1})", lambda S, a, b: a * b, _same("({0} * {1})")),
-    Primitive("pdiv", 19, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})", "({0} / {1})",
+    Primitive("sub", OP_CONST + 2, (F, F), F, operator.sub, _np_arith(np.subtract),
+              "({0} - {1})", "({0} - {1})", lambda S, a, b: a - b, _same("({0} - {1})")),
+    Primitive("mul", OP_CONST + 3, (F, F), F, operator.mul, _np_arith(np.multiply),
+              "({0} * {1})", "({0} * {1})", lambda S, a, b: a * b, _same("({0} * {1})")),
+    Primitive("pdiv", OP_CONST + 4, (F, F), F, ops.pdiv, _np_pdiv, "pdiv({0}, {1})",
+              "({0} / {1})",
               lambda S, a, b: a / b,
               {"numpy": "pdiv({0}, {1})", "torch": "pdiv({0}, {1})",
                "triton": f"tl.where(tl.abs({{1}}) > {f64(ops.DIV_EPS)}, {{0}} / {{1}}, "
                          f"{f64(1.0)})"}),
-    Primitive("pmin", 20, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})",
+    Primitive("pmin", OP_CONST + 5, (F, F), F, ops.pmin, _np_min, "pmin({0}, {1})", "min({0}, {1})",
               lambda S, a, b: S.Min(a, b),
               {**_lib("where({0} < {1}, {0}, {1})", "tl.where({0} < {1}, {0}, {1})")}),
-    Primitive("pmax", 21, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})",
+    Primitive("pmax", OP_CONST + 6, (F, F), F, ops.pmax, _np_max, "pmax({0}, {1})", "max({0}, {1})",
               lambda S, a, b: S.Max(a, b),
               {**_lib("where({0} > {1}, {0}, {1})", "tl.where({0} > {1}, {0}, {1})")}),
-    Primitive("neg", 22, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})", "(-{0})",
+    Primitive("neg", OP_CONST + 7, (F,), F, operator.neg, _np_arith(np.negative), "(-{0})",
+              "(-{0})",
               lambda S, a: -a, _same("(-{0})")),
-    Primitive("absf", 23, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|",
+    Primitive("absf", OP_CONST + 8, (F,), F, abs, _np_arith(np.abs), "abs({0})", "|{0}|",
               lambda S, a: S.Abs(a), _lib("abs({0})", "tl.abs({0})")),
-    Primitive("plog", 24, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})",
+    Primitive("plog", OP_CONST + 9, (F,), F, ops.plog, _np_plog, "plog({0})", "log({0})",
               lambda S, a: S.log(S.Abs(a)),
               {"numpy": "plog({0})", "torch": "plog({0})",
                "triton": f"tl.where(tl.abs({{0}}) > {f64(ops.LOG_EPS)}, "
                          f"tl.log(tl.abs({{0}})), {f64(ops.LOG_FLOOR)})"}),
-    Primitive("pexp", 25, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})",
+    Primitive("pexp", OP_CONST + 10, (F,), F, ops.pexp, _np_pexp, "pexp({0})", "exp({0})",
               lambda S, a: S.exp(a),
               {"numpy": "pexp({0})", "torch": "pexp({0})",
                "triton": f"tl.where({{0}} < {f64(ops.EXP_MAX)}, tl.exp({{0}}), "
                          f"{f64(ops.EXP_CAP)})"}),
-    Primitive("psqrt", 26, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
+    Primitive("psqrt", OP_CONST + 11, (F,), F, ops.psqrt, _np_arith(lambda a: np.sqrt(np.abs(a))),
               "psqrt({0})", "sqrt|{0}|", lambda S, a: S.sqrt(S.Abs(a)),
               {"numpy": "np.sqrt(np.abs({0}))", "torch": "torch.sqrt(torch.abs({0}))",
                "triton": "tl.sqrt(tl.abs({0}))"}),
-    Primitive("square", 27, (F,), F, ops.square, _np_arith(np.square), "square({0})",
+    Primitive("square", OP_CONST + 12, (F,), F, ops.square, _np_arith(np.square), "square({0})",
               "({0})^2", lambda S, a: a ** 2, _same("({0} * {0})")),
-    Primitive("lt", 28, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})",
+    Primitive("lt", OP_CONST + 13, (F, F), B, operator.lt, _np_arith(np.less), "({0} < {1})",
               "({0} < {1})", lambda S, a, b: S.StrictLessThan(a, b), _same("({0} < {1})")),
-    Primitive("ite", 29, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
+    Primitive("ite", OP_CONST + 14, (B, F, F), F, ops.ite, lambda c, a, b: np.where(c, a, b),
               "ite({0}, {1}, {2})", "({1} if {0} else {2})",
               lambda S, c, a, b: S.Piecewise((a, c), (b, True)),
               _lib("where({0}, {1}, {2})", "tl.where({0}, {1}, {2})")),
-    Primitive("and_", 30, (B, B), B, lambda a, b: a and b, np.logical_and,
+    Primitive("and_", OP_CONST + 15, (B, B), B, lambda a, b: a and b, np.logical_and,
               "({0} and {1})", "({0} and {1})", lambda S, a, b: S.And(a, b),
               _lib("logical_and({0}, {1})", "({0} & {1})")),
-    Primitive("or_", 31, (B, B), B, lambda a, b: a or b, np.logical_or,
+    Primitive("or_", OP_CONST + 16, (B, B), B, lambda a, b: a or b, np.logical_or,
               "({0} or {1})", "({0} or {1})", lambda S, a, b: S.Or(a, b),
               _lib("logical_or({0}, {1})", "({0} | {1})")),
-    Primitive("not_", 32, (B,), B, operator.not_, np.logical_not, "(not {0})", "(not {0})",
+    Primitive("not_", OP_CONST + 17, (B,), B, operator.not_, np.logical_not, "(not {0})",
+              "(not {0})",
               lambda S, a: S.Not(a), _lib("logical_not({0})", "(~{0})")),
 )
 EXPORTS = ("numpy", "torch", "triton")
@@ -206,42 +212,33 @@ def input_names(trace: bool = False, slots: bool = False, lookahead: bool = Fals
     """The inputs (and the heuristic's signature): six, nine on trace data, twelve
     with the slot features (``slots``: a tree that reads one), fourteen with the
     lookahead inputs (``lookahead``: a tree that reads one)."""
-    if not trace:
-        return INPUT_NAMES
-    if lookahead:
-        return ALL_INPUT_NAMES
-    return SLOT_SIGNATURE if slots else TRACE_INPUT_NAMES
+    groups = set()
+    if trace:
+        groups.add("trace")
+        if slots:
+            groups.add("slot")
+        if lookahead:
+            groups.add("lookahead")
+    return signature({"token"} | groups)
 
 
 def uses_slot_inputs(nodes) -> bool:
     """Whether parsed tree nodes read an input that needs the slot features: a slot
     feature (slot_tv, slot_kl_pq, slot_kl_qp) or a lookahead input (next_tv, ahead,
     computed from the slot TVs)."""
-    return reads_any(nodes, SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES)
+    return "slot" in with_needs(groups_read(nodes))
 
 
 def uses_lookahead_inputs(nodes) -> bool:
     """Whether parsed tree nodes read a lookahead input (next_tv, ahead): the exact
     objectives are then an estimate (``evolve.lang.features``)."""
-    return reads_any(nodes, LOOKAHEAD_INPUT_NAMES)
-
-
-def signature_of(nodes, trace: bool = True) -> tuple:
-    """The signature of the rule whose tree is ``nodes`` (generated code and exports):
-    the six reference features, the nine of traces, the twelve with the slot features
-    or all fourteen, as the tree reads them."""
-    return input_names(trace, uses_slot_inputs(nodes), uses_lookahead_inputs(nodes))
+    return "lookahead" in groups_read(nodes)
 
 
 def offered_inputs(trace: bool = False, slots: bool = True, lookahead: bool = False) -> tuple:
-    """The inputs data of a kind offers a search, in table order: the six of a token
-    record; on traces also block_position, p_max, q_max and, with ``slots`` (the split
-    has them), the slot features; ``lookahead`` (with ``slots``) also next_tv, ahead."""
-    if not trace:
-        return INPUT_NAMES
-    if not slots:
-        return TRACE_INPUT_NAMES
-    return ALL_INPUT_NAMES if lookahead else SLOT_SIGNATURE
+    """The inputs data of a kind offers a search, in table order
+    (``evolve.lang.features.offered``)."""
+    return offered(trace, slots, lookahead)
 
 
 def primitives_for(inputs) -> tuple:

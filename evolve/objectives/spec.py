@@ -72,11 +72,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from evolve.data.decode import RESIDUAL_EPS, lookahead_features, slot_columns, slots_missing
+from evolve.data import inputs
+from evolve.data.decode import RESIDUAL_EPS, slots_missing
 from evolve.errors import EvolveError
 from evolve.kernels import layout
-from evolve.lang.features import (ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, N_V2_INPUTS,
-                                  SLOT_INPUT_NAMES)
+from evolve.lang.features import ALL_INPUT_NAMES
 from evolve.objectives.metrics import clip01
 
 FEATURES = ALL_INPUT_NAMES
@@ -137,27 +137,10 @@ class TraceArrays:
 
 
 def candidate_matrix(ts) -> np.ndarray:
-    """The (14 or 9, N*k) float64 input matrix of a split, rows in FEATURES order."""
-    c = ts.columns
-    n, k = c["cand_token"].shape
-    slots = slot_columns(c)
-    X = np.empty((N_FEATURES if slots else N_V2_INPUTS, n, k), dtype=np.float64)
-    X[0] = c["cand_draft_prob"]
-    X[1] = c["cand_target_prob"]
-    X[2] = c["position"][:, None]
-    X[3] = c["draft_entropy"][:, None]
-    X[4] = c["target_entropy"][:, None]
-    X[5] = c["cand_token"].astype(np.int64) == c["target_top"][:, None]
-    X[6] = c["block_position"][:, None]
-    X[7] = c["p_max"][:, None]
-    X[8] = c["q_max"][:, None]
-    if slots:
-        g = int(ts.meta["block_size"])
-        ahead = lookahead_features(slots["slot_tv"], g)
-        X[N_V2_INPUTS:] = [np.asarray(v)[:, None] for v in
-                           [slots[f] for f in SLOT_INPUT_NAMES] + [ahead[f] for f in
-                                                                   LOOKAHEAD_INPUT_NAMES]]
-    return np.ascontiguousarray(X.reshape(X.shape[0], n * k))
+    """The (14 or 9, N*k) float64 input matrix of a split's candidates, one row per
+    input in the registry's order (``evolve.data.inputs.input_matrix``)."""
+    return inputs.input_matrix(inputs.readable(ts.columns, int(ts.meta["block_size"])),
+                               "candidates")
 
 
 # ------------------------------------------------------- per-position terms

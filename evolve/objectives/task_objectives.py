@@ -19,10 +19,9 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data import labels as LB
-from evolve.data.decode import slot_columns
+from evolve.data import inputs
 from evolve.kernels import fixed
 from evolve.lang import treeio
-from evolve.lang.features import N_SLOT_INPUTS, SLOT_INPUT_NAMES
 from evolve.objectives import placement
 from evolve.objectives import task_labels as TL
 from evolve.objectives.base import TASK, Evaluator, Objective
@@ -31,17 +30,14 @@ from evolve.objectives.fitness import speed_fitness
 CHUNK_VALUES = 1 << 22        # thresholds (programs x rows) held at once: 32 MiB
 
 
-def drafted_matrix(cols: dict) -> np.ndarray:
+def drafted_matrix(cols: dict, g: int) -> np.ndarray:
     """The (12, N) float64 input matrix of the drafted rows (each row's own token), in
-    the inputs' table order (``evolve.lang.features``)."""
-    slots = slot_columns(cols)
-    rows = [cols["draft_prob"], cols["target_prob"], cols["position"], cols["draft_entropy"],
-            cols["target_entropy"], cols["token"] == cols["target_top"],
-            cols["block_position"], cols["p_max"], cols["q_max"],
-            *(slots[f] for f in SLOT_INPUT_NAMES)]
-    X = np.vstack([np.asarray(r, dtype=np.float64) for r in rows])
-    assert X.shape[0] == N_SLOT_INPUTS
-    return np.ascontiguousarray(X)
+    the registry's order (``evolve.data.inputs.input_matrix``): the inputs of traces
+    with slot features (the lookahead ones are not offered here)."""
+    return inputs.input_matrix(inputs.readable(cols, g), "drafted", GROUPS)
+
+
+GROUPS = ("token", "trace", "slot")     # the inputs the task objectives offer
 
 
 class TaskData:
@@ -62,7 +58,7 @@ class TaskData:
     def _build(self, c: dict, meta: dict, critical) -> None:
         greedy = meta["decoding"] == "greedy"
         g = int(meta["block_size"])
-        self.X = drafted_matrix(c)
+        self.X = drafted_matrix(c, g)
         if greedy:
             s = (c["token"] == c["target_top"]).astype(np.float64)
             inside, outside = s < 1.0, np.ones_like(s)

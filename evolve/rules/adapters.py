@@ -20,14 +20,26 @@ import numpy as np
 
 from evolve.errors import EvolveError, show
 from evolve.lang import numpy_eval
-from evolve.objectives.spec import FEATURES
+from evolve.lang.features import ALL_INPUT_NAMES as FEATURES, BY_NAME, names_of
 from evolve.lang.treeio import parse
 from evolve.rules.table import RULES
 from evolve.lang import treeio
 
-V1_ARGS = FEATURES[:6]
-EXTRA_ARGS = FEATURES[6:9]
-SLOT_ARGS = FEATURES[9:]      # optional for scalar rules: passed to those that name them
+V1_ARGS = names_of("token")            # a v1 scalar rule's six positional arguments
+TRACE_ARGS = names_of("token", "trace")  # an extended rule takes these by name, all of them
+EXTRA_ARGS = names_of("trace")
+SLOT_ARGS = tuple(n for n in FEATURES if n not in TRACE_ARGS)   # passed where it names them
+WHOLE = ("position", "block_position")   # counts, passed to scalar rules as ints
+
+
+def _scalar(name: str, values):
+    """A column as a scalar rule takes it: a list of ints, bools or floats."""
+    v = np.asarray(values)
+    if name in WHOLE:
+        return [int(x) for x in v.tolist()]
+    if BY_NAME[name].type is bool:
+        return [bool(x) for x in v.tolist()]
+    return v.tolist()
 
 
 class Rule:
@@ -36,7 +48,7 @@ class Rule:
     def __init__(self, fn, extended: bool, name: str = "", slots: tuple = ()):
         self.fn = fn
         self.extended = extended
-        self.slots = slots            # the slot features the function takes by name
+        self.slots = slots            # the inputs beyond the nine it takes by name
         self.name = name or getattr(fn, "__name__", "rule")
 
     def __call__(self, **features) -> float:
@@ -46,24 +58,19 @@ class Rule:
 
     def many(self, F: dict) -> np.ndarray:
         """Thresholds for columns of features (1-D arrays of equal length)."""
-        cols = [np.asarray(F[f]).tolist() for f in FEATURES[:9]]
-        n = len(cols[0])
-        pos, bpos = cols[2], cols[6]
-        match = cols[5]
+        names = (TRACE_ARGS + tuple(f for f in self.slots if f in F)) if self.extended \
+            else V1_ARGS
+        cols = {f: _scalar(f, F[f]) for f in names}
+        n = len(cols[names[0]])
         out = np.empty(n, dtype=np.float64)
         fn = self.fn
         if self.extended:
-            slots = {f: np.asarray(F[f]).tolist() for f in self.slots if f in F}
             for i in range(n):
-                out[i] = fn(draft_prob=cols[0][i], target_prob=cols[1][i], position=int(pos[i]),
-                            draft_entropy=cols[3][i], target_entropy=cols[4][i],
-                            top_token_match=bool(match[i]), block_position=int(bpos[i]),
-                            p_max=cols[7][i], q_max=cols[8][i],
-                            **{f: v[i] for f, v in slots.items()})
+                out[i] = fn(**{f: v[i] for f, v in cols.items()})
         else:
+            args = [cols[f] for f in V1_ARGS]
             for i in range(n):
-                out[i] = fn(cols[0][i], cols[1][i], int(pos[i]), cols[3][i], cols[4][i],
-                            bool(match[i]))
+                out[i] = fn(*(a[i] for a in args))
         return out
 
 
@@ -93,8 +100,8 @@ def as_rule(fn, name: str = "") -> Rule:
     names = set(params)
     var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     extended = var_kw or any(a in names for a in EXTRA_ARGS + SLOT_ARGS)
-    if extended and not (var_kw or set(FEATURES[:9]) <= names):
-        missing = [f for f in FEATURES[:9] if f not in names]
+    if extended and not (var_kw or set(TRACE_ARGS) <= names):
+        missing = [f for f in TRACE_ARGS if f not in names]
         raise TypeError(f"rule {getattr(fn, '__name__', fn)!r} takes some of block_position/"
                         f"p_max/q_max but not {missing[0]!r} (extended rules take all nine "
                         f"features by name)")

@@ -24,7 +24,8 @@ import numpy as np
 
 from evolve.data.decode import (KL_FLOOR, RESIDUAL_EPS, SORT_ALL_MAX_VOCAB, STANDARD,
                                 clipped, judges_every_draft, residual_kind)
-from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
+from evolve.data.inputs import AT_SLOTS, Ops, Slots, at_slots
+from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, TOKEN_LEVEL
 
 PROB_FLOOR = float(np.finfo(np.float64).tiny)
 
@@ -86,6 +87,21 @@ def lookahead_features(slot_tv, g: int) -> dict:
     return {"next_tv": nxt.reshape(-1), "ahead": ahead.reshape(-1)}
 
 
+def _take(P, x):
+    return P.gather(1, x.unsqueeze(1)).squeeze(1) if x.dim() == 1 else P.gather(1, x)
+
+
+def _vocab(V, P):
+    import torch  # lazy: the core install has no torch
+    return torch.arange(V, device=P.device).unsqueeze(0)
+
+
+# The torch functions the inputs are computed with (``evolve.data.inputs``)
+OPS = Ops(_take, lambda v, shape: v if len(shape) == 1 else v.unsqueeze(1).expand(*shape),
+          entropy, lambda P: P.argmax(dim=1), lambda P: P.amax(dim=1), slot_features,
+          lookahead_features, _vocab)
+
+
 def top_candidates(q, k: int):
     """Ids of the k largest entries of each row, descending, lower id first on ties;
     above ``SORT_ALL_MAX_VOCAB`` ids from ``torch.topk``, then ordered the same way
@@ -134,10 +150,10 @@ def rejection_residual(kind: str, p, q, x):
 def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
     """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
     X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
-    recorder stores and what a rule reads, all on the device. The lookahead inputs
-    (``lookahead_features`` of the block's slot TVs, along the drafted tokens) are
-    for rules only: the recorder leaves them out (``RECORD_SKIPS``; traces derive
-    them from their slot TVs)."""
+    recorder stores and what a rule reads (every input, ``evolve.data.inputs``), all
+    on the device. The lookahead inputs (along the drafted tokens) are for rules only:
+    the recorder leaves them out (``RECORD_SKIPS``; traces derive them from their slot
+    TVs)."""
     import torch  # lazy: the core install has no torch
     B, g = X.shape
     x = X.reshape(-1)
@@ -145,23 +161,15 @@ def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
     top = Pg.argmax(dim=1)
     cs = candidates(Pg, Qg, k)
     hit = cs["cand_token"] == x.unsqueeze(1)
-    qx = torch.gather(Qg, 1, x.unsqueeze(1)).squeeze(1)
-    px = torch.gather(Pg, 1, x.unsqueeze(1)).squeeze(1)
     jj = torch.arange(g, device=dev)
-    slots = slot_features(Pg, Qg)
-    return {"draft_prob": qx, "target_prob": px,
-            "position": (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
-            "draft_entropy": entropy(Qg), "target_entropy": entropy(Pg),
-            "top_token_match": x == top, "block_position": jj.repeat(B), "token": x,
+    s = Slots(Pg, Qg, x, (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
+              jj.repeat(B), g=g, ops=OPS)
+    return {**at_slots(s), "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
-            "target_top": top, "p_max": Pg.amax(dim=1), "q_max": Qg.amax(dim=1), **cs,
-            **slots, **lookahead_features(slots["slot_tv"], g)}
+            "target_top": top, **cs, **s.slots}
 
 
 RECORD_SKIPS = LOOKAHEAD_INPUT_NAMES     # block_features a trace does not record
-RULE_INPUTS = ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
-               "top_token_match", "block_position", "p_max", "q_max", "slot_tv",
-               "slot_kl_pq", "slot_kl_qp", "slot_n_q_gt_p") + LOOKAHEAD_INPUT_NAMES
 
 
 def rule_acceptance(rule, F: dict, B: int, g: int):
@@ -169,17 +177,14 @@ def rule_acceptance(rule, F: dict, B: int, g: int):
     ``many(features)`` rule), as ``evolve.data.decode.drafted_acceptance`` decides:
     the rule's clipped threshold for drafts among the draft's top-k, the standard rule
     for the others (an engine's knob: the rule for every draft). Only the B g rows
-    of features go to the host and the B g thresholds come back."""
+    of inputs go to the host and the B g thresholds come back."""
     import torch  # lazy: the core install has no torch
-    host = {f: F[f].cpu().numpy() for f in RULE_INPUTS}
+    host = {f: F[f].cpu().numpy() for f in ALL_INPUT_NAMES}
     a = torch.from_numpy(np.ascontiguousarray(clipped(rule.many(host)))).to(F["draft_prob"].device)
     if not judges_every_draft(rule):
         std = (F["target_prob"] / F["draft_prob"]).clamp_max(1.0)
         a = torch.where(F["draft_cand"] >= 0, a, std)
     return a.reshape(B, g)
-
-
-TOKEN_INPUTS = ("draft_prob", "target_prob", "top_token_match")
 
 
 def slot_distortion(Pg, Qg, F: dict, idx, rule):
@@ -194,12 +199,11 @@ def slot_distortion(Pg, Qg, F: dict, idx, rule):
         return None
     p, q, cand = Pg[idx], Qg[idx], F["cand_token"][idx]
     M, k = cand.shape
-    token = {"draft_prob": torch.gather(q, 1, cand), "target_prob": torch.gather(p, 1, cand),
-             "top_token_match": cand == F["target_top"][idx].unsqueeze(1)}
+    at_cand = Slots(p, q, cand, None, None, ops=OPS)      # the token's own inputs
     host = {}
     for name in ALL_INPUT_NAMES:
-        if name in token:
-            v = token[name]
+        if name in TOKEN_LEVEL:
+            v = AT_SLOTS[name](at_cand)
         elif name in F and F[name].dim() == 1:
             v = F[name][idx].unsqueeze(1).expand(M, k)
         else:
