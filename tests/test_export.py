@@ -430,11 +430,6 @@ def test_bad_input_one_line_exit_2(tmp_path):
     assert r.exit_code == 0 and "def speculative_sampling(" in out.read_text()
 
 
-def test_cli_formats_are_the_modules():
-    from evolve.cli import export
-    assert export.FORMATS == modules.FORMATS + modules.PATCHES
-
-
 @pytest.mark.parametrize("fmt", ["numpy", "torch", "hf", "vllm", "vllm-patch"])
 def test_the_export_header_and_inspect_say_what_the_rule_was_scored_with(tmp_path, fmt):
     """A trace champion scored on the draft's top 16 at temperature 0.7, g = 3: every

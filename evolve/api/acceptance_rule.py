@@ -197,22 +197,16 @@ class Rule:
         a top-k scope needs ``draft_rank``. A rule scored in greedy decoding (a task
         champion's scope) keeps a draft that is the target's argmax (1) and gives every
         other clip(threshold, 0, 1)."""
+        from evolve.export.scope import numpy_scoped    # lazy: the export layer on use
         cols = self._columns(features, columns)
         h = numpy_eval.evaluate(self.nodes, cols)
-        a = np.where(h > 0, np.where(h > 1, 1.0, h), 0.0)
-        if self.greedy:            # a draft that is the target's argmax is kept
-            return np.where(cols["top_token_match"].astype(bool), 1.0, a)
         k = None if self.scope is None else self.scope.get("top_k")
-        if k is None:
-            return a
-        if draft_rank is None:
+        if k is not None and not self.greedy and draft_rank is None:
             raise RuleInputError.of("draft_rank", f"needed: the rule was scored on drafts "
                                     f"among the draft's top {k} (the standard rule decides "
                                     "the others); see Rule.draft_rank")
-        q, p = cols["draft_prob"].astype(np.float64), cols["target_prob"].astype(np.float64)
-        with np.errstate(all="ignore"):
-            std = np.where(q > 0, np.minimum(1.0, p / q), 0.0)
-        return np.where(np.asarray(draft_rank) < k, a, std)
+        return numpy_scoped(h, draft_rank, cols.get("top_token_match"), cols.get("draft_prob"),
+                            cols.get("target_prob"), k, self.greedy)
 
     predict = acceptance
 
@@ -224,11 +218,8 @@ class Rule:
     def draft_rank(q, token) -> np.ndarray:
         """The rank of each drafted token under the draft's distribution ``q`` ([...,
         vocab]; 0 the most probable, ties: lower id first), as traces take candidates."""
-        q = np.asarray(q)
-        token = np.asarray(token, dtype=np.int64)
-        qx = np.take_along_axis(q, token[..., None], axis=-1)
-        ids = np.arange(q.shape[-1])
-        return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(axis=-1)
+        from evolve.export.scope import numpy_draft_rank    # lazy: the export layer on use
+        return numpy_draft_rank(q, token)
 
     # -------------------------------------------------------------- exports
     def export_metadata(self) -> dict:
@@ -276,6 +267,8 @@ class RuleFunctions:
     ``acceptance``, ``accept`` and ``draft_rank``."""
 
     def __init__(self, rule: Rule, lib: str):
+        from evolve.export import scope    # lazy: the export layer on use
+        self._scope = scope
         self.rule, self.lib = rule, lib
         self.INPUTS = P.signature_of(rule.nodes, codegen.uses_trace_inputs(rule.nodes))
         sc = rule.scope or {}
@@ -314,19 +307,10 @@ class RuleFunctions:
         """The acceptance probability the rule was scored with (see ``Rule.acceptance``)."""
         if self.lib == "numpy":
             return self.rule.acceptance(dict(zip(self.INPUTS, inputs)), draft_rank)
-        torch = self._torch
-        h = self.threshold(*inputs)
-        a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
         f = dict(zip(self.INPUTS, inputs))
-        if self.rule.greedy:        # a draft that is the target's argmax is kept
-            match = torch.as_tensor(f["top_token_match"], device=h.device).bool()
-            return torch.where(match, torch.ones_like(h), a)
-        if self.TOP_K is None:
-            return a
-        q = torch.as_tensor(f["draft_prob"], device=h.device).to(h.dtype)
-        p = torch.as_tensor(f["target_prob"], device=h.device).to(h.dtype)
-        std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
-        return torch.where(torch.as_tensor(draft_rank, device=h.device) < self.TOP_K, a, std)
+        return self._scope.torch_scoped(self.threshold(*inputs), draft_rank, f["top_token_match"],
+                                  f["draft_prob"], f["target_prob"], self.TOP_K,
+                                  self.rule.greedy)
 
     def accept(self, u, *inputs, draft_rank=None):
         """True where the drafted token is accepted: u < acceptance (``draft_rank`` needed
@@ -341,10 +325,5 @@ class RuleFunctions:
 
     def draft_rank(self, q, token):
         """The rank of each drafted token under ``q`` (see ``Rule.draft_rank``)."""
-        if self.lib == "numpy":
-            return Rule.draft_rank(q, token)
-        torch = self._torch
-        token = torch.as_tensor(token, device=q.device).long()
-        qx = torch.gather(q, -1, token[..., None])
-        ids = torch.arange(q.shape[-1], device=q.device)
-        return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(dim=-1)
+        sc = self._scope
+        return (sc.numpy_draft_rank if self.lib == "numpy" else sc.torch_draft_rank)(q, token)

@@ -6,9 +6,7 @@ from __future__ import annotations
 import click
 
 from evolve.cli.common import friendly_errors, runs_dir_option, term
-
-# evolve.export.modules.FORMATS + PATCHES (tested equal)
-FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
+from evolve.export import formats
 
 
 @click.command("export")
@@ -18,13 +16,8 @@ FORMATS = ("numpy", "torch", "hf", "vllm", "vllm-patch")
               help="Export the installed rule instead of a run's champion: "
                    "heuristics/evolved_trace.py (trace, the default) or heuristics/evolved.py "
                    "(tokens).")
-@click.option("--format", "format", required=True, metavar="|".join(FORMATS),
-              help="numpy or torch: threshold/accept over arrays or tensors; hf: a drop-in "
-                   "for transformers' assisted generation; vllm: the rule over the tensors of "
-                   "vLLM's rejection sampler (a module); vllm-patch: a unified diff against "
-                   "vLLM 0.33.0's vllm/v1/sample/rejection_sampler.py that puts the rule in "
-                   "its Triton kernel (patch -p1; rules over draft_prob, target_prob and "
-                   "block_position only).")
+@click.option("--format", "format", required=True, metavar="|".join(formats.NAMES),
+              help=formats.help_text())
 @click.option("--out", type=str, default=None, metavar="FILE",
               help="Write the module (or patch) to this new file (default: print it). Its "
                    "directory must exist; not inside the heuristics directory.")
@@ -47,7 +40,7 @@ def export_cmd(run, installed, format, out, force, allow_infeasible, runs_dir):
     if out is None:
         click.echo(res.source, nl=False)
         return
-    kind = "patch" if format == "vllm-patch" else "module"
+    kind = formats.FORMATS[format].kind
     term().note(f"{res.path}: {format} {kind} of {res.metadata.get('run', '?')} "
                 f"({len(res.source.splitlines())} lines)"
                 + (f"; the replaced file is kept as {res.kept}" if res.kept else ""))

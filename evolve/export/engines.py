@@ -30,29 +30,15 @@ from __future__ import annotations
 
 # written into the generated code as literals
 from evolve.data.decode import KL_FLOOR, RESIDUAL_EPS
-from evolve.lang.features import INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, SLOT_INPUT_NAMES
+from evolve.export.formats import ENGINE_FORMATS, FORMATS, provides, reads
+from evolve.lang.features import BY_NAME, INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
 
-# Inputs each format can compute from what its engine hands over. The transformers
-# drop-in and the vLLM module see both full distributions of every drafted position
-# and the block they belong to, so they compute the slot features and the lookahead
-# inputs as the decoders do (``evolve.data.decode.slot_features``,
-# ``lookahead_features``); vLLM's kernel holds one token's probabilities only.
-PROVIDES = {
-    "numpy": None,     # None: every input is an argument
-    "torch": None,
-    "hf": ("draft_prob", "target_prob", "position", "draft_entropy", "target_entropy",
-           "top_token_match", "block_position", "p_max", "q_max") + SLOT_INPUT_NAMES
-    + LOOKAHEAD_INPUT_NAMES,
-    "vllm": ("draft_prob", "target_prob", "draft_entropy", "target_entropy",
-             "top_token_match", "block_position", "p_max", "q_max") + SLOT_INPUT_NAMES
-    + LOOKAHEAD_INPUT_NAMES,
-    # what rejection_random_sample_kernel holds at its accept test (evolve.export.vllm_patch)
-    "vllm-patch": ("draft_prob", "target_prob", "block_position"),
-}
-
-# The engines a run can be limited to (``evolve run --engine``): the inputs of the
-# format that deploys a rule there, so that the champion exports by construction.
-ENGINE_FORMATS = {"vllm": "vllm-patch", "transformers": "hf"}
+# Inputs each format can compute from what its engine hands over (``evolve.export.formats``:
+# the registry's expressions over the tensors its glue holds). The transformers drop-in and
+# the vLLM module see both full distributions of every drafted position and the block they
+# belong to, so they compute the slot features and the lookahead inputs as the decoders do
+# (``evolve.data.inputs``); vLLM's kernel holds one token's probabilities only.
+PROVIDES = {name: provides(name) for name in FORMATS}
 
 
 def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
@@ -70,6 +56,26 @@ def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
                     and (lookahead or n not in LOOKAHEAD_INPUT_NAMES))
 
 
+def features_source(fmt: str, inputs: tuple, indent: str = "    ") -> str:
+    """The glue's dict of the rule's inputs (``inputs``: the module's INPUTS), each from its
+    registry expression; an input of the signature that the engine does not hold (the
+    rule does not read it: ``check_format``) is zeros."""
+    held = PROVIDES[fmt]
+    lines = [f"{indent}f = {{"]
+    for name in inputs:
+        expr = BY_NAME[name].engine if name in held else "torch.zeros_like(block)"
+        note = "" if name in held else "   # not held by this engine; the rule does not read it"
+        lines.append(f'{indent}    "{name}": {expr},{note}')
+    lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def needs_slots(fmt: str, inputs: tuple) -> bool:
+    """Whether the glue computes the slot features (an input of the rule reads them)."""
+    held = PROVIDES[fmt] or ()
+    return any("slots" in reads(BY_NAME[n].engine) for n in inputs if n in held)
+
+
 ENTROPY = '''
 
 def entropy(probs):
@@ -78,8 +84,7 @@ def entropy(probs):
 
 
 KL_FLOOR = {kl_floor!r}
-SLOT_INPUTS = {slot_inputs!r}
-NEEDS_SLOTS = bool(set(INPUTS) & set(SLOT_INPUTS))
+NEEDS_SLOTS = {needs_slots!r}   # the rule reads an input computed from the slot features
 
 
 def kl(a, b):
@@ -124,25 +129,18 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
     [candidate_length] (top_token_match: bool), and draft_rank (the drafted token's
     rank under q, for the scope). q and p are the assistant's and the target's
     probabilities, [1, >= candidate_length, vocab]."""
-    tokens = candidate_input_ids[0, -candidate_length:]
-    idx = torch.arange(candidate_length, device=tokens.device)
+    x = candidate_input_ids[0, -candidate_length:]
+    rows = torch.arange(candidate_length, device=x.device)
     q = q[0, :candidate_length].double()
     p = p[0, :candidate_length].double()
     start = candidate_input_ids.shape[1] - candidate_length
-    f = {{
-        "draft_prob": q[idx, tokens],
-        "target_prob": p[idx, tokens],
-        "position": (start + idx - int(prompt_length)).clamp(min=0).double(),
-        "draft_entropy": entropy(q),
-        "target_entropy": entropy(p),
-        "top_token_match": tokens == p.argmax(dim=-1),
-        "block_position": idx.double(),
-        "p_max": p.max(dim=-1).values,
-        "q_max": q.max(dim=-1).values,
-        "draft_rank": draft_rank(q, tokens) if TOP_K is not None else torch.zeros_like(idx),
-    }}
-    if NEEDS_SLOTS:                    # the call's drafts are one block
-        f.update(slot_features(p, q, idx + 1 < candidate_length, candidate_length))
+    position = (start + rows - int(prompt_length)).clamp(min=0).double()
+    block = rows.double()
+    # the call's drafts are one block
+    slots = slot_features(p, q, rows + 1 < candidate_length, candidate_length) \
+        if NEEDS_SLOTS else {{}}
+{features}
+    f["draft_rank"] = draft_rank(q, x) if TOP_K is not None else torch.zeros_like(rows)
     return f
 
 
@@ -331,44 +329,29 @@ def token_features(draft_token_ids, draft_probs, target_probs, cu_num_draft_toke
     target_probs [num_tokens, vocab]; cu_num_draft_tokens [batch_size], the cumulative
     drafted tokens per request. position is not among them (the rule does not read it)."""
     p = target_probs
-    ids = draft_token_ids.to(device=p.device, dtype=torch.long)
-    idx = torch.arange(ids.shape[0], device=p.device)
+    x = draft_token_ids.to(device=p.device, dtype=torch.long)
+    rows = torch.arange(x.shape[0], device=p.device)
     cu = cu_num_draft_tokens.to(device=p.device, dtype=torch.long)
-    req = torch.searchsorted(cu, idx, right=True)
+    req = torch.searchsorted(cu, rows, right=True)
     start = torch.where(req > 0, cu[(req - 1).clamp(min=0)], torch.zeros_like(req))
-    ones = torch.ones(ids.shape[0], dtype=p.dtype, device=p.device)
-    rank = torch.zeros_like(ids)
-    q = None
-    if draft_probs is None:
-        draft_prob, draft_entropy, q_max = ones, ones * 0, ones
+    if draft_probs is None:            # a drafter without probabilities: q one-hot
+        q = torch.nn.functional.one_hot(x, p.shape[-1]).to(p.dtype)
+        rank = torch.zeros_like(x)
     else:
         q = draft_probs.to(p.dtype)
-        draft_prob, draft_entropy, q_max = q[idx, ids], entropy(q), q.max(dim=-1).values
-        if TOP_K is not None:
-            rank = draft_rank(draft_probs, ids)
-    f = {{
-        "draft_prob": draft_prob,
-        "target_prob": p[idx, ids],
-        "position": ones * 0,
-        "draft_entropy": draft_entropy,
-        "target_entropy": entropy(p),
-        "top_token_match": ids == p.argmax(dim=-1),
-        "block_position": (idx - start).to(p.dtype),
-        "p_max": p.max(dim=-1).values,
-        "q_max": q_max,
-        "draft_rank": rank,
-    }}
+        rank = draft_rank(draft_probs, x) if TOP_K is not None else torch.zeros_like(x)
+    block = (rows - start).to(p.dtype)
+    slots = {{}}
     if NEEDS_SLOTS:
-        if q is None:                  # a drafter without probabilities: q one-hot
-            q = torch.nn.functional.one_hot(ids, p.shape[-1]).to(p.dtype)
-        block = idx - start
-        later = torch.zeros_like(ids, dtype=torch.bool)
+        later = torch.zeros_like(x, dtype=torch.bool)
         later[:-1] = req[1:] == req[:-1]          # the next token is the same request's
         if BLOCK_SIZE is not None:                # and within the scored block
-            later &= block + 1 < BLOCK_SIZE
-        steps = int(block.max()) + 1 if ids.shape[0] else 0
-        f.update(slot_features(p.double(), q.double(), later, steps))
-        f.update({{k: v.to(p.dtype) for k, v in f.items() if k in SLOT_INPUTS}})
+            later &= rows - start + 1 < BLOCK_SIZE
+        steps = int((rows - start).max()) + 1 if x.shape[0] else 0
+        slots = {{k: v.to(p.dtype)
+                 for k, v in slot_features(p.double(), q.double(), later, steps).items()}}
+{features}
+    f["draft_rank"] = rank
     return f
 
 
@@ -402,14 +385,15 @@ def settings_lines(fmt: str, scope: dict | None) -> list[str]:
         return []
     g, t = scope.get("block_size"), scope.get("temperature")
     temp = "the traces' temperature (not recorded)" if t is None else f"temperature={t!r}"
-    if fmt == "hf":
+    engine = FORMATS[fmt].engine
+    if engine == "transformers":
         return ["transformers: install(model, assistant_model) sets "
                 f"assistant_model.generation_config.num_assistant_tokens={g},",
                 "  num_assistant_tokens_schedule='constant', assistant_confidence_threshold=0.0 "
                 f"and model.generation_config do_sample=True, {temp}, top_k=0, top_p=1.0",
                 "  (or call generate(model, assistant_model, input_ids, ...), which also "
                 "uninstalls)."]
-    if fmt in ("vllm", "vllm-patch"):
+    if engine == "vllm":
         return [f"vLLM: serve with num_speculative_tokens={g} (a draft model or EAGLE "
                 f"drafter that gives probabilities) and sample with {temp}, top_k and "
                 "top_p off; drafts at block positions >= "
@@ -418,15 +402,17 @@ def settings_lines(fmt: str, scope: dict | None) -> list[str]:
             "on both models, no top-k or top-p truncation."]
 
 
-def _entropy() -> str:
-    return ENTROPY.format(kl_floor=KL_FLOOR,
-                          slot_inputs=SLOT_INPUT_NAMES + LOOKAHEAD_INPUT_NAMES)
+def _entropy(needs: bool) -> str:
+    return ENTROPY.format(kl_floor=KL_FLOOR, needs_slots=needs)
 
 
-def engine_source(fmt: str) -> str:
-    """The fixed text a format appends to the torch rule ('' for numpy and torch)."""
+def engine_source(fmt: str, inputs: tuple = ()) -> str:
+    """The fixed text a format appends to the torch rule ('' for numpy and torch), with
+    the dict of the rule's ``inputs`` (its signature) from the registry's expressions."""
     if fmt == "hf":
-        return HF.format(residual_eps=RESIDUAL_EPS, entropy=_entropy())
+        return HF.format(residual_eps=RESIDUAL_EPS, entropy=_entropy(needs_slots(fmt, inputs)),
+                         features=features_source(fmt, inputs))
     if fmt == "vllm":
-        return VLLM.format(entropy=_entropy())
+        return VLLM.format(entropy=_entropy(needs_slots(fmt, inputs)),
+                           features=features_source(fmt, inputs))
     return ""

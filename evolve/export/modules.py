@@ -12,15 +12,12 @@ here too.
 from __future__ import annotations
 
 from evolve.errors import EvolveError
-from evolve.export import arrays, engines, scope
+from evolve.export import arrays, engines, formats, scope
 from evolve.export.backends import BACKENDS
 from evolve.lang import codegen
 
-FORMATS = ("numpy", "torch", "hf", "vllm")        # module formats
-PATCHES = ("vllm-patch",)                         # diff formats (evolve.export.vllm_patch)
-BACKEND_OF = {"numpy": "numpy", "torch": "torch", "hf": "torch", "vllm": "torch"}
-NEEDS = {"numpy": "numpy", "torch": "torch", "hf": "torch and transformers",
-         "vllm": "torch (inside vLLM)"}
+FORMATS = formats.MODULES                         # module formats
+PATCHES = formats.PATCHES                         # diff formats (evolve.export.vllm_patch)
 
 
 class ExportError(EvolveError):
@@ -45,7 +42,7 @@ def check_format(fmt: str, nodes) -> None:
                           f"which {what} (formats that can: {', '.join(able)})")
 
 
-GREEDY_FORMATS = ("numpy", "torch")     # the formats a greedy-decoding rule exports to
+GREEDY_FORMATS = formats.GREEDY     # the formats a greedy-decoding rule exports to
 
 
 def check_decoding(fmt: str, scope: dict | None, title: str = "the champion") -> None:
@@ -76,10 +73,11 @@ def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
         raise ExportError(f"--format {fmt}: a patch, not a module (evolve.export.vllm_patch)")
     trace = codegen.uses_trace_inputs(nodes)
     inputs = codegen.P.signature_of(nodes, trace)
-    backend = BACKENDS[BACKEND_OF[fmt]]
+    backend = BACKENDS[formats.FORMATS[fmt].backend]
     meta = {**metadata, "format": fmt, "inputs": list(inputs)}
     header = codegen.provenance(nodes, meta, title,
-                                f"`evolve export --format {fmt}`; needs {NEEDS[fmt]} only "
+                                f"`evolve export --format {fmt}`; needs "
+                                f"{formats.FORMATS[fmt].needs} only "
                                 "(nothing of the exporting project).")
     header.append(f"Inputs: {', '.join(inputs)}")
     sc = metadata.get("scope")
@@ -93,6 +91,6 @@ def export_source(nodes, fmt: str, metadata: dict, title: str) -> str:
               f"{scope.scope_constants(sc)}"
               f"{arrays.threshold_source(nodes, backend, inputs)}"
               f"{scope.scope_source(sc, backend, inputs)}"
-              f"{engines.engine_source(fmt)}")
+              f"{engines.engine_source(fmt, inputs)}")
     compile(source, f"<export {fmt}>", "exec")
     return source

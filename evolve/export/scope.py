@@ -23,13 +23,19 @@ ranks from the probability tensors they hold (``evolve.export.engines``).
 
 from __future__ import annotations
 
+import inspect
+
+import numpy as np
+
 from evolve.export.backends import Backend
 from evolve.lang import codegen
 
-_RANK = {
-    "numpy": '''\
+# The scope's code, defined once for each array library: a ``Rule`` evaluates with these
+# functions in this process (``evolve.api.acceptance_rule``), and every export writes
+# their source into its module (``scope_source``), so the two cannot decide apart.
 
-def draft_rank(q, token):
+
+def numpy_draft_rank(q, token):
     """The rank of each drafted token under the draft's distribution (0: the most
     probable; ties: lower id first), as the traces took their top-k candidates.
     q: [..., vocab] probabilities; token: [...] ids."""
@@ -38,39 +44,78 @@ def draft_rank(q, token):
     qx = np.take_along_axis(q, token[..., None], axis=-1)
     ids = np.arange(q.shape[-1])
     return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(axis=-1)
-''',
-    "torch": '''\
 
-def draft_rank(q, token):
-    """The rank of each drafted token under the draft's distribution (0: the most
-    probable; ties: lower id first), as the traces took their top-k candidates.
-    q: [..., vocab] probabilities; token: [...] ids."""
-    token = torch.as_tensor(token, device=q.device).long()
-    qx = torch.gather(q, -1, token[..., None])
-    ids = torch.arange(q.shape[-1], device=q.device)
-    return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(dim=-1)
-''',
-}
 
-_ACCEPTANCE = {
-    "numpy": '''\
-
-def acceptance(draft_rank, {args}):
-    """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
-    (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
-    standard rule min(1, target_prob / draft_prob) for the others; in greedy decoding
-    (DECODING) 1 for a draft that is the target's argmax, clip(threshold, 0, 1) for
-    every other."""
-    h = np.asarray(threshold({args}))
+def numpy_scoped(h, draft_rank, top_token_match, draft_prob, target_prob, top_k, greedy):
+    """The acceptance probability a rule of threshold h was scored with: clip(h, 0, 1)
+    (NaN: 0) for drafts among the draft's top top_k (draft_rank < top_k), the standard
+    rule min(1, target_prob / draft_prob) for the others (top_k None: every draft is
+    the rule's); in greedy decoding 1 for a draft that is the target's argmax
+    (top_token_match), clip(h, 0, 1) for every other."""
+    h = np.asarray(h)
     a = np.where(h > 0, np.where(h > 1, 1, h), 0).astype(h.dtype)
-    if DECODING == "greedy":       # a draft that is the target's argmax is kept
+    if greedy:                     # a draft that is the target's argmax is kept
         return np.where(np.asarray(top_token_match, dtype=bool), 1, a).astype(h.dtype)
-    if TOP_K is None:
+    if top_k is None:
         return a
     with np.errstate(all="ignore"):
         q = np.asarray(draft_prob, dtype=h.dtype)
         std = np.where(q > 0, np.minimum(1, np.asarray(target_prob, dtype=h.dtype) / q), 0)
-    return np.where(np.asarray(draft_rank) < TOP_K, a, std).astype(h.dtype)
+    return np.where(np.asarray(draft_rank) < top_k, a, std).astype(h.dtype)
+
+
+def torch_draft_rank(q, token):
+    """The rank of each drafted token under the draft's distribution (0: the most
+    probable; ties: lower id first), as the traces took their top-k candidates.
+    q: [..., vocab] probabilities; token: [...] ids."""
+    import torch  # lazy: the core install has no torch
+    token = torch.as_tensor(token, device=q.device).long()
+    qx = torch.gather(q, -1, token[..., None])
+    ids = torch.arange(q.shape[-1], device=q.device)
+    return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(dim=-1)
+
+
+def torch_scoped(h, draft_rank, top_token_match, draft_prob, target_prob, top_k, greedy):
+    """The acceptance probability a rule of threshold h was scored with: clip(h, 0, 1)
+    (NaN: 0) for drafts among the draft's top top_k (draft_rank < top_k), the standard
+    rule min(1, target_prob / draft_prob) for the others (top_k None: every draft is
+    the rule's); in greedy decoding 1 for a draft that is the target's argmax
+    (top_token_match), clip(h, 0, 1) for every other."""
+    import torch  # lazy: the core install has no torch
+    a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
+    if greedy:                     # a draft that is the target's argmax is kept
+        match = torch.as_tensor(top_token_match, device=h.device).bool()
+        return torch.where(match, torch.ones_like(h), a)
+    if top_k is None:
+        return a
+    q = torch.as_tensor(draft_prob, device=h.device).to(h.dtype)
+    p = torch.as_tensor(target_prob, device=h.device).to(h.dtype)
+    std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
+    return torch.where(torch.as_tensor(draft_rank, device=h.device) < top_k, a, std)
+
+
+CODE = {"numpy": (numpy_draft_rank, numpy_scoped), "torch": (torch_draft_rank, torch_scoped)}
+
+
+def _written(fn, name: str) -> str:
+    """A scope function's source as an exported module holds it, under ``name`` (its
+    lazy import dropped: the module imports its array library)."""
+    lines = inspect.getsource(fn).splitlines()
+    lines[0] = lines[0].replace(f"def {fn.__name__}(", f"def {name}(", 1)
+    return "\n".join(line for line in lines if "# lazy:" not in line) + "\n"
+
+
+_ACCEPTANCE = {
+    "numpy": '''
+
+def acceptance(draft_rank, {args}):
+    """The acceptance probability the rule was scored with (scoped): clip(threshold, 0,
+    1) (NaN: 0) for drafts among the draft's top TOP_K, the standard rule min(1,
+    target_prob / draft_prob) for the others; in greedy decoding (DECODING) 1 for a
+    draft that is the target's argmax, clip(threshold, 0, 1) for every other."""
+    h = threshold({args})
+    return scoped(h, draft_rank, top_token_match, draft_prob, target_prob, TOP_K,
+                  DECODING == "greedy")
 
 
 def accept(u, {args}, draft_rank=None):
@@ -82,25 +127,16 @@ def accept(u, {args}, draft_rank=None):
                          f"the draft's top {{TOP_K}} (the standard rule decides the others)")
     return np.asarray(u) < acceptance(0 if draft_rank is None else draft_rank, {args})
 ''',
-    "torch": '''\
+    "torch": '''
 
 def acceptance(draft_rank, {args}):
-    """The acceptance probability the rule was scored with: clip(threshold, 0, 1)
-    (NaN: 0) for drafts among the draft's top TOP_K (draft_rank < TOP_K), the
-    standard rule min(1, target_prob / draft_prob) for the others; in greedy decoding
-    (DECODING) 1 for a draft that is the target's argmax, clip(threshold, 0, 1) for
-    every other."""
+    """The acceptance probability the rule was scored with (scoped): clip(threshold, 0,
+    1) (NaN: 0) for drafts among the draft's top TOP_K, the standard rule min(1,
+    target_prob / draft_prob) for the others; in greedy decoding (DECODING) 1 for a
+    draft that is the target's argmax, clip(threshold, 0, 1) for every other."""
     h = threshold({args})
-    a = torch.where(h > 0, torch.where(h > 1, torch.ones_like(h), h), torch.zeros_like(h))
-    if DECODING == "greedy":       # a draft that is the target's argmax is kept
-        match = torch.as_tensor(top_token_match, device=h.device).bool()
-        return torch.where(match, torch.ones_like(h), a)
-    if TOP_K is None:
-        return a
-    q = torch.as_tensor(draft_prob, device=h.device).to(h.dtype)
-    p = torch.as_tensor(target_prob, device=h.device).to(h.dtype)
-    std = torch.where(q > 0, torch.clamp(p / q, max=1.0), torch.zeros_like(q))
-    return torch.where(torch.as_tensor(draft_rank, device=h.device) < TOP_K, a, std)
+    return scoped(h, draft_rank, top_token_match, draft_prob, target_prob, TOP_K,
+                  DECODING == "greedy")
 
 
 def accept(u, {args}, draft_rank=None):
@@ -116,13 +152,13 @@ def accept(u, {args}, draft_rank=None):
 }
 
 _PLAIN_ACCEPT = {
-    "numpy": '''\
+    "numpy": '''
 
 def accept(u, {args}):
     """True where the drafted token is accepted: u < threshold(...)."""
     return np.asarray(u) < threshold({args})
 ''',
-    "torch": '''\
+    "torch": '''
 
 def accept(u, {args}):
     """True where the drafted token is accepted: u < threshold(...)."""
@@ -153,7 +189,9 @@ def scope_source(scope: dict | None, backend: Backend, inputs: tuple) -> str:
             or "top_token_match" not in inputs:
         raise ValueError("a scoped rule's signature holds draft_prob, target_prob and "
                          "top_token_match")
-    return _RANK[backend.name] + _ACCEPTANCE[backend.name].format(args=args)
+    rank, scoped = CODE[backend.name]
+    return ("\n\n" + _written(rank, "draft_rank") + "\n\n" + _written(scoped, "scoped")
+            + _ACCEPTANCE[backend.name].format(args=args))
 
 
 def scope_lines(scope: dict | None) -> list[str]:
