@@ -3,11 +3,15 @@
 Every rule decodes the same problems of a split with the same uniforms (each problem
 owns a generator; the decoder draws its uniforms up front), from its own trajectory,
 greedily or by sampling, each problem up to the end of its answer
-(``evolve.data.decode.decode(end=...)``). Per rule: task accuracy (the checker against
-the reference answers), tokens per target call (tokens up to the end of the answer
-over the target calls it took) with standard errors by problem. Each rule is compared
-with the first (the reference, usually the lossless rule) by paired differences per
-problem: the accuracy drop and the tokens per call gained, each with a 95% interval.
+(``evolve.data.decode.decode(end=...)``). Per rule, with standard errors by problem:
+what a user pays, target calls per answer and per correct answer; task accuracy (the
+checker against the reference answers) and agreement (answers unchanged from lossless
+decoding); the answer's length; and tokens per target call (tokens up to the end of
+the answer over the target calls it took), which a rule can raise while the answer
+gets longer and takes more calls. Each rule is compared with the first (the
+reference, usually the lossless rule) by paired differences per problem, each with a
+95% interval. Rules are tuned (``tune``) to the fewest target calls per correct answer
+within an accuracy budget.
 """
 
 from __future__ import annotations
@@ -50,47 +54,84 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=
             "calls": calls, "answers": answers}
 
 
-def summary(r: dict) -> dict:
-    """Accuracy, tokens per target call and target calls per problem (the latency to an
-    answer: a rule that lengthens the text can raise tokens per call and still take more
-    calls), each with its standard error by problem."""
+def summary(r: dict, lossless: dict | None = None) -> dict:
+    """What a user pays for an answer, with standard errors by problem: target calls per
+    answer (``calls_per_problem``: the latency to an answer) and per correct answer
+    (``calls_per_correct``: the cost of the answers that count; inf when none is
+    right), accuracy, the answer's length in tokens, and tokens per target call (a rule
+    that lengthens the text can raise tokens per call and still take more calls). With
+    the lossless rule's run on the same problems (``lossless``), ``agreement``: the
+    share of answers unchanged from lossless decoding (AutoJudge's criterion; it stays
+    meaningful where the target itself is wrong)."""
     acc, acc_se = mean_se(r["correct"])
     tpc, tpc_se = ratio_se(r["tokens"], r["calls"])
     cpp, cpp_se = mean_se(r["calls"])
-    return {"accuracy": acc, "accuracy_se": acc_se, "tokens_per_call": tpc,
-            "tokens_se": tpc_se, "calls_per_problem": cpp, "calls_se": cpp_se,
-            "problems": int(r["correct"].size)}
+    right = r["correct"].astype(np.float64)
+    cpc, cpc_se = ratio_se(r["calls"], right) if right.sum() > 0 else (np.inf, np.nan)
+    length, length_se = mean_se(r["tokens"])
+    out = {"accuracy": acc, "accuracy_se": acc_se, "tokens_per_call": tpc,
+           "tokens_se": tpc_se, "calls_per_problem": cpp, "calls_se": cpp_se,
+           "calls_per_correct": cpc, "calls_per_correct_se": cpc_se,
+           "answer_tokens": length, "answer_tokens_se": length_se,
+           "problems": int(r["correct"].size)}
+    if lossless is not None:
+        out["agreement"], out["agreement_se"] = mean_se(agrees(r, lossless))
+    return out
 
 
-def paired(a: dict, b: dict) -> dict:
-    """Rule a minus rule b, paired by problem (same problems, same uniforms)."""
+def agrees(r: dict, lossless: dict) -> np.ndarray:
+    """1.0 where a problem's answer is the lossless rule's (both none counts as the
+    same), else 0.0."""
+    return np.array([a == b for a, b in zip(r["answers"], lossless["answers"])],
+                    dtype=np.float64)
+
+
+def paired(a: dict, b: dict, lossless: dict | None = None) -> dict:
+    """Rule a minus rule b, paired by problem (same problems, same uniforms): accuracy,
+    tokens per call, target calls per answer and per correct answer, answer length, and
+    (with the lossless run) agreement."""
     acc = mean_se(a["correct"].astype(np.float64) - b["correct"].astype(np.float64))
-    return {"accuracy": interval(*acc),
-            "tokens_per_call": interval(*ratio_difference(a["tokens"], a["calls"],
-                                                          b["tokens"], b["calls"])),
-            "calls_per_problem": interval(*mean_se(a["calls"] - b["calls"]))}
+    out = {"accuracy": interval(*acc),
+           "tokens_per_call": interval(*ratio_difference(a["tokens"], a["calls"],
+                                                         b["tokens"], b["calls"])),
+           "calls_per_problem": interval(*mean_se(a["calls"] - b["calls"])),
+           "answer_tokens": interval(*mean_se(a["tokens"] - b["tokens"]))}
+    ra, rb = a["correct"].astype(np.float64), b["correct"].astype(np.float64)
+    out["calls_per_correct"] = (interval(*ratio_difference(a["calls"], ra, b["calls"], rb))
+                                if ra.sum() > 0 and rb.sum() > 0 else None)
+    if lossless is not None:
+        out["agreement"] = interval(*mean_se(agrees(a, lossless) - agrees(b, lossless)))
+    return out
 
 
 def compare(pair, rules: dict, split: str = "test", prompts: int | None = None,
             greedy: bool = True, progress=None, meter=None) -> dict:
     """Every rule of ``rules`` (label -> rule; None is the lossless rule) on the same
-    problems and uniforms; summaries, and paired differences from the first.
-    ``progress(text)`` gets a line per rule; ``meter(label, total, unit)``, when given
-    (``evolve.cli.render``), counts each rule's problems as they are decoded."""
+    problems and uniforms; summaries, and paired differences from the first. The
+    lossless rule is decoded too when none of ``rules`` is it (agreement is measured
+    against it). ``progress(text)`` gets a line per rule; ``meter(label, total, unit)``,
+    when given (``evolve.cli.render``), counts each rule's problems as they are decoded."""
     say = progress or (lambda text: None)
     raw = {}
     n = min(prompts or len(pair.problems[split]), len(pair.problems[split]))
-    for label, rule in rules.items():
+    todo = dict(rules)
+    if not any(r is None for r in rules.values()):
+        todo[LOSSLESS] = None                  # the answers agreement is measured against
+    for label, rule in todo.items():
         say(f"{label}: decoding {n} {split} problems ({'greedy' if greedy else 'sampled'})")
         with (meter(label, n, "problems") if meter else contextlib.nullcontext()) as m:
             raw[label] = run_rule(pair, rule, split, prompts, greedy,
                                   None if m is None else m.advance)
+    lossless = raw[next(k for k, r in todo.items() if r is None)]
     labels = list(rules)
     ref = labels[0]
     return {"split": split, "decoding": "greedy" if greedy else "sample",
             "problems": int(raw[ref]["correct"].size), "reference": ref,
-            "rules": {k: summary(v) for k, v in raw.items()},
-            "versus_reference": {k: paired(raw[k], raw[ref]) for k in labels[1:]}}
+            "rules": {k: summary(raw[k], lossless) for k in labels},
+            "versus_reference": {k: paired(raw[k], raw[ref], lossless) for k in labels[1:]}}
+
+
+LOSSLESS = "lossless"
 
 
 # ------------------------------------------------------------ tuning by task accuracy
@@ -102,16 +143,19 @@ def drop_of(raw: dict, ref: dict) -> float:
 
 def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
          greedy: bool = True, lenient: bool = True, bisect_steps: int = 4,
-         prompts: int | None = None, cache: dict | None = None) -> dict:
-    """A rule family tuned by free-running task accuracy: ``make(param)`` decodes
+         prompts: int | None = None, cache: dict | None = None,
+         agreement_budget: float | None = None) -> dict:
+    """A rule family tuned by free-running task decoding: ``make(param)`` decodes
     ``split`` for every param (in the family's grid order, strict to lenient when
-    ``lenient``) and the one with the most tokens per call whose accuracy drop against
-    ``ref`` (the lossless rule's ``run_rule`` on the same problems) is within
-    ``budget`` is kept (ties: the smaller drop, then the earlier); for a lenient
-    family the step to the next, infeasible grid value is bisected ``bisect_steps``
-    times. ``cache`` (param -> (summary, drop)) keeps decodes for another budget.
-    Returns {param, summary, drop, tried: [(param, tokens/call, drop, calls/problem)]} or
-    {param: None, ...} when no param fits."""
+    ``lenient``) and the one with the fewest target calls per correct answer whose
+    accuracy drop against ``ref`` (the lossless rule's ``run_rule`` on the same
+    problems) is within ``budget`` (and, with ``agreement_budget``, whose share of
+    answers changed from lossless is within it) is kept (ties: the smaller drop, then
+    the earlier); for a lenient family the step to the next, infeasible grid value is
+    bisected ``bisect_steps`` times. ``cache`` (param -> (summary, drop)) keeps decodes
+    for another budget. Returns {param, summary, drop, tried: [(param, tokens/call,
+    drop, calls/answer, calls/correct answer, agreement)]} or {param: None, ...} when
+    no param fits."""
     tried, best = [], None
     cache = {} if cache is None else cache
 
@@ -119,12 +163,14 @@ def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
         nonlocal best
         if p not in cache:
             raw = run_rule(pair, make(p), split, prompts, greedy)
-            cache[p] = (summary(raw), drop_of(raw, ref))
+            cache[p] = (summary(raw, ref), drop_of(raw, ref))
         s, d = cache[p]
-        tried.append((p, s["tokens_per_call"], d, s["calls_per_problem"]))
-        ok = d <= budget + 1e-12
-        if ok and (best is None or (s["tokens_per_call"], -d) > (best[1]["tokens_per_call"],
-                                                                   -best[2])):
+        tried.append((p, s["tokens_per_call"], d, s["calls_per_problem"],
+                      s["calls_per_correct"], s["agreement"]))
+        ok = d <= budget + 1e-12 and (agreement_budget is None
+                                      or 1.0 - s["agreement"] <= agreement_budget + 1e-12)
+        if ok and (best is None or (-s["calls_per_correct"], -d) >
+                   (-best[1]["calls_per_correct"], -best[2])):
             best = (p, s, d)
         return ok
 
@@ -164,3 +210,101 @@ def between_thresholds(h, X: np.ndarray, alpha: float, greedy: bool) -> np.ndarr
     rows of an input matrix ``X`` (``task_objectives.drafted_matrix``)."""
     std = np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
     return std + alpha * (clipped(h) - std)
+
+
+# ------------------------------------------------------------ the tuned comparison
+
+ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)   # a champion's step from lossless
+JUDGE = "learned judge"
+
+
+def _family(name: str, greedy: bool):
+    """(params in tuning order, lenient, the decoder rule of a param) of a rule family."""
+    from evolve.rules.adapters import named_rule    # lazy: the rules table on use
+    from evolve.rules.table import RULES            # lazy: as above
+    r = RULES[name]
+    params = list(r.grid) if r.param is not None else [None]
+    return params, bool(r.lenient), (lambda p: named_rule(name, p, greedy)[0])
+
+
+def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool = True,
+             families=None, prompts: int | None = None,
+             agreement_budget: float | None = None, progress=None) -> dict:
+    """Every rule tuned on valid free-running to each accuracy budget and reported once
+    on test, paired, as a user would compare rules on their own task.
+
+    ``pair``: the task pair (``pair.rebuild``); ``train``: the train split's
+    ``TaskData`` (the learned judge is fit on its labels); ``families``: the rule
+    families to tune (default: the task world's of this decoding); ``champions``:
+    label -> parsed tree of run champions, each taken a fraction alpha of the way from
+    the lossless rule (``between``), alpha tuned like a family's parameter;
+    ``prompts``: at most this many problems of valid and of test; ``agreement_budget``:
+    also at most this share of answers changed from lossless. A rule is tuned to the
+    fewest target calls per correct answer within the budget (``tune``); on test every
+    tuned rule and the lossless rule decode the same problems with the same uniforms.
+    Returns {decoding, problems, lossless: {valid, test}, budgets: [{budget, rows,
+    best}]}: a row per rule and budget (rule, kind, param, valid summary and drop,
+    test summary, paired difference from lossless and, for a champion, from the best
+    tuned baseline), ``best`` the baseline with the fewest test calls per correct
+    answer among those that fit on valid."""
+    from evolve.rules import judge                   # lazy: the learned judge on use
+    from evolve.rules.adapters import TreeRule       # lazy: the rules table on use
+    from evolve.rules.table import families as task_families    # lazy: as above
+    say = progress or (lambda text: None)
+    decoding = "greedy" if greedy else "sample"
+    names = task_families("task", decoding) if families is None else list(families)
+    say(f"the lossless rule decodes valid and test ({decoding})")
+    ref = {s: run_rule(pair, None, s, prompts, greedy) for s in ("valid", "test")}
+    candidates = {}                                   # label -> (kind, params, lenient, make)
+    for name in names:
+        params, lenient, make = _family(name, greedy)
+        candidates[name] = ("family", params, lenient, make)
+    model = judge.fit(train)
+    candidates[JUDGE] = ("judge", list(judge.GRID), True,
+                         lambda lam: judge.rule(model, lam, greedy))
+    for label, nodes in (champions or {}).items():
+        rule = TreeRule(nodes, label)
+        candidates[label] = ("run", list(ALPHAS), True,
+                             lambda al, rule=rule: between(rule, al, greedy))
+    tuned = {}
+    for label, (kind, params, lenient, make) in candidates.items():
+        cache: dict = {}
+        for b in budgets:
+            say(f"tuning {label} on valid to an accuracy drop of {b:g}")
+            tuned[label, b] = tune(pair, make, params, b, ref["valid"], "valid", greedy,
+                                   lenient=lenient, prompts=prompts, cache=cache,
+                                   agreement_budget=agreement_budget)
+    test_raw = {}                                      # (label, param) -> the test run
+    for (label, b), t in tuned.items():
+        key = (label, t["param"])
+        if t["param"] is not None and key not in test_raw:
+            say(f"{label} ({t['param']:g}) decodes test")
+            test_raw[key] = run_rule(pair, candidates[label][3](t["param"]), "test", prompts,
+                                     greedy)
+    out = []
+    for b in budgets:
+        rows = []
+        for label, (kind, *_rest) in candidates.items():
+            t = tuned[label, b]
+            row = {"rule": label, "kind": kind, "param": t["param"],
+                   "fits_valid": t["param"] is not None, "valid": t["summary"],
+                   "valid_drop": t["drop"], "tried": t["tried"], "test": None,
+                   "versus_lossless": None}
+            if t["param"] is not None:
+                r = test_raw[label, t["param"]]
+                row["test"] = summary(r, ref["test"])
+                row["versus_lossless"] = paired(r, ref["test"], ref["test"])
+            rows.append(row)
+        base = [r for r in rows if r["kind"] != "run" and r["test"] is not None]
+        best = min(base, key=lambda r: r["test"]["calls_per_correct"], default=None)
+        if best is not None:
+            braw = test_raw[best["rule"], best["param"]]
+            for r in rows:
+                if r["kind"] == "run" and r["test"] is not None:
+                    r["versus_best"] = paired(test_raw[r["rule"], r["param"]], braw,
+                                              ref["test"])
+        out.append({"budget": b, "rows": rows, "best": None if best is None else best["rule"]})
+    return {"decoding": decoding, "problems": {s: int(ref[s]["correct"].size)
+                                               for s in ("valid", "test")},
+            "lossless": {s: summary(ref[s], ref[s]) for s in ("valid", "test")},
+            "budgets": out, "judge": model.to_dict()}

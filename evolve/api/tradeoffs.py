@@ -1,5 +1,6 @@
 """``evolve.tradeoff``: every rule family tuned to TV budgets on valid, reported on test
-(what ``evolve tradeoff`` prints).
+(what ``evolve tradeoff`` prints); on task traces (``evolve data task``) every rule tuned
+to accuracy budgets by free-running decoding, judged by target calls per correct answer.
 
     import evolve
     t = evolve.tradeoff("datasets/traces", budgets=[0.01, 0.03])
@@ -36,6 +37,8 @@ from evolve.runs import pictures
 
 DEFAULT_BUDGETS = (0.01, 0.03)
 FLAT = ("tokens_per_call", "tokens_se", "tv_per_token", "tv_p99", "kl_per_token")
+TASK_FLAT = ("calls_per_problem", "calls_per_correct", "accuracy", "agreement",
+             "answer_tokens", "tokens_per_call")
 
 
 class TradeoffError(EvolveError):
@@ -87,6 +90,41 @@ class Tradeoff:
         return max(fits, key=lambda r: r["test_tokens_per_call"], default=None)
 
 
+@dataclass(frozen=True)
+class TaskTradeoff:
+    """A trade-off on a task: ``report`` is what ``evolve tradeoff --json`` prints on task
+    traces (``evolve.task_compare.tradeoff``'s report, with the data's name and sizes)."""
+    report: dict
+    png: Path | None = None
+
+    @property
+    def budgets(self) -> list:
+        return [e["budget"] for e in self.report["budgets"]]
+
+    @property
+    def rows(self) -> list[dict]:
+        """One flat record per rule and budget (``pandas.DataFrame(t.rows)``): budget,
+        rule, kind (family, judge or run), param, fits_valid, then valid_* and test_* of
+        calls_per_problem (target calls per answer), calls_per_correct, accuracy,
+        agreement, answer_tokens and tokens_per_call (None where a row has none)."""
+        out = []
+        for entry in self.report["budgets"]:
+            for r in entry["rows"]:
+                rec = {"budget": entry["budget"], "rule": r["rule"], "kind": r["kind"],
+                       "param": r["param"], "fits_valid": r["fits_valid"]}
+                for split in ("valid", "test"):
+                    m = r.get(split) or {}
+                    rec.update({f"{split}_{k}": m.get(k) for k in TASK_FLAT})
+                out.append(rec)
+        return out
+
+    def best(self, budget: float) -> dict | None:
+        """The record of the rule with the fewest target calls per correct answer on test
+        among those tuned within ``budget`` on valid."""
+        fits = [r for r in self.rows if r["budget"] == budget and r["fits_valid"]]
+        return min(fits, key=lambda r: r["test_calls_per_correct"], default=None)
+
+
 def why_empty(row: dict) -> str | None:
     """Why a trade-off row has no numbers (None when it has them)."""
     if row.get("test") is not None:
@@ -128,7 +166,8 @@ def check_budgets(budgets) -> list:
 def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              trajectory: bool = False, engine: str | None = None, device: str = "cpu",
              installed: bool = True, progress=None, meter=None,
-             any_scope: bool = False) -> Tradeoff:
+             any_scope: bool = False, prompts: int | None = None,
+             agreement_budget: float | None = None):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits (default ``datasets/traces``); ``budgets``: TV per
@@ -143,8 +182,28 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     A champion is tuned and reported only on traces of the scope it was scored in
     (``evolve.api.named.in_scope``): a run of another scope is a one-line ScopeError
     naming both, the installed rule of another scope is left out (``report
-    ["left_out"]`` says why); ``any_scope`` keeps both, their rows marked."""
+    ["left_out"]`` says why); ``any_scope`` keeps both, their rows marked.
+
+    On task traces (``evolve data task``; a ``TaskTradeoff``) ``budgets`` are accuracy
+    drops from lossless decoding, every rule family, the learned judge and the
+    ``runs``' champions are tuned on valid by free-running decoding to the fewest
+    target calls per correct answer within each (``evolve.task_compare.tradeoff``),
+    and reported on test, paired; ``prompts`` caps the problems of valid and test,
+    ``agreement_budget`` also bounds the share of answers changed from lossless."""
     budgets = check_budgets(budgets)
+    data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
+    if is_task(data_dir):
+        bad = next((p for p, v, plain in (("trajectory", trajectory, False),
+                                          ("device", device, "cpu"), ("png", png, None))
+                    if v != plain), None)
+        if bad is not None:
+            raise TradeoffError.of(bad, "not on task traces (their rules are compared by "
+                                        "free-running decoding, on the CPU)")
+        return task_tradeoff(data_dir, budgets, runs, runs_dir, engine, prompts,
+                             agreement_budget, any_scope, progress)
+    if prompts is not None or agreement_budget is not None:
+        raise TradeoffError.of("prompts" if prompts is not None else "agreement_budget",
+                               "only on task traces (evolve data task)")
     if engine is not None and engine not in ENGINES:
         raise TradeoffError.of("engine", f"{show(engine)} is invalid; expected one of "
                                          f"{', '.join(ENGINES)}")
@@ -157,7 +216,6 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     gpu.check(device)                 # before any work: one line naming the device
     if png is not None:
         png = check_target("png", png)
-    data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     t0 = time.perf_counter()
     splits = traces.load_splits(data_dir, ("valid", "test"))
     scope = traces.scope_of(splits["valid"].meta)
@@ -214,3 +272,67 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
               "png": None if png is None else str(png), "trajectory": trajectory,
               "engine": engine, "seconds": round(time.perf_counter() - t0, 3)}
     return Tradeoff(report, series, png)
+
+
+def is_task(data_dir: Path) -> bool:
+    """Whether a directory holds task traces (``evolve data task``)."""
+    path = Path(data_dir) / "valid.npz"
+    if not path.is_file():
+        return False
+    meta = traces.read_file_meta(path)
+    return isinstance(meta, dict) and meta.get("backend") == "task"
+
+
+def _share(param: str, value, optional: bool = True):
+    if value is None and optional:
+        return None
+    ok = isinstance(value, Real) and not isinstance(value, bool)
+    v = float(value) if ok else math.nan
+    if not 0 <= v <= 1:
+        raise TradeoffError.of(param, f"{show(value)} is invalid; expected a share in [0, 1]")
+    return v
+
+
+def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
+                  prompts=None, agreement_budget=None, any_scope=False,
+                  progress=None) -> TaskTradeoff:
+    """``tradeoff`` on task traces (see there)."""
+    from evolve import task_compare                   # lazy: the task world on use
+    from evolve.data.sources.task import pair as TP   # lazy: as above
+    from evolve.data.sources.task import record       # lazy: as above
+    from evolve.objectives.task_objectives import TaskData    # lazy: as above
+    for b in budgets:
+        _share("budgets", b, optional=False)
+    agreement_budget = _share("agreement_budget", agreement_budget)
+    if prompts is not None and not (isinstance(prompts, int) and not isinstance(prompts, bool)
+                                    and prompts >= 2):
+        raise TradeoffError.of("prompts", f"{show(prompts)} is invalid; expected a whole "
+                                          "number >= 2")
+    if engine is not None and engine not in ENGINES:
+        raise TradeoffError.of("engine", f"{show(engine)} is invalid; expected one of "
+                                         f"{', '.join(ENGINES)}")
+    t0 = time.perf_counter()
+    splits = {s: record.load(data_dir, s) for s in ("train", "valid", "test")}
+    meta = splits["valid"].meta
+    scope = traces.scope_of(meta)
+    greedy = meta["decoding"] == "greedy"
+    if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):
+        runs = [runs]
+    champions, infos = {}, []
+    parent = paths.runs_dir(runs_dir)
+    for r in {str(getattr(r, "path", r)): r for r in runs}.values():
+        rule, info = in_scope(*run_rule(parent, r), scope, any_scope, "runs")
+        champions[info["label"]] = rule.nodes
+        infos.append(info)
+    names = families("task", meta["decoding"])
+    if engine is not None:
+        names = [n for n in engine_families(engine, "task") if n in names]
+    pair = TP.rebuild(meta)
+    say = progress or (lambda text: None)
+    res = task_compare.tradeoff(pair, TaskData(splits["train"]), budgets, champions, greedy,
+                                names, prompts, agreement_budget, say)
+    sizes = {s: len(pair.problems[s]) for s in ("train", "valid", "test")}
+    report = {"data": str(data_dir), "task": True, "sizes": sizes, **res, "runs": infos,
+              "engine": engine, "agreement_budget": agreement_budget,
+              "seconds": round(time.perf_counter() - t0, 3)}
+    return TaskTradeoff(report)

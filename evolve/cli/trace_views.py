@@ -197,3 +197,46 @@ def show_comparison(doc: dict, term) -> None:
     for line in notes:
         term.result(line)
     term.result(f"({doc['seconds']:.1f} s)")
+
+
+def show_task_tradeoff(doc: dict, term) -> None:
+    """``evolve tradeoff`` on task traces: per accuracy budget, every rule tuned on valid
+    by free-running decoding and decoded once on test, what an answer costs first."""
+    from evolve.cli.views import _diff    # lazy: start-up (one formatting of differences)
+    sz = doc["sizes"]
+    lossless = doc["lossless"]["test"]
+    term.result(f"{doc['data']}: {doc['decoding']} decoding, {sz['train']:,} train / "
+                f"{sz['valid']:,} valid / {sz['test']:,} test problems; tuned on "
+                f"{doc['problems']['valid']:,} valid, reported on {doc['problems']['test']:,} "
+                f"test problems (the same uniforms for every rule). Lossless on test: "
+                f"{lossless['calls_per_problem']:.2f} target calls per answer, "
+                f"{lossless['calls_per_correct']:.2f} per correct answer, accuracy "
+                f"{lossless['accuracy']:.4f}.")
+    for entry in doc["budgets"]:
+        b = entry["budget"]
+        cols = [("rule", "left"), ("param", "right"), ("calls/answer", "right"),
+                ("calls/correct", "right"), ("accuracy", "right"), ("agreement", "right"),
+                ("answer tokens", "right"), ("tokens/call", "right"),
+                ("calls/correct minus lossless [95%]", "right")]
+        rows = []
+        for r in entry["rows"]:
+            t = r["test"]
+            mark = " *" if r["rule"] == entry["best"] else ""
+            if t is None:
+                rows.append([r["rule"] + mark, "-", "no parameter fits on valid", "", "", "",
+                             "", "", ""])
+                continue
+            rows.append([r["rule"] + mark, f"{r['param']:g}", f"{t['calls_per_problem']:.2f}",
+                         f"{t['calls_per_correct']:.2f}", f"{t['accuracy']:.4f}",
+                         f"{t['agreement']:.4f}", f"{t['answer_tokens']:.1f}",
+                         f"{t['tokens_per_call']:.3f}",
+                         _diff(r["versus_lossless"].get("calls_per_correct"), 2)])
+        term.table(f"accuracy budget {b:g}: tuned on valid (drop <= {b:g}), test (* the best "
+                   "baseline: fewest calls per correct answer)", cols, rows)
+        for r in entry["rows"]:
+            if r.get("versus_best") is not None:
+                d = r["versus_best"]
+                term.result(f"{r['rule']} minus {entry['best']}: calls per correct answer "
+                            f"{_diff(d.get('calls_per_correct'), 2)}, accuracy "
+                            f"{_diff(d['accuracy'], 4)}")
+    term.result(f"({doc['seconds']:.1f} s)")

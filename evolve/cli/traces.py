@@ -169,7 +169,8 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.command("tradeoff")
 @traces_option
 @click.option("--budget", "budgets", type=str, multiple=True, metavar="FLOAT",
-              help="TV per token allowed (repeatable) [default: 0.01 and 0.03].")
+              help="TV per token allowed (repeatable) [default: 0.01 and 0.03]; on task "
+                   "traces, the accuracy drop from lossless decoding allowed.")
 @click.option("--run", "runs", multiple=True, metavar="RUN",
               help="Add the champion of this run directory (repeatable).")
 @runs_dir_option
@@ -189,12 +190,18 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="Where the kernel sums run (sweeps, tuning, fixed rules, headroom): cpu "
                    "(Numba) or cuda (torch); the same report bit for bit.")
+@click.option("--prompts", type=int, default=None,
+              help="Task traces: at most this many valid and test problems decoded "
+                   "[default: all].")
+@click.option("--agreement-budget", type=str, default=None, metavar="FLOAT",
+              help="Task traces: also at most this share of answers changed from lossless "
+                   "decoding.")
 @any_scope_option
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine, device,
-                 any_scope, json_mode):
-    """Literature rules tuned to TV budgets on valid, reported on test.
+                 prompts, agreement_budget, any_scope, json_mode):
+    """Every rule tuned to budgets on valid, reported on test (traces: TV; tasks: accuracy).
 
     Every rule family of the rules table is swept on valid and test; for each
     budget each family is tuned on valid and its test numbers are shown, next
@@ -203,14 +210,23 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     own knob (transformers' assistant_ensemble_weight, SGLang's accept thresholds)
     also show the tuned setting as that engine's flags or keyword arguments: no
     patch needed; --engine NAME sweeps only that engine's knobs (and standard
-    rejection, the reference)."""
+    rejection, the reference).
+
+    On task traces (evolve data task) each rule family, the learned judge and the --run
+    champions are tuned on valid by free-running decoding to the fewest target calls per
+    correct answer within an accuracy drop of --budget, and decoded once on test with
+    the same uniforms: target calls per answer and per correct answer, accuracy,
+    agreement with lossless answers, answer length and tokens per call."""
     from evolve.api import tradeoffs as api    # lazy: start-up (a command loads only what it runs)
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
     out = term(json_mode)
     res = api.tradeoff(data_dir, [number("--budget", b) for b in budgets] or None, runs,
                        runs_dir, png, trajectory, engine, device, progress=out.note,
-                       meter=out.meter, any_scope=any_scope)
+                       meter=out.meter, any_scope=any_scope, prompts=prompts,
+                       agreement_budget=number("--agreement-budget", agreement_budget))
     if json_mode:
         out.print_json(views.jsonable(res.report))
-        return
-    trace_views.show_tradeoff(res.report, res.series, out, max_tv)
+    elif isinstance(res, api.TaskTradeoff):
+        trace_views.show_task_tradeoff(res.report, out)
+    else:
+        trace_views.show_tradeoff(res.report, res.series, out, max_tv)

@@ -145,33 +145,42 @@ VIEWS = {"tokens": TokenView(), "traces": TraceView(), "task": TaskView()}
 
 
 def show_task_comparison(doc: dict, term) -> None:
-    """The paired free-running task accuracy of ``evolve simulate-task``."""
+    """The paired free-running decoding of ``evolve simulate-task``: what an answer costs
+    first (target calls per answer and per correct answer), then accuracy, agreement
+    with lossless decoding, the answer's length and tokens per call."""
     ref = doc["reference"]
-    cols = [("rule", "left"), ("accuracy", "right"), ("tokens/call", "right"),
-            ("target calls/problem", "right")]
-    rows = [[name, f"{r['accuracy']:.4f} ± {_fmt(r['accuracy_se'])}",
-             f"{r['tokens_per_call']:.4f} ± {_fmt(r['tokens_se'])}",
-             f"{r['calls_per_problem']:.2f} ± {_fmt(r['calls_se'])}"]
+    cols = [("rule", "left"), ("calls/answer", "right"), ("calls/correct", "right"),
+            ("accuracy", "right"), ("agreement", "right"), ("answer tokens", "right"),
+            ("tokens/call", "right")]
+    rows = [[name, f"{r['calls_per_problem']:.2f} ± {_fmt(r['calls_se'])}",
+             f"{r['calls_per_correct']:.2f}", f"{r['accuracy']:.4f}",
+             f"{r['agreement']:.4f}", f"{r['answer_tokens']:.1f}",
+             f"{r['tokens_per_call']:.4f}"]
             for name, r in doc["rules"].items()]
     term.table(f"{doc['decoding']} decoding of {doc['problems']} {doc['split']} problems, the "
                "same problems and uniforms for every rule", cols, rows)
     if doc["versus_reference"]:
-        cols = [(f"rule minus {ref}", "left"), ("accuracy", "right"), ("95% interval", "right"),
-                ("tokens/call", "right"), ("95% interval", "right"),
-                ("calls/problem", "right"), ("95% interval", "right")]
+        cols = [(f"rule minus {ref}", "left"), ("calls/answer [95%]", "right"),
+                ("calls/correct [95%]", "right"), ("accuracy [95%]", "right"),
+                ("agreement [95%]", "right"), ("tokens/call [95%]", "right")]
         rows = []
         for name, d in doc["versus_reference"].items():
-            a, t, c = d["accuracy"], d["tokens_per_call"], d["calls_per_problem"]
-            rows.append([name, f"{a['difference']:+.4f}",
-                         f"[{a['ci95'][0]:+.4f}, {a['ci95'][1]:+.4f}]",
-                         f"{t['difference']:+.4f}",
-                         f"[{t['ci95'][0]:+.4f}, {t['ci95'][1]:+.4f}]",
-                         f"{c['difference']:+.2f}",
-                         f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"])
+            rows.append([name] + [_diff(d.get(k), digits) for k, digits in
+                                  (("calls_per_problem", 2), ("calls_per_correct", 2),
+                                   ("accuracy", 4), ("agreement", 4),
+                                   ("tokens_per_call", 4))])
         term.table("paired differences (by problem)", cols, rows)
     for name, setting in doc.get("engine_settings", {}).items():
         term.result(f"{name} in the engine: {setting}")
     term.result(f"({doc['seconds']:.1f} s)")
+
+
+def _diff(d: dict | None, digits: int) -> str:
+    """A paired difference and its 95% interval, ``+0.12 [-0.03, +0.27]`` ('-' if none)."""
+    if d is None:
+        return "-"
+    lo, hi = d["ci95"]
+    return f"{d['difference']:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
 def view_of(champion: dict) -> ChampionView:
