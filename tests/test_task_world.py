@@ -24,7 +24,8 @@ from evolve.data.sources.task import pair as TP
 from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.lang import treeio
-from evolve.lang.features import SLOT_SIGNATURE
+from evolve.lang.features import ALL_INPUT_NAMES, BY_NAME, SLOT_SIGNATURE
+from evolve.objectives import task_objectives as TO
 from evolve.objectives import OBJECTIVES
 from evolve.objectives.task_objectives import TaskData, metrics_of
 from evolve.rules import judge
@@ -148,7 +149,8 @@ def test_task_objectives_equal_a_slow_reference_reading_inputs_by_name(mode, rec
     ts = record.load(recorded if mode == "greedy" else sampled, "valid")
     c, g = ts.traces.columns, int(ts.meta["block_size"])
     td = TaskData(ts)
-    assert td.X.shape[0] == len(SLOT_SIGNATURE)
+    assert [n for n, row in zip(ALL_INPUT_NAMES, td.X) if not np.isnan(row).all()] == \
+        [n for n in ALL_INPUT_NAMES if BY_NAME[n].group in TO.GROUPS]
     m = OBJECTIVES["task_speed"].metrics(treeio.parse(PROBE), {"valid": ts}, {})["valid"]
     tpc, crit, harmless = _slow_sums(_probe_by_name(c), c, ts.critical, g, mode == "greedy")
     answers = np.unique(c["sequence"]).size

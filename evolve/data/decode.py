@@ -230,6 +230,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
     rec: dict[str, list] = {}
     accepted = np.zeros((B, blocks), dtype=np.int64)
     done = np.zeros(B, dtype=bool)             # the sequence has emitted ``end``
+    mism = np.zeros(B)                         # accepted mismatches so far
     ran = 0
 
     def put(name, arr):
@@ -262,12 +263,15 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
         if greedy:      # matches kept, a rule judges the mismatches
             match = X == np.argmax(P[:, :g], axis=2)
             a_x = (match.astype(np.float64) if rule is None else np.where(
-                match, 1.0, drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs)))
+                match, 1.0, drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs,
+                                               mism)))
         else:
             a_x = (np.minimum(1.0, px / qx) if rule is None
-                   else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs))
+                   else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs, mism))
         acc = rand < a_x
         n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
+        took = np.arange(g)[None, :] < n_acc[:, None]
+        mism = mism + (took & (X != np.argmax(P[:, :g], axis=2))).sum(axis=1)
         accepted[:, t] = n_acc
         # the byte after the accepted prefix: residual at the first rejection, else bonus
         Pn = P[rows, n_acc]
@@ -322,19 +326,22 @@ def clipped(h) -> np.ndarray:
     return np.where(h > 0.0, np.where(h > 1.0, 1.0, h), 0.0)
 
 
-def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict) -> np.ndarray:
+def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict,
+                       mismatches=None) -> np.ndarray:
     """Acceptance probabilities (B, g) of a block's drafted tokens under ``rule`` (a
     ``many(features) -> thresholds`` rule): its clipped threshold for drafts among the
     draft's top-k (``cs``, a ``candidate_summary``), the standard rule for the others.
     Both decoders (n-gram and Hugging Face) decide with this. Pg, Qg hold the block's
     rows b g + j, so the lookahead inputs (``lookahead_features`` of the slot TVs) at
     slot j are those of the block's real later slots, along the drafted tokens, as
-    verification knows them."""
+    verification knows them; ``mismatches`` (B,): each sequence's accepted drafts that
+    were not the target's top token before the block."""
     B, g = X.shape
     x = X.reshape(-1)
     feats = at_slots(Slots(
         Pg, Qg, x, (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
-        np.tile(np.arange(g), B), g=g))
+        np.tile(np.arange(g), B), g=g,
+        history=None if mismatches is None else {"mismatches": np.repeat(mismatches, g)}))
     a = clipped(rule.many(feats))
     if judges_every_draft(rule):             # an engine's knob judges every draft
         return a.reshape(B, g)

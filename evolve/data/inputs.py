@@ -26,7 +26,11 @@ from typing import Callable
 
 import numpy as np
 
-from evolve.lang.features import ALL_INPUT_NAMES, BY_NAME, LOOKAHEAD_INPUT_NAMES, REGISTRY
+from evolve.lang.features import (ALL_INPUT_NAMES, BY_NAME, PATH_GROUPS, PATH_INPUTS,
+                                  REGISTRY)
+
+# the inputs that depend on the path decoding takes (evolve.lang.features.PATH_GROUPS)
+ON_PATH = tuple(i.name for i in REGISTRY if i.group in PATH_GROUPS) + PATH_INPUTS
 
 
 def entropy(P: np.ndarray) -> np.ndarray:
@@ -74,6 +78,28 @@ def lookahead_features(slot_tv: np.ndarray, g: int) -> dict:
     return {"next_tv": nxt.reshape(-1), "ahead": ahead.reshape(-1)}
 
 
+def matches_ahead(match: np.ndarray, g: int) -> np.ndarray:
+    """At each slot of rows in block order (g per block), how many of the block's later
+    drafts in a row are the target's top token (``match``: per slot): m_j = match_(j+1)
+    (1 + m_(j+1)), m_(g-1) = 0. The one definition of ``next_matches`` (the Hugging
+    Face decoder repeats these steps on its device)."""
+    m = np.asarray(match, dtype=np.float64).reshape(-1, g)
+    out = np.zeros_like(m)
+    for j in range(g - 2, -1, -1):
+        out[:, j] = m[:, j + 1] * (1.0 + out[:, j + 1])
+    return out.reshape(-1)
+
+
+def count_before(flag: np.ndarray, g: int) -> np.ndarray:
+    """At each slot of rows in block order, how many earlier slots of its block are
+    flagged (an exclusive running count within the block)."""
+    f = np.asarray(flag, dtype=np.float64).reshape(-1, g)
+    out = np.zeros_like(f)
+    for j in range(1, g):
+        out[:, j] = out[:, j - 1] + f[:, j - 1]
+    return out.reshape(-1)
+
+
 def slot_columns(columns: dict) -> dict | None:
     """The slot features of a split's columns: recorded (schema v3), else computed
     from the candidates where they hold all of both distributions' mass (zero tails:
@@ -115,6 +141,9 @@ class Ops:
     slot_features: Callable  # (p, q) -> {slot_tv, slot_kl_pq, slot_kl_qp, ...} (M,) each
     lookahead: Callable      # (slot_tv (M,), g) -> {next_tv, ahead}
     vocab: Callable          # (V, device of p) -> arange(V) as a (1, V) row
+    matches_ahead: Callable  # (match (M,), g) -> later drafts in a row that match
+    count_before: Callable   # (flag (M,), g) -> earlier flagged slots of the block
+    log: Callable            # element-wise natural log
 
 
 def _np_take(P, x):
@@ -133,7 +162,7 @@ def _np_per_row(v, shape):
 
 NUMPY = Ops(_np_take, _np_per_row, entropy, lambda P: np.argmax(P, axis=1),
             lambda P: P.max(axis=1), slot_features, lookahead_features,
-            lambda V, P: np.arange(V)[None, :])
+            lambda V, P: np.arange(V)[None, :], matches_ahead, count_before, np.log)
 
 
 class Slots:
@@ -142,19 +171,26 @@ class Slots:
     ``p``, ``q``: the target's and the draft's full distributions (M, V); ``x``: the
     tokens whose inputs are asked, one per slot (M,), several (M, T) (a slot's
     candidates), or None for every token of the vocabulary (M, V); ``position`` and
-    ``block_position``: each slot's (M,); the lookahead inputs come from ``g`` (the
-    slots are whole blocks of g, in block order: computed from their slot TVs) or are
-    given (``lookahead``: name -> (M,) per slot, or per token in x's shape), else the
-    slots have none. ``ops``: ``NUMPY``, or the torch ones
+    ``block_position``: each slot's (M,). The inputs that depend on the path decoding
+    took (the lookahead and verify groups, ``mismatches``) come from ``g`` (the slots
+    are whole blocks of g in block order, and ``drafted`` (M,), default x, the tokens
+    drafted there; ``history``: name -> (M,) what the path held before each slot's block,
+    ``mismatches`` the accepted mismatches of the answer so far) or are given
+    (``lookahead``: name -> (M,) per slot, or per token in x's shape); else the slots
+    have none. ``ops``: ``NUMPY``, or the torch ones
     (``evolve.data.sources.hf.device.OPS``)."""
 
     def __init__(self, p, q, x, position, block_position, g: int | None = None,
-                 lookahead: dict | None = None, ops: Ops = NUMPY):
+                 lookahead: dict | None = None, ops: Ops = NUMPY, drafted=None,
+                 history: dict | None = None):
         self.p, self.q, self.x = p, q, x
         self.position, self.block_position = position, block_position
         self.g, self.given, self.ops = g, lookahead, ops
+        self.history = history or {}
+        self.drafted = x if drafted is None and x is not None and len(x.shape) == 1 \
+            else drafted
         self.shape = tuple(p.shape) if x is None else tuple(x.shape)
-        self._slots = self._look = None
+        self._slots = self._look = self._match = None
 
     @property
     def tokens(self):
@@ -178,18 +214,37 @@ class Slots:
             self._slots = self.ops.slot_features(self.p, self.q)
         return self._slots
 
+    @property
+    def drafted_match(self):
+        """Whether each slot's drafted token is the target's top one."""
+        if self._match is None:
+            self._match = self.drafted == self.ops.argmax(self.p)
+        return self._match
+
     def look(self, name: str):
         if self.given is not None:
             return self.given[name]
+        if name == "next_matches":
+            return self.ops.matches_ahead(self.drafted_match, self.g)
+        if name == "mismatches":
+            return self.history["mismatches"] + self.ops.count_before(~self.drafted_match,
+                                                                      self.g)
         if self._look is None:
             self._look = self.ops.lookahead(self.slots["slot_tv"], self.g)
         return self._look[name]
 
     def has(self, name: str) -> bool:
-        """Whether these slots can give the input (the lookahead ones need ``g`` or
-        given values)."""
-        return name not in LOOKAHEAD_INPUT_NAMES or self.g is not None or \
-            (self.given is not None and name in self.given)
+        """Whether these slots can give the input (one that depends on the path needs
+        ``g``, with the drafted tokens and the history it reads, or given values)."""
+        if name not in ON_PATH:
+            return True
+        if self.given is not None:
+            return name in self.given
+        if self.g is None:
+            return False
+        if name in ("next_matches", "mismatches") and self.drafted is None:
+            return False
+        return name != "mismatches" or "mismatches" in self.history
 
 
 def _slot_feature(name):
@@ -215,6 +270,10 @@ AT_SLOTS: dict[str, Callable] = {
     "slot_kl_qp": _slot_feature("slot_kl_qp"),
     "next_tv": _lookahead("next_tv"),
     "ahead": _lookahead("ahead"),
+    "logp_margin": lambda s: (s.row(s.ops.log(s.ops.amax(s.p)))
+                              - s.ops.log(s.at(s.p))),
+    "mismatches": _lookahead("mismatches"),
+    "next_matches": _lookahead("next_matches"),
 }
 
 
@@ -249,6 +308,37 @@ def _look(c: dict) -> dict:
     return c["look"]
 
 
+def _log(a):
+    return np.log(np.maximum(np.asarray(a, dtype=np.float64), KL_FLOOR))
+
+
+def _match(c: dict) -> np.ndarray:
+    return np.asarray(c["token"]) == np.asarray(c["target_top"])
+
+
+def _next_matches(c: dict) -> np.ndarray:
+    """The recorded drafts' later matches in a row (along the recorded block)."""
+    return matches_ahead(_match(c), c["block_size"])
+
+
+def _recorded_mismatches(c: dict) -> np.ndarray:
+    """``mismatches`` along the recorded path: the drafts the recorded (lossless) rule
+    accepted in the sequence's earlier blocks that were not the target's top token (none
+    in greedy decoding, which keeps only those that are), plus the block's earlier
+    mismatching drafts (accepted, for this slot to be reached)."""
+    g = c["block_size"]
+    match = _match(c).reshape(-1, g)
+    kept = match if c["greedy"] else np.asarray(c["baseline_accepts"], dtype=bool).reshape(-1, g)
+    took = np.cumprod(kept, axis=1).astype(bool)
+    per_block = (took & ~match).sum(axis=1).astype(np.float64)
+    seq = np.asarray(c["sequence"]).reshape(-1, g)[:, 0]
+    total = np.cumsum(per_block)
+    starts = np.r_[True, seq[1:] != seq[:-1]]
+    base = np.maximum.accumulate(np.where(starts, np.arange(seq.size), 0))
+    before = total - per_block - np.where(base > 0, total[base - 1], 0.0)
+    return np.repeat(before, g) + count_before(~match.reshape(-1), g)
+
+
 def _from_look(name):
     return Columns(lambda c: _look(c)[name], lambda c: _look(c)[name])
 
@@ -270,6 +360,11 @@ FROM_COLUMNS: dict[str, Columns] = {
     "slot_kl_qp": _from_slots("slot_kl_qp"),
     "next_tv": _from_look("next_tv"),
     "ahead": _from_look("ahead"),
+    "logp_margin": Columns(
+        lambda c: _log(c["p_max"]) - _log(c["target_prob"]),
+        lambda c: _log(c["p_max"])[:, None] - _log(c["cand_target_prob"])),
+    "mismatches": Columns(lambda c: _recorded_mismatches(c), lambda c: _recorded_mismatches(c)),
+    "next_matches": Columns(lambda c: _next_matches(c), lambda c: _next_matches(c)),
 }
 
 if set(AT_SLOTS) != set(BY_NAME) or set(FROM_COLUMNS) != set(BY_NAME):
@@ -277,13 +372,14 @@ if set(AT_SLOTS) != set(BY_NAME) or set(FROM_COLUMNS) != set(BY_NAME):
                       "computation at slots and from a trace's columns")
 
 
-def readable(columns: dict, g: int) -> dict:
-    """A split's columns as ``FROM_COLUMNS`` reads them: with ``slots`` (the slot
-    features, recorded or computed from full candidates) where it has them, and its
-    block size (the lookahead inputs of the recorded drafts come from the slot TVs of
-    their blocks, on first use)."""
+def readable(columns: dict, meta: dict) -> dict:
+    """A split's columns (``meta``: its meta.json) as ``FROM_COLUMNS`` reads them: with
+    ``slots`` (the slot features, recorded or computed from full candidates) where it has
+    them, its block size (the lookahead inputs of the recorded drafts come from the slot
+    TVs of their blocks, on first use) and whether it was decoded greedily."""
     slots = slot_columns(columns)
-    out = {**columns, "block_size": int(g)}
+    out = {**columns, "block_size": int(meta["block_size"]),
+           "greedy": meta.get("decoding") == "greedy"}
     if slots is not None:
         out["slots"] = slots
     return out
@@ -291,7 +387,8 @@ def readable(columns: dict, g: int) -> dict:
 
 def available(cols: dict) -> set:
     """The groups a split's columns (``readable``) hold."""
-    return {"token", "trace"} | ({"slot", "lookahead"} if "slots" in cols else set())
+    return {"token", "trace", "answer", "verify"} | (
+        {"slot", "lookahead"} if "slots" in cols else set())
 
 
 def input_matrix(cols: dict, at: str, groups=None) -> np.ndarray:

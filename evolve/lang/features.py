@@ -22,7 +22,12 @@ Groups, in table order; an input is offered to a search where its group's data i
   block (computed from their slot TVs along the drafted tokens,
   ``evolve.data.decode.lookahead_features``), so the exact objectives hold them at
   the recorded draft's values and a rule that reads them is scored by an estimate
-  (``evolve run --lookahead`` offers them; the free-running comparison decides).
+  (``evolve run --lookahead`` offers them; the free-running comparison decides);
+- ``answer`` (the task world): the drafted token's log-probability margin below the
+  target's top token, and the drafts accepted so far in the answer that were not the
+  target's top token (path-dependent: held at the recorded path's values offline);
+- ``verify`` (the task world): how many of the block's later drafts in a row are the
+  target's top token (path-dependent, as the lookahead group).
 
 A group ``needs`` the groups it is computed from (lookahead: slot). A rule's signature
 (generated code and exports) is its world's own groups (token; token and trace on
@@ -57,7 +62,16 @@ GROUPS = {
     "slot": ("traces with the slot features (schema v3, or candidates holding all the mass)",
              ()),
     "lookahead": ("traces with the slot features, offered with --lookahead", ("slot",)),
+    "answer": ("task traces: where the drafted token stands and what the answer has "
+               "accepted so far", ()),
+    "verify": ("task traces: what verification knows of the block's later drafts", ()),
 }
+# Groups whose inputs depend on the path decoding takes (later drafts of the block, or
+# what earlier blocks accepted): the exact objectives hold them at the recorded path's
+# values, so a rule that reads one is scored by an estimate, and free-running decoding
+# decides (``evolve.data.inputs`` computes them along the path each decoder takes)
+PATH_GROUPS = ("lookahead", "verify")
+PATH_INPUTS = ("mismatches",)        # of the answer group: along the answer so far
 
 # Engine expressions read the glue's tensors (evolve.export.engines): p, q the target's
 # and the draft's probabilities [n, vocab] at the n drafted positions, x the drafted
@@ -94,6 +108,16 @@ REGISTRY: tuple[Input, ...] = (
     Input("ahead", "ahead", float, "lookahead", False,
           "expected later drafts of the block the standard rule accepts after this one",
           'slots["ahead"]'),
+    Input("logp_margin", "margin", float, "answer", True,
+          "log p_max - log p(token): how far the drafted token is below the target's top "
+          "one (TensorRT-LLM's relaxed_delta reads it)",
+          "torch.log(p.max(dim=-1).values) - torch.log(p[rows, x])"),
+    Input("mismatches", "mism", float, "answer", False,
+          "drafts accepted so far in this answer that were not the target's top token "
+          "(this block's earlier drafts included)", None),
+    Input("next_matches", "nmatch", float, "verify", False,
+          "the later drafts of the block, in a row, that are the target's top token (FLy's "
+          "deferred window reads it)", 'slots["next_matches"]'),
 )
 
 BY_NAME: dict[str, Input] = {i.name: i for i in REGISTRY}
@@ -158,11 +182,13 @@ def signature_of(nodes, trace: bool = True) -> tuple:
     return signature({"token"} | ({"trace"} if trace else set()) | groups_read(nodes))
 
 
-def offered(trace: bool = False, slots: bool = True, lookahead: bool = False) -> tuple:
+def offered(trace: bool = False, slots: bool = True, lookahead: bool = False,
+            extra=()) -> tuple:
     """The inputs data of a kind offers a search, in table order: the token group; on
     traces also the trace group and, with ``slots`` (the split has them), the slot
-    group, and with ``lookahead`` (and ``slots``) the lookahead group."""
-    groups = {"token"}
+    group, and with ``lookahead`` (and ``slots``) the lookahead group; and the groups
+    ``extra`` (a world's own: the task world's answer and verify groups)."""
+    groups = {"token", *extra}
     if trace:
         groups.add("trace")
         if slots:

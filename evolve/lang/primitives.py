@@ -235,10 +235,11 @@ def uses_lookahead_inputs(nodes) -> bool:
     return "lookahead" in groups_read(nodes)
 
 
-def offered_inputs(trace: bool = False, slots: bool = True, lookahead: bool = False) -> tuple:
+def offered_inputs(trace: bool = False, slots: bool = True, lookahead: bool = False,
+                   extra=()) -> tuple:
     """The inputs data of a kind offers a search, in table order
     (``evolve.lang.features.offered``)."""
-    return offered(trace, slots, lookahead)
+    return offered(trace, slots, lookahead, extra)
 
 
 def primitives_for(inputs) -> tuple:
@@ -252,7 +253,7 @@ def primitives_for(inputs) -> tuple:
 
 
 def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False,
-              only=None):
+              only=None, extra=()):
     """The strongly typed DEAP primitive set, built from the table.
 
     ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
@@ -261,7 +262,7 @@ def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False,
     those offered) keeps just those inputs (``evolve run --inputs``)."""
     from deap import gp    # lazy: start-up (DEAP loads only where it is used)
 
-    names = offered_inputs(trace, slots, lookahead)
+    names = offered_inputs(trace, slots, lookahead, extra)
     if only is not None:
         extra = [n for n in only if n not in names]
         if extra:

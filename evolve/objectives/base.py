@@ -95,6 +95,8 @@ class Objective:
     def traces(self) -> bool:
         return self.data == TRACES
 
+    extra_groups: tuple = ()    # input groups of its own world (evolve.lang.features)
+
     @property
     def trace_inputs(self) -> bool:
         """Its rules read the trace inputs (block position, p_max, q_max, the slot

@@ -139,8 +139,10 @@ class TraceArrays:
 def candidate_matrix(ts) -> np.ndarray:
     """The (14 or 9, N*k) float64 input matrix of a split's candidates, one row per
     input in the registry's order (``evolve.data.inputs.input_matrix``)."""
-    return inputs.input_matrix(inputs.readable(ts.columns, int(ts.meta["block_size"])),
-                               "candidates")
+    return inputs.input_matrix(inputs.readable(ts.columns, ts.meta), "candidates", GROUPS)
+
+
+GROUPS = ("token", "trace", "slot", "lookahead")     # the inputs the trace world offers
 
 
 # ------------------------------------------------------- per-position terms

@@ -30,14 +30,15 @@ from evolve.objectives.fitness import speed_fitness
 CHUNK_VALUES = 1 << 22        # thresholds (programs x rows) held at once: 32 MiB
 
 
-def drafted_matrix(cols: dict, g: int) -> np.ndarray:
-    """The (12, N) float64 input matrix of the drafted rows (each row's own token), in
-    the registry's order (``evolve.data.inputs.input_matrix``): the inputs of traces
-    with slot features (the lookahead ones are not offered here)."""
-    return inputs.input_matrix(inputs.readable(cols, g), "drafted", GROUPS)
+def drafted_matrix(cols: dict, meta: dict) -> np.ndarray:
+    """The float64 input matrix of the drafted rows (each row's own token), in the
+    registry's order (``evolve.data.inputs.input_matrix``): the inputs of traces with
+    slot features and the answer and verify groups (the lookahead ones are not offered
+    here: their rows are NaN)."""
+    return inputs.input_matrix(inputs.readable(cols, meta), "drafted", GROUPS)
 
 
-GROUPS = ("token", "trace", "slot")     # the inputs the task objectives offer
+GROUPS = ("token", "trace", "slot", "answer", "verify")     # the inputs the task world offers
 
 
 class TaskData:
@@ -58,7 +59,7 @@ class TaskData:
     def _build(self, c: dict, meta: dict, critical) -> None:
         greedy = meta["decoding"] == "greedy"
         g = int(meta["block_size"])
-        self.X = drafted_matrix(c, g)
+        self.X = drafted_matrix(c, meta)
         if greedy:
             s = (c["token"] == c["target_top"]).astype(np.float64)
             inside, outside = s < 1.0, np.ones_like(s)
@@ -177,7 +178,8 @@ def metrics_of(rows) -> dict:
 
 class TaskObjective(Objective):
     data = TASK
-    trace_inputs = True        # the twelve inputs of traces with slot features
+    trace_inputs = True        # the inputs of traces with slot features
+    extra_groups = ("answer", "verify")       # and the task world's own
 
     def __init__(self, name: str, help: str, seed_metric: bool):
         self.name = name

@@ -230,6 +230,15 @@ RULES: dict[str, Rule] = {r.name: r for r in (
          family=True, engine="tensorrt-llm", range=UNIT, worlds=("task",),
          decodings=("greedy",),
          setting="relaxed_topk=<vocabulary size>, relaxed_delta={p}"),
+    # FLy (arXiv 2511.22972; AMD-AGI/FLy fly/models/FLy.py, greedy verification): a
+    # mismatch is accepted when the target does not correct the next W - 1 drafts of the
+    # block, its deferred window; the block's last W - 1 drafts keep the strict test.
+    # (FLy's own entropy gate reads the target's top-3 entropy, which traces do not
+    # record: this is its window alone.)
+    Rule("fly", "ite(lt(sub({p}, 1.5), next_matches), 1.0, 0.0)",
+         "FLy's deferred window: keep a mismatch if the next W - 1 drafts match (greedy)",
+         param="W", default=2.0, grid=(4.0, 3.0, 2.0), lenient=True, family=True,
+         range=Range(1.0, 64.0), worlds=("task",), decodings=("greedy",)),
     # The engines' own lossy knobs (docs/export.md cites each engine's source).
     Rule("hf_ensemble", "pmin(1.0, add(sub(1.0, {p}), mul({p}, pdiv(target_prob, "
          "draft_prob))))",

@@ -56,7 +56,7 @@ class Evolution:
                                  "features, which these traces lack"
                                  + (f" ({why})" if len(why) > 1 else ""))
         offered = P.offered_inputs(self.objective.trace_inputs, not any(missing),
-                                   config.lookahead)
+                                   config.lookahead, self.objective.extra_groups)
         only = config.input_list()
         absent = next((n for n in only or () if n not in offered), None)
         if absent is not None:
@@ -67,7 +67,7 @@ class Evolution:
         # the inputs this search may use, in table order (recorded in each checkpoint)
         self.inputs = tuple(n for n in offered if only is None or n in only)
         self.pset = P.make_pset(self.objective.trace_inputs, not any(missing), config.lookahead,
-                                only=self.inputs)
+                                only=self.inputs, extra=self.objective.extra_groups)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1

@@ -181,6 +181,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
         raise ValueError(f"rule {getattr(rule, 'name', rule)!r}: greedy decoding takes rules "
                          "with the standard residual (the correction is the target's argmax)")
     done = torch.zeros(B, dtype=torch.bool, device=dev)     # the sequence has ended
+    mism = torch.zeros(B, dtype=torch.float64, device=dev)  # accepted mismatches so far
     ran = 0                 # blocks decoded (fewer once every sequence has ended)
     with torch.no_grad():
         draft.prefill(lay)
@@ -200,7 +201,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
             X = lay.ids[:, lay.block_start + 1:lay.cols].clone()
             Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
             if record or rule is not None:
-                F = DV.block_features(Pg, Qg, X, gen_before, k)
+                F = DV.block_features(Pg, Qg, X, gen_before, k, mism)
             else:
                 x = X.reshape(-1, 1)
                 F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}
@@ -213,6 +214,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 a = std if rule is None else DV.rule_acceptance(rule, F, B, g)
             acc = Ut[:, t, g:2 * g] < a
             n_acc = torch.where(acc.all(dim=1), g, (~acc).to(torch.int8).argmax(dim=1))
+            took = torch.arange(g, device=dev).unsqueeze(0) < n_acc.unsqueeze(1)
+            mism = mism + (took & (X != P[:, :g].argmax(dim=2))).sum(dim=1).to(torch.float64)
             Pn = P[rows, n_acc]
             if greedy:      # the target's argmax (at a rejection and after the last draft)
                 new = Pn.argmax(dim=1)

@@ -25,6 +25,7 @@ import numpy as np
 from evolve.data.decode import (KL_FLOOR, RESIDUAL_EPS, SORT_ALL_MAX_VOCAB, STANDARD,
                                 clipped, judges_every_draft, residual_kind)
 from evolve.data.inputs import AT_SLOTS, Ops, Slots, at_slots
+from evolve.data.traces import V3_ALL_FIELDS
 from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, TOKEN_LEVEL
 
 PROB_FLOOR = float(np.finfo(np.float64).tiny)
@@ -96,10 +97,35 @@ def _vocab(V, P):
     return torch.arange(V, device=P.device).unsqueeze(0)
 
 
+def matches_ahead(match, g: int):
+    """``evolve.data.inputs.matches_ahead`` step by step in float64 (the same bits)."""
+    import torch  # lazy: the core install has no torch
+    m = match.to(torch.float64).reshape(-1, g)
+    out = torch.zeros_like(m)
+    for j in range(g - 2, -1, -1):
+        out[:, j] = m[:, j + 1] * (1.0 + out[:, j + 1])
+    return out.reshape(-1)
+
+
+def count_before(flag, g: int):
+    """``evolve.data.inputs.count_before`` step by step in float64 (the same bits)."""
+    import torch  # lazy: the core install has no torch
+    f = flag.to(torch.float64).reshape(-1, g)
+    out = torch.zeros_like(f)
+    for j in range(1, g):
+        out[:, j] = out[:, j - 1] + f[:, j - 1]
+    return out.reshape(-1)
+
+
+def _log(a):
+    import torch  # lazy: the core install has no torch
+    return torch.log(a)
+
+
 # The torch functions the inputs are computed with (``evolve.data.inputs``)
 OPS = Ops(_take, lambda v, shape: v if len(shape) == 1 else v.unsqueeze(1).expand(*shape),
           entropy, lambda P: P.argmax(dim=1), lambda P: P.amax(dim=1), slot_features,
-          lookahead_features, _vocab)
+          lookahead_features, _vocab, matches_ahead, count_before, _log)
 
 
 def top_candidates(q, k: int):
@@ -147,13 +173,14 @@ def rejection_residual(kind: str, p, q, x):
     return torch.where(small.unsqueeze(1), p, r)
 
 
-def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
+def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None) -> dict:
     """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
     X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
     recorder stores and what a rule reads (every input, ``evolve.data.inputs``), all
-    on the device. The lookahead inputs (along the drafted tokens) are for rules only:
-    the recorder leaves them out (``RECORD_SKIPS``; traces derive them from their slot
-    TVs)."""
+    on the device; ``mismatches`` (B,): each sequence's accepted mismatches before the
+    block (the ``mismatches`` input, where given). The inputs a trace derives from its
+    columns (the lookahead, answer and verify groups, along the drafted tokens) are for
+    rules only: the recorder leaves them out (``RECORD_SKIPS``)."""
     import torch  # lazy: the core install has no torch
     B, g = X.shape
     x = X.reshape(-1)
@@ -163,13 +190,15 @@ def block_features(Pg, Qg, X, gen_before, k: int) -> dict:
     hit = cs["cand_token"] == x.unsqueeze(1)
     jj = torch.arange(g, device=dev)
     s = Slots(Pg, Qg, x, (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
-              jj.repeat(B), g=g, ops=OPS)
+              jj.repeat(B), g=g, ops=OPS, history=None if mismatches is None else
+              {"mismatches": mismatches.to(torch.float64).repeat_interleave(g)})
     return {**at_slots(s), "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
             "target_top": top, **cs, **s.slots}
 
 
-RECORD_SKIPS = LOOKAHEAD_INPUT_NAMES     # block_features a trace does not record
+# the inputs a trace derives from its columns (block_features a trace does not record)
+RECORD_SKIPS = tuple(n for n in ALL_INPUT_NAMES if n not in V3_ALL_FIELDS)
 
 
 def rule_acceptance(rule, F: dict, B: int, g: int):
@@ -179,7 +208,7 @@ def rule_acceptance(rule, F: dict, B: int, g: int):
     for the others (an engine's knob: the rule for every draft). Only the B g rows
     of inputs go to the host and the B g thresholds come back."""
     import torch  # lazy: the core install has no torch
-    host = {f: F[f].cpu().numpy() for f in ALL_INPUT_NAMES}
+    host = {f: F[f].cpu().numpy() for f in ALL_INPUT_NAMES if f in F}
     a = torch.from_numpy(np.ascontiguousarray(clipped(rule.many(host)))).to(F["draft_prob"].device)
     if not judges_every_draft(rule):
         std = (F["target_prob"] / F["draft_prob"]).clamp_max(1.0)

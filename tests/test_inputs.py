@@ -1,0 +1,195 @@
+"""The input registry (evolve/lang/features.py) and its one computation (evolve/data/inputs.py).
+
+Every input is declared once and computed once, at drafted slots (numpy, torch) and from a
+trace's columns; these tests hold each computation to a slow reference written row by row
+from the definitions, and the free-running decoder's ``mismatches`` to a recount from
+the decoded text.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+from evolve.data import inputs as I
+from evolve.lang import features as FT
+from evolve.lang import primitives as P
+
+RNG = np.random.default_rng(11)
+
+
+def _dists(M, V, rng):
+    p = rng.dirichlet(np.ones(V) * 0.3, size=M)
+    q = rng.dirichlet(np.ones(V) * 0.3, size=M)
+    return np.maximum(p, 1e-300), np.maximum(q, 1e-300)
+
+
+def test_every_input_is_declared_once_and_computed_both_ways():
+    names = [i.name for i in FT.REGISTRY]
+    assert len(set(names)) == len(names) == len(P.ALL_INPUT_NAMES) <= P.MAX_INPUTS
+    assert set(I.AT_SLOTS) == set(I.FROM_COLUMNS) == set(names)
+    assert [P.INPUT_INDEX[n] for n in names] == list(range(len(names)))   # opcode = row
+    # a rule's signature: its world's groups and the groups it reads, with their needs
+    from evolve.lang import treeio
+    assert FT.signature_of(treeio.parse("pmin(1.0, ahead)")) == \
+        FT.names_of("token", "trace", "slot", "lookahead")
+    assert FT.signature_of(treeio.parse("pmin(1.0, logp_margin)")) == \
+        FT.names_of("token", "trace", "answer")
+
+
+def _slow_at_slots(p, q, x, g, before):
+    """Each new input at each drafted slot, one row at a time from its definition."""
+    M, V = p.shape
+    out = {"logp_margin": [], "next_matches": [], "mismatches": []}
+    for i in range(M):
+        out["logp_margin"].append(math.log(p[i].max()) - math.log(p[i, x[i]]))
+        b, j = divmod(i, g)
+        later = 0
+        for m in range(j + 1, g):
+            r = b * g + m
+            if x[r] != int(np.argmax(p[r])):
+                break
+            later += 1
+        out["next_matches"].append(later)
+        earlier = sum(x[b * g + m] != int(np.argmax(p[b * g + m])) for m in range(j))
+        out["mismatches"].append(before[b] + earlier)
+    return {k: np.array(v, dtype=np.float64) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("g", [1, 3, 5])
+def test_new_inputs_at_slots_equal_a_slow_reference(g):
+    B, V = 7, 13
+    p, q = _dists(B * g, V, RNG)
+    x = RNG.integers(0, V, B * g)
+    x[::2] = np.argmax(p[::2], axis=1)            # many matches, some runs of them
+    before = RNG.integers(0, 4, B).astype(np.float64)
+    s = I.Slots(p, q, x, np.zeros(B * g), np.tile(np.arange(g), B), g=g,
+                history={"mismatches": np.repeat(before, g)})
+    got = I.at_slots(s, ("logp_margin", "next_matches", "mismatches"))
+    want = _slow_at_slots(p, q, x, g, before)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12, atol=0, err_msg=name)
+    # without the history the decoder keeps, mismatches is not made up
+    assert "mismatches" not in I.at_slots(I.Slots(p, q, x, np.zeros(B * g),
+                                                  np.tile(np.arange(g), B), g=g))
+
+
+def test_new_inputs_in_torch_are_the_numpy_bits():
+    torch = pytest.importorskip("torch")
+    from evolve.data.sources.hf import device as DV
+    B, g, V, k = 5, 4, 17, 3
+    p, q = _dists(B * g, V, RNG)
+    X = RNG.integers(0, V, (B, g))
+    X[:, ::2] = np.argmax(p.reshape(B, g, V)[:, ::2], axis=2)
+    before = RNG.integers(0, 3, B).astype(np.float64)
+    T = torch.from_numpy
+    F = DV.block_features(T(p), T(q), T(X), torch.zeros(B, dtype=torch.int64), k, T(before))
+    s = I.Slots(p, q, X.reshape(-1), np.zeros(B * g, np.int64), np.tile(np.arange(g), B), g=g,
+                history={"mismatches": np.repeat(before, g)})
+    want = I.at_slots(s)
+    for name in ("logp_margin", "next_matches", "mismatches"):
+        np.testing.assert_array_equal(F[name].numpy(), want[name], err_msg=name)
+
+
+def _slow_recorded(c, g, greedy):
+    """next_matches and mismatches along a recorded path, row by row."""
+    n = len(c["token"])
+    match = np.asarray(c["token"]) == np.asarray(c["target_top"])
+    kept = match if greedy else np.asarray(c["baseline_accepts"], dtype=bool)
+    nm, mm = np.zeros(n), np.zeros(n)
+    count, seq = 0, None
+    for b in range(n // g):
+        rows = range(b * g, b * g + g)
+        if c["sequence"][b * g] != seq:
+            seq, count = c["sequence"][b * g], 0
+        for j, r in enumerate(rows):
+            later = 0
+            for m in range(j + 1, g):
+                if not match[b * g + m]:
+                    break
+                later += 1
+            nm[r] = later
+            mm[r] = count + sum(not match[b * g + m] for m in range(j))
+        for r in rows:                     # what the recorded rule kept of this block
+            if not kept[r]:
+                break
+            count += int(not match[r])
+    return nm, mm
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_new_inputs_from_a_recorded_task_split_equal_a_slow_reference(
+        mode, task_greedy_small, task_pair_small, tmp_path_factory):
+    from evolve.data.sources.task import record
+    if mode == "greedy":
+        d = task_greedy_small
+    else:
+        d = tmp_path_factory.mktemp("task-sample-inputs")
+        record.save(record.record_split(task_pair_small, "valid", "sample", 0), d)
+    ts = record.load(d, "valid")
+    c, meta = ts.traces.columns, ts.meta
+    cols = I.readable(c, meta)
+    g = int(meta["block_size"])
+    nm, mm = _slow_recorded(c, g, mode == "greedy")
+    np.testing.assert_array_equal(I.FROM_COLUMNS["next_matches"].drafted(cols), nm)
+    np.testing.assert_array_equal(I.FROM_COLUMNS["mismatches"].drafted(cols), mm)
+    want = np.log(c["p_max"]) - np.log(c["target_prob"])
+    np.testing.assert_allclose(I.FROM_COLUMNS["logp_margin"].drafted(cols), want, rtol=1e-12)
+    assert (nm > 0).any() and (mm > 0).any()
+    if mode == "sample":            # the lossless rule keeps mismatches when it samples
+        assert (np.diff(mm) != 0).any()
+
+
+def _decoded_mismatches(pair, hist, lens, C):
+    """Emitted tokens that are not the target's argmax at their place, per problem:
+    recounted from the decoded text (greedy: every correction and bonus is the argmax,
+    so these are exactly the accepted mismatching drafts)."""
+    out = []
+    for i in range(hist.shape[0]):
+        text = hist[i, :lens[i]]
+        H = np.stack([text[j - C:j] for j in range(C, lens[i])])
+        top = np.argmax(pair.target.probs(H), axis=1)
+        out.append(int((text[C:lens[i]] != top).sum()))
+    return np.array(out)
+
+
+def test_the_decoder_tracks_accepted_mismatches_along_each_answer(task_pair_small):
+    """Greedy decoding with a rule that keeps a mismatch only while the answer has none
+    (``mismatches`` < 0.5) keeps at most one per answer; keeping every mismatch keeps
+    more. Fails if the decoder's count is not carried across blocks or misses the
+    block's earlier drafts."""
+    from evolve.rules.adapters import tree_rule
+    pair = task_pair_small
+    H, rngs = pair.prompts("valid", 12)
+    C = H.shape[1]
+    counts = {}
+    for name, tree in (("once", "ite(lt(mismatches, 0.5), 1.0, 0.0)"), ("always", "1.0")):
+        _, _, hist, lens = pair.decode(H, rngs, pair.max_new("valid"), None,
+                                       rule=tree_rule(tree), record=False, history=True,
+                                       greedy=True, end=pair.end, max_tokens=pair.max_tokens)
+        counts[name] = _decoded_mismatches(pair, hist, lens, C)
+    assert counts["once"].max() == 1 and counts["always"].max() > 1, counts
+
+
+def test_fly_keeps_a_mismatch_the_window_confirms():
+    """FLy's rule (fly, W): in a block of greedy drafts, a mismatch is kept when the next
+    W - 1 drafts match the target's argmax (the pattern (miss, match, ..., match) of its
+    source), and the block's last W - 1 drafts keep the strict test."""
+    from evolve.rules.adapters import named_rule
+    g, V = 6, 5
+    for W in (2, 3):
+        rule, _ = named_rule("fly", W, greedy=True)
+        for pattern in range(1 << g):
+            match = np.array([(pattern >> j) & 1 for j in range(g)], dtype=bool)
+            p = np.full((g, V), 0.1)
+            p[:, 0] = 0.6
+            x = np.where(match, 0, 1)
+            s = I.Slots(p, p, x, np.arange(g), np.arange(g), g=g,
+                        history={"mismatches": np.zeros(g)})
+            h = rule.many(I.at_slots(s))
+            a = np.where(match, 1.0, np.clip(h, 0, 1))
+            want = match.copy()
+            for j in range(g - W + 1):
+                if not match[j] and match[j + 1:j + W].all():
+                    want[j] = True
+            assert np.array_equal(a > 0.5, want), (W, match.astype(int), a)
