@@ -260,7 +260,9 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
         Qg = Q.reshape(B * g, V)
         if record or rule is not None:
             cs = candidate_summary(Pg, Qg, k, tdt)
-        if greedy:      # matches kept, a rule judges the mismatches
+        if getattr(rule, "decides_blocks", False):     # a rule that reads the texts
+            a_x = rule.block_acceptance(pair, ctxs[:, :g], X, P[:, :g], Q, gen_before, greedy)
+        elif greedy:      # matches kept, a rule judges the mismatches
             match = X == np.argmax(P[:, :g], axis=2)
             a_x = (match.astype(np.float64) if rule is None else np.where(
                 match, 1.0, drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs,

@@ -91,8 +91,8 @@ class VectorRule:
 
 def as_rule(fn, name: str = "") -> Rule:
     """Wrap a scalar rule: six positional v1 arguments, or every feature by name."""
-    if isinstance(fn, (Rule, VectorRule)):
-        return fn
+    if isinstance(fn, (Rule, VectorRule)) or getattr(fn, "decides_blocks", False):
+        return fn          # (a rule that decides whole blocks: evolve.rules.oracle)
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
