@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.data.decode import BATCH, batch_ticks, decode
+from evolve.data.labels import available_memory
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.sources.ngram import ConfigFields, TraceConfigError
 from evolve.data.sources.task import arithmetic, grammar
@@ -127,6 +128,17 @@ class TaskPair:
     def done_of(self, tokens) -> bool:
         """Whether a history has ended: the solution's end (PAD after text)."""
         return self.end in bytes(bytearray(tokens)).lstrip(bytes([self.pad]))
+
+    def mining_row_bytes(self, hist_len: int, steps: int) -> int:
+        """An estimate of the host memory one continuation takes in mining: its history
+        and text (a byte and a list entry a token), a step's float64 probabilities, and
+        its uniforms."""
+        return 9 * (hist_len + steps) + 2 * 8 * 256 + 8 * steps
+
+    def mining_memory(self) -> int:
+        """The memory bound mining takes by default: half the machine's available
+        memory."""
+        return available_memory() // 2
 
     def task_meta(self) -> dict:
         return {"name": "arithmetic", "source": "arithmetic",
