@@ -158,6 +158,16 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                     f"{pair.context_len} tokens)")
     except TraceConfigError as e:
         fail(f"--{e.field.replace('_', '-')}: {e.detail}")
+    if resume:                  # the traces kept must be what these settings record
+        from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+        from evolve.data.sources.task import record    # lazy: start-up (as above)
+        for split in ("train", "valid", "test"):
+            path = out / f"{split}.npz"
+            why = path.exists() and record.same_recording(
+                traces.read_file_meta(path) or {}, pair, split, decoding)
+            if why:
+                fail(f"--resume: {path} was recorded with other settings ({why}); pass "
+                     "--force to record again")
     tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
             "decoding and mining labels ...")
     session = backend = None
@@ -177,8 +187,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
 
 def _record_and_mine(pair, out: Path, split: str, decoding: str, seed: int, resume: bool,
                      memory, part, backend, tm) -> None:
-    """One split: its traces recorded and written (or, resuming, those in ``out`` checked
-    against the settings), then its labels mined part by part (``mining.mine_split``)."""
+    """One split: its traces recorded and written (or, resuming, those in ``out``, which
+    the caller checked), then its labels mined part by part (``mining.mine_split``)."""
     import shutil
 
     from evolve.data import labels as LB    # lazy: start-up (a command loads only what it runs)
@@ -187,12 +197,7 @@ def _record_and_mine(pair, out: Path, split: str, decoding: str, seed: int, resu
     t = time.perf_counter()
     path = out / f"{split}.npz"
     ts = None
-    if resume and path.exists():
-        why = record.same_recording(traces.read_file_meta(path) or {}, pair, split, decoding)
-        if why:
-            fail(f"--resume: {path} was recorded with other settings ({why}); pass --force "
-                 "to record again")
-    else:
+    if not (resume and path.exists()):       # (kept traces were checked before)
         ts = record.record_traces(pair, split, decoding, meter=tm.meter)
         out.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(mining.parts_dir(out, split), ignore_errors=True)

@@ -55,11 +55,12 @@ def could_reject(cols: dict, greedy: bool) -> np.ndarray:
     return np.asarray(cols["target_prob"]) < np.asarray(cols["draft_prob"])
 
 
-def row_uniforms(seed: int, index, width: int, per: int = UNIFORM_ROWS) -> np.ndarray:
+def row_uniforms(seed: int, index, width: int, per: int | None = None) -> np.ndarray:
     """(n, width) uniforms of the labelled rows numbered ``index`` (their order among a
     split's rows that need a label): row i is row i mod ``per`` of
     ``default_rng((seed, i - i mod per)).random((.., width))``, the stream the first
     miner drew for its batch of ``per`` rows starting at i - i mod ``per``."""
+    per = per or UNIFORM_ROWS
     index = np.asarray(index, dtype=np.int64)
     out = np.empty((index.size, width))
     starts = index - index % per
@@ -136,7 +137,7 @@ def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_n
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
          pad: int = 0, max_tokens: int | None = None, tick=None, problems=None,
          reuse: bool = True, max_rows: int | None = None, max_memory: int | None = None,
-         uniform_rows: int = UNIFORM_ROWS) -> tuple[np.ndarray, dict]:
+         uniform_rows: int | None = None) -> tuple[np.ndarray, dict]:
     """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed or the
     row is not of ``problems``; cost) of a recording's columns ``cols`` (``context``
     (N, C) the tokens before each drafted row, in the histories' dtype, ``token``,
@@ -173,7 +174,8 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     limit = np.full(rows.size, max_new, dtype=np.int64)
     if max_tokens is not None:
         limit = np.minimum(max_new, max_tokens - 1 - position[rows])
-    u = (None if greedy else row_uniforms(seed, number[rows], max_new + 1, uniform_rows))
+    u = (None if greedy else row_uniforms(seed, number[rows], max_new + 1,
+                                          uniform_rows or UNIFORM_ROWS))
     run = LP.Runner(pair, cols, greedy, done_of, pad, max_rows, max_memory)
     if greedy:
         draws = np.asarray(cols["target_top"])[rows]

@@ -42,8 +42,10 @@ def parts_dir(directory, split: str) -> Path:
     return Path(directory) / f"{split}{PARTS_SUFFIX}"
 
 
-def chunks(problems: int, chunk: int = CHUNK) -> list:
-    """The parts of a split of ``problems`` problems: (lo, hi) on a grid of ``chunk``."""
+def chunks(problems: int, chunk: int | None = None) -> list:
+    """The parts of a split of ``problems`` problems: (lo, hi) on a grid of ``chunk``
+    (default ``CHUNK``)."""
+    chunk = chunk or CHUNK
     return [(lo, min(lo + chunk, problems)) for lo in range(0, problems, chunk)]
 
 
