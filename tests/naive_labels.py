@@ -47,10 +47,12 @@ def continue_text(pair, hist, greedy, uniforms, done_of, max_new, pad=0, keep=No
 
 def mine(pair, cols, answer_of, done_of, greedy, max_new, seed=0, pad=0, batch=2048,
          max_tokens=None):
-    """(labels, target rows read, target calls) as the first miner computed them."""
+    """(labels, target rows read, target calls, each labelled row's (sub, own) texts) as
+    the first miner computed them."""
     rows = np.flatnonzero(could_reject(cols, greedy))
     labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
     passes = calls = 0
+    texts = []
     for s in range(0, rows.size, batch):
         r = rows[s:s + batch]
         ctx = np.asarray(cols["context"][r])
@@ -74,4 +76,5 @@ def mine(pair, cols, answer_of, done_of, greedy, max_new, seed=0, pad=0, batch=2
         passes += pa + pb
         calls += ca + cb
         labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
-    return labels, passes, calls
+        texts += list(zip(a, b))
+    return labels, passes, calls, texts

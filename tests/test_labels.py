@@ -163,3 +163,28 @@ def test_labels_are_a_direct_continuation_of_each_row(greedy, target):
         assert (labels[~at] == 0).all()
         if not greedy:     # the target's own draw decides these: some agree with the draft
             assert set(labels[at].tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize("target", [Counting(), IID()], ids=["counting", "iid"])
+def test_labels_mined_by_problems_are_the_whole_split_s(target):
+    """Sampled, uniform streams of 7 labelled rows: the rows of each problem mined alone
+    (``problems``) get the labels mining the whole split gives them, as each row draws
+    the uniforms of its number among the split's labelled rows. Planted, it fails: rows
+    numbered from the start of the problems mined."""
+    pair = SimpleNamespace(target=target, context_len=C)
+    rng = np.random.default_rng(8)
+    pos = list(range(0, END)) * 3 + [AT] * 12
+    toks = np.where(np.array(pos) == AT, rng.integers(1, 5, len(pos)),
+                    rng.integers(20, 200, len(pos)))
+    cols = _cols(pos, toks, [k + 1 for k in pos])
+    cols["target_prob"] = np.full(len(pos), 0.05)
+    cols["sequence"] = np.arange(len(pos)) // 6             # 7 problems of 6 rows
+    kw = dict(seed=2, uniform_rows=7, reuse=False)
+    whole, _ = L.mine(pair, cols, answer_of, done_of, False, 12, **kw)
+    parts = np.full_like(whole, L.UNLABELED)
+    for s in range(7):
+        got, cost = L.mine(pair, cols, answer_of, done_of, False, 12, problems=(s, s + 1), **kw)
+        mine = cols["sequence"] == s
+        assert (got[~mine] == L.UNLABELED).all() and cost["rows"] == mine.sum()
+        parts[mine] = got[mine]
+    assert np.array_equal(parts, whole) and set(whole.tolist()) == {0, 1}

@@ -34,10 +34,10 @@ def references(pair):
     def get(mode):
         if mode not in out:
             ts = record.record_traces(pair, "valid", mode, PROBLEMS[mode])
-            labels, rows, _ = naive_labels.mine(pair, ts.columns, pair.answer_of, pair.done_of,
-                                                mode == "greedy", pair.max_new("valid"), 0,
-                                                pad=pair.pad, batch=STREAM)
-            out[mode] = (mode, ts, labels, rows)
+            labels, rows, _, texts = naive_labels.mine(
+                pair, ts.columns, pair.answer_of, pair.done_of, mode == "greedy",
+                pair.max_new("valid"), 0, pad=pair.pad, batch=STREAM)
+            out[mode] = (mode, ts, labels, rows, texts)
         return out[mode]
     return get
 
@@ -57,10 +57,9 @@ CASES = [("greedy", how) for how in HOW] + [("sample", "reuse"), ("sample", "no-
 @pytest.mark.parametrize("mode, how", CASES)
 def test_labels_are_the_first_miners_bit_for_bit(pair, references, mode, how):
     """Planted, each fails it: the end chain's history without the last draft, own_m's
-    recorded text one token late, the sub text's known tokens without the next
-    rejectable row's argmax, uniforms drawn per batch of continuations, a sampled row
-    whose own draw is its draft labelled 1."""
-    _, ts, want, rows = references(mode)
+    recorded text one token late, a sampled row whose own draw is its draft labelled
+    1."""
+    _, ts, want, rows, _ = references(mode)
     how = HOW[how]
     labels, cost = _mine(pair, ts, mode, **how)
     assert np.array_equal(labels, want)
@@ -73,6 +72,28 @@ def test_labels_are_the_first_miners_bit_for_bit(pair, references, mode, how):
         assert cost["target_forward_rows"] <= rows
     if mode == "greedy" and how.get("reuse", True):      # about half the rows
         assert cost["target_forward_rows"] < 0.6 * rows
+
+
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_every_text_is_the_first_miners(pair, references, mode):
+    """Not only the labels: both texts of every labelled row, token for token, as the
+    plan walks and continues them (a sampled row whose own draw is its draft has one
+    text, the first miner's two being equal). Planted, each fails it: the sub text's
+    known tokens without the next rejectable row's argmax (the labels stay the same),
+    a chain's tokens one short."""
+    from evolve.data import label_plan as LP
+    _, ts, _, _, want = references(mode)
+    cols, greedy = ts.columns, mode == "greedy"
+    rows = np.flatnonzero(LB.could_reject(cols, greedy))
+    u = LB.row_uniforms(0, np.arange(rows.size), pair.max_new("valid") + 1, STREAM)
+    run = LP.Runner(pair, cols, greedy, pair.done_of, pair.pad)
+    draws = cols["target_top"][rows] if greedy else run.first_tokens(rows, u[:, 0])
+    got = run.texts(LP.plan(cols, rows, draws, greedy, True),
+                    np.full(rows.size, pair.max_new("valid")), u[:, 1:])
+    assert len(got) == len(want)
+    for (a, b), (x, y) in zip(got, want):
+        assert (a, b) == (x, y) or (a is b is None and x == y)
+    assert greedy or any(a is None for a, _ in got)
 
 
 def test_a_memory_bound_sizes_the_batches(pair):
@@ -112,10 +133,10 @@ def test_parts_shards_and_a_resume_give_the_whole_split_s_labels(pair, reference
     """Parts of one problem each (uniform streams of 16 labelled rows, so parts and
     streams cut each other): by 3 shards (labels written by the last), and interrupted
     after a part then resumed, the first miner's bits, and the resume mines only the
-    parts left. Planted, each fails it: a part's rows numbered from the part's start
-    instead of the split's labelled rows (sampling), a resume that mines every part
-    again, a part assembled at the wrong rows."""
-    _, ts, want, _ = references(mode)
+    parts left. Planted, each fails it: a resume that mines every part again, a part's
+    labels assembled in the wrong order. (Rows numbered from a part's start: these
+    labels happen not to change; tests/test_labels.py catches it.)"""
+    _, ts, want, _, _ = references(mode)
     monkeypatch.setattr(mining, "CHUNK", 1)
     monkeypatch.setattr(LB, "UNIFORM_ROWS", STREAM)
     sharded = _save(ts, tmp_path / "sharded")
