@@ -58,6 +58,10 @@ def _default_dir() -> Path:
               help="Task file: float32, float16, bfloat16 or auto.")
 @click.option("--batch-size", type=int, default=16, show_default=True,
               help="Task file: problems decoded together.")
+@click.option("--stop", multiple=True, metavar="TEXT",
+              help="A stop string (repeatable): a generated text ends where one starts, "
+                   "and its answer is read from the text before it (recorded with the "
+                   "traces; e.g. --stop $'\\n\\nQuestion:' for a base model that runs on).")
 @click.option("--max-memory", default=None, metavar="SIZE",
               help="Memory the label miner's batch of continuations may take, e.g. 40GB "
                    "(default: half the free memory of the target's device, measured).")
@@ -76,8 +80,8 @@ def _default_dir() -> Path:
 @friendly_errors
 def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts,
               valid_prompts, test_prompts, task_file, target, draft, max_new_tokens,
-              delimiter, answer_regex, device, dtype, batch_size, max_memory, resume, shard,
-              cluster, scheduler, force):
+              delimiter, answer_regex, device, dtype, batch_size, stop, max_memory, resume,
+              shard, cluster, scheduler, force):
     """Record a task: every problem decoded with the standard rule up to its answer, and
     each draft it could reject labelled critical or not. By default the built-in
     arithmetic task and its pair; with --task-file, --target and --draft, your own.
@@ -137,7 +141,7 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
             counts = {"train_prompts": train_prompts or 1000,
                       "valid_prompts": valid_prompts or 300, "test_prompts": test_prompts or 300}
             cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                    temperature=temperature, **counts)
+                                    temperature=temperature, stop=tuple(stop), **counts)
             cfg.validate()
             pair = TP.build_pair(cfg)
             what = "task pair built"
@@ -151,7 +155,7 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 delimiter=None if answer_regex is not None else (delimiter or "####"),
                 answer_regex=answer_regex, train_prompts=train_prompts,
                 valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
-                dtype=dtype, batch_size=batch_size)
+                dtype=dtype, batch_size=batch_size, stop=tuple(stop))
             pair = hf_pair.build_pair(cfg)
             what = (f"{task_file}: {sum(len(v) for v in pair.problems.values()):,} problems; "
                     f"{target} and {draft} loaded on {pair.info['device']} (context "

@@ -48,7 +48,8 @@ from evolve.data.sources.hf import decode as hf_decode
 from evolve.data.sources.hf.cache import Cached, Layout
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf import models as HM
-from evolve.data.sources.task.checker import CheckerError, DelimiterChecker, RegexChecker
+from evolve.data.sources.task.checker import (CheckerError, DelimiterChecker, RegexChecker,
+                                              cut_at_stop, stop_problem)
 from evolve.data.sources.task.files import by_split, read_tasks
 from evolve.data.tokens import SPLITS, DataError
 from evolve.io.atomic import sha256_file
@@ -80,6 +81,11 @@ class HFTaskConfig(ngram.ConfigFields):
     batch_size: int = 16               # problems decoded together
     context_len: int = 0               # set from the problems (``build_pair``)
     task_sha256: str = ""              # the task file's checksum, set when built
+    stop: tuple = ()                   # stop strings: a text ends where one starts
+
+    def __post_init__(self):
+        if isinstance(self.stop, list):          # read back from meta.json
+            object.__setattr__(self, "stop", tuple(self.stop))
 
     def validate(self) -> None:
         need = self.need
@@ -94,6 +100,9 @@ class HFTaskConfig(ngram.ConfigFields):
                 need(v is None or isinstance(v, str), f.name, "expected a string or none")
             elif f.name == "task_sha256":
                 need(isinstance(v, str), f.name, "expected a string")
+            elif f.name == "stop":
+                why = stop_problem(v)
+                need(not why, f.name, why)
             else:
                 need((v is None and f.name.endswith("_prompts"))
                      or (isinstance(v, int) and not isinstance(v, bool)), f.name,
@@ -228,15 +237,24 @@ class HFTaskPair:
         return t
 
     def body(self, tokens) -> str:
-        """Generated tokens before the end-of-text token, as text."""
-        return self.tokenizer.decode(self._text(tokens), skip_special_tokens=True)
+        """Generated tokens before the end-of-text token, as text, cut at the first stop
+        string."""
+        return cut_at_stop(self.tokenizer.decode(self._text(tokens), skip_special_tokens=True),
+                           self.config.stop)
 
     def answer_of(self, tokens):
         """The final answer of a generated text (tokens), None when it has none."""
         return self.checker.extract(self.body(tokens))
 
     def done_of(self, tokens) -> bool:
-        return self.end is not None and self.end in list(tokens)
+        """Whether a generated text has ended: the end-of-text token, or a stop string
+        in its text."""
+        if self.end is not None and self.end in list(tokens):
+            return True
+        if not self.config.stop:
+            return False
+        text = self.tokenizer.decode(self._text(tokens), skip_special_tokens=True)
+        return len(cut_at_stop(text, self.config.stop)) < len(text)
 
     def decode(self, prompts, rngs, blocks: int, advance=None, rule=None, record: bool = True,
                history: bool = False, greedy: bool = False, end: int | None = None,
@@ -251,7 +269,8 @@ class HFTaskPair:
         ids = [h[h != PAD].astype(np.int64) for h in H]
         out = hf_decode.decode(self._raw(), ids, rngs, blocks, record=record, rule=rule,
                                greedy=greedy, end=end, max_tokens=max_tokens, history=True,
-                               tick=batch_ticks(len(ids), self.batch, advance))
+                               tick=batch_ticks(len(ids), self.batch, advance),
+                               done_of=self.done_of if self.config.stop else None)
         cols, acc, hists = out
         if not history:
             return cols, acc
@@ -333,7 +352,8 @@ class HFTaskPair:
         cfg = self.config
         return {"name": cfg.task_file, "source": "hf", "checker": cfg.checker_text(),
                 "end": self.end, "max_new_tokens": cfg.max_new_tokens,
-                "task_sha256": cfg.task_sha256}
+                "task_sha256": cfg.task_sha256,
+                **({"stop": list(cfg.stop)} if cfg.stop else {})}
 
     def describe(self) -> dict:
         return {"task": self.config.task_file, **self.info,
