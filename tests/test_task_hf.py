@@ -173,7 +173,7 @@ def test_mined_labels_are_the_first_miners_reading_whole_histories(task, greedy,
     dropping rows that have ended, the next token chosen on the device, batches of 16
     continuations) gives the labels of the first miner reading each whole history
     through the model view at every step, with fewer target rows. Planted, it fails:
-    the cache keeping the ended rows' tokens in the wrong order after a drop."""
+    each step's tokens appended to the cache's rows in reverse order."""
     pair = task.pair
     ts = greedy.traces if decoding == "greedy" else record.record_traces(pair, "valid",
                                                                          "sample", 3)
@@ -186,6 +186,34 @@ def test_mined_labels_are_the_first_miners_reading_whole_histories(task, greedy,
                         max_tokens=pair.max_tokens, max_rows=16)
     assert np.array_equal(got, want) and 0 < (got == 1).sum() < (got >= 0).sum()
     assert cost["target_forward_rows"] < rows
+
+
+def test_a_stop_string_ends_the_cached_decoders_texts(task):
+    """With a stop string (a character the target writes often), the KV-cached decoder
+    ends a text in the block where its text first holds it: the text before that block
+    does not, the text does (or the budget ended it), and its answer is read before it.
+    Planted, it fails: the decoder not reading ``done_of``."""
+    from dataclasses import replace
+    pair = task.pair
+    H, rngs = pair.prompts("valid")
+    _, _, hist, lens = pair.decode(H, rngs, NEW, record=False, history=True, greedy=True,
+                                   end=pair.end, max_tokens=pair.max_tokens)
+    made = [pair.body(h[pair.context_len:n]) for h, n in zip(hist, lens)]
+    stop = collections.Counter("".join(made)).most_common(1)[0][0]
+    pair = replace(pair, config=replace(pair.config, stop=(stop,)))
+    H, rngs = pair.prompts("valid")
+    _, acc, hist, lens = pair.decode(H, rngs, NEW, record=False, history=True, greedy=True,
+                                     end=pair.end, max_tokens=pair.max_tokens)
+    stopped = 0
+    for h, n, a, full in zip(hist, lens, acc, made):
+        text = h[pair.context_len:n].tolist()
+        blocks = np.cumsum(a[a >= 0] + 1)
+        assert not pair.done_of(text[:blocks[-2] if blocks.size > 1 else 0])
+        assert pair.done_of(text) or len(text) >= NEW
+        if stop in full:
+            stopped += 1
+            assert pair.body(text) == full[:full.index(stop)]
+    assert stopped > 0
 
 
 def test_recording_again_gives_the_same_columns_and_labels(task, greedy):

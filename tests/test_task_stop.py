@@ -2,8 +2,8 @@
 ``body`` and ``done_of``, the decoders' ``done_of``): a generated text ends where the
 first stop string starts, in recording, mining and free-running decoding alike, and
 the stop strings are recorded with the traces so a rebuilt pair decodes the same. On
-the built-in task with the stop string "\\n#### 4": texts whose answer starts with 4
-end there, without an answer."""
+the built-in task with the stop string "6.": texts with a step whose result ends with
+6 end there, without an answer."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from evolve import task_compare as TC
 from evolve.data import label_plan as LP
 from evolve.data import labels as LB
+from evolve.data.sources.task import greedy as GR
 from evolve.data.sources.task import pair as TP
 from evolve.data.sources.task import record
 from evolve.data.sources.task.checker import cut_at_stop, stop_problem
@@ -20,7 +21,7 @@ from evolve.data.sources.ngram import TraceConfigError
 from tests import naive_labels
 from tests.clikit import invoke, one_line_error
 
-STOP = "\n#### 4"
+STOP = "6."
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_a_text_is_cut_where_the_first_stop_string_starts():
 
 def test_recording_mining_and_free_running_end_at_the_stop_string(pair):
     """Greedy: every recorded text ends in the block where it first holds a stop string
-    (or its end), texts with an answer starting with 4 have none, the labels are the
+    (or its end), texts with a result ending with 6 have no answer, the labels are the
     first miner's with the same pair, free-running counts the tokens up to the stop
     string, and the pair rebuilt from the traces' meta has the stop string. Planted,
     each fails it: the decoder not ending texts at a stop string, the body not cut at
@@ -71,10 +72,13 @@ def test_recording_mining_and_free_running_end_at_the_stop_string(pair):
     plain = TP.build_pair(TP.TaskPairConfig(train_prompts=60, valid_prompts=24,
                                             test_prompts=24))
     free = TC.run_rule(plain, None, "valid", 8, greedy=True)
-    cut = np.array([a is not None and a.startswith("4") for a in free["answers"]])
+    H, _ = TP.prompts_of(plain, "valid", 8)          # lossless greedy: the target's text
+    texts, _ = GR.generate(plain.target, H, pair.max_new("valid"))
+    cut = np.array([STOP in t.decode("latin-1") for t in texts])
     assert cut.sum() == stopped
+    upto = np.array([t.decode("latin-1").find(STOP) + len(STOP) for t in texts])
+    assert np.array_equal(raw["tokens"][cut], upto[cut])
     assert all(a is None for a in np.array(raw["answers"], dtype=object)[cut])
-    assert (raw["tokens"][cut] < free["tokens"][cut]).all()
     assert np.array_equal(raw["tokens"][~cut], free["tokens"][~cut])
     assert TP.rebuild(ts.meta).config.stop == (STOP,)
     assert ts.meta["task"]["stop"] == [STOP]
