@@ -184,7 +184,8 @@ def _greedy_plan(cols: dict, rows: np.ndarray) -> Plan:
 
 class Runner:
     """Computes what a plan needs with a pair's target, counting the target rows read
-    (``passes``), its batched calls (``calls``) and the chains computed."""
+    (``passes``), its batched calls (``calls``) and the chains computed; ``last_chains``
+    keeps the tokens each chain generated in the last ``texts``."""
 
     def __init__(self, pair, cols: dict, greedy: bool, done_of, pad, max_rows=None,
                  max_memory=None):
@@ -194,6 +195,7 @@ class Runner:
         self.context = cols["context"]
         self.position = np.asarray(cols["position"])
         self.passes = self.calls = self.computed = 0
+        self.last_chains: dict = {}
 
     def rows_for(self, hist_len: int, steps: int) -> int:
         """Continuations computed together: ``max_rows``, or as many as the memory
@@ -270,7 +272,7 @@ class Runner:
                     ch.steps = max(ch.steps, need)
                 w.append((text, use.chain, need))
             walked.append(w)
-        tokens = self.run_chains(p.chains, uniforms)
+        tokens = self.last_chains = self.run_chains(p.chains, uniforms)
         out = []
         for w in walked:
             if w is None:

@@ -1,0 +1,204 @@
+"""What label mining costs on the built-in task, before and after reuse, against a
+minimal continuation loop of the same target.
+
+A script of the source checkout, not part of the ``evolve`` package::
+
+    python -m benchmarks.speed.mining [--problems N] [--modes greedy,sample] [--repeats R]
+                                      [--json FILE] [--smoke]
+
+For each decoding, the traces of the first ``--problems`` valid problems of the
+built-in arithmetic task (``evolve data task``'s pair, 1,000 / 300 / 300 problems) are
+recorded once, then mined, in one run:
+
+- ``first miner``: the miner as it was first written (``tests/naive_labels.py``: both
+  texts of every labelled row computed in full, batches of 2,048 rows);
+- ``no reuse``: ``evolve.data.labels.mine(reuse=False)`` (both texts of every row,
+  batches sized to memory, the next token chosen where the probabilities are);
+- ``reuse``: ``evolve.data.labels.mine``, each distinct continuation once and none the
+  recording holds (``evolve.data.label_plan``);
+- ``minimal loop``: the target alone continuing exactly the histories ``reuse``
+  continued, as far as each went, batched (its probabilities, the argmax or the
+  inverse-CDF draw, the token appended), with no text, end or budget checked: the
+  time no miner of these rows can beat.
+
+Figures: target rows read (rows x positions), seconds, rows per second, and the
+ratios (rows against the first miner's, seconds against the minimal loop's), all from
+the same run, each with a fresh target (the built-in target keeps caches of the
+grammar's lines; none starts warm from another's run) and the best of ``--repeats``
+runs, interleaved; the three miners' labels are compared bit for bit. The built-in
+target's rows do not cost the same: a history on the grammar's path is read by prefix
+matching, one off it (a substituted draft's) by edit distances, so seconds fall less
+than rows when reuse removes on-path rows. ``--smoke``: 3 problems, checks that
+everything runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def minimal_loop(pair, cols, greedy: bool, u, texts_of_chains: dict, chains: list):
+    """(target rows, seconds) of the target continuing the chains' histories batched, each
+    for as many tokens as it generated in mining, with nothing else done."""
+    from evolve.data.decode import sample_rows
+    todo = [i for i in texts_of_chains if texts_of_chains[i]]
+    if not todo:
+        return 0, 0.0
+    C = pair.context_len
+    hists = [np.concatenate([np.asarray(cols["context"][chains[i].row]),
+                             np.asarray(chains[i].extra, dtype=cols["context"].dtype)])
+             for i in todo]
+    steps = np.array([len(texts_of_chains[i]) for i in todo])
+    L = max(h.size for h in hists)
+    buf = np.full((len(todo), L + int(steps.max())), pair.pad, dtype=hists[0].dtype)
+    for b, h in enumerate(hists):
+        buf[b, L - h.size:L] = h
+    uu = None if greedy else np.stack([u[chains[i].uniform] for i in todo])
+    rows = 0
+    t0 = time.perf_counter()
+    for s in range(int(steps.max())):
+        live = np.flatnonzero(steps > s)
+        P = pair.target.probs(buf[live, L + s - C:L + s])
+        buf[live, L + s] = (np.argmax(P, axis=1) if greedy
+                            else sample_rows(P, uu[live, s]))
+        rows += live.size
+    return rows, time.perf_counter() - t0
+
+
+def fresh(pair):
+    """The pair with a new target of the same settings: its caches of the grammar's lines
+    start empty, so no miner reads what another one's reads left there."""
+    from dataclasses import replace
+
+    from evolve.data.sources.task.target import GrammarTarget
+    return replace(pair, target=GrammarTarget(pair.target.temperature, pair.target.floor))
+
+
+def measure(pair, mode: str, problems: int, repeats: int) -> dict:
+    """Every miner and the minimal loop on one recording, each with a fresh target, best
+    of ``repeats`` (interleaved)."""
+    from evolve.data import label_plan as LP
+    from evolve.data import labels as LB
+    from evolve.data.sources.task import record
+    sys.path.insert(0, str(ROOT))
+    from tests import naive_labels
+    greedy = mode == "greedy"
+    ts = record.record_traces(pair, "valid", mode, problems)
+    cols, max_new = ts.columns, pair.max_new("valid")
+    out = {"mode": mode, "problems": problems, "drafted_rows": len(ts)}
+    rows_ = np.flatnonzero(LB.could_reject(cols, greedy))
+    u = None if greedy else LB.row_uniforms(0, np.arange(rows_.size), max_new + 1)
+
+    def first_miner():
+        p = fresh(pair)
+        t = time.perf_counter()
+        labels, rows, calls, _ = naive_labels.mine(p, cols, p.answer_of, p.done_of, greedy,
+                                                   max_new, 0, pad=p.pad)
+        return labels, {"rows": int(rows), "calls": int(calls),
+                        "seconds": time.perf_counter() - t}
+
+    def miner(reuse):
+        def go():
+            p = fresh(pair)
+            t = time.perf_counter()
+            labels, cost = LB.mine(p, cols, p.answer_of, p.done_of, greedy, max_new, 0,
+                                   pad=p.pad, reuse=reuse)
+            return labels, {"rows": cost["target_forward_rows"],
+                            "calls": cost["target_forward_passes"],
+                            "seconds": time.perf_counter() - t,
+                            "continuations_computed": cost["continuations_computed"],
+                            "continuations_needed": cost["continuations_needed"]}
+        return go
+
+    def minimal():
+        # the chains reuse computes, and how far each went (not timed), then the loop
+        p = fresh(pair)
+        run = LP.Runner(p, cols, greedy, p.done_of, p.pad)
+        draws = cols["target_top"][rows_] if greedy else run.first_tokens(rows_, u[:, 0])
+        plan = LP.plan(cols, rows_, draws, greedy, True)
+        run.texts(plan, np.full(rows_.size, max_new), None if u is None else u[:, 1:])
+        p = fresh(pair)
+        r, s = minimal_loop(p, cols, greedy, None if u is None else u[:, 1:],
+                            run.last_chains, plan.chains)
+        if not greedy:          # the own draws: one row each, read as mining reads them
+            t = time.perf_counter()
+            p.target.probs(np.asarray(cols["context"][rows_])[:, -p.context_len:])
+            s += time.perf_counter() - t
+            r += rows_.size
+        return None, {"rows": int(r), "seconds": s}
+
+    runs = {"first miner": first_miner, "no reuse": miner(False), "reuse": miner(True),
+            "minimal loop": minimal}
+    first = None
+    for _ in range(repeats):
+        for name, fn in runs.items():
+            labels, m = fn()
+            if name == "first miner":
+                first = labels
+            elif labels is not None:
+                m["identical"] = bool(np.array_equal(labels, first))
+            if name not in out or m["seconds"] < out[name]["seconds"]:
+                out[name] = m
+    out["labelled"] = int((first >= 0).sum())
+    out["critical"] = int((first == 1).sum())
+    return out
+
+
+def table(results: list) -> str:
+    head = ("decoding", "miner", "target rows", "vs first miner", "seconds", "rows/s",
+            "vs minimal loop", "labels")
+    body = []
+    for res in results:
+        first = res["first miner"]["rows"]
+        bound = res["minimal loop"]["seconds"]
+        for name in ("first miner", "no reuse", "reuse", "minimal loop"):
+            m = res[name]
+            body.append((res["mode"], name, f"{m['rows']:,}", f"{m['rows'] / first:.3f}",
+                         f"{m['seconds']:.2f}", f"{m['rows'] / max(m['seconds'], 1e-9):,.0f}",
+                         f"{m['seconds'] / max(bound, 1e-9):.2f}x",
+                         "" if "identical" not in m else
+                         ("identical" if m["identical"] else "DIFFERENT")))
+    widths = [max(len(str(r[i])) for r in [head] + body) for i in range(len(head))]
+    line = lambda r: "  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
+    return "\n".join([line(head), line(["-" * w for w in widths])] + [line(r) for r in body])
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--problems", type=int, default=40)
+    ap.add_argument("--modes", default="greedy,sample")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="best of this many runs of each (interleaved)")
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args(argv)
+    from evolve.data.sources.task import pair as TP
+    problems = 3 if args.smoke else args.problems
+    t = time.perf_counter()
+    pair = TP.build_pair(TP.TaskPairConfig(train_prompts=1000, valid_prompts=300,
+                                           test_prompts=300))
+    print(f"built-in task pair built ({time.perf_counter() - t:.1f} s); mining the first "
+          f"{problems} valid problems", file=sys.stderr)
+    results = [measure(pair, mode, problems, args.repeats) for mode in args.modes.split(",")]
+    print(table(results))
+    for res in results:
+        saved = 1 - res["reuse"]["rows"] / res["first miner"]["rows"]
+        print(f"{res['mode']}: {res['labelled']:,} labelled drafts ({res['critical']:,} "
+              f"critical) of {res['drafted_rows']:,} drafted rows; reuse reads {saved:.1%} "
+              f"fewer target rows than the first miner, labels "
+              f"{'identical' if res['reuse']['identical'] else 'DIFFERENT'}")
+    if args.json:
+        args.json.write_text(json.dumps({"results": results}, indent=2) + "\n")
+    return 0 if all(r[k]["identical"] for r in results for k in ("reuse", "no reuse")) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
