@@ -30,6 +30,9 @@ target's rows do not cost the same: a history on the grammar's path is read by p
 matching, one off it (a substituted draft's) by edit distances, so seconds fall less
 than rows when reuse removes on-path rows. ``--smoke``: 3 problems, checks that
 everything runs.
+
+``device_section`` is the mining section of ``benchmarks/speed/gpu_check.py``: a Hugging
+Face pair's continuations on a device, at the built-in task's size and at a 7B shape.
 """
 
 from __future__ import annotations
@@ -149,6 +152,142 @@ def measure(pair, mode: str, problems: int, repeats: int) -> dict:
                 out[name] = m
     out["labelled"] = int((first >= 0).sum())
     out["critical"] = int((first == 1).sum())
+    return out
+
+
+# ------------------------------------------------------------ on a device (gpu_check)
+
+# model shapes of the device section: a byte-level model at the built-in task's lengths
+# (a GPT-2 of 6 x 256, vocabulary 256, float32), a Qwen2.5-7B-like shape (28 layers x
+# 3,584, 28 heads with 4 key/value heads, MLP 18,944, vocabulary 152,064, bf16; random
+# weights), and a tiny one for --smoke
+SHAPES = {
+    "smoke": dict(kind="gpt2", layers=2, hidden=64, heads=2, vocab=256, prompt=12, steps=6,
+                  batch=6),
+    "builtin": dict(kind="gpt2", layers=6, hidden=256, heads=4, vocab=256, prompt=128,
+                    steps=64, batch=2048),
+    "7b": dict(kind="llama", layers=28, hidden=3584, heads=28, kv_heads=4, inner=18944,
+               vocab=152064, prompt=256, steps=64, batch=1024),
+}
+
+
+def device_model(shape: dict, device: str):
+    """A random-init causal LM of ``shape`` on ``device``, in eval mode (made on the
+    device itself)."""
+    import torch
+    import transformers as tf
+    torch.manual_seed(0)
+    n = shape["prompt"] + shape["steps"] + 8
+    with torch.device(device):
+        if shape["kind"] == "llama":
+            m = tf.LlamaForCausalLM(tf.LlamaConfig(
+                vocab_size=shape["vocab"], hidden_size=shape["hidden"],
+                intermediate_size=shape["inner"], num_hidden_layers=shape["layers"],
+                num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
+                max_position_embeddings=n, torch_dtype=torch.bfloat16))
+            m = m.to(torch.bfloat16)
+        else:
+            m = tf.GPT2LMHeadModel(tf.GPT2Config(
+                vocab_size=shape["vocab"], n_positions=n, n_layer=shape["layers"],
+                n_embd=shape["hidden"], n_head=shape["heads"], initializer_range=0.15,
+                bos_token_id=0, eos_token_id=0))
+    return m.eval()
+
+
+def device_mining(model, shape: dict, device: str, max_memory: int | None = None,
+                  seed: int = 0) -> dict:
+    """The label miner's continuations (``labels.continue_text`` through a Hugging Face
+    pair's ``continuation_reader``: KV cache, the argmax on the device, ended rows dropped)
+    of a batch of random prompts, each row ending after its own number of steps (a
+    quarter to all of ``steps``), against a minimal KV-cached greedy loop of the same
+    model over the same batch for ``steps`` steps (every row every step, nothing on the
+    host). The batch is what ``max_memory`` bytes hold by ``hf_pair.row_bytes`` (default:
+    half the free device memory, as mining takes), at most ``shape["batch"]``. Figures:
+    rows per second (a row: one position of one continuation), the rows the minimal loop
+    computes beyond those needed, and on a GPU the peak memory mining took beyond the
+    model against the estimate."""
+    import functools
+    from types import SimpleNamespace
+
+    import torch
+    from evolve.data import labels as LB
+    from evolve.data.sources.hf.cache import Cached, Layout
+    from evolve.data.sources.task import hf_pair as HT
+    L, S = shape["prompt"], shape["steps"]
+    est = HT.row_bytes(HT.model_shape(model), L, S)
+    memory = max_memory if max_memory is not None else HT.free_memory(device) // 2
+    B = int(max(1, min(shape["batch"], memory // est)))
+    rng = np.random.default_rng(seed)
+    hist = rng.integers(1, shape["vocab"], (B, L)).astype(np.int64)
+    limits = rng.integers(max(1, S // 4), S + 1, B)
+    view = HT.ModelView(model, shape["vocab"], 1.0, device, "random-init", {})
+    pair = SimpleNamespace(target=view, vocab=shape["vocab"], context_len=L + S)
+    pair.continuation_reader = functools.partial(HT.HFTaskPair.continuation_reader, pair)
+    cuda = device.startswith("cuda")
+    sync = (lambda: torch.cuda.synchronize()) if cuda else (lambda: None)
+
+    def mine():
+        return LB.continue_text(pair, hist, True, None, lambda t: False, limits, -1, None)
+
+    def minimal():
+        lay = Layout([h for h in hist], S, 0, device)
+        m = Cached(model)
+        with torch.inference_mode():
+            m.prefill(lay)
+            lay.open_block()
+            x = None
+            for step in range(S):
+                if step:
+                    lay.append(x)
+                x = m.read(lay, lay.cols, 1)[:, -1].argmax(dim=-1)
+        return x
+
+    out = {"shape": {k: v for k, v in shape.items() if k != "batch"}, "batch": B,
+           "device": device, "estimate_bytes_per_row": est,
+           "rows_needed": int(limits.sum()), "rows_minimal": B * S}
+    for name, fn in (("warm", minimal), ("minimal", minimal), ("mining", mine)):
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        sync()
+        t = time.perf_counter()
+        got = fn()
+        sync()
+        sec = time.perf_counter() - t
+        if name == "warm":
+            continue
+        out[f"{name}_seconds"] = sec
+        if cuda:
+            out[f"{name}_peak_bytes"] = int(torch.cuda.max_memory_allocated() - base)
+        if name == "mining":
+            _, rows, calls = got
+            assert rows == out["rows_needed"], (rows, out["rows_needed"])
+            out["mining_calls"] = calls
+    out["mining_rows_per_s"] = out["rows_needed"] / out["mining_seconds"]
+    out["minimal_rows_per_s"] = out["rows_minimal"] / out["minimal_seconds"]
+    out["minimal_needed_rows_per_s"] = out["rows_needed"] / out["minimal_seconds"]
+    out["mining_vs_minimal"] = out["minimal_seconds"] / out["mining_seconds"]
+    if cuda:
+        out["estimate_bytes"] = est * B
+        out["mining_peak_vs_estimate"] = out["mining_peak_bytes"] / (est * B)
+    return out
+
+
+def device_section(device: str, smoke: bool) -> dict:
+    """``device_mining`` at the built-in task's size and at a 7B shape (``smoke``: the
+    tiny shape alone), each model made and freed in turn."""
+    import gc
+
+    import torch
+    out = {}
+    for name in (("smoke",) if smoke else ("builtin", "7b")):
+        model = device_model(SHAPES[name], device)
+        out[name] = device_mining(model, SHAPES[name], device)
+        del model
+        gc.collect()
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
     return out
 
 

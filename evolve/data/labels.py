@@ -155,8 +155,10 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     distinct continuation once and none that the recording already holds
     (``label_plan``); False computes both texts of every row. ``max_rows``
     continuations are computed together (default: as many as ``max_memory`` bytes
-    hold by the pair's ``mining_row_bytes``, else ``DEFAULT_ROWS``). ``tick(n)``,
-    when given, is called once the ``n`` labelled rows are done."""
+    hold by the pair's ``mining_row_bytes``, else ``DEFAULT_ROWS``). ``uniform_rows``:
+    the labelled rows a uniform stream covers (``row_uniforms``; tests only: the
+    definition is ``UNIFORM_ROWS``). ``tick(n)``, when given, is called once the ``n``
+    labelled rows are done."""
     from evolve.data import label_plan as LP    # the plan reads the recording's blocks
     t0 = time.perf_counter()
     if reuse and greedy and not {"sequence", "block_position"} <= set(cols):
