@@ -1,7 +1,7 @@
 """The label miner as it was first written (``evolve.data.labels`` before reuse,
 memory-sized batches and ended-row dropping): every labelled row's two continuations
-computed in full, batch by batch, each history read whole through ``pair.target.probs``
-at every step. The uniforms of a batch of ``batch`` labelled rows starting at s are
+computed in full, batch by batch, each history read whole through the target's
+``probs`` at every step. The uniforms of a batch of ``batch`` labelled rows starting at s are
 ``default_rng((seed, s))``, max_new + 1 a row: the definition ``labels.row_uniforms``
 keeps with ``UNIFORM_ROWS`` = 2048. The miner is tested to give these labels bit for
 bit, under every batch size, split and resume."""

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -193,8 +194,6 @@ def _record_and_mine(pair, out: Path, split: str, decoding: str, seed: int, resu
                      memory, part, backend, tm) -> None:
     """One split: its traces recorded and written (or, resuming, those in ``out``, which
     the caller checked), then its labels mined part by part (``mining.mine_split``)."""
-    import shutil
-
     from evolve.data import labels as LB    # lazy: start-up (a command loads only what it runs)
     from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources.task import mining, record    # lazy: start-up (as above)

@@ -19,13 +19,13 @@ import uuid
 from pathlib import Path
 
 from evolve.cluster import ClusterError
+from evolve.data import traces as T
+from evolve.data.sources.task import mining
+from evolve.data.sources.task import pair as TP
 
 
 def load_miner(path: str, max_memory, seed: int):
     """A worker's ``Miner`` of the traces at ``path``: the pair rebuilt from their meta."""
-    from evolve.data import traces as T
-    from evolve.data.sources.task import mining
-    from evolve.data.sources.task import pair as TP
     ts = T.load(path, name=Path(path).stem)
     return mining.Miner(TP.rebuild(ts.meta), path, max_memory, ts=ts, seed=seed)
 

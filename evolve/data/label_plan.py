@@ -28,13 +28,13 @@ after m, and the end chain) instead of 2 r. The recorded text of a problem is re
 from its blocks: the accepted drafts and the target's argmax after them (the next
 block's context holds a fully accepted block's bonus token).
 
-In sampling the texts draw their own uniforms (``labels.row_uniforms``), so no text is
+In sampling the texts draw their own uniforms (``evolve.data.labels.row_uniforms``), so no text is
 the recording's or another row's; the one that reuse finds is a row whose own draw
 is its draft: both texts are then the same tokens and the label is 0 with nothing
 continued.
 
 ``Runner`` computes the chains a plan needs, in batches the pair sizes to a memory
-bound (``mining_row_bytes``), through ``labels.continue_text``.
+bound (``mining_row_bytes``), through ``continuations.continue_text``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from evolve.data import labels as LB
+from evolve.data.continuations import continue_text, text_of
+
+DEFAULT_ROWS = 2048       # continuations computed together when a pair cannot size them
 
 
 @dataclass
@@ -204,13 +206,13 @@ class Runner:
             return int(self.max_rows)
         per_row = getattr(self.pair, "mining_row_bytes", None)
         if per_row is None:
-            return LB.DEFAULT_ROWS
+            return DEFAULT_ROWS
         memory = (self.max_memory if self.max_memory is not None
                   else self.pair.mining_memory())
         return max(1, int(memory // max(1, per_row(hist_len, steps))))
 
     def _continue(self, hist, keep, limit, uniforms, done_of):
-        texts, p, c = LB.continue_text(self.pair, hist, self.greedy, uniforms, done_of, limit,
+        texts, p, c = continue_text(self.pair, hist, self.greedy, uniforms, done_of, limit,
                                        self.pad, keep)
         self.passes += p
         self.calls += c
@@ -237,7 +239,7 @@ class Runner:
         use walked through its known tokens (``done_of`` holds for every longer text
         once it holds, so the end among them is found by bisection)."""
         done_of = self.done_of
-        text = LB.text_of(self._history(use.row, [use.first]), self.pad,
+        text = text_of(self._history(use.row, [use.first]), self.pad,
                           int(self.position[use.row]) + 1)
         if limit <= 0 or done_of(text):
             return text, 0
@@ -307,7 +309,7 @@ class Runner:
                 u = np.stack([uniforms[chains[i].uniform] for i in part])
             texts = self._continue(hist, keep, limit, u, self.done_of)
             for b, i in enumerate(part):
-                start = len(LB.text_of(hist[b], self.pad, keep[b]))
+                start = len(text_of(hist[b], self.pad, keep[b]))
                 out[i] = texts[b][start:]
             self.computed += len(part)
         return out

@@ -15,10 +15,11 @@ are row i mod ``UNIFORM_ROWS`` of ``default_rng((seed, i - i mod UNIFORM_ROWS))`
 whatever the batch, the part of the split or the process that mines the row.
 
 How the continuations are computed is ``evolve.data.label_plan`` (which of them are
-the same tokens and need computing once, or not at all) and ``continue_text`` (a
-batch of continuations, one forward pass of the target per generated position over
-the rows that have not ended, the next token chosen where the target's
-probabilities are: on the device for a Hugging Face pair). ``mine`` returns the labels
+the same tokens and need computing once, or not at all) and
+``evolve.data.continuations.continue_text`` (a batch of continuations, one forward
+pass of the target per generated position over the rows that have not ended, the next
+token chosen where the target's probabilities are: on the device for a Hugging Face
+pair). ``mine`` returns the labels
 and what mining cost: the rows labelled, the target's forward passes (batched calls
 of the target) and the rows they read (rows x positions), the continuations needed
 and computed, and seconds.
@@ -33,8 +34,9 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.data import label_plan as LP
 from evolve.data import tokens as D
-from evolve.data.decode import sample_rows
+from evolve.data.continuations import continue_text, text_of  # noqa: F401 (the miner's)
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
 from evolve.io import jsonio
@@ -42,7 +44,6 @@ from evolve.io.atomic import sha256_file
 
 UNLABELED = -1
 UNIFORM_ROWS = 2048       # labelled rows that share one uniform stream (the definition's)
-DEFAULT_ROWS = 2048       # continuations computed together when a pair cannot size them
 MODES = ("greedy", "sample")          # a task recording's decoding (meta "decoding")
 LABELS_VERSION = 1
 COLUMN = "critical"                   # the labels' column (int8: 1, 0, UNLABELED)
@@ -71,69 +72,6 @@ def row_uniforms(seed: int, index, width: int, per: int | None = None) -> np.nda
     return out
 
 
-def text_of(hist_row: np.ndarray, pad, keep: int | None) -> list:
-    """The generated text of one history: its tokens after the leading ``pad`` ones,
-    and with ``keep`` no more than its last ``keep`` tokens (the prompt is not text)."""
-    L = hist_row.shape[0]
-    first = np.flatnonzero(hist_row != pad)
-    start = first[0] if first.size else L
-    if keep is not None:
-        start = max(start, L - int(keep))
-    return hist_row[start:].tolist()
-
-
-def _host_next(pair, greedy: bool):
-    """How a pair without a ``continuation_reader`` gives the next tokens: its target's
-    probabilities of each live row's last ``context_len`` tokens, then the argmax or
-    the inverse-CDF draw (``sample_rows``) on the host."""
-    C = pair.context_len
-
-    def next_tokens(live, h, u):
-        P = pair.target.probs(h[live, -C:])
-        return np.argmax(P, axis=1) if greedy else sample_rows(P, u)
-    return next_tokens
-
-
-def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new,
-                  pad: int = 0, keep=None) -> tuple[list, int, int]:
-    """The texts after continuing every history (B, L) with the target until
-    ``done_of(text)`` or ``max_new`` more tokens (a number, or one per row; greedy:
-    argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
-    not text, nor, with ``keep`` (one number per row), any but the last ``keep``
-    tokens of a history (the prompt). A text is a list of token ids (byte values for
-    a byte-level pair). Each step reads the target for the rows that have not ended
-    (an ended row is never read again): the last ``context_len`` tokens of each
-    history, or, for a pair with a ``continuation_reader`` (a Hugging Face one: its
-    KV cache, the next token chosen on its device), as that reader reads them.
-    Returns the texts, the target rows read (rows x positions) and the target's
-    forward passes (one batched call a position)."""
-    B, L = hist.shape
-    limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
-    texts = [text_of(h, pad, None if keep is None else keep[i]) for i, h in enumerate(hist)]
-    done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
-    steps = int(limit.max(initial=0))
-    buf = np.full((B, L + steps), pad, dtype=hist.dtype)
-    buf[:, :L] = hist
-    reader = getattr(pair, "continuation_reader", None)
-    next_tokens = (reader(hist, steps, greedy) if reader is not None
-                   else _host_next(pair, greedy))
-    passes = calls = 0
-    for step in range(steps):
-        live = np.flatnonzero(~done)
-        if live.size == 0:
-            break
-        nxt = next_tokens(live, buf[:, :L + step],
-                          None if greedy else uniforms[live, step])
-        passes += live.size
-        calls += 1
-        buf[live, L + step] = nxt
-        for i, b in zip(live, nxt):
-            texts[i].append(int(b))
-            if step + 1 >= limit[i] or done_of(texts[i]):
-                done[i] = True
-    return texts, passes, calls
-
-
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
          pad: int = 0, max_tokens: int | None = None, tick=None, problems=None,
          reuse: bool = True, max_rows: int | None = None, max_memory: int | None = None,
@@ -155,11 +93,10 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     distinct continuation once and none that the recording already holds
     (``label_plan``); False computes both texts of every row. ``max_rows``
     continuations are computed together (default: as many as ``max_memory`` bytes
-    hold by the pair's ``mining_row_bytes``, else ``DEFAULT_ROWS``). ``uniform_rows``:
+    hold by the pair's ``mining_row_bytes``, else ``label_plan.DEFAULT_ROWS``). ``uniform_rows``:
     the labelled rows a uniform stream covers (``row_uniforms``; tests only: the
     definition is ``UNIFORM_ROWS``). ``tick(n)``, when given, is called once the ``n``
     labelled rows are done."""
-    from evolve.data import label_plan as LP    # the plan reads the recording's blocks
     t0 = time.perf_counter()
     if reuse and greedy and not {"sequence", "block_position"} <= set(cols):
         raise ValueError("reuse in greedy decoding reads the recording's blocks: the columns "

@@ -291,7 +291,7 @@ class HFTaskPair:
                                info={"target": self.target.info, "draft": self.draft.info})
 
     def continuation_reader(self, hist, steps: int, greedy: bool):
-        """How ``evolve.data.labels.continue_text`` continues the histories ``hist``
+        """How ``evolve.data.continuations.continue_text`` continues the histories ``hist``
         (B, L) over at most ``steps`` steps with the target's KV cache.
         ``next_tokens(live, h, u)`` gives the next token of each ``live`` row: the
         first call reads the live rows' histories once, each later call only the

@@ -23,6 +23,7 @@ its batches differ.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -203,7 +204,6 @@ def mine_split(directory, miner: Miner, shard=None, backend=None, meter=None,
     (``evolve.cluster.mining.DaskMining``), then write the labels file if every part is
     there. Returns its meta, or None while parts are missing. ``meter(label, total,
     unit)`` counts the drafts labelled; ``note(text)`` says what was found."""
-    import contextlib
     name = miner.ts.name
     have = done_parts(directory, miner)
     mine = [p for p in shard_of(chunks(miner.problems), shard) if p not in have]

@@ -20,6 +20,7 @@ reads traces, and a labels file can be remade or refused on its own.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +128,6 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
 def same_recording(meta: dict, pair, split: str, mode: str) -> str:
     """Why traces of this meta are not what the pair records for ``split`` in ``mode``
     ("" when they are): the field that differs, its value and the one expected."""
-    import json
     want = {"backend": "task", "decoding": mode,
             "config": json.loads(json.dumps(pair.config.to_dict())),
             "problems": len(pair.problems[split])}
