@@ -24,9 +24,9 @@ recorded once, then mined, in one run:
 Figures: target rows read (rows x positions), seconds of this process's CPU time
 (``time.process_time``: on a shared machine, wall time moves with the other jobs;
 everything here runs on one thread), rows per second, and the ratios (rows against
-the first miner's, seconds against the minimal loop's), all from the same run, each with a fresh target (the built-in target keeps caches of the
-grammar's lines; none starts warm from another's run) and the best of ``--repeats``
-runs, interleaved; the three miners' labels are compared bit for bit. The built-in
+the first miner's, seconds against the minimal loop's), all from the same run, each
+with a fresh target (the built-in target keeps caches of the grammar's lines; none
+starts warm from another's run) and the best of ``--repeats`` runs, interleaved; the three miners' labels are compared bit for bit. The built-in
 target's rows do not cost the same: a history on the grammar's path is read by prefix
 matching, one off it (a substituted draft's) by edit distances, so seconds fall less
 than rows when reuse removes on-path rows. ``--smoke``: 3 problems, checks that
