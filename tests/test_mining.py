@@ -211,12 +211,16 @@ def _same_files(a, b):
 
 
 def test_the_command_line_resumes_and_refuses_in_one_line(whole, tmp_path, monkeypatch):
-    """--shard 0/2 and 1/2 (parts of 2 problems) give the files of a whole recording;
+    """The help offers the memory bound, resume, shards, a cluster and stop strings;
+    --shard 0/2 and 1/2 (parts of 2 problems) give the files of a whole recording;
     --resume then finds everything mined; --resume with other settings, a bad --shard or
     --max-memory, --force with --resume, and existing files without either are one
     line each."""
     monkeypatch.setattr(mining, "CHUNK", 2)
     a, b = whole, tmp_path / "b"
+    r = invoke("data", "task", "--help")
+    assert all(o in r.output for o in ("--max-memory", "--resume", "--shard", "--cluster",
+                                       "--stop"))
     for i in range(2):
         r = invoke("data", "task", "--out", b, *SMALL, "--shard", f"{i}/2")
         assert r.exit_code == 0, r.output

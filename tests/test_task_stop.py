@@ -49,11 +49,11 @@ def test_recording_mining_and_free_running_end_at_the_stop_string(pair):
     string, and the pair rebuilt from the traces' meta has the stop string. Planted,
     each fails it: the decoder not ending texts at a stop string, the body not cut at
     it, free-running counting tokens to the end byte."""
-    ts = record.record_traces(pair, "valid", "greedy", 8)
+    ts = record.record_traces(pair, "valid", "greedy", 6)
     cols = ts.columns
     seq = cols["sequence"]
     stopped = 0
-    for s in range(8):
+    for s in range(6):
         lo, hi = np.searchsorted(seq, [s, s + 1])
         text = LP.recorded_text(cols, lo, hi, 4)
         last = int(cols["position"][hi - 4])            # the last block's start
@@ -62,17 +62,17 @@ def test_recording_mining_and_free_running_end_at_the_stop_string(pair):
         if pair.done_of(text) and pair.end not in text:    # stopped by the string
             stopped += 1
             assert answer is None and STOP in bytes(text).decode("latin-1")
-    assert 0 < stopped < 8
+    assert 0 < stopped < 6
     want, _, _, _ = naive_labels.mine(pair, cols, pair.answer_of, pair.done_of, True,
                                       pair.max_new("valid"), 0, pad=pair.pad)
     got, _ = LB.mine(pair, cols, pair.answer_of, pair.done_of, True, pair.max_new("valid"),
                      0, pad=pair.pad)
     assert np.array_equal(got, want) and (got == 1).any()
-    raw = TC.run_rule(pair, None, "valid", 8, greedy=True)
+    raw = TC.run_rule(pair, None, "valid", 6, greedy=True)
     plain = TP.build_pair(TP.TaskPairConfig(train_prompts=60, valid_prompts=24,
                                             test_prompts=24))
-    free = TC.run_rule(plain, None, "valid", 8, greedy=True)
-    H, _ = TP.prompts_of(plain, "valid", 8)          # lossless greedy: the target's text
+    free = TC.run_rule(plain, None, "valid", 6, greedy=True)
+    H, _ = TP.prompts_of(plain, "valid", 6)          # lossless greedy: the target's text
     texts, _ = GR.generate(plain.target, H, pair.max_new("valid"))
     cut = np.array([STOP in t.decode("latin-1") for t in texts])
     assert cut.sum() == stopped
