@@ -44,14 +44,32 @@ def run_rule(pair, rule, split: str, prompts: int | None, greedy: bool, advance=
         text = hist[i, C:lens[i]]
         if pair.max_tokens is not None:
             text = text[:pair.max_tokens]
-        ends = np.flatnonzero(text == pair.end) if pair.end is not None else []
-        tokens.append(len(text) if len(ends) == 0 else int(ends[0]) + 1)
-        body = pair.body(text)          # the text before its end
+        tokens.append(ended_length(pair, text))
+        body = pair.body(text)          # the text before its end (and a stop string)
         answer = pair.checker.extract(body)
         answers.append(answer)
         correct.append(answer is not None and pair.checker.check(body, p.answer))
     return {"correct": np.array(correct, dtype=bool), "tokens": np.array(tokens, np.float64),
             "calls": calls, "answers": answers}
+
+
+def ended_length(pair, text) -> int:
+    """Tokens of a generated text up to and including the one that ended it: the end
+    token, or the token that completed a stop string of the task (``done_of`` holds for
+    every longer text once it holds, so it is found by bisection); all of it when it did
+    not end."""
+    ends = np.flatnonzero(text == pair.end) if pair.end is not None else []
+    n = len(text) if len(ends) == 0 else int(ends[0]) + 1
+    if not getattr(pair.config, "stop", ()) or not pair.done_of(list(text[:n])):
+        return n
+    lo, hi = 0, n                       # done_of(text[:hi]) holds, text[:lo] does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if pair.done_of(list(text[:mid])):
+            hi = mid
+        else:
+            lo = mid
+    return hi
 
 
 def summary(r: dict, lossless: dict | None = None) -> dict:

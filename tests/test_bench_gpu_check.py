@@ -35,7 +35,7 @@ def test_smoke_runs_every_section_and_prints_one_table(tmp_path):
     lines = r.stdout.splitlines()
     assert lines[0] == doc["title"] and "torch" in lines[0] and "Triton" in lines[0]
     for what in ("token kernel", "trace generation", "hf recorder", "free-running",
-                 "drop-in in generate"):
+                 "drop-in in generate", "label mining"):
         assert any(line.startswith(what) for line in lines), (what, r.stdout)
     assert "not run" not in r.stdout
     tok, tr = doc["kernels"]["token"], doc["kernels"]["trace"]
@@ -48,6 +48,9 @@ def test_smoke_runs_every_section_and_prints_one_table(tmp_path):
     for res in doc["dropin"].values():
         assert res["dropin_tokens_per_s"] > 0 and res["own_tokens_per_s"] > 0
         assert res["calls"] > 0
+    mined = doc["mining"]["smoke"]
+    assert mined["mining_rows_per_s"] > 0 and mined["minimal_rows_per_s"] > 0
+    assert 0 < mined["rows_needed"] < mined["rows_minimal"]
     if not torch.cuda.is_available():
         assert "no GPU" in lines[0] and lines[-1].startswith("smoke sizes")
         assert all(row[-1] in ("", "-") for row in gpu_check.rows(doc))   # nothing judged

@@ -114,6 +114,35 @@ def test_cached_logits_are_an_uncached_forward_of_the_history(build):
     assert int(lay.mask[:, :lay.cols].sum()) < 4 * lay.cols
 
 
+@pytest.mark.parametrize("build", [_gpt2, _llama], ids=["gpt2", "llama"])
+def test_rows_dropped_from_the_cache_read_on_as_an_uncached_forward(build):
+    """The label miner's continuations (one column a step) drop rows that have ended
+    (``Cached.select`` and ``Layout.select``): the rows kept read on as an uncached
+    forward pass of their own history, after one drop and after another."""
+    model = build()
+    rng = np.random.default_rng(1)
+    prompts = [rng.integers(0, VOCAB, n) for n in (5, 2, 8, 3, 1)]
+    lay = Layout(prompts, 8, 0, "cpu")
+    cached = Cached(model)
+    worst, rows = 0.0, 5
+    with torch.no_grad():
+        cached.prefill(lay)
+        lay.open_block()
+        for step, keep in enumerate(([0, 1, 2, 3, 4], [0, 2, 3, 4], [0, 2, 3, 4], [1, 3],
+                                     [0, 1])):
+            if step:
+                if len(keep) < rows:
+                    sel = torch.tensor(keep)
+                    assert cached.select(sel)
+                    lay.select(sel)
+                    rows = len(keep)
+                lay.append(torch.from_numpy(rng.integers(0, VOCAB, rows)))
+            out = cached.read(lay, lay.cols, 1)
+            assert out.shape[0] == rows == lay.ids.shape[0]
+            worst = max(worst, _check(model, lay, out, lay.cols, 1))
+    assert worst < TOL, worst
+
+
 def test_settle_makes_rejected_drafts_holes_and_advances_positions():
     lay = Layout([np.array([5, 6, 7]), np.array([9])], 2, G, "cpu")
     assert lay.cols == 2 and lay.mask[:, :2].tolist() == [[1, 1], [0, 0]]

@@ -63,7 +63,8 @@ def test_greedy_labels_follow_the_answer(prompt):
     pos = [2, 5, 6, 8, 3]
     tops = [k + 1 for k in pos]
     toks = [50, 60, 70, 80, tops[4]]                 # the last is the target's own: no label
-    labels, cost = L.mine(PAIR, _cols(pos, toks, tops, prompt), answer_of, done_of, True, 12)
+    labels, cost = L.mine(PAIR, _cols(pos, toks, tops, prompt), answer_of, done_of, True, 12,
+                          reuse=False)
     # before byte 6 (positions 2, 5): the answer changes; at 6 itself too; after: not
     assert labels.tolist() == [1, 1, 1, 0, L.UNLABELED]
     assert cost["rows"] == 4 and cost["critical"] == 3 and cost["target_forward_rows"] > 0
@@ -73,7 +74,7 @@ def test_sampled_labels_share_the_uniforms_of_both_continuations():
     pos = [2, 8]
     toks, tops = [50, 80], [3, 9]
     cols = _cols(pos, toks, tops)
-    labels, _ = L.mine(PAIR, cols, answer_of, done_of, False, 12, seed=4)
+    labels, _ = L.mine(PAIR, cols, answer_of, done_of, False, 12, seed=4, reuse=False)
     assert labels[1] == 0                        # after the answer's place: never critical
     again, _ = L.mine(PAIR, cols, answer_of, done_of, False, 12, seed=4)
     assert np.array_equal(labels, again)
@@ -83,7 +84,7 @@ def test_rows_the_standard_rule_keeps_need_no_label():
     cols = _cols([2, 3], [3, 50], [3, 4])
     cols["target_prob"] = np.array([0.9, 0.9])
     cols["draft_prob"] = np.array([0.5, 0.5])         # p >= q: sampling keeps it
-    labels, cost = L.mine(PAIR, cols, answer_of, done_of, False, 12)
+    labels, cost = L.mine(PAIR, cols, answer_of, done_of, False, 12, reuse=False)
     assert labels.tolist() == [L.UNLABELED, L.UNLABELED] and cost["rows"] == 0
 
 
@@ -102,10 +103,10 @@ def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int
     and the target's argmax (greedy) or its own draw from the row's first uniform
     (sampling) in its place; both continued one token a step, the k-th generated token
     from the row's (k+1)-th uniform, until the text ends or ``max_new`` tokens; critical
-    when the answers differ. The uniforms are ``mine``'s: per batch of ``batch``
-    labelled rows starting at s, ``default_rng((seed, s))``, max_new + 1 a row. Also the
-    target's forward passes a batched miner needs: per batch and continuation, as many
-    as its longest continuation's tokens, and in sampling one for the own draws."""
+    when the answers differ. The uniforms are ``mine``'s with ``uniform_rows=batch``:
+    per ``batch`` labelled rows starting at s, ``default_rng((seed, s))``, max_new + 1 a
+    row. Also the target rows a miner that computes both texts of every row reads: one
+    per generated token, and in sampling one for each own draw."""
     rows = np.flatnonzero(L.could_reject(cols, greedy))
     out, steps = [], []
     for i, r in enumerate(rows):
@@ -132,9 +133,7 @@ def _direct_labels(pair, cols, greedy: bool, max_new: int, seed: int, batch: int
         out.append(int(answers[0] != answers[1]))
         steps.append(made)
     steps = np.array(steps).reshape(-1, 2)
-    passes = sum(int(steps[s:s + batch, 0].max()) + int(steps[s:s + batch, 1].max())
-                 + (not greedy) for s in range(0, rows.size, batch))
-    return out, passes
+    return out, int(steps.sum()) + (0 if greedy else rows.size)
 
 
 @pytest.mark.parametrize("greedy", [True, False], ids=["greedy", "sample"])
@@ -153,13 +152,39 @@ def test_labels_are_a_direct_continuation_of_each_row(greedy, target):
                     rng.integers(20, 200, len(pos)))
     cols = _cols(pos, toks, [k + 1 for k in pos])
     cols["target_prob"] = np.full(len(pos), 0.05)        # p < q: sampling could reject
-    labels, cost = L.mine(pair, cols, answer_of, done_of, greedy, 12, seed=3, batch=7)
+    labels, cost = L.mine(pair, cols, answer_of, done_of, greedy, 12, seed=3, uniform_rows=7,
+                          max_rows=5, reuse=False)
     assert cost["rows"] == len(pos)
-    want, passes = _direct_labels(pair, cols, greedy, 12, 3, 7)
-    assert labels.tolist() == want and cost["target_forward_passes"] == passes
+    want, read = _direct_labels(pair, cols, greedy, 12, 3, 7)
+    assert labels.tolist() == want and cost["target_forward_rows"] == read
     at = np.array(pos) == AT
     assert labels[at].sum() > 0
     if isinstance(target, IID):
         assert (labels[~at] == 0).all()
         if not greedy:     # the target's own draw decides these: some agree with the draft
             assert set(labels[at].tolist()) == {0, 1}
+
+
+@pytest.mark.parametrize("target", [Counting(), IID()], ids=["counting", "iid"])
+def test_labels_mined_by_problems_are_the_whole_split_s(target):
+    """Sampled, uniform streams of 7 labelled rows: the rows of each problem mined alone
+    (``problems``) get the labels mining the whole split gives them, as each row draws
+    the uniforms of its number among the split's labelled rows. Planted, it fails: rows
+    numbered from the start of the problems mined."""
+    pair = SimpleNamespace(target=target, context_len=C)
+    rng = np.random.default_rng(8)
+    pos = list(range(0, END)) * 3 + [AT] * 12
+    toks = np.where(np.array(pos) == AT, rng.integers(1, 5, len(pos)),
+                    rng.integers(20, 200, len(pos)))
+    cols = _cols(pos, toks, [k + 1 for k in pos])
+    cols["target_prob"] = np.full(len(pos), 0.05)
+    cols["sequence"] = np.arange(len(pos)) // 6             # 7 problems of 6 rows
+    kw = dict(seed=2, uniform_rows=7, reuse=False)
+    whole, _ = L.mine(pair, cols, answer_of, done_of, False, 12, **kw)
+    parts = np.full_like(whole, L.UNLABELED)
+    for s in range(7):
+        got, cost = L.mine(pair, cols, answer_of, done_of, False, 12, problems=(s, s + 1), **kw)
+        mine = cols["sequence"] == s
+        assert (got[~mine] == L.UNLABELED).all() and cost["rows"] == mine.sum()
+        parts[mine] = got[mine]
+    assert np.array_equal(parts, whole) and set(whole.tolist()) == {0, 1}

@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from evolve.data import labels as LB  # noqa: E402
 from evolve.data.sources.hf import device as DV  # noqa: E402
 from evolve.data.sources.task import hf_pair as HT, record  # noqa: E402
-from tests import hfkit  # noqa: E402
+from tests import hfkit, naive_labels  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 
 G, NEW, REGEX = 3, 12, r"(\d+)"
@@ -165,6 +165,55 @@ def test_cached_continuations_are_the_whole_history_ones(task, greedy, decoding)
     got = LB.continue_text(task.pair, hist, *args)
     assert got == want and want[1] > rows.size
     assert len({len(t) for t in want[0]}) > 1          # texts of different lengths
+
+
+@pytest.mark.parametrize("decoding", ["greedy", "sample"])
+def test_mined_labels_are_the_first_miners_reading_whole_histories(task, greedy, decoding):
+    """The pair's miner (reuse of the recording and of shared continuations, the KV cache
+    dropping rows that have ended, the next token chosen on the device, batches of 16
+    continuations) gives the labels of the first miner reading each whole history
+    through the model view at every step, with fewer target rows. Planted, it fails:
+    each step's tokens appended to the cache's rows in reverse order."""
+    pair = task.pair
+    ts = greedy.traces if decoding == "greedy" else record.record_traces(pair, "valid",
+                                                                         "sample", 3)
+    first = ts.columns["sequence"] < 3                  # the first three problems
+    cols, g = {f: v[first] for f, v in ts.columns.items()}, decoding == "greedy"
+    whole = SimpleNamespace(target=pair.target, context_len=pair.context_len)
+    want, rows, _, _ = naive_labels.mine(whole, cols, pair.answer_of, pair.done_of, g, NEW,
+                                         0, pad=HT.PAD, max_tokens=pair.max_tokens)
+    got, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, g, NEW, 0, pad=HT.PAD,
+                        max_tokens=pair.max_tokens, max_rows=16)
+    assert np.array_equal(got, want) and 0 < (got == 1).sum() < (got >= 0).sum()
+    assert cost["target_forward_rows"] < rows
+
+
+def test_a_stop_string_ends_the_cached_decoders_texts(task):
+    """With a stop string (a character the target writes often), the KV-cached decoder
+    ends a text in the block where its text first holds it: the text before that block
+    does not, the text does (or the budget ended it), and its answer is read before it.
+    Planted, it fails: the decoder not reading ``done_of``."""
+    from dataclasses import replace
+    pair = task.pair
+    H, rngs = pair.prompts("valid")
+    _, _, hist, lens = pair.decode(H, rngs, NEW, record=False, history=True, greedy=True,
+                                   end=pair.end, max_tokens=pair.max_tokens)
+    made = [pair.body(h[pair.context_len:n]) for h, n in zip(hist, lens)]
+    stop = collections.Counter("".join(made)).most_common(1)[0][0]
+    pair = replace(pair, config=replace(pair.config, stop=(stop,)))
+    H, rngs = pair.prompts("valid")
+    _, acc, hist, lens = pair.decode(H, rngs, NEW, record=False, history=True, greedy=True,
+                                     end=pair.end, max_tokens=pair.max_tokens)
+    stopped = 0
+    for h, n, a, full in zip(hist, lens, acc, made):
+        text = h[pair.context_len:n].tolist()
+        blocks = np.cumsum(a[a >= 0] + 1)
+        assert not pair.done_of(text[:blocks[-2] if blocks.size > 1 else 0])
+        assert pair.done_of(text) or len(text) >= NEW
+        if stop in full:
+            stopped += 1
+            assert pair.body(text) == full[:full.index(stop)]
+    assert stopped > 0
 
 
 def test_recording_again_gives_the_same_columns_and_labels(task, greedy):

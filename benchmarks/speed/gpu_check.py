@@ -25,6 +25,14 @@ On a machine with one GPU and no package index, in this order:
 6. The exported transformers drop-in (``evolve export --format hf`` of the standard
    rule) inside ``generate`` on that pair (batch 1, as transformers' assisted
    generation), against transformers' own acceptance.
+7. Label mining (``benchmarks/speed/mining.py``, ``device_section``): the miner's
+   KV-cached continuations of a batch sized by the memory bound (half the free device
+   memory, at most 2,048 / 1,024 rows), rows ending at different steps, against a
+   minimal KV-cached greedy loop over the same batch, at the built-in task's size (a
+   byte-level GPT-2 of 6 x 256, 128-token prompts, 64 steps) and at a 7B shape with
+   random weights (Qwen2.5-7B-like, bf16, 256-token prompts, 64 steps): rows per
+   second, and the peak memory mining took beyond the model against the estimate
+   (``hf_pair.row_bytes``).
 
 It prints one table (the device, torch, Triton and CUDA versions and the CPU count in
 its title; each figure with what it is compared with, the ratio and the target) and
@@ -301,6 +309,18 @@ def rows(doc: dict) -> list:
                     f"{res['dropin_tokens_per_s']:,.1f} new tokens/s",
                     f"transformers' own: {res['own_tokens_per_s']:,.1f}",
                     f"{res['dropin_vs_own']:.2f}", "", ""))
+    for name, res in (doc.get("mining") or {}).items():
+        what = {"builtin": "built-in task size", "7b": "7B shape"}.get(name, name)
+        out.append((f"label mining, {what}, batch {res['batch']:,}",
+                    f"{res['mining_rows_per_s']:,.0f} rows/s",
+                    f"minimal loop: {res['minimal_rows_per_s']:,.0f} "
+                    f"({res['minimal_needed_rows_per_s']:,.0f} needed)",
+                    f"{res['mining_vs_minimal']:.2f}", "", ""))
+        if "mining_peak_bytes" in res:
+            out.append((f"label mining memory, {what}",
+                        f"{res['mining_peak_bytes'] / 2 ** 30:,.2f} GiB peak",
+                        f"estimate: {res['estimate_bytes'] / 2 ** 30:,.2f} GiB",
+                        f"{res['mining_peak_vs_estimate']:.2f}", "", ""))
     for name, why in doc.get("not_run", {}).items():
         out.append((name, "not run", why, "", "", ""))
     for name, why in doc.get("failed", {}).items():
@@ -403,6 +423,14 @@ def run(args) -> dict:
                                 lambda: dropin(models, dev, sizes, sync))
     elif models is not None:
         doc["not_run"]["drop-in in generate"] = f"the {args.budget:.0f} s budget was spent"
+    models = built = None                 # the Hugging Face section's models are freed
+    if left() > 0:
+        note("label mining against the minimal continuation loop")
+        from benchmarks.speed import mining
+        doc["mining"] = section("label mining",
+                                lambda: mining.device_section(dev.type, args.smoke))
+    else:
+        doc["not_run"]["label mining"] = f"the {args.budget:.0f} s budget was spent"
     save()
     note("done")
     return doc

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -59,14 +60,35 @@ def _default_dir() -> Path:
               help="Task file: float32, float16, bfloat16 or auto.")
 @click.option("--batch-size", type=int, default=16, show_default=True,
               help="Task file: problems decoded together.")
+@click.option("--stop", multiple=True, metavar="TEXT",
+              help="A stop string (repeatable): a generated text ends where one starts, "
+                   "and its answer is read from the text before it (recorded with the "
+                   "traces; e.g. --stop $'\\n\\nQuestion:' for a base model that runs on).")
+@click.option("--max-memory", default=None, metavar="SIZE",
+              help="Memory the label miner's batch of continuations may take, e.g. 40GB "
+                   "(default: half the free memory of the target's device, measured).")
+@click.option("--resume", is_flag=True,
+              help="Continue an interrupted recording: keep the traces and the labels "
+                   "already mined in --out (same settings) and mine the rest.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Mine only the I-th of N runs of problems of every split (one process "
+                   "or machine each; implies --resume); the labels are written once every "
+                   "run is mined.")
+@click.option("--cluster", type=str, default=None, metavar="local:N",
+              help="Mine labels on a local Dask cluster of N worker processes.")
+@click.option("--scheduler", type=str, default=None, metavar="ADDRESS",
+              help="Mine labels on the Dask cluster at ADDRESS (workers see --out).")
 @click.option("--force", is_flag=True, help="Overwrite existing task traces.")
 @friendly_errors
 def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts,
               valid_prompts, test_prompts, task_file, target, draft, max_new_tokens,
-              delimiter, answer_regex, device, dtype, batch_size, force):
+              delimiter, answer_regex, device, dtype, batch_size, stop, max_memory, resume,
+              shard, cluster, scheduler, force):
     """Record a task: every problem decoded with the standard rule up to its answer, and
     each draft it could reject labelled critical or not. By default the built-in
-    arithmetic task and its pair; with --task-file, --target and --draft, your own."""
+    arithmetic task and its pair; with --task-file, --target and --draft, your own.
+    Labels are mined in parts of problems, each kept as it is done: --resume continues
+    an interrupted mining, --shard splits it across processes."""
     # lazy: start-up (a command loads only what it runs)
     from evolve.data.sources.ngram import TraceConfigError
     # lazy: start-up (a command loads only what it runs)
@@ -88,12 +110,32 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                      "own pair decodes your own task)")
     if delimiter is not None and answer_regex is not None:
         fail("--answer-regex: give --delimiter or --answer-regex, not both")
+    from evolve.data.sources.task import mining    # lazy: start-up (as above)
+    memory = None
+    if max_memory is not None:
+        try:
+            memory = mining.parse_memory(max_memory)
+        except ValueError as e:
+            fail(f"--max-memory: {max_memory!r:.40} is invalid; {e}")
+    part = None
+    if shard is not None:
+        try:
+            part = mining.parse_shard(shard)
+        except ValueError as e:
+            fail(f"--shard: {shard!r:.40} is invalid; {e}")
+    if force and (resume or shard is not None):
+        fail(f"--force: records everything again; not with {'--resume' if resume else '--shard'}")
+    resume = resume or part is not None
+    if cluster is not None or scheduler is not None:
+        from evolve.cluster.session import check_options    # lazy: Dask only when asked
+        check_options(cluster, scheduler)
     out = Path(out) if out else _default_dir()
     if out.exists() and not out.is_dir():
         fail(f"--out {out}: exists and is not a directory")
     have = [s for s in ("train", "valid", "test") if (out / f"{s}.npz").exists()]
-    if have and not force:
-        fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite")
+    if have and not (force or resume):
+        fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite or --resume to "
+             "continue")
     tm = term()
     t0 = time.perf_counter()
     try:
@@ -101,7 +143,7 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
             counts = {"train_prompts": train_prompts or 1000,
                       "valid_prompts": valid_prompts or 300, "test_prompts": test_prompts or 300}
             cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
-                                    temperature=temperature, **counts)
+                                    temperature=temperature, stop=tuple(stop), **counts)
             cfg.validate()
             pair = TP.build_pair(cfg)
             what = "task pair built"
@@ -115,30 +157,79 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 delimiter=None if answer_regex is not None else (delimiter or "####"),
                 answer_regex=answer_regex, train_prompts=train_prompts,
                 valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
-                dtype=dtype, batch_size=batch_size)
+                dtype=dtype, batch_size=batch_size, stop=tuple(stop))
             pair = hf_pair.build_pair(cfg)
             what = (f"{task_file}: {sum(len(v) for v in pair.problems.values()):,} problems; "
                     f"{target} and {draft} loaded on {pair.info['device']} (context "
                     f"{pair.context_len} tokens)")
     except TraceConfigError as e:
         fail(f"--{e.field.replace('_', '-')}: {e.detail}")
+    if resume:                  # the traces kept must be what these settings record
+        from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+        from evolve.data.sources.task import record    # lazy: start-up (as above)
+        for split in ("train", "valid", "test"):
+            path = out / f"{split}.npz"
+            why = path.exists() and record.same_recording(
+                traces.read_file_meta(path) or {}, pair, split, decoding)
+            if why:
+                fail(f"--resume: {path} was recorded with other settings ({why}); pass "
+                     "--force to record again")
     tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
             "decoding and mining labels ...")
-    recorded = {}
-    for split in ("train", "valid", "test"):      # all recorded before any file is written
-        t = time.perf_counter()
-        recorded[split] = ts = record.record_split(pair, split, decoding, seed,
-                                                          meter=tm.meter)
-        c = ts.labels_meta["mined"]
-        tm.note(f"{split}: {len(ts):,} drafted rows of {len(pair.problems[split]):,} "
-                f"problems; {c['rows']:,} labelled, {c['critical']:,} critical "
-                f"({c.get('target_forward_passes', 0):,} target forward passes over "
-                f"{c['target_forward_rows']:,} rows, {c['seconds']:.1f} s); "
-                f"{time.perf_counter() - t:.1f} s")
-    out.mkdir(parents=True, exist_ok=True)
-    for ts in recorded.values():
-        record.save(ts, out)
-    tm.note(f"{out}: train, valid and test traces and their labels written")
+    session = backend = None
+    if cluster is not None or scheduler is not None:
+        from evolve.cluster.mining import DaskMining    # lazy: Dask only when asked
+        from evolve.cluster.session import Session    # lazy: Dask only when asked
+        session = Session(cluster, scheduler)
+        backend = DaskMining(session)
+    try:
+        for split in ("train", "valid", "test"):
+            _record_and_mine(pair, out, split, decoding, seed, resume, memory, part, backend,
+                             tm)
+    finally:
+        if session is not None:
+            session.close()
+
+
+def _record_and_mine(pair, out: Path, split: str, decoding: str, seed: int, resume: bool,
+                     memory, part, backend, tm) -> None:
+    """One split: its traces recorded and written (or, resuming, those in ``out``, which
+    the caller checked), then its labels mined part by part (``mining.mine_split``)."""
+    from evolve.data import labels as LB    # lazy: start-up (a command loads only what it runs)
+    from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.task import mining, record    # lazy: start-up (as above)
+    t = time.perf_counter()
+    path = out / f"{split}.npz"
+    ts = None
+    if not (resume and path.exists()):       # (kept traces were checked before)
+        ts = record.record_traces(pair, split, decoding, meter=tm.meter)
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(mining.parts_dir(out, split), ignore_errors=True)
+        LB.labels_path(out, split).unlink(missing_ok=True)
+        traces.save(ts, path)
+    miner = mining.Miner(pair, path, memory, ts=ts, seed=seed)
+    lpath = LB.labels_path(out, split)
+    meta = None
+    if lpath.exists():
+        meta, _ = LB.read_labels(lpath)
+        if meta.get("traces_sha256") != miner.sha:
+            meta = None
+    if meta is None:
+        meta = mining.mine_split(out, miner, part, backend, tm.meter, tm.note)
+    else:
+        tm.note(f"{split}: labels already mined ({lpath})")
+    n = len(miner.ts)
+    if meta is None:
+        left = len(mining.chunks(miner.problems)) - len(mining.done_parts(out, miner))
+        tm.note(f"{split}: {n:,} drafted rows of {miner.problems:,} problems; {left} "
+                f"part(s) of {mining.CHUNK} problems still to mine (--shard the others, or "
+                "--resume); the labels are written once every part is mined")
+        return
+    c = meta["mined"]
+    tm.note(f"{split}: {n:,} drafted rows of {miner.problems:,} problems; {c['rows']:,} "
+            f"labelled, {c['critical']:,} critical ({c.get('target_forward_passes', 0):,} "
+            f"target forward passes over {c['target_forward_rows']:,} rows, "
+            f"{c['seconds']:.1f} s); {time.perf_counter() - t:.1f} s")
 
 
 def _task_rule(text: str, runs_parent: Path, greedy: bool, scope: dict, any_scope: bool):

@@ -135,7 +135,7 @@ BATCH = 256      # prompts decoded together (results do not depend on it)
 def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
            rule=None, record: bool = True, pos0=None, history: bool = False,
            greedy: bool = False, end: int | None = None, tick=None,
-           max_tokens: int | None = None):
+           max_tokens: int | None = None, done_of=None):
     """Speculative decoding of every prompt for ``blocks`` blocks.
 
     ``rule=None`` is the standard rule (the trace generator); otherwise ``rule``
@@ -159,6 +159,8 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
     began before its sequence ended), and blocks after the end count -1 accepted.
     ``max_tokens``: a sequence also ends once it has generated that many tokens
     (the last block may pass it by up to g tokens), with the same records.
+    ``done_of``: a sequence also ends once ``done_of(its generated tokens)`` holds after
+    a block (a task's stop strings).
 
     Returns ``(columns, accepted)``: the v1 + v2 + v3 columns of every drafted
     position (rows ordered by sequence, block, position; None unless ``record``)
@@ -185,7 +187,7 @@ def decode(pair, prompts: np.ndarray, rngs, blocks: int, batch: int = BATCH,
         cols, n_acc, hist, lens = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
                                                 blocks, g, k, C, s0, rule, record,
                                                 pos0[s0:s0 + batch], greedy, end,
-                                                max_tokens)
+                                                max_tokens, done_of)
         parts.append(cols)
         accepted.append(n_acc)
         if history:
@@ -217,12 +219,12 @@ def batch_ticks(n: int, batch: int, advance):
 
 
 def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, greedy=False,
-                  end=None, max_tokens=None):
+                  end=None, max_tokens=None, done_of=None):
     B = prompts.shape[0]
     L0 = prompts.shape[1]
     V = getattr(pair, "vocab", VOCAB)
     tdt = getattr(pair, "token_dtype", np.uint8)
-    stops = end is not None or max_tokens is not None
+    stops = end is not None or max_tokens is not None or done_of is not None
     hist = np.zeros((B, L0 + blocks * (g + 1)), dtype=prompts.dtype)
     hist[:, :L0] = prompts
     lens = np.full(B, L0, dtype=np.int64)
@@ -297,6 +299,9 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
                 done = done | (live & ((out == end) & emit).any(axis=1))
             if max_tokens is not None:
                 done = done | (lens - L0 >= max_tokens)
+            if done_of is not None:
+                for i in np.flatnonzero(live & ~done):
+                    done[i] = bool(done_of(hist[i, L0:lens[i]].tolist()))
         else:
             lens = lens + n_acc + 1
         if not record:

@@ -9,11 +9,20 @@ substitution (greedy: the target's argmax there; sampling: the target's own draw
 the same uniforms as the substituted continuation afterwards, so the two differ only
 by the substitution). The label is 1 when the two answers differ, 0 when they agree.
 
-The continuations of many rows are batched: one forward pass of the target per
-generated position over the whole batch (the target's ``probs`` on (B, C) histories,
-the interface of ``evolve.data.decode``). ``mine`` returns the labels and what mining
-cost: the rows labelled, the target's forward passes (batched calls of the target)
-and the rows they read (rows x positions), and seconds.
+The uniforms of the labelled row numbered i among a split's rows that need a label
+are row i mod ``UNIFORM_ROWS`` of ``default_rng((seed, i - i mod UNIFORM_ROWS))``
+(max_new + 1 a row: the own draw, then one per continued token; ``row_uniforms``),
+whatever the batch, the part of the split or the process that mines the row.
+
+How the continuations are computed is ``evolve.data.label_plan`` (which of them are
+the same tokens and need computing once, or not at all) and
+``evolve.data.continuations.continue_text`` (a batch of continuations, one forward
+pass of the target per generated position over the rows that have not ended, the next
+token chosen where the target's probabilities are: on the device for a Hugging Face
+pair). ``mine`` returns the labels
+and what mining cost: the rows labelled, the target's forward passes (batched calls
+of the target) and the rows they read (rows x positions), the continuations needed
+and computed, and seconds.
 """
 
 from __future__ import annotations
@@ -25,15 +34,16 @@ from pathlib import Path
 
 import numpy as np
 
+from evolve.data import label_plan as LP
 from evolve.data import tokens as D
-from evolve.data.decode import sample_rows
+from evolve.data.continuations import continue_text, text_of  # noqa: F401 (the miner's)
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
 from evolve.io import jsonio
 from evolve.io.atomic import sha256_file
 
 UNLABELED = -1
-BATCH = 2048
+UNIFORM_ROWS = 2048       # labelled rows that share one uniform stream (the definition's)
 MODES = ("greedy", "sample")          # a task recording's decoding (meta "decoding")
 LABELS_VERSION = 1
 COLUMN = "critical"                   # the labels' column (int8: 1, 0, UNLABELED)
@@ -46,97 +56,108 @@ def could_reject(cols: dict, greedy: bool) -> np.ndarray:
     return np.asarray(cols["target_prob"]) < np.asarray(cols["draft_prob"])
 
 
-def continue_text(pair, hist: np.ndarray, greedy: bool, uniforms, done_of, max_new,
-                  pad: int = 0, keep=None) -> tuple[list, int, int]:
-    """The texts after continuing every history (B, L) with the target until
-    ``done_of(text)`` or ``max_new`` more tokens (a number, or one per row; greedy:
-    argmax; else inverse-CDF with ``uniforms`` (B, max)); leading ``pad`` tokens are
-    not text, nor, with ``keep`` (one number per row), any but the last ``keep``
-    tokens of a history (the prompt). A text is a list of token ids (byte values for
-    a byte-level pair). The target reads each whole history at every step, or, for a
-    pair with a ``continuation_reader`` (a Hugging Face one: its KV cache), as that
-    reader reads it. Returns the texts, the target rows read (rows x positions) and
-    the target's forward passes (one batched call a position)."""
-    C = pair.context_len
-    B, L = hist.shape
-    limit = np.broadcast_to(np.asarray(max_new, dtype=np.int64), (B,))
-    texts = []
-    for i, h in enumerate(hist):
-        first = np.flatnonzero(h != pad)
-        start = first[0] if first.size else L
-        if keep is not None:
-            start = max(start, L - int(keep[i]))
-        texts.append(h[start:].tolist())
-    done = np.array([bool(done_of(t)) for t in texts], dtype=bool) | (limit <= 0)
-    steps = int(limit.max(initial=0))
-    reader = getattr(pair, "continuation_reader", None)
-    read = (reader(hist, steps) if reader is not None
-            else (lambda live, h: pair.target.probs(h[live, -C:])))
-    passes = calls = 0
-    for step in range(steps):
-        live = np.flatnonzero(~done)
-        if live.size == 0:
-            break
-        P = read(live, hist)
-        passes += live.size
-        calls += 1
-        nxt = (np.argmax(P, axis=1) if greedy else sample_rows(P, uniforms[live, step]))
-        hist = np.concatenate([hist, np.full((B, 1), pad, dtype=hist.dtype)], axis=1)
-        hist[live, -1] = nxt
-        for i, b in zip(live, nxt):
-            texts[i].append(int(b))
-            if step + 1 >= limit[i] or done_of(texts[i]):
-                done[i] = True
-    return texts, passes, calls
+def row_uniforms(seed: int, index, width: int, per: int | None = None) -> np.ndarray:
+    """(n, width) uniforms of the labelled rows numbered ``index`` (their order among a
+    split's rows that need a label): row i is row i mod ``per`` of
+    ``default_rng((seed, i - i mod per)).random((.., width))``, the stream the first
+    miner drew for its batch of ``per`` rows starting at i - i mod ``per``."""
+    per = per or UNIFORM_ROWS
+    index = np.asarray(index, dtype=np.int64)
+    out = np.empty((index.size, width))
+    starts = index - index % per
+    for s in np.unique(starts):
+        sel = starts == s
+        j = index[sel] - s
+        out[sel] = np.random.default_rng((seed, int(s))).random((int(j.max()) + 1, width))[j]
+    return out
 
 
 def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed: int = 0,
-         pad: int = 0, batch: int = BATCH, max_tokens: int | None = None,
-         tick=None) -> tuple[np.ndarray, dict]:
-    """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed; cost) of
-    a recording's columns ``cols`` (``context`` (N, C) the tokens before each drafted
-    row, in the histories' dtype, ``token``, ``target_top``, ``target_prob``,
-    ``draft_prob``, ``position``). ``answer_of`` and ``done_of`` see the generated text
-    alone: the ``position`` tokens before the row, the row's token and what follows
-    (never the prompt). Each continuation runs ``max_new`` tokens at most,
-    and with ``max_tokens`` (the decoder's budget of generated tokens) no further than
-    that budget: the substituted token and its continuation end where the text would.
-    ``tick(n)``, when given, is called after each batch of ``n`` labelled rows."""
+         pad: int = 0, max_tokens: int | None = None, tick=None, problems=None,
+         reuse: bool = True, max_rows: int | None = None, max_memory: int | None = None,
+         uniform_rows: int | None = None) -> tuple[np.ndarray, dict]:
+    """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed or the
+    row is not of ``problems``; cost) of a recording's columns ``cols`` (``context``
+    (N, C) the tokens before each drafted row, in the histories' dtype, ``token``,
+    ``target_top``, ``target_prob``, ``draft_prob``, ``position``; for reuse also the
+    blocks: ``sequence``, ``block_index``, ``block_position``). ``answer_of`` and
+    ``done_of`` see the generated text alone: the ``position`` tokens before the row,
+    the row's token and what follows (never the prompt); ``done_of`` must hold for every
+    longer text once it holds (a text that has ended stays ended). Each continuation
+    runs ``max_new`` tokens at most, and with ``max_tokens`` (the decoder's budget of
+    generated tokens) no further than that budget: the substituted token and its
+    continuation end where the text would.
+
+    ``problems`` (lo, hi): label only the rows whose ``sequence`` is in [lo, hi) (the
+    labels are the same bits as the whole split's there). ``reuse``: compute each
+    distinct continuation once and none that the recording already holds
+    (``label_plan``); False computes both texts of every row. ``max_rows``
+    continuations are computed together (default: as many as ``max_memory`` bytes
+    hold by the pair's ``mining_row_bytes``, else ``label_plan.DEFAULT_ROWS``). ``uniform_rows``:
+    the labelled rows a uniform stream covers (``row_uniforms``; tests only: the
+    definition is ``UNIFORM_ROWS``). ``tick(n)``, when given, is called once the ``n``
+    labelled rows are done."""
     t0 = time.perf_counter()
-    rows = np.flatnonzero(could_reject(cols, greedy))
+    if reuse and greedy and not {"sequence", "block_position"} <= set(cols):
+        raise ValueError("reuse in greedy decoding reads the recording's blocks: the columns "
+                         "'sequence' and 'block_position' are needed (or reuse=False)")
+    need = could_reject(cols, greedy)
+    number = np.cumsum(need) - 1                      # each labelled row's number
+    take = need.copy()
+    if problems is not None:
+        seq = np.asarray(cols["sequence"])
+        take &= (seq >= problems[0]) & (seq < problems[1])
+    rows = np.flatnonzero(take)
     labels = np.full(len(cols["token"]), UNLABELED, dtype=np.int8)
-    passes = calls = 0
-    for s in range(0, rows.size, batch):
-        r = rows[s:s + batch]
-        ctx = np.asarray(cols["context"][r])
-        u = np.random.default_rng((seed, s)).random((r.size, max_new + 1))
-        limit = max_new
-        if max_tokens is not None:
-            limit = np.minimum(max_new, max_tokens - 1 - np.asarray(cols["position"])[r])
-        sub = np.concatenate([ctx, np.asarray(cols["token"][r], ctx.dtype)[:, None]], axis=1)
-        if greedy:
-            own = np.concatenate([ctx, np.asarray(cols["target_top"][r], ctx.dtype)[:, None]],
-                                 axis=1)
-        else:           # the target's own draw at the row, then the same uniforms
-            P = pair.target.probs(ctx[:, -pair.context_len:])
-            passes += r.size
-            calls += 1
-            own = np.concatenate([ctx, sample_rows(P, u[:, 0]).astype(ctx.dtype)[:, None]],
-                                 axis=1)
-        keep = np.asarray(cols["position"])[r] + 1       # the generated text and the row
-        a, pa, ca = continue_text(pair, sub, greedy, u[:, 1:], done_of, limit, pad, keep)
-        b, pb, cb = continue_text(pair, own, greedy, u[:, 1:], done_of, limit, pad, keep)
-        passes += pa + pb
-        calls += ca + cb
-        labels[r] = [int(answer_of(x) != answer_of(y)) for x, y in zip(a, b)]
-        if tick is not None:
-            tick(r.size)
-    seconds = time.perf_counter() - t0
+    position = np.asarray(cols["position"])
+    limit = np.full(rows.size, max_new, dtype=np.int64)
+    if max_tokens is not None:
+        limit = np.minimum(max_new, max_tokens - 1 - position[rows])
+    u = (None if greedy else row_uniforms(seed, number[rows], max_new + 1,
+                                          uniform_rows or UNIFORM_ROWS))
+    run = LP.Runner(pair, cols, greedy, done_of, pad, max_rows, max_memory)
+    if greedy:
+        draws = np.asarray(cols["target_top"])[rows]
+    else:                # the target's own draw at each row, from its first uniform
+        draws = run.first_tokens(rows, u[:, 0])
+    plan = LP.plan(cols, rows, draws, greedy, reuse)
+    texts = run.texts(plan, limit, None if u is None else u[:, 1:])
+    labels[rows] = [0 if a is None else int(answer_of(a) != answer_of(b)) for a, b in texts]
+    if tick is not None:
+        tick(int(rows.size))
     cost = {"rows": int(rows.size), "critical": int((labels == 1).sum()),
-            "target_forward_rows": int(passes), "target_forward_passes": int(calls),
-            "seconds": round(seconds, 3),
+            "target_forward_rows": int(run.passes), "target_forward_passes": int(run.calls),
+            "continuations_needed": 2 * int(rows.size),
+            "continuations_computed": int(run.computed),
+            "seconds": round(time.perf_counter() - t0, 3),
             "continuation": "greedy" if greedy else "seeded sampling", "max_new": max_new}
     return labels, cost
+
+
+def available_memory() -> int:
+    """The machine's available memory in bytes (MemAvailable where Linux says it, else
+    the free pages): what mining on the host may take by default is half of it."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def add_costs(costs) -> dict:
+    """The cost of mining a split in parts: the counts and seconds added."""
+    costs = list(costs)
+    out = dict(costs[0]) if costs else {}
+    for c in costs[1:]:
+        for k, v in c.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "max_new":
+                out[k] = out.get(k, 0) + v
+    if "seconds" in out:
+        out["seconds"] = round(out["seconds"], 3)
+    return out
 
 
 # ------------------------------------------------------------------ the labels' file

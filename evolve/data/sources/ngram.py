@@ -76,12 +76,14 @@ class ConfigFields:
         if not cond:
             raise TraceConfigError(name, f"{getattr(self, name)!r} is invalid; {what}")
 
-    def check_types(self, floats=(), optional=()) -> None:
+    def check_types(self, floats=(), optional=(), others=()) -> None:
         """Every field a whole number, those in ``floats`` finite numbers, those in
         ``optional`` whole numbers or None (a config read back from a file may hold
-        anything)."""
+        anything); those in ``others`` are the caller's to check."""
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.name in others:
+                continue
             if f.name in floats:
                 self.need(isinstance(v, (int, float)) and not isinstance(v, bool)
                           and math.isfinite(v), f.name, "expected a finite number")

@@ -15,8 +15,9 @@ next block's first step; the target reads all g + 1 in one pass.
 This uses only what every supported transformers release has: a model called
 with its cache argument (``past_key_values``, named ``cache`` in later
 releases: read from the signature; None at first, then what it returned), a 2-D
-``attention_mask`` over all columns so far and explicit ``position_ids``; no
-cache method is called. Holes cost memory: a batch's cache holds prompt + blocks
+``attention_mask`` over all columns so far and explicit ``position_ids``; the one
+cache method called is ``batch_select_indices``, by the label miner to drop rows that
+have ended (``Cached.select``; a cache without it keeps every row). Holes cost memory: a batch's cache holds prompt + blocks
 x (g + 1) columns.
 """
 
@@ -66,6 +67,11 @@ class Layout:
         self.block_start = self.cols
         self.append(self.pending)
 
+    def select(self, rows) -> None:
+        """Keep only the batch rows ``rows`` (a device tensor of indices, in order)."""
+        for name in ("ids", "mask", "pos", "npos", "pending"):
+            setattr(self, name, getattr(self, name).index_select(0, rows))
+
     def settle(self, n_acc, new) -> None:
         """Close the block: drafts after the first ``n_acc`` of each row become holes;
         ``new`` (B,) is each row's next pending token."""
@@ -105,6 +111,22 @@ class Cached:
         self.past = getattr(out, self.arg)
         self.cols = end
         return out.logits[:, -keep:]
+
+    def select(self, rows) -> bool:
+        """Keep only the batch rows ``rows`` (a device tensor of indices, in order) of the
+        cache: ``batch_select_indices``, the cache method transformers' own contrastive
+        search compacts with, or each tensor of a legacy tuple cache. False (nothing
+        changed) for a cache that has neither."""
+        past = self.past
+        if past is None:
+            return True
+        if hasattr(past, "batch_select_indices"):
+            past.batch_select_indices(rows)
+            return True
+        if isinstance(past, tuple) and all(isinstance(layer, tuple) for layer in past):
+            self.past = tuple(tuple(t.index_select(0, rows) for t in layer) for layer in past)
+            return True
+        return False
 
     def prefill(self, lay: Layout) -> None:
         """Read the prompts (all but their last tokens), if there is anything to read."""

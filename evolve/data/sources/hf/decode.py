@@ -56,14 +56,16 @@ def probs(logits, vocab: int, temperature: float) -> np.ndarray:
 
 def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=None,
            track: bool = False, progress=None, greedy: bool = False, end: int | None = None,
-           max_tokens: int | None = None, history: bool = False, tick=None):
+           max_tokens: int | None = None, history: bool = False, tick=None, done_of=None):
     """Speculative decoding of every prompt (token id arrays) for ``blocks`` blocks.
 
     ``greedy``, ``end`` and ``max_tokens`` decode as ``evolve.data.decode.decode``
     does (the task world): greedy drafts and verification (a target-argmax draft kept,
     a rule deciding the others, the target's argmax emitted), and sequences that end
     once a block emitted ``end`` or they generated ``max_tokens`` tokens (the records
-    then hold ``live``, and later blocks count -1 accepted). With ``history`` the
+    then hold ``live``, and later blocks count -1 accepted), or once ``done_of(its
+    generated token ids)`` holds after a block (a task's stop strings: the block's
+    tokens then come to the host every block). With ``history`` the
     decoded token ids of each sequence (its prompt and what it generated) come back
     as a last value. ``tick()``, when given, is called after each batch.
 
@@ -92,7 +94,7 @@ def decode(pair, prompts: list, rngs, blocks: int, record: bool = True, rule=Non
         check_fits(pair, max((len(p) for p in prompts), default=0) + max_tokens - 1 + g, 0)
     U = (np.stack([r.random((blocks, 2 * g + 1)) for r in rngs]) if n
          else np.zeros((0, blocks, 2 * g + 1)))
-    stop = (greedy, end, max_tokens)
+    stop = (greedy, end, max_tokens, done_of)
     parts, accepted, tracked, hists = [], [], [], []
     for s0 in range(0, n, batch):
         cols, n_acc, tr, h = _decode_batch(pair, prompts[s0:s0 + batch], U[s0:s0 + batch],
@@ -162,10 +164,11 @@ def _contexts(hist, X, C):
 
 
 def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, progress,
-                  stop=(False, None, None)):
+                  stop=(False, None, None, None)):
     import torch  # lazy: the core install has no torch
-    greedy, end, max_tokens = stop
-    stops = end is not None or max_tokens is not None
+    greedy, end, max_tokens, done_of = stop
+    stops = end is not None or max_tokens is not None or done_of is not None
+    made = [[] for _ in prompts]        # generated tokens, kept on the host for done_of
     B, V, temp, dev = len(prompts), pair.vocab, pair.config.temperature, pair.device
     hist = [np.asarray(p, dtype=np.int64) for p in prompts]
     lay = Layout(hist, blocks, g, dev)
@@ -249,6 +252,13 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                     done = done | ((out == end) & emit).any(dim=1)
                 if max_tokens is not None:
                     done = done | (lay.npos - npos0 >= max_tokens)
+                if done_of is not None:
+                    o, n, lv, dn = (v.cpu().numpy() for v in (out, n_acc, live, done))
+                    for i in np.flatnonzero(lv):
+                        made[i] += o[i, :n[i] + 1].tolist()
+                        if not dn[i]:
+                            dn[i] = bool(done_of(made[i]))
+                    done = torch.as_tensor(dn, device=dev)
             else:
                 counts.append(n_acc)
             if progress is not None:

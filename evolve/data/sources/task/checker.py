@@ -10,6 +10,10 @@ Two ways to find the final answer in a text:
 
 No delimiter, no match or an empty answer: no answer, which is wrong.
 
+A task may have stop strings (``cut_at_stop``): a generated text ends where the first
+of them starts (the stop string and what follows are not read), as a base model's text
+that runs on into a next question would otherwise be graded on its last answer.
+
 ``same_answer(answer, reference)`` compares the two, both with surrounding blank
 space dropped. When both are numbers as ``NUMBER`` reads them, they are compared
 as exact decimals: an optional sign (``+`` or ``-``), an integer part of ASCII
@@ -31,6 +35,33 @@ from evolve.errors import EvolveError, show
 
 NUMBER = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d*)?", re.ASCII)
 MAX_NUMBER_CHARS = 100      # longer digit strings are compared as text
+
+
+MAX_STOPS = 16              # stop strings a task may have
+MAX_STOP_CHARS = 200
+
+
+def cut_at_stop(text: str, stops) -> str:
+    """The text before the first place any stop string starts (all of it when none
+    occurs): what the answer is read from."""
+    cut = len(text)
+    for s in stops:
+        i = text.find(s)
+        if 0 <= i < cut:
+            cut = i
+    return text[:cut]
+
+
+def stop_problem(stops) -> str:
+    """Why ``stops`` cannot be a task's stop strings ("" when they can): a list of at
+    most ``MAX_STOPS`` non-empty strings of at most ``MAX_STOP_CHARS`` characters."""
+    if not isinstance(stops, (list, tuple)) or not all(isinstance(s, str) for s in stops):
+        return "expected a list of strings"
+    if len(stops) > MAX_STOPS:
+        return f"expected at most {MAX_STOPS} stop strings"
+    if any(not s or len(s) > MAX_STOP_CHARS for s in stops):
+        return f"expected non-empty strings of at most {MAX_STOP_CHARS} characters"
+    return ""
 
 
 class CheckerError(EvolveError):

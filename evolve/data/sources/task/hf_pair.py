@@ -40,6 +40,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from evolve.data import labels as LB
 from evolve.data.decode import batch_ticks
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
@@ -47,7 +48,8 @@ from evolve.data.sources.hf import decode as hf_decode
 from evolve.data.sources.hf.cache import Cached, Layout
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf import models as HM
-from evolve.data.sources.task.checker import CheckerError, DelimiterChecker, RegexChecker
+from evolve.data.sources.task.checker import (CheckerError, DelimiterChecker, RegexChecker,
+                                              cut_at_stop, stop_problem)
 from evolve.data.sources.task.files import by_split, read_tasks
 from evolve.data.tokens import SPLITS, DataError
 from evolve.io.atomic import sha256_file
@@ -55,6 +57,7 @@ from evolve.io.atomic import sha256_file
 PAD = -1                     # left padding of histories (traces.CONTEXT_PAD)
 MAX_NEW_TOKENS = 1 << 16
 MAX_ROWS = 1024              # histories a model reads in one forward pass
+COMPACT = 0.75               # mining drops ended rows once at most this share is live
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,11 @@ class HFTaskConfig(ngram.ConfigFields):
     batch_size: int = 16               # problems decoded together
     context_len: int = 0               # set from the problems (``build_pair``)
     task_sha256: str = ""              # the task file's checksum, set when built
+    stop: tuple = ()                   # stop strings: a text ends where one starts
+
+    def __post_init__(self):
+        if isinstance(self.stop, list):          # read back from meta.json
+            object.__setattr__(self, "stop", tuple(self.stop))
 
     def validate(self) -> None:
         need = self.need
@@ -92,6 +100,9 @@ class HFTaskConfig(ngram.ConfigFields):
                 need(v is None or isinstance(v, str), f.name, "expected a string or none")
             elif f.name == "task_sha256":
                 need(isinstance(v, str), f.name, "expected a string")
+            elif f.name == "stop":
+                why = stop_problem(v)
+                need(not why, f.name, why)
             else:
                 need((v is None and f.name.endswith("_prompts"))
                      or (isinstance(v, int) and not isinstance(v, bool)), f.name,
@@ -226,15 +237,24 @@ class HFTaskPair:
         return t
 
     def body(self, tokens) -> str:
-        """Generated tokens before the end-of-text token, as text."""
-        return self.tokenizer.decode(self._text(tokens), skip_special_tokens=True)
+        """Generated tokens before the end-of-text token, as text, cut at the first stop
+        string."""
+        return cut_at_stop(self.tokenizer.decode(self._text(tokens), skip_special_tokens=True),
+                           self.config.stop)
 
     def answer_of(self, tokens):
         """The final answer of a generated text (tokens), None when it has none."""
         return self.checker.extract(self.body(tokens))
 
     def done_of(self, tokens) -> bool:
-        return self.end is not None and self.end in list(tokens)
+        """Whether a generated text has ended: the end-of-text token, or a stop string
+        in its text."""
+        if self.end is not None and self.end in list(tokens):
+            return True
+        if not self.config.stop:
+            return False
+        text = self.tokenizer.decode(self._text(tokens), skip_special_tokens=True)
+        return len(cut_at_stop(text, self.config.stop)) < len(text)
 
     def decode(self, prompts, rngs, blocks: int, advance=None, rule=None, record: bool = True,
                history: bool = False, greedy: bool = False, end: int | None = None,
@@ -249,7 +269,8 @@ class HFTaskPair:
         ids = [h[h != PAD].astype(np.int64) for h in H]
         out = hf_decode.decode(self._raw(), ids, rngs, blocks, record=record, rule=rule,
                                greedy=greedy, end=end, max_tokens=max_tokens, history=True,
-                               tick=batch_ticks(len(ids), self.batch, advance))
+                               tick=batch_ticks(len(ids), self.batch, advance),
+                               done_of=self.done_of if self.config.stop else None)
         cols, acc, hists = out
         if not history:
             return cols, acc
@@ -269,42 +290,113 @@ class HFTaskPair:
                                vocab=self.vocab, device=self.target.device, config=self.config,
                                info={"target": self.target.info, "draft": self.draft.info})
 
-    def continuation_reader(self, hist, steps: int):
-        """How ``evolve.data.labels.continue_text`` reads the target for the histories
-        ``hist`` (B, L) over at most ``steps`` steps: from its KV cache. ``read(live,
-        hist)`` gives the next-token distributions of the ``live`` rows: the first call
-        reads every history once, each later call only the previous step's tokens (the
-        last column of ``hist``; rows that have ended are never read again). The logits
-        are the cached passes', equal to whole-history reads to float rounding, as the
-        trace recorder's are."""
+    def continuation_reader(self, hist, steps: int, greedy: bool):
+        """How ``evolve.data.continuations.continue_text`` continues the histories ``hist``
+        (B, L) over at most ``steps`` steps with the target's KV cache.
+        ``next_tokens(live, h, u)`` gives the next token of each ``live`` row: the
+        first call reads the live rows' histories once, each later call only the
+        previous step's tokens (the last column of ``h``). The token is chosen on the
+        device (greedy: the argmax; else the inverse-CDF draw with the uniforms ``u``,
+        ``device.sample``), so only the tokens come back to the host. Rows that have
+        ended leave the batch (``Cached.select``) once no more than ``COMPACT`` of its
+        rows are live. The logits are the cached passes', equal to whole-history reads
+        to float rounding, as the trace recorder's are."""
         import torch  # lazy: the core install has no torch
         view = self.target
-        ids = [h[h != PAD].astype(np.int64) for h in np.asarray(hist)]
+        dev = view.device
         state = {}
 
-        def read(live, h):
+        def next_tokens(live, h, u):
             with torch.inference_mode():
                 if not state:
-                    state["lay"] = lay = Layout(ids, steps, 0, view.device)
-                    state["model"] = Cached(view.model)
-                    state["model"].prefill(lay)
+                    ids = [r[r != PAD].astype(np.int64) for r in np.asarray(hist)[live]]
+                    lay = Layout(ids, steps, 0, dev)
+                    model = Cached(view.model)
+                    model.prefill(lay)
                     lay.open_block()
-                else:           # an ended row's padding stands in for a token never read
-                    state["lay"].append(torch.as_tensor(np.maximum(h[:, -1], 0),
-                                                        dtype=torch.int64, device=view.device))
-                logits = state["model"].read(state["lay"], state["lay"].cols, 1)[:, -1]
-                return DV.probs(logits, self.vocab, view.temperature).cpu().numpy()[live]
-        return read
+                    state.update(lay=lay, model=model, rows=np.asarray(live))
+                else:
+                    lay, model, rows = state["lay"], state["model"], state["rows"]
+                    kept = np.isin(rows, live)
+                    if kept.sum() <= COMPACT * rows.size:
+                        sel = torch.as_tensor(np.flatnonzero(kept), device=dev)
+                        if model.select(sel):
+                            lay.select(sel)
+                            rows = state["rows"] = rows[kept]
+                    # an ended row still in the batch reads padding: a token never used
+                    lay.append(torch.as_tensor(np.maximum(h[rows, -1], 0),
+                                               dtype=torch.int64, device=dev))
+                logits = model.read(lay, lay.cols, 1)[:, -1]
+                at = torch.as_tensor(np.searchsorted(state["rows"], live), device=dev)
+                P = DV.probs(logits.index_select(0, at), self.vocab, view.temperature)
+                nxt = (P.argmax(dim=1) if greedy else
+                       DV.sample(P, torch.as_tensor(u, dtype=torch.float64, device=dev)))
+                return nxt.cpu().numpy()
+        return next_tokens
+
+    def mining_row_bytes(self, hist_len: int, steps: int) -> int:
+        """An estimate of the device memory one continuation takes in mining: its KV
+        cache over ``hist_len + steps`` positions (2 x layers x key/value heads x head
+        size x the cache's bytes a position), a prefill's largest activations
+        (``hist_len`` x (hidden + MLP) sizes) and attention scores (``hist_len``^2 x
+        heads x 4 bytes: a kernel that never materialises them takes less), and a
+        step's vocabulary-wide logits and float64 probabilities."""
+        return row_bytes(model_shape(self.target.model), hist_len, steps)
+
+    def mining_memory(self) -> int:
+        """The memory bound mining takes by default: half the free memory of the
+        target's device (``free_memory``)."""
+        return free_memory(self.target.device) // 2
 
     def task_meta(self) -> dict:
         cfg = self.config
         return {"name": cfg.task_file, "source": "hf", "checker": cfg.checker_text(),
                 "end": self.end, "max_new_tokens": cfg.max_new_tokens,
-                "task_sha256": cfg.task_sha256}
+                "task_sha256": cfg.task_sha256,
+                **({"stop": list(cfg.stop)} if cfg.stop else {})}
 
     def describe(self) -> dict:
         return {"task": self.config.task_file, **self.info,
                 "problems": {s: len(self.problems[s]) for s in SPLITS}}
+
+
+def model_shape(model) -> dict:
+    """What a model's memory in mining depends on, from its configuration: layers,
+    attention and key/value heads, head size, hidden and MLP sizes, vocabulary and
+    the bytes of its parameters' dtype."""
+    import torch  # lazy: the core install has no torch
+    cfg = model.config
+    cfg = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+    heads = int(cfg.num_attention_heads)
+    hidden = int(cfg.hidden_size)
+    head_dim = getattr(cfg, "head_dim", None) or hidden // heads
+    inner = (getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None)
+             or 4 * hidden)
+    dtype = next(model.parameters()).dtype
+    return {"layers": int(cfg.num_hidden_layers), "heads": heads,
+            "kv_heads": int(getattr(cfg, "num_key_value_heads", None) or heads),
+            "head_dim": int(head_dim), "hidden": hidden, "inner": int(inner),
+            "vocab": int(cfg.vocab_size),
+            "bytes": torch.empty((), dtype=dtype).element_size()}
+
+
+def row_bytes(shape: dict, hist_len: int, steps: int) -> int:
+    """``HFTaskPair.mining_row_bytes`` of a model of this ``model_shape``."""
+    kv = 2 * shape["layers"] * shape["kv_heads"] * shape["head_dim"] * shape["bytes"]
+    act = hist_len * (shape["hidden"] + shape["inner"]) * shape["bytes"]
+    scores = hist_len * hist_len * shape["heads"] * 4
+    step = shape["vocab"] * (shape["bytes"] + 4 + 3 * 8)
+    return int(kv * (hist_len + steps) + act + scores + step + 3 * 8 * (hist_len + steps))
+
+
+def free_memory(device) -> int:
+    """Free bytes of a torch device: the GPU's (``torch.cuda.mem_get_info``), or the
+    machine's available memory for the CPU."""
+    import torch  # lazy: the core install has no torch
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return int(torch.cuda.mem_get_info(dev)[0])
+    return LB.available_memory()
 
 
 def split_problems(problems, seed: int) -> dict:

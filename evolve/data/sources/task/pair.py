@@ -36,10 +36,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.data.decode import BATCH, batch_ticks, decode
+from evolve.data.labels import available_memory
 from evolve.data.sources import ngram_lm as LM
 from evolve.data.sources.ngram import ConfigFields, TraceConfigError
 from evolve.data.sources.task import arithmetic, grammar
-from evolve.data.sources.task.checker import DelimiterChecker
+from evolve.data.sources.task.checker import DelimiterChecker, cut_at_stop, stop_problem
 from evolve.data.sources.task.files import Problem
 from evolve.data.sources.task.story import PROMPT_END, parse_prompt
 from evolve.data.sources.task.target import GrammarTarget
@@ -64,10 +65,17 @@ class TaskPairConfig(ConfigFields):
     train_prompts: int = 2000        # problems per split (the draft trains on train's)
     valid_prompts: int = 300
     test_prompts: int = 300
+    stop: tuple = ()                 # stop strings: a text ends where one starts
+
+    def __post_init__(self):
+        if isinstance(self.stop, list):          # read back from meta.json
+            object.__setattr__(self, "stop", tuple(self.stop))
 
     def validate(self) -> None:
         need = self.need
-        self.check_types(floats=("temperature", "floor"))
+        self.check_types(floats=("temperature", "floor"), others=("stop",))
+        why = stop_problem(self.stop)
+        need(not why, "stop", why)
         need(0 <= self.seed < 2 ** 63, "seed", "expected an integer >= 0")
         need(1 <= self.draft_order <= LM.MAX_ORDER, "draft_order", f"expected 1..{LM.MAX_ORDER}")
         need(1 <= self.draft_samples <= MAX_DRAFT_SAMPLES, "draft_samples",
@@ -105,6 +113,8 @@ class TaskPair:
     def decode(self, prompts, rngs, blocks: int, advance=None, **kw):
         """``evolve.data.decode.decode`` of the problems ``prompts`` (the pairs'
         interface: ``advance(n)``, when given, after each batch of n problems)."""
+        if self.config.stop:                 # a stop string ends a text too
+            kw.setdefault("done_of", self.done_of)
         return decode(self, prompts, rngs, blocks, BATCH,
                       tick=batch_ticks(len(prompts), BATCH, advance), **kw)
 
@@ -115,9 +125,11 @@ class TaskPair:
                        for p in self.problems[split])
 
     def body(self, tokens) -> str:
-        """A generated text (its bytes) before its end, as text (one byte a character)."""
+        """A generated text (its bytes) before its end, as text (one byte a character),
+        cut at the first stop string."""
         b = bytes(bytearray(tokens))
-        return b.split(bytes([self.end]), 1)[0].decode("latin-1")
+        return cut_at_stop(b.split(bytes([self.end]), 1)[0].decode("latin-1"),
+                           self.config.stop)
 
     def answer_of(self, tokens):
         """The final answer in a history (leading PAD dropped), None when it has none."""
@@ -125,12 +137,28 @@ class TaskPair:
         return self.checker.extract(self.body(b))
 
     def done_of(self, tokens) -> bool:
-        """Whether a history has ended: the solution's end (PAD after text)."""
-        return self.end in bytes(bytearray(tokens)).lstrip(bytes([self.pad]))
+        """Whether a history has ended: the solution's end (PAD after text), or a stop
+        string in its text."""
+        b = bytes(bytearray(tokens)).lstrip(bytes([self.pad]))
+        if self.end in b:
+            return True
+        return bool(self.config.stop) and len(self.body(b)) < len(b.decode("latin-1"))
+
+    def mining_row_bytes(self, hist_len: int, steps: int) -> int:
+        """An estimate of the host memory one continuation takes in mining: its history
+        and text (a byte and a list entry a token), a step's float64 probabilities, and
+        its uniforms."""
+        return 9 * (hist_len + steps) + 2 * 8 * 256 + 8 * steps
+
+    def mining_memory(self) -> int:
+        """The memory bound mining takes by default: half the machine's available
+        memory."""
+        return available_memory() // 2
 
     def task_meta(self) -> dict:
         return {"name": "arithmetic", "source": "arithmetic",
-                "checker": "#### (the last delimiter's line)", "end": self.end}
+                "checker": "#### (the last delimiter's line)", "end": self.end,
+                **({"stop": list(self.config.stop)} if self.config.stop else {})}
 
     def describe(self) -> dict:
         return {"task": "arithmetic", "target": self.target.describe(),

@@ -20,6 +20,7 @@ reads traces, and a labels file can be remade or refused on its own.
 from __future__ import annotations
 
 import contextlib
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,12 +68,12 @@ class TaskSplit:
         return len(self.traces)
 
 
-def record_split(pair, split: str, mode: str, seed: int = 0,
-                 prompts: int | None = None, meter=None) -> TaskSplit:
-    """The traces and labels of a split's first ``prompts`` problems (all: None) of a
-    task pair (the built-in ``TaskPair``, or ``hf_pair.HFTaskPair``). ``meter(label,
-    total, unit)``, when given (``evolve.cli.render``), counts the problems decoded and
-    the drafts labelled."""
+def record_traces(pair, split: str, mode: str, prompts: int | None = None,
+                  meter=None) -> T.TraceSplit:
+    """The traces of a split's first ``prompts`` problems (all: None) of a task pair
+    (the built-in ``TaskPair``, or ``hf_pair.HFTaskPair``), decoded with the standard
+    rule. ``meter(label, total, unit)``, when given (``evolve.cli.render``), counts the
+    problems decoded."""
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: expected one of {', '.join(MODES)}")
     greedy = mode == "greedy"
@@ -94,14 +95,53 @@ def record_split(pair, split: str, mode: str, seed: int = 0,
         meta["vocab_size"] = pair.vocab
     ts = T.TraceSplit(cols, meta, split)
     T.validate(ts, f"<{split} task traces>")
+    return ts
+
+
+def labels_meta(mode: str, rows: int, cost: dict) -> dict:
+    """The labels file's meta (``traces_sha256`` is added when it is written)."""
+    return {"labels_version": LABELS_VERSION, "kind": "answer change", "decoding": mode,
+            "rows": rows, "mined": cost}
+
+
+def record_split(pair, split: str, mode: str, seed: int = 0,
+                 prompts: int | None = None, meter=None, max_memory: int | None = None,
+                 reuse: bool = True) -> TaskSplit:
+    """The traces (``record_traces``) and labels of a split's first ``prompts`` problems,
+    mined in this process (``evolve.data.labels.mine``: ``max_memory`` bytes bound its
+    batches, ``reuse`` computes each distinct continuation once). ``meter(label,
+    total, unit)``, when given, counts the problems decoded and the drafts labelled."""
+    ts = record_traces(pair, split, mode, prompts, meter)
+    greedy = mode == "greedy"
+    cols = ts.columns
     need = int(LB.could_reject(cols, greedy).sum())
     with (meter(f"{split}: mining labels", need, "drafts") if meter
           else contextlib.nullcontext()) as m:
-        critical, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, greedy, max_new,
-                                 seed, pad=pair.pad, max_tokens=pair.max_tokens,
-                                 tick=None if m is None else m.advance)
-    return TaskSplit(ts, critical, {"labels_version": LABELS_VERSION, "kind": "answer change",
-                                    "decoding": mode, "rows": len(ts), "mined": cost})
+        critical, cost = LB.mine(pair, cols, pair.answer_of, pair.done_of, greedy,
+                                 pair.max_new(split), seed, pad=pair.pad,
+                                 max_tokens=pair.max_tokens,
+                                 tick=None if m is None else m.advance,
+                                 max_memory=max_memory, reuse=reuse)
+    return TaskSplit(ts, critical, labels_meta(mode, len(ts), cost))
+
+
+def same_recording(meta: dict, pair, split: str, mode: str) -> str:
+    """Why traces of this meta are not what the pair records for ``split`` in ``mode``
+    ("" when they are): the field that differs, its value and the one expected."""
+    want = {"backend": "task", "decoding": mode,
+            "config": json.loads(json.dumps(pair.config.to_dict())),
+            "problems": len(pair.problems[split])}
+    got = {"backend": meta.get("backend"), "decoding": meta.get("decoding"),
+           "config": meta.get("config"),
+           "problems": (meta.get("task") or {}).get("problems")}
+    for key in ("backend", "decoding", "problems"):
+        if got[key] != want[key]:
+            return f"field '{key}' is {got[key]!r:.40}, now {want[key]!r:.40}"
+    cfg = got["config"] if isinstance(got["config"], dict) else {}
+    for key, v in want["config"].items():
+        if cfg.get(key) != v:
+            return f"field 'config.{key}' is {cfg.get(key)!r:.40}, now {v!r:.40}"
+    return ""
 
 
 def labels_path(directory, split: str) -> Path:
