@@ -55,9 +55,9 @@ LOW_ESS = 0.1       # a trajectory estimate on fewer effective sequences is flag
 def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
     from evolve.rules.table import RULES    # lazy: start-up (a command loads only what it runs)
     own = doc.get("trajectory", False)        # --trajectory: one more column
-    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"),
-            ("own trajectory", "right"), ("TV/token", "right"), ("slot TV p99", "right"),
-            ("KL/token", "right"), ("valid TV", "right"), ("of oracle", "right"),
+    cols = [("rule", "left"), ("param", "right"), ("tokens per call", "right"),
+            ("own trajectory", "right"), ("TV per token", "right"), ("slot TV p99", "right"),
+            ("KL per token", "right"), ("valid TV", "right"), ("of oracle", "right"),
             ("", "left")]
     keep = [i for i in range(len(cols)) if own or i != 3]
     for entry in doc["budgets"]:

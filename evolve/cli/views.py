@@ -379,17 +379,19 @@ def show_token_inspect(ch: dict, term, standard: dict | None) -> None:
 
 def _clip(text: str, width: int = 60) -> str:
     """A damaged run's reason, cut to keep the table readable (--json has it whole)."""
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def show_runs(rows: list[dict], term) -> None:
+    """The runs, one line each: a long status and champion are cut with an ellipsis
+    (``evolve runs --json`` and ``evolve inspect`` have them whole)."""
     from evolve.tasks import TASKS    # lazy: start-up (the tasks load NumPy and the data layer)
 
     def score(r, split):
         task = TASKS.get(r.get("task"))
         return "" if task is None else task.runs_text(r, split)
-    term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
-                        ("valid", "right"), ("test", "right"), ("champion", "left")],
+    term.table("runs", [("run", "left"), ("status", "left", "cut"), ("gen", "right"),
+                        ("valid", "right"), ("test", "right"), ("champion", "left", "cut")],
                [[r["run"], _clip(r["status"] or ""),
                  "" if r["generation"] is None else r["generation"],
                  score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
