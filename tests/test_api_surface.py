@@ -213,6 +213,23 @@ def test_tradeoff_is_what_the_command_prints(tiny_dir, tmp_path):
     assert best["kind"] != "oracle" and best["valid_tv_per_token"] <= 0.02
     assert best["test_tokens_per_call"] == max(r["test_tokens_per_call"] for r in rows
                                                if r["fits_valid"] and r["kind"] != "oracle")
+    # every row says whether and how it is deployed; a rule's row exports as it was scored
+    by = {r["rule"]: r for r in rows}
+    assert by["knapsack_oracle"]["exportable"] is False and by["knapsack_oracle"]["tree"] is None
+    assert by["hf_ensemble"]["export"].startswith("transformers setting, no patch: ")
+    lenient = by["leniency"]
+    assert lenient["exportable"] and lenient["export"].startswith(
+        "evolve.export(t.rule(0.02, 'leniency'), format=...): numpy, torch, hf, vllm")
+    from evolve.rules.table import RULES
+    rule = t.rule(0.02, "leniency")
+    assert rule.tree == lenient["tree"] == RULES["leniency"].tree(lenient["param"])
+    assert rule.scope == t.report["scope"] and rule.scope["top_k"] == 16
+    assert "def threshold(" in evolve.export(rule, format="numpy").source
+    for name in ("knapsack_oracle", "hf_ensemble"):
+        with pytest.raises(EvolveError) as e:
+            t.rule(0.02, name)
+        assert e.value.param == "name" and "\n" not in str(e.value)
+    assert all(isinstance(r["exportable"], bool) and r["export"] for r in rows)
 
 
 def test_tradeoff_of_an_engine_sweeps_its_knobs_and_standard_rejection(tiny_dir):

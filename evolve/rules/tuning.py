@@ -492,6 +492,18 @@ def value_gate_rows(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budge
     return rows
 
 
+def row_tree_text(r: dict) -> str:
+    """The tree text of a trade-off row's tuned rule (a family, the per-position leniency
+    or a value gate; not the oracle, not a fixed rule)."""
+    if r["kind"] == "learned":
+        return r["tree"]
+    if r["kind"] == "family":
+        return RULES[r["rule"]].tree(r["param"])
+    if r["kind"] == "headroom":
+        return headroom.position_leniency_tree(r["param"])
+    raise EvolveError.of("row", f"a {r['kind']} row has no tuned rule")
+
+
 def _row_tree(r: dict, extra: dict):
     """The parsed tree of a trade-off row's rule (None for the oracle, a bound)."""
     if r["kind"] == "learned":
