@@ -78,22 +78,38 @@ class ChampionView:
                    [[split] + [_fmt(m.get(k)) for k in keys] for split, m in metrics.items()])
 
 
+def where_of_result(result: dict) -> dict:
+    """The run a finished `evolve run` made, as the verdict's advice names it: its name
+    and configuration (read back from its directory: a resume keeps the run's own)."""
+    from evolve.runs.rundir import RunDir    # lazy: start-up (as above)
+    try:
+        config = RunDir(result["path"]).meta()["config"]
+    except (OSError, ValueError, KeyError):
+        config = {}
+    return {"run": result["run"], "config": config}
+
+
+def where_of_info(info: dict) -> dict:
+    """The run `evolve inspect` shows (``report.inspect_run``): its name and config."""
+    return {"run": info["run"], "config": info.get("config") or {}}
+
+
 class TokenView(ChampionView):
     def result(self, result, term, data_dir):
         from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
-        show_token_result(result, term, report.run_table(data_dir))
+        show_token_result(result, term, report.run_table(data_dir), where_of_result(result))
 
     def inspect(self, info, term):
         from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
         from evolve.tasks import TASKS    # lazy: start-up (a command loads only what it runs)
         show_token_inspect(info["champion"], term, report.standard_metrics(
             Path((info.get("data") or {}).get("dir") or TASKS["tokens"].default_data())))
-        show_standing(info["champion"], term)
+        show_standing(info["champion"], term, where_of_info(info))
 
 
 class TraceView(ChampionView):
     def result(self, result, term, data_dir):
-        show_trace_champion(result["champion"], term)
+        show_trace_champion(result["champion"], term, where_of_result(result))
         png = Path(result["path"]) / "pareto.png"
         if png.exists():
             term.result(f"trade-off picture: {png}")
@@ -103,7 +119,7 @@ class TraceView(ChampionView):
         show_trace_inspect(info, term)
 
 
-def show_task_champion(ch: dict, term) -> None:
+def show_task_champion(ch: dict, term, where: dict | None = None) -> None:
     """A task champion beside the rule families tuned on valid to its critical budget,
     all reported on test, and where it stands."""
     budget = ch.get("critical_budget")
@@ -128,17 +144,17 @@ def show_task_champion(ch: dict, term) -> None:
     term.table(f"{ch.get('decoding', '')} decoding, critical budget {budget}: rule families "
                "tuned on valid, all reported on test", cols, order,
                ["bold"] + [None] * (len(order) - 1))
-    show_standing(ch, term)
+    show_standing(ch, term, where)
 
 
 class TaskView(ChampionView):
     def result(self, result, term, data_dir):
-        show_task_champion(result["champion"], term)
+        show_task_champion(result["champion"], term, where_of_result(result))
         term.result("not written back: export a task champion from its run "
                     "(evolve export RUN ...)")
 
     def inspect(self, info, term):
-        show_task_champion(info["champion"], term)
+        show_task_champion(info["champion"], term, where_of_info(info))
 
 
 VIEWS = {"tokens": TokenView(), "traces": TraceView(), "task": TaskView()}
@@ -190,13 +206,13 @@ def show_run_result(result: dict, term, data_dir: Path) -> None:
     view_of(ch).result(result, term, data_dir)
 
 
-def show_token_result(result: dict, term, bench: dict) -> None:
+def show_token_result(result: dict, term, bench: dict, where: dict | None = None) -> None:
     """A token champion beside the benchmark table of the token splits (``bench``)."""
     ch = result["champion"]
     for split, body in bench["splits"].items():
         body["heuristics"]["champion"] = ch["metrics"][split]
     show_benchmark(bench, term)
-    show_standing(ch, term)
+    show_standing(ch, term, where)
     wb = result.get("writeback")
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
@@ -233,7 +249,7 @@ def show_trace_writeback(wb: dict | None, term) -> None:
                     f"{wb['new_valid_score']:.4f} (use --force to replace)")
 
 
-def show_trace_champion(ch: dict, term) -> None:
+def show_trace_champion(ch: dict, term, where: dict | None = None) -> None:
     """Champion and baselines tuned on valid to the run's TV budget, on test."""
     budget = ch.get("tv_budget")
     cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
@@ -259,15 +275,23 @@ def show_trace_champion(ch: dict, term) -> None:
                cols, order, ["bold"] + [None] * (len(order) - 1))
     if ch.get("estimate"):
         term.note(f"* an estimate: {ch['estimate']}")
-    show_standing(ch, term)
+    show_standing(ch, term, where)
 
 
-def show_standing(ch: dict, term) -> None:
+def show_standing(ch: dict, term, where: dict | None = None) -> None:
     """Where a champion stands (``evolve.tasks.traces.standing``, ``tokens.standing``,
-    the task world's) and the scope it was scored with, which its exports keep."""
+    the task world's), what that means and what to try next (``evolve.standing.
+    next_steps``; ``where``: the run's name and config), and the scope it was scored
+    with, which its exports keep."""
     st = ch.get("standing")
     if st:
         term.result(f"champion {st['verdict']}: {st['why']}")
+        if where is not None:
+            from evolve.standing import next_steps    # lazy: as used
+            from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
+            for line in next_steps(st, champion_task(ch).name, where.get("run"),
+                                   where.get("config"), ch.get("tv_budget")):
+                term.result(line)
     sc = ch.get("scope")
     if sc:
         term.result(f"scored with: {scope_text(sc)}")
@@ -340,7 +364,7 @@ def show_inspect(info: dict, term) -> None:
 def show_trace_inspect(info: dict, term) -> None:
     """A trace champion: baselines tuned to its budget, and the trade-off on valid."""
     ch = info["champion"]
-    show_trace_champion(ch, term)
+    show_trace_champion(ch, term, where_of_info(info))
     series = (info.get("pareto") or {}).get("series")
     if isinstance(series, dict):
         try:
