@@ -171,24 +171,32 @@ def run_cmd(no_writeback, json_mode, ess_floor, **given):
 
 @click.command("inspect")
 @click.argument("run", required=False)
+@click.option("--png", is_flag=True,
+              help="Also draw the run's pictures: history.png (fitness over generations) "
+                   "and, for a trace run, pareto.png (the trade-off on valid), in the run's "
+                   "directory; drawn again only when the run has changed.")
+@click.option("--simplify", is_flag=True,
+              help="Also show the formula simplified by sympy (protected operators read "
+                   "as plain ones; trees of at most 40 nodes).")
 @runs_dir_option
 @json_option
 @friendly_errors
-def inspect_cmd(run, runs_dir, json_mode):
+def inspect_cmd(run, png, simplify, runs_dir, json_mode):
     """The champion of a run (default: the latest): formula, metrics, history."""
     from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
     from evolve.runs import report, rundir    # lazy: start-up (a command loads only what it runs)
     from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
-    info = report.inspect_run(rd)
+    info = report.inspect_run(rd, simplify=simplify)
     out = term(json_mode)
+    if png:       # matplotlib costs seconds to import and draw: only when asked
+        # lazy: start-up (a command loads only what it runs)
+        from evolve.runs.pictures import draw_pictures
+        draw_pictures(rd)
     if json_mode:
         out.print_json(info)
         return
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.runs.pictures import draw_pictures
-    draw_pictures(rd)
     views.show_inspect(info, out)
 
 

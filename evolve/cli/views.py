@@ -346,8 +346,8 @@ def show_inspect(info: dict, term) -> None:
     if ch and isinstance(ch.get("starts"), list):
         show_starts(ch, term)
     png = Path(info["path"]) / "history.png"
-    if png.exists():
-        term.result(f"fitness over generations (PNG): {png}")
+    term.result(f"fitness over generations (PNG): {png}" if png.exists() else
+                "fitness over generations (PNG): evolve inspect --png draws it")
     h = info["history"]
     if h["best_train"]:
         term.result(f"best train fitness  {sparkline(h['best_train'])}  "
