@@ -258,10 +258,11 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     series = {k: [tuple(xy) for xy in res["series"][k]] for k in order}
     if png is not None:
         tuned = [(r["rule"], r["test"]["tv_per_token"], r["test"]["tokens_per_call"],
-                  r["test"].get("tokens_se")) for e in res["budgets"] for r in e["rows"]
-                 if r["test"] is not None and r["kind"] != "extra"]
+                  r["test"].get("tokens_se"), e["budget"]) for e in res["budgets"]
+                 for r in e["rows"] if r["test"] is not None]
+        name = data_dir.name or data_dir.resolve().name       # the data, by its directory
         try:
-            pictures.render_png(series, png, f"{data_dir}: test split (g = "
+            pictures.render_png(series, png, f"{name}: test split (g = "
                                 f"{res['block_size']}, k = {res['top_k']})", budgets, tuned)
         except RuntimeError as e:       # matplotlib missing
             raise TradeoffError.of("png", str(e)) from None
