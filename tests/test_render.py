@@ -162,9 +162,7 @@ def test_a_table_redirected_to_a_file_by_the_shell(tmp_path):
     assert max(map(len, lines)) <= 120 and all(ln == ln.rstrip() for ln in lines), lines
     row = next(ln for ln in lines if ln.startswith(name + " "))
     assert row.endswith("…"), row
-    doc = subprocess.run([sys.executable, "-m", "evolve", "runs", "--runs-dir", str(runs),
-                          "--json"], env=env, cwd=tmp_path, capture_output=True, text=True,
-                         check=True, timeout=120).stdout
+    doc = invoke("runs", "--runs-dir", runs, "--json").stdout
     assert "0.123457 * de" in doc and "…" not in doc
 
 

@@ -77,8 +77,10 @@ def fit_widths(columns: list[tuple], rows: list[list], width: int) -> list[int] 
     fits at its natural width (or cannot be fitted without breaking words: rich's own
     layout then). Every column first gets its least width: its header's longest word,
     and each cell whole up to ``WHOLE_CELL`` characters (a longer cell's longest word);
-    a cut column gets ``CUT_LEAST`` characters (8 when the table cannot fit so). What is left goes to the columns that need
-    least to be whole (a header that would wrap, first), then evenly; cut columns last."""
+    a cut column ``CUT_LEAST`` characters (8 when the table cannot fit so). When even
+    that is too wide, the last columns (notes) give up keeping short cells whole first.
+    What is left goes to the columns that need least to be whole (a header that would
+    wrap, first), each a fair share at most; cut columns last."""
     from rich.cells import cell_len    # lazy: start-up (rich loads only where it is used)
     n = len(columns)
     cut = [len(c) > 2 and c[2] == "cut" for c in columns]
@@ -104,17 +106,12 @@ def fit_widths(columns: list[tuple], rows: list[list], width: int) -> list[int] 
     widths = list(least)
     spare = room - sum(widths)
     for group in ([i for i in range(n) if not cut[i]], [i for i in range(n) if cut[i]]):
-        todo = sorted(group, key=lambda i: natural[i] - widths[i])
+        todo = sorted(group, key=lambda i: natural[i] - widths[i])    # least need first
         while todo and spare > 0:
-            i = todo[0]
-            share = spare // len(todo)
-            give = min(natural[i] - widths[i], max(share, 1) if len(todo) == 1 or
-                       natural[i] - widths[i] <= share else share)
-            if give <= 0 and share == 0:
-                break
+            i = todo.pop(0)          # whole if it fits in a fair share of what is left
+            give = min(natural[i] - widths[i], max(1, spare // (len(todo) + 1)))
             widths[i] += give
             spare -= give
-            todo.pop(0)
     return widths
 
 
