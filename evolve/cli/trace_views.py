@@ -112,8 +112,8 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
             term.result(line)
         term.result("")
     term.result("to deploy a row: an engine setting above (no patch); a run, evolve export "
-                "RUN; any other rule but the oracle (a bound), from Python: "
-                "evolve.export(evolve.tradeoff(...).rule(BUDGET, NAME), format=...), in the "
+                "RUN;\nany other rule but the oracle (a bound), from Python: "
+                "evolve.export(evolve.tradeoff(...).rule(BUDGET, NAME),\nformat=...), in the "
                 "formats each row's 'export' names (--json)")
     if own:
         term.result("own trajectory: tokens per call re-weighted to each rule's own free-"

@@ -5,14 +5,16 @@ and trade-off tables, and plain-text plots. Everything goes through the
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from evolve.cli.render import printable
-from evolve.lang.features import ALL_INPUTS, INPUTS
+from evolve.lang.features import ALL_INPUTS
 from evolve.rules.styles import styles_of
 
+WRAP = 120          # lines of data (a run's config) are wrapped to this width
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
 
@@ -337,11 +339,12 @@ def show_inspect(info: dict, term) -> None:
         if ch.get("simplified") and ch["simplified"] != ch["expression"]:
             term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
-        from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
-        inputs = ALL_INPUTS if champion_task(ch).trace_inputs else INPUTS
+        from evolve.lang import treeio    # lazy: start-up (as above)
+        read = {n.name for n in treeio.parse(ch["tree"]) if n.kind == "input"}
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
-                    f"{ch.get('generation')}; inputs: "
-                    + " ".join(f"{short}={name}" for name, short, _ in inputs))
+                    f"{ch.get('generation')}; inputs read: "
+                    + (" ".join(f"{short}={name}" for name, short, _ in ALL_INPUTS
+                                if name in read) or "none"))
         view_of(ch).inspect(info, term)
     if ch and isinstance(ch.get("starts"), list):
         show_starts(ch, term)
@@ -357,8 +360,11 @@ def show_inspect(info: dict, term) -> None:
         term.result(f"mean size           {sparkline(h['mean_size'])}  "
                     f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
     cfg = info.get("config") or {}
-    # read from config.json: shown on one line whatever it holds
-    term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
+    # read from config.json: escaped whatever it holds, then wrapped at its commas
+    term.result(textwrap.fill("config: " + printable(", ".join(f"{k}={v}"
+                                                               for k, v in cfg.items())),
+                              width=WRAP, subsequent_indent="  ", break_long_words=False,
+                              break_on_hyphens=False))
 
 
 def show_trace_inspect(info: dict, term) -> None:
@@ -455,7 +461,7 @@ def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per 
     lines = [f"{ylabel}"]
     for r, row in enumerate(grid):
         tick = f"{y1:.3f}" if r == 0 else (f"{y0:.3f}" if r == height - 1 else "")
-        lines.append(tick.rjust(pad) + " |" + "".join(row))
+        lines.append((tick.rjust(pad) + " |" + "".join(row)).rstrip())
     lines.append(" " * pad + " +" + "-" * width)
     lo, hi = f"{x0:.4g}", f"{x1:.4g}"
     lines.append(" " * (pad + 2) + lo + " " * max(1, width - len(lo) - len(hi)) + hi)
