@@ -41,10 +41,11 @@ def next_steps(st: dict, world: str, run: str | None = None, cfg: dict | None = 
         check = {"traces": f"evolve simulate --compare standard_rejection --compare run:{run}",
                  "task": f"evolve simulate-task --compare lossless --compare run:{run}"
                  }.get(world)
-        return [f"  what it means: the evolved rule beats {rivals} on valid; the test "
-                "split, scored once, is the figure to quote",
+        return [f"  what it means: the evolved rule does at least as well as {rivals} on "
+                "valid; the test split, scored once, is the figure to quote",
                 "  next: " + (f"check it free-running ({check}), then " if check else "")
-                + f"export it (evolve export {run} --format numpy|torch|hf|vllm)"]
+                + f"export it (evolve export {run} --format numpy; or torch, hf, vllm where "
+                "they compute its inputs)"]
     if verdict == LOSES:
         best = st.get("best_tuned") or st.get("best_baseline") or {}
         name = best.get("rule", "a baseline")
