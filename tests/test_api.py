@@ -94,3 +94,29 @@ def test_tradeoff_refuses_bad_arguments_in_one_line(trace_arrays, param, value):
     with pytest.raises(EvolveError) as e:
         tuning.tradeoff(**args)
     assert e.value.param == param and "\n" not in str(e.value), str(e.value)
+
+
+def test_run_progress_goes_to_a_terminal_and_nowhere_else(monkeypatch):
+    """``evolve.run(progress=None)``: lines on stderr when it is a terminal, nothing when it
+    is a file (a script's log stays clean); ``progress=False``: nothing even then."""
+    import io
+    import sys
+    from evolve.api import runs
+
+    class Err(io.StringIO):
+        def __init__(self, tty):
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+    record = {"generation": 0, "best_train": 0.5, "median_train": 0.4, "best_valid": 0.5,
+              "mean_size": 7.0, "timing": {"evals_per_s": 1000.0}}
+    for tty, progress, said in ((True, None, True), (False, None, False),
+                                (True, False, False)):
+        err = Err(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        with runs.terminal_of(progress, None).progress(3) as bar:
+            bar.update(record)
+        assert err.getvalue().startswith("gen 0/3 train 0.5000") == said, (tty, progress)
+        assert bool(err.getvalue()) == said

@@ -11,12 +11,13 @@ goes through too.
 the one place they live) plus ``data_dir``, ``runs_dir``, ``name``, ``resume``,
 ``writeback``, ``force``, ``engine`` (only the inputs that engine's export computes),
 ``cluster``/``scheduler`` (sharded traces scored by Dask), ``progress`` and
-``on_generation``. ``progress`` says how the run goes: None (the default) draws the bar
-`evolve run` draws when stderr is a terminal and says nothing otherwise; a callable
-(``print``, ``logging.info``) is given the lines `evolve run` prints when not on a
-terminal (the first and last generation, at most one every 2 s between: best and
-median fitness, size, speed, ETA); False says nothing. ``on_generation``, a callable,
-is given each generation's history record (a dict) as it is written. It raises the same one-line errors the
+``on_generation``. ``progress`` says how the run goes, in the lines `evolve run` prints
+when not on a terminal (the first and last generation, at most one every 2 s between:
+best and median fitness, size, speed, ETA): None (the default) writes them to stderr
+when it is a terminal and says nothing otherwise (a script's log stays clean); a
+callable (``print``, ``logging.info``) is given each line; False says nothing.
+``on_generation``, a callable, is given each generation's history record (a dict) as
+it is written. It raises the same one-line errors the
 command line prints (ConfigError, DataError, RunError), each naming the parameter,
 and returns a ``RunResult``. Every argument is checked before anything is made on
 disk: whole numbers must be ``int`` (not ``bool``, ``float`` or ``str``), numbers
@@ -140,12 +141,17 @@ class _Generations:
             self.each(record)
 
 
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def terminal_of(progress, on_generation):
-    """The runner's terminal for ``evolve.run``: the command line's (its live bar, on
-    stderr) when ``progress`` is None and stderr is a terminal, else ``Quiet``."""
-    if progress is None and on_generation is None and sys.stderr.isatty():
-        from evolve.cli.render import Terminal    # lazy: rich draws the bar, on a terminal
-        return Terminal()
+    """The runner's terminal for ``evolve.run``: progress lines to stderr when
+    ``progress`` is None and stderr is a terminal, to ``progress`` when it is a callable,
+    none when it is False. (The command line's live bar is the command line's: the API
+    never imports ``evolve.cli``, which imports it.)"""
+    if progress is None:
+        progress = _stderr if sys.stderr.isatty() else None
     return Quiet(progress or None, on_generation)
 
 

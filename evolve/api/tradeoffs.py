@@ -132,7 +132,8 @@ def deploy(row: dict, tree: str | None, budget: float, run: dict | None) -> tupl
     an engine's own setting (no patch), ``evolve export`` of a run or of the installed
     rule, or ``evolve.export(t.rule(budget, name))`` in the formats that compute its
     inputs; the oracle is a bound and a row without numbers has no rule."""
-    from evolve.export.modules import FORMATS, PATCHES, ExportError, check_format  # lazy
+    # lazy: the export layer loads only when a trade-off is reported
+    from evolve.export.modules import FORMATS, PATCHES, ExportError, check_format
     from evolve.rules.table import RULES    # lazy: as above
     if row["kind"] == "oracle":
         return False, "a bound computed on test, not a rule"
