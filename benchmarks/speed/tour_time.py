@@ -1,9 +1,9 @@
 """How long the README's tour takes: each of its commands, timed in an empty directory.
 
-    python -m benchmarks.speed.tour_time [--again] [--keep DIR] [--json FILE]
+    python -m benchmarks.speed.tour_time [--section HEADING] [--again] [--keep DIR] [--json FILE]
 
 Reads the commands of the README's tour (the ``sh`` block under its ``## A tour``
-heading) and runs them one after the other in a new empty directory, as a user who
+heading, or under ``--section``'s, e.g. "Tasks with checked answers") and runs them one after the other in a new empty directory, as a user who
 has run ``pip install .`` would: ``evolve`` is this checkout's package copied outside
 it (``evolve/`` and ``heuristics/``, no compiled caches), so the data, runs and
 champions go into that directory, and Numba's cache starts empty (every kernel is
@@ -49,10 +49,11 @@ def readme_block(heading: str, lang: str, readme: Path = ROOT / "README.md") -> 
     raise SystemExit(f"README.md: no ```{lang} block under a '## {heading}' heading")
 
 
-def tour_commands(readme: Path = ROOT / "README.md") -> list[list[str]]:
-    """The README tour's commands, each as its words (comments dropped)."""
+def tour_commands(readme: Path = ROOT / "README.md", heading: str = TOUR_HEADING) -> list:
+    """The commands of the README's ``sh`` block under ``heading`` (the tour's), each as
+    its words (comments dropped)."""
     cmds = [shlex.split(line, comments=True)
-            for line in readme_block(TOUR_HEADING, "sh", readme).splitlines()]
+            for line in readme_block(heading, "sh", readme).splitlines()]
     return [c for c in cmds if c]
 
 
@@ -95,14 +96,15 @@ def installed_copy(site: Path) -> Path:
     return site
 
 
-def run_tour(work: Path, site: Path, cache: Path, label: str) -> list[dict]:
+def run_tour(work: Path, site: Path, cache: Path, label: str,
+             heading: str = TOUR_HEADING) -> list[dict]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith("EVOLVE_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PYTHONPATH=str(site), NUMBA_CACHE_DIR=str(cache), NO_COLOR="1",
                COLUMNS="120")
     steps = []
     print(f"{label}:", flush=True)
-    for i, cmd in enumerate(tour_commands(), 1):
+    for i, cmd in enumerate(tour_commands(heading=heading), 1):
         argv = [sys.executable, "-m", "evolve", *cmd[1:]] if cmd[0] == "evolve" else cmd
         t0 = time.perf_counter()
         p = subprocess.run(argv, cwd=work, env=env, stdout=subprocess.PIPE,
@@ -124,6 +126,8 @@ def run_tour(work: Path, site: Path, cache: Path, label: str) -> list[dict]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--section", default=TOUR_HEADING,
+                    help="the README heading whose sh block is timed (default: the tour's)")
     ap.add_argument("--again", action="store_true",
                     help="then the tour again, with the kernels the first one compiled")
     ap.add_argument("--keep", type=Path, help="run in this new directory and keep it")
@@ -141,10 +145,11 @@ def main(argv=None) -> int:
         for label in ("first", "again")[:1 + args.again]:
             (root / label).mkdir()
             tours[label] = run_tour(root / label, site, cache,
-                                    "first tour (an empty Numba cache: kernels compile)"
+                                    "first time (an empty Numba cache: kernels compile)"
                                     if label == "first" else
-                                    "again (the kernels the first tour compiled)")
-    doc = {"machine": m, **{label: {"steps": steps,
+                                    "again (the kernels the first time compiled)",
+                                    args.section)
+    doc = {"machine": m, "section": args.section, **{label: {"steps": steps,
                                     "total_seconds": round(sum(s["seconds"] for s in steps),
                                                            1)}
                             for label, steps in tours.items()}}
