@@ -14,9 +14,10 @@ styles are the project's own (``evolve.rules.styles``), so a family looks as it 
   each rule's tokens per call minus the best tuned baseline's with its 95% interval,
   against the 99th percentile of its slot TV (the tail a rule spends in).
 - ``docs/img/task_results.png``: the task world (``benchmarks/experiments/task_results.json``,
-  ``make results-task``): per decoding and accuracy budget, every rule's tokens per
-  call on the test problems against its accuracy drop from lossless speculative
-  decoding of the same pair, paired, with 95% intervals on both, the budget dashed.
+  ``make results-task``): per decoding and accuracy budget, every rule (a line each,
+  named) with the tokens per call it gains over lossless speculative decoding of the
+  same pair and the accuracy it loses, paired on the test problems with 95% intervals,
+  the budget dashed.
 - ``docs/img/speed.png``: node evaluations per second of the population kernel and
   its references on this machine's CPUs (``benchmarks/speed/speed_results.json``, ``make
   bench``; ``benchmarks/speed/gpu_eval_results_cpu.json``, ``python -m benchmarks.speed.gpu_eval
@@ -204,41 +205,56 @@ TASK_STYLES = {"lossless": "standard_rejection", "evolved": "champion"}
 
 
 def task_figure(doc: dict, path: Path) -> None:
-    """Tokens per call against accuracy drop on test (95% intervals), a panel per
-    decoding and budget."""
+    """Per decoding and accuracy budget (a row), two panels sharing the rules (one line
+    each, sorted by their gain; no legend to look up: the names are the labels): the
+    tokens per call each rule gains over lossless speculative decoding, and the accuracy
+    it loses, both paired by problem on the test problems with 95% intervals, the budget
+    dashed. Rules that change no answer share the drop 0, where the old scatter piled
+    them into one mark."""
     plt = pyplot()
-    modes = list(doc["modes"].items())
-    cols = max(len(m["budgets"]) for _, m in modes)
-    fig, axes = plt.subplots(len(modes), cols, figsize=(5.2 * cols, 3.9 * len(modes) + 0.9),
-                             squeeze=False)
+    from matplotlib.ticker import MaxNLocator    # with matplotlib
+    panels = [(mode, pb) for mode, m in doc["modes"].items() for pb in m["budgets"]]
+    heights = [0.26 * len(pb["free_running_test"]["versus_reference"]) + 1.0
+               for _, pb in panels]
+    # one row per decoding and budget: the page is narrow, so the rows stack
+    fig, axes = plt.subplots(len(panels), 2, layout="constrained", squeeze=False,
+                             figsize=(8.4, sum(heights)),
+                             gridspec_kw={"width_ratios": [1.25, 1], "height_ratios": heights})
     champions: list = []
-    legend = {}
-    panels = [(axes[i][j], mode, pb) for i, (mode, m) in enumerate(modes)
-              for j, pb in enumerate(m["budgets"])]
-    for ax, mode, pb in panels:
-        free = pb["free_running_test"]
-        for label, s in free["rules"].items():
-            vs = free["versus_reference"].get(label)
-            drop, lo, hi = 0.0, 0.0, 0.0
-            if vs is not None:
-                drop = -vs["accuracy"]["difference"]
-                lo, hi = -vs["accuracy"]["ci95"][1], -vs["accuracy"]["ci95"][0]
+    for i, (mode, pb) in enumerate(panels):
+        gain_ax, drop_ax = axes[i][0], axes[i][1]
+        vs = pb["free_running_test"]["versus_reference"]
+        rows = sorted(vs.items(), key=lambda kv: kv[1]["tokens_per_call"]["difference"])
+        for y, (label, d) in enumerate(rows):
             name = label[:-len(" (tuned)")] if label.endswith(" (tuned)") else label
             key = TASK_STYLES.get(name, name.replace(" ", "_"))
-            shown, st = (name, STYLES[key]) if key in STYLES else style_of(name, champions)
-            h = ax.errorbar([drop], [s["tokens_per_call"]], xerr=[[drop - lo], [hi - drop]],
-                            yerr=[[Z95 * s["tokens_se"]], [Z95 * s["tokens_se"]]],
-                            fmt=st.marker, color=st.colour, capsize=2,
-                            ms=9 if name == "evolved" else 5)
-            legend.setdefault(shown, h)
-        ax.axvline(pb["budget"], ls="--", color="0.5", lw=1)
-        ax.set_title(f"{mode} decoding, accuracy budget {pb['budget']:g}", fontsize=10)
-        ax.set_xlabel("accuracy drop against lossless (test)")
-        ax.set_ylabel("tokens per target call")
-        ax.grid(alpha=0.3)
-    fig.legend(list(legend.values()), list(legend), loc="lower center",
-               ncol=min(5, len(legend)), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0.9 / (3.9 * len(modes) + 0.9) + 0.04, 1, 1))
+            st = STYLES[key] if key in STYLES else style_of(name, champions)[1]
+            big = 9 if name == "evolved" else 6
+            t, a = d["tokens_per_call"], d["accuracy"]
+            gain_ax.errorbar([t["difference"]], [y],
+                             xerr=[[max(0.0, t["difference"] - t["ci95"][0])],
+                                   [max(0.0, t["ci95"][1] - t["difference"])]],
+                             fmt=st.marker, color=st.colour, capsize=2, ms=big)
+            drop = -a["difference"] + 0.0
+            lo, hi = -a["ci95"][1], -a["ci95"][0]        # the drop's interval
+            drop_ax.errorbar([drop], [y], xerr=[[max(0.0, drop - lo)],
+                                                [max(0.0, hi - drop)]],
+                             fmt=st.marker, color=st.colour, capsize=2, ms=big)
+        names = [label for label, _ in rows]
+        for ax in (gain_ax, drop_ax):
+            ax.set_yticks(range(len(rows)))
+            ax.set_ylim(-0.6, len(rows) - 0.4)
+            ax.grid(alpha=0.3, axis="x")
+            ax.axvline(0, color="0.3", lw=0.8)
+        gain_ax.set_yticklabels(names, fontsize=8)
+        drop_ax.set_yticklabels([])
+        drop_ax.axvline(pb["budget"], ls="--", color="0.5", lw=1)
+        drop_ax.xaxis.set_major_locator(MaxNLocator(4))        # tick labels never touch
+        gain_ax.set_title(f"{mode} decoding, budget {pb['budget']:g}: tokens per call",
+                          fontsize=9)
+        drop_ax.set_title("accuracy drop (dashed: budget)", fontsize=9)
+        gain_ax.set_xlabel("minus lossless (paired, 95%)", fontsize=8)
+        drop_ax.set_xlabel("against lossless (paired, 95%)", fontsize=8)
     save_png(fig, path)
 
 

@@ -5,6 +5,7 @@ Also guarantee 25 of docs/reliability.md, Configuration from any caller
 test_tradeoff_refuses_bad_arguments_in_one_line): see tests/test_hostile_config.py.
 """
 
+import json
 import math
 
 import pytest
@@ -17,14 +18,31 @@ from tests.conftest import TINY
 
 
 def test_run_and_load_run(tmp_path, small_data_dir):
-    seen = []
+    seen, said = [], []
     res = evolve.run(data_dir=small_data_dir, runs_dir=tmp_path, name="api", writeback=False,
-                     seed=5, progress=seen.append, **TINY)
+                     seed=5, on_generation=seen.append, progress=said.append, **TINY)
     assert res.status == "finished" and res.name == "api"
     assert [r["generation"] for r in seen] == list(range(TINY["generations"] + 1))
+    # progress=print style: the lines `evolve run` prints when piped, first and last
+    last = TINY["generations"]
+    assert said[0].startswith(f"gen 0/{last} train ") and said[-1].startswith(f"gen {last}/")
+    assert said[-1].endswith(" done") and all(isinstance(x, str) for x in said)
     assert res.champion["metrics"]["test"]["fitness"] >= 0
     back = evolve.load_run(res.path)
     assert back.champion == res.champion and back.history == res.history
+    # the hall of fame in memory: hall_of_fame.json's trees, best on train first, as
+    # flat records (pandas.DataFrame(res.hall_of_fame)); the champion's row carries its
+    # verdict
+    hof = json.loads((res.path / "hall_of_fame.json").read_text())
+    assert hof and back.hall_of_fame == res.hall_of_fame
+    assert [(r["tree"], r["formula"], r["size"], r["generation"], r["train_fitness"],
+             r["valid_fitness"]) for r in res.hall_of_fame] == [
+        (e["tree"], e["expression"], e["size"], e["born"], e["train_fitness"],
+         e["valid_fitness"]) for e in hof]
+    for r in res.hall_of_fame:
+        assert r["champion"] == (r["tree"] == res.champion["tree"])
+        assert r["standing"] == (res.champion["standing"]["verdict"] if r["champion"]
+                                 else None)
     assert back.config["seed"] == 5
     # same seed, same champion and history
     again = evolve.run(data_dir=small_data_dir, runs_dir=tmp_path, name="api2", writeback=False,
@@ -76,3 +94,29 @@ def test_tradeoff_refuses_bad_arguments_in_one_line(trace_arrays, param, value):
     with pytest.raises(EvolveError) as e:
         tuning.tradeoff(**args)
     assert e.value.param == param and "\n" not in str(e.value), str(e.value)
+
+
+def test_run_progress_goes_to_a_terminal_and_nowhere_else(monkeypatch):
+    """``evolve.run(progress=None)``: lines on stderr when it is a terminal, nothing when it
+    is a file (a script's log stays clean); ``progress=False``: nothing even then."""
+    import io
+    import sys
+    from evolve.api import runs
+
+    class Err(io.StringIO):
+        def __init__(self, tty):
+            super().__init__()
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+    record = {"generation": 0, "best_train": 0.5, "median_train": 0.4, "best_valid": 0.5,
+              "mean_size": 7.0, "timing": {"evals_per_s": 1000.0}}
+    for tty, progress, said in ((True, None, True), (False, None, False),
+                                (True, False, False)):
+        err = Err(tty)
+        monkeypatch.setattr(sys, "stderr", err)
+        with runs.terminal_of(progress, None).progress(3) as bar:
+            bar.update(record)
+        assert err.getvalue().startswith("gen 0/3 train 0.5000") == said, (tty, progress)
+        assert bool(err.getvalue()) == said

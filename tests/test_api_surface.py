@@ -148,6 +148,48 @@ def test_a_run_champion_is_a_rule_with_its_scope_and_metrics(tmp_path):
                        u < torch.as_tensor(want))
 
 
+def test_latex_keeps_the_protected_operators_as_named_functions():
+    """pdiv, plog and pexp differ from /, log and exp at the edges: the LaTeX names them
+    (sympy would read plog(pexp(t)) / d as t / d); the plain operators are sympy's own."""
+    rule = evolve.Rule("pmin(1.0, pdiv(plog(pexp(target_prob)), psqrt(draft_prob)))")
+    tex = rule.latex()
+    for name in ("pdiv", "plog", "pexp"):
+        assert rf"\operatorname{{{name}}}" in tex, tex
+    assert r"\min" in tex and r"\sqrt{\left|{d}\right|}" in tex, tex
+    assert str(rule.sympy()) == "Min(1, t/sqrt(Abs(d)))"       # the plain reading
+
+
+def test_a_run_s_hall_of_fame_is_a_table_in_memory(tmp_path):
+    """``load_run(...).hall_of_fame``: one flat record per hall_of_fame.json entry, with
+    a trace run's valid tokens per call and TV from pareto.json, the champion's row marked
+    with its verdict; a damaged file is one RunError line naming it."""
+    champ = "pmin(1.0, pdiv(target_prob, mul(0.8, draft_prob)))"
+    other = "pmin(1.0, pdiv(target_prob, draft_prob))"
+    path = fake_trace_run(tmp_path, "hof", champ, standing={"verdict": "loses", "why": "x"})
+    (path / "hall_of_fame.json").write_text(json.dumps([
+        {"tree": t, "expression": str(evolve.Rule(t)), "size": n, "born": g,
+         "train_fitness": f, "valid_fitness": f - 0.01}
+        for t, n, g, f in ((champ, 7, 3, 2.4), (other, 5, 0, 2.3))]))
+    (path / "pareto.json").write_text(json.dumps({
+        "split": "valid", "budget": 0.03, "series": {}, "baselines": [],
+        "hall_of_fame": [{"tree": other, "expression": "", "tokens_per_call": 2.25,
+                          "tv_per_token": 0.0}, {"tree": champ, "expression": "",
+                                                 "tokens_per_call": 2.39,
+                                                 "tv_per_token": 0.029}]}))
+    rows = evolve.load_run(path).hall_of_fame
+    assert rows == [
+        {"formula": "min(1, (t / (0.8 * d)))", "tree": champ, "size": 7, "generation": 3,
+         "train_fitness": 2.4, "valid_fitness": 2.39, "valid_tokens_per_call": 2.39,
+         "valid_tv_per_token": 0.029, "champion": True, "standing": "loses"},
+        {"formula": "min(1, (t / d))", "tree": other, "size": 5, "generation": 0,
+         "train_fitness": 2.3, "valid_fitness": 2.29, "valid_tokens_per_call": 2.25,
+         "valid_tv_per_token": 0.0, "champion": False, "standing": None}]
+    (path / "hall_of_fame.json").write_text(json.dumps([{"tree": champ, "size": "7"}]))
+    with pytest.raises(EvolveError) as e:
+        evolve.load_run(path)
+    assert "hall_of_fame.json" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_named_rules_come_from_the_table():
     rule = evolve.Rule.named("leniency", 0.8)
     assert rule.name == "leniency(l=0.8)"
@@ -171,6 +213,23 @@ def test_tradeoff_is_what_the_command_prints(tiny_dir, tmp_path):
     assert best["kind"] != "oracle" and best["valid_tv_per_token"] <= 0.02
     assert best["test_tokens_per_call"] == max(r["test_tokens_per_call"] for r in rows
                                                if r["fits_valid"] and r["kind"] != "oracle")
+    # every row says whether and how it is deployed; a rule's row exports as it was scored
+    by = {r["rule"]: r for r in rows}
+    assert by["knapsack_oracle"]["exportable"] is False and by["knapsack_oracle"]["tree"] is None
+    assert by["hf_ensemble"]["export"].startswith("transformers setting, no patch: ")
+    lenient = by["leniency"]
+    assert lenient["exportable"] and lenient["export"].startswith(
+        "evolve.export(t.rule(0.02, 'leniency'), format=...): numpy, torch, hf, vllm")
+    from evolve.rules.table import RULES
+    rule = t.rule(0.02, "leniency")
+    assert rule.tree == lenient["tree"] == RULES["leniency"].tree(lenient["param"])
+    assert rule.scope == t.report["scope"] and rule.scope["top_k"] == 16
+    assert "def threshold(" in evolve.export(rule, format="numpy").source
+    for name in ("knapsack_oracle", "hf_ensemble"):
+        with pytest.raises(EvolveError) as e:
+            t.rule(0.02, name)
+        assert e.value.param == "name" and "\n" not in str(e.value)
+    assert all(isinstance(r["exportable"], bool) and r["export"] for r in rows)
 
 
 def test_tradeoff_of_an_engine_sweeps_its_knobs_and_standard_rejection(tiny_dir):

@@ -170,8 +170,30 @@ def test_history_png_is_a_png(tmp_path, small_data_dir):
     assert r.exit_code == 0, r.output
     assert not (tmp_path / "png" / "history.png").exists()
     r = invoke("inspect", "png", "--runs-dir", tmp_path)
+    assert "evolve inspect --png draws it" in r.stdout       # pictures only when asked
+    assert not (tmp_path / "png" / "history.png").exists()
+    r = invoke("inspect", "png", "--runs-dir", tmp_path, "--png")
     assert (tmp_path / "png" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "history.png" in r.stdout
+
+
+def test_inspect_loads_neither_sympy_nor_matplotlib_unless_asked(finished_run):
+    """`evolve inspect` in seconds: the sympy reading (--simplify) and the pictures
+    (--png, test_history_png_is_a_png) cost seconds to import and compute, so they are
+    made only when asked."""
+    import subprocess
+    import sys
+    code = ("import sys; from evolve.cli import main\n"
+            "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print([m for m in ('sympy', 'matplotlib') if m in sys.modules])")
+    p = subprocess.run([sys.executable, "-c", code, "inspect", str(finished_run)],
+                       capture_output=True, text=True, check=True, timeout=120)
+    assert "formula:" in p.stdout and "simplified" not in p.stdout, p.stdout
+    assert p.stdout.strip().splitlines()[-1] == "[]", p.stdout
+    asked = json.loads(invoke("inspect", finished_run, "--simplify", "--json").stdout)
+    plain = json.loads(invoke("inspect", finished_run, "--json").stdout)
+    assert isinstance(asked["champion"]["simplified"], str) or asked["champion"]["size"] > 40
+    assert plain["champion"]["simplified"] is None
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +232,7 @@ def test_trace_run_files_and_inspect(tmp_path, tiny_trace_dir, objective):
     assert valid["tokens_per_call"] > 1.0
     assert set(champ["baselines_tuned_on_valid"]) >= {"standard_rejection", "leniency", "ears"}
     assert not (tmp_path / "t" / "pareto.png").exists()     # drawn by `evolve inspect`
-    assert invoke("inspect", "t", "--runs-dir", tmp_path).exit_code == 0
+    assert invoke("inspect", "t", "--runs-dir", tmp_path, "--png").exit_code == 0
     assert (tmp_path / "t" / "pareto.png").read_bytes()[:4] == b"\x89PNG"
     front = tmp_path / "t" / "pareto_front.json"
     assert front.exists() == (objective == "pareto")

@@ -1,23 +1,52 @@
-"""The defaults `evolve run --help` states are the configuration's own: the help text
-spells them out (so that `--help` need not import numpy) and this test holds them to
-``Config``'s defaults, as tests/test_cli_trace.py does for `evolve data trace`."""
+"""The defaults `evolve run --help` states are the configuration's own: each option
+states its default as text (``evolve.cli.common.Stated``, so that `--help` need not import
+numpy) and this test holds them to ``Config``'s defaults, as tests/test_cli_trace.py does
+for `evolve data trace`. Every command shows its defaults in one format, click's
+``[default: X]``."""
 
 import re
 from dataclasses import fields
 
+import click
+from click.testing import CliRunner
+
+from evolve.cli import main
+from evolve.cli.common import Stated
 from evolve.cli.runs import run_cmd
 from evolve.search.config import Config
 
-STATED = re.compile(r"\[(?:default: )?([^\]]+)\]\.?\s*$")
-
 
 def _stated_defaults(command) -> dict:
-    out = {}
-    for p in command.params:
-        m = STATED.search(p.help or "")
-        if m:
-            out[p.name] = m.group(1).strip()
-    return out
+    return {p.name: p.stated for p in command.params
+            if isinstance(p, Stated) and p.stated is not None}
+
+
+def _commands(group, path=()):
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            yield from _commands(cmd, path + (name,))
+        else:
+            yield path + (name,)
+
+
+def test_every_command_shows_its_defaults_one_way():
+    """No option's help states a default in brackets of its own ("[0.7]", "[default: 4]"
+    written by hand): every default shown is click's "[default: X]"; and `evolve --help`
+    cuts no command's summary with "..."."""
+    seen = 0
+    for path in _commands(main):
+        cmd = main
+        for name in path:
+            cmd = cmd.commands[name]
+        for p in cmd.params:
+            assert not re.search(r"\[[^\]]*\]\.?\s*$", getattr(p, "help", None) or ""), \
+                (path, p.name, p.help)
+        out = CliRunner().invoke(main, [*path, "--help"], env={"COLUMNS": "400"}).output
+        seen += out.count("[default: ")
+    assert seen >= 20
+    for group in ([], ["data"]):
+        out = CliRunner().invoke(main, [*group, "--help"], env={"COLUMNS": "80"}).output
+        assert "..." not in out.split("Commands:")[1], out
 
 
 def test_run_help_states_the_configurations_defaults():

@@ -388,12 +388,19 @@ def test_tradeoff_json(tmp_path, tiny_dir):
         pytest.approx(ref.tokens_per_call, abs=1e-12)
 
 
-def test_tradeoff_table_and_png(tmp_path, tiny_dir):
+def test_tradeoff_table_and_png(tmp_path, tiny_dir, monkeypatch):
+    from evolve.runs import pictures
     png = tmp_path / "pic" / "tradeoff.png"
     png.parent.mkdir()
+    titles = []
+    draw = pictures.render_png
+    monkeypatch.setattr(pictures, "render_png", lambda series, path, title, *a:
+                        titles.append(title) or draw(series, path, title, *a))
     r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.02, "--png", png)
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == PNG_SIGNATURE
+    # the picture names the data by its directory, not its absolute path
+    assert titles == [f"{tiny_dir.name}: test split (g = 4, k = 16)"], titles
     out = r.stdout
     assert "TV budget 0.02 per token" in out
     assert "no parameter fits on valid" in out       # bild / typical at 0.02

@@ -384,12 +384,13 @@ def test_trace_writeback_rules_and_tradeoff_shows_installed(trace_run, trace_dir
     doc = json.loads(r.stdout)
     (label, got), = [(k, v) for k, v in doc["extra"].items() if k.startswith("installed *")]
     assert "run spd" in label
-    for split in ("valid", "test"):
-        for key in ("tokens_per_call", "tv_per_token"):
+    for split in ("valid", "test"):     # the slot-TV tail too: not a sum of the kernel's
+        for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "tv_p99"):
             assert got[split][key] == champ["metrics"][split][key], (split, key)
     r = invoke("tradeoff", "--data", trace_dir, "--budget", TRACE_BUDGET,
                env={"EVOLVE_HEURISTICS_DIR": str(heur)})
-    assert "installed * (run spd)" in r.stdout
+    row = next(ln for ln in r.stdout.splitlines() if ln.startswith("installed * (run spd)"))
+    assert f"{champ['metrics']['test']['tv_p99']:.4f}" in row, row    # as `evolve run` shows it
     # and `evolve export --installed` takes it from there
     r = invoke("export", "--installed", "--format", "torch",
                env={"EVOLVE_HEURISTICS_DIR": str(heur)})

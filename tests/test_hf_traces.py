@@ -292,6 +292,28 @@ def test_recording_reports_drafted_tokens_per_second_and_eta(models, tmp_path, m
     assert "drafted tokens" not in r.stdout
 
 
+def test_each_split_line_reports_its_own_time_and_rate(models, monkeypatch):
+    """Every split takes 100 s on a fake clock: each split's line says 100 s and its own
+    rows per 100 s (the time so far would say 100, 200, 300 s)."""
+    now = [0.0]
+    monkeypatch.setattr(hf.time, "perf_counter", lambda: now[0])
+    real = hf.hf_decode.decode
+
+    def slow(*args, **kwargs):
+        now[0] += 100.0
+        return real(*args, **kwargs)
+    monkeypatch.setattr(hf.hf_decode, "decode", slow)
+    target, draft, prompts = models
+    cfg = hf.HFTraceConfig(target=str(target), draft=str(draft), prompts_file=str(prompts),
+                           block_size=G, top_k=K, blocks_per_prompt=1, context_len=CTX,
+                           batch_size=5)
+    said = []
+    out = hf.build_splits(cfg, progress=said.append)
+    lines = [s for s in said if s.split(":")[0] in out]
+    assert lines == [f"{s}: {len(ts)} rows (100.0 s recording, {len(ts) / 100:.0f} drafted "
+                     "tokens/s)" for s, ts in out.items()], said
+
+
 def test_on_a_terminal_the_progress_is_a_live_bar_with_rate_and_eta():
     import io
 

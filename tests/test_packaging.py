@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -23,6 +21,9 @@ import zipfile
 from pathlib import Path
 
 import pytest
+
+from benchmarks.speed import tour_time
+from benchmarks.speed.tour_time import readme_block
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,20 +95,10 @@ def venv(wheel, tmp_path_factory) -> Path:
     return venv
 
 
-def readme_block(heading: str, lang: str) -> str:
-    """The first ```lang block under the README's ``## heading``."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    m = re.search(rf"```{lang}\n(.*?)```", section, re.S)
-    assert m, (heading, lang)
-    return m.group(1)
-
-
 def tour_commands() -> list[list[str]]:
-    """The README tour's commands, each as its words (comments dropped)."""
-    cmds = [shlex.split(line, comments=True) for line in
-            readme_block("A 60-second tour", "sh").splitlines()]
-    cmds = [c for c in cmds if c]
+    """The README tour's commands, each as its words (comments dropped), read as the
+    script that times them reads them (benchmarks/speed/tour_time.py)."""
+    cmds = tour_time.tour_commands()
     assert all(c[0] == "evolve" for c in cmds) and len(cmds) >= 5, cmds
     return cmds
 

@@ -81,15 +81,20 @@ def _lines(ax):
 
 def test_the_tradeoff_picture_zooms_to_the_budgets_and_keeps_the_whole_curve():
     from evolve.runs import pictures
-    tuned = [("leniency", 0.0099, 2.37, 0.02), ("position_leniency", 0.0094, 2.375, 0.019)]
+    tuned = [("leniency", 0.0099, 2.37, 0.02, 0.01), ("position_leniency", 0.0094, 2.375,
+                                                      0.019, 0.01),
+             ("leniency", 0.029, 2.45, 0.02, 0.03), ("ears", 0.03, 2.44, 0.02, 0.03)]
     fig = pictures.tradeoff_figure(SERIES, [0.01, 0.03], "t", tuned)
-    zoom, whole = fig.axes[:2]
+    forest, zoom, whole = fig.axes[:3]
     x0, x1 = zoom.get_xlim()
     assert x0 <= 0 and 0.03 < x1 <= pictures.ZOOM * 0.03 * 1.1   # the budgets, not TV 0.3
     assert whole.get_xlim()[1] >= 0.3                               # the whole curve beside
     budget_lines = [ln.get_xdata()[0] for ln in zoom.get_lines()
                     if ln.get_linestyle() == "--"]
     assert sorted(budget_lines) == [0.01, 0.03]
+    # the budgets' labels run along their lines: two budgets close together never collide
+    labels = [t for t in zoom.texts if t.get_text().startswith("budget ")]
+    assert len(labels) == 2 and all(t.get_rotation() == 90 for t in labels)
     drawn = _lines(zoom)
     for name in SERIES:
         st = STYLES.get(name) or OTHERS[0]
@@ -101,12 +106,27 @@ def test_the_tradeoff_picture_zooms_to_the_budgets_and_keeps_the_whole_curve():
     assert all(x0 <= x <= x1 for x in hof.get_xdata())
     y0, y1 = zoom.get_ylim()
     assert y0 < 2.3 and 2.46 < y1 < 3                               # not up to 4.6
-    # tuned points carry their 95% intervals (error bars)
-    bars = [c for c in zoom.containers if c.has_yerr]
-    assert len(bars) == len(tuned)
+    # the tuned rules, which all sit on their budget's line, stand side by side in their
+    # own panel, on the same scale, each with its 95% interval, sorted within its budget
+    assert not [c for c in zoom.containers if c.has_yerr]
+    bars = [c for c in forest.containers if c.has_yerr]
+    assert len(bars) == len(tuned) and forest.get_ylim() == zoom.get_ylim()
+    names = [t.get_text() for t in forest.get_xticklabels()]
+    assert names == ["leniency", "position_leniency", "ears", "leniency"]
     legend = fig.legends[0]
     labels = [t.get_text() for t in legend.get_texts()]
-    assert labels.count("leniency") == 1 and "position_leniency" in labels
+    assert labels.count("leniency") == 1 and "position_leniency" not in labels
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+
+
+def test_the_history_picture_counts_whole_generations():
+    from evolve.runs import pictures
+    history = [{"generation": g, "best_train": 0.5 + g / 100, "median_train": 0.4,
+                "best_valid": 0.5, "mean_size": 7.0} for g in range(21)]
+    fig = pictures.history_figure(history, "run r")
+    ticks = [t for t in fig.axes[1].get_xticks() if 0 <= t <= 20]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks), ticks
     import matplotlib.pyplot as plt
     plt.close(fig)
 
@@ -134,3 +154,28 @@ def test_every_figure_of_the_docs_is_drawn_by_the_committed_script(tmp_path):
     shown = {m for page in (root / "docs").rglob("*.md")
              for m in re.findall(r"\]\((?:\.\./)?img/([\w.-]+\.png)\)", page.read_text())}
     assert shown and shown <= drawn, shown - drawn
+
+
+def test_the_task_figure_gives_each_rule_a_line_of_its_own(monkeypatch, tmp_path):
+    """docs/img/task_results.png: per decoding and budget, every rule on a line of its own
+    (named on the axis: no legend), sorted by its gain over lossless, so rules with the
+    same accuracy drop (many at 0) no longer pile up on one mark."""
+    import json
+    from pathlib import Path
+    from benchmarks import figures
+    doc = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "experiments"
+                      / "task_results.json").read_text())
+    shown = []
+    monkeypatch.setattr(figures, "save_png", lambda fig, path: shown.append(fig))
+    figures.task_figure(doc, tmp_path / "t.png")
+    (fig,) = shown
+    assert not fig.legends
+    panels = [(m, pb) for m in doc["modes"].values() for pb in m["budgets"]]
+    gains = fig.axes[::2]
+    assert len(gains) == len(panels)
+    for ax, (_, pb) in zip(gains, panels):
+        vs = pb["free_running_test"]["versus_reference"]
+        want = sorted(vs, key=lambda k: vs[k]["tokens_per_call"]["difference"])
+        assert [t.get_text() for t in ax.get_yticklabels()] == want
+    import matplotlib.pyplot as plt
+    plt.close(fig)

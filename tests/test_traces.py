@@ -320,3 +320,21 @@ def test_sampling_helpers():
     assert np.array_equal(DEC.residual(p, p.copy()), p)          # p == q: fall back to p
     assert np.allclose(DEC.residual(p, np.array([[0.5, 0.5]])), [[0.0, 0.3]])
     assert math.isclose(float(DEC.residual(p, np.array([[0.5, 0.5]])).sum()), 0.3)
+
+
+def test_each_split_reports_its_own_time_not_the_time_so_far(monkeypatch):
+    """Progress of `evolve data trace`: every split takes 100 s on a fake clock, and
+    each line says 100 s (the time so far would say 100, 200, 300)."""
+    now = [0.0]
+    monkeypatch.setattr(NG.time, "perf_counter", lambda: now[0])
+    real = NG.build_split
+
+    def slow(pair, split):
+        now[0] += 100.0
+        return real(pair, split)
+    monkeypatch.setattr(NG, "build_split", slow)
+    said = []
+    NG.build_splits(tracekit.TINY, progress=said.append)
+    assert [s for s in said if s.startswith(NG.SPLITS)] == [
+        f"{s}: {n} rows (100.0 s)" for s, n in zip(NG.SPLITS, [
+            int(x.split()[1]) for x in said if x.startswith(NG.SPLITS)])]

@@ -350,9 +350,14 @@ def test_a_token_champion_is_judged_before_it_is_written_back(tmp_path, small_sp
     st = json.loads((tmp_path / "runs" / "r" / "champion.json").read_text())["standing"]
     assert st["verdict"] == "infeasible"         # one generation of 20: a weak champion
     assert f"champion infeasible: {st['why']}" in r.stdout
+    # ... what that means, and what to try next with this run (1 generation)
+    assert "  what it means: the champion breaks the run's budget" in r.stdout
+    assert "  next: search longer (evolve run --resume r --generations 50); or a new run " \
+           "that starts from the baselines (--seed-baselines)" in r.stdout
     assert "not written back" in r.stdout and not (heur / "evolved.py").exists()
-    assert f"champion infeasible: {st['why']}" in invoke(
-        "inspect", "r", "--runs-dir", tmp_path / "runs").stdout
+    shown = invoke("inspect", "r", "--runs-dir", tmp_path / "runs").stdout
+    assert f"champion infeasible: {st['why']}" in shown and "  next: search longer (evolve " \
+        "run --resume r --generations 50)" in shown
     r = invoke("export", "r", "--format", "numpy", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 2 and "infeasible" in r.stderr and "--allow-infeasible" in r.stderr
     r = invoke("run", "--resume", "r", "--runs-dir", tmp_path / "runs", "--force")

@@ -5,7 +5,8 @@
     print(rule)                                     # min(1, (t / d)), the formula
     rule.threshold({"draft_prob": q, "target_prob": p, ...})   # numpy arrays, any shape
     rule.acceptance(features, draft_rank=ranks)     # the probability it was scored with
-    rule.sympy(), rule.numpy(), rule.torch()        # the formula; the exports' interface
+    rule.sympy(), rule.latex()                      # the formula in sympy, in LaTeX
+    rule.numpy(), rule.torch()                      # the exports' interface
     rule.source("hf")                               # what `evolve export --format hf` writes
     rule.metrics["test"], rule.scope
 
@@ -158,6 +159,16 @@ class Rule:
         from evolve.lang.symbolic import sympy_expr    # lazy: SymPy loads on use
         return sympy_expr(self.nodes)
 
+    def latex(self) -> str:
+        """The formula in LaTeX (sympy's ``latex``), inputs by their short names. The
+        protected operators are named functions, ``\\operatorname{pdiv}{\\left(t,d
+        \\right)}``, never their plain counterparts: ``pdiv(a, b)`` is 1 where |b| <=
+        1e-9, ``plog`` and ``pexp`` are bounded (heuristics/ops.py), so no simplification
+        may treat them as ``/``, ``log`` and ``exp``."""
+        import sympy    # lazy: SymPy loads on use
+        from evolve.lang.symbolic import sympy_expr    # lazy: as above
+        return sympy.latex(sympy_expr(self.nodes, protected=True))
+
     # ------------------------------------------------------------ evaluating
     def _columns(self, features, extra: dict) -> dict:
         if features is None:
@@ -207,8 +218,6 @@ class Rule:
                                     "the others); see Rule.draft_rank")
         return numpy_scoped(h, draft_rank, cols.get("top_token_match"), cols.get("draft_prob"),
                             cols.get("target_prob"), k, self.greedy)
-
-    predict = acceptance
 
     def accept(self, u, features=None, draft_rank=None, **columns) -> np.ndarray:
         """True where a drafted token with uniform ``u`` is accepted: u < acceptance."""

@@ -10,8 +10,14 @@ goes through too.
 ``tv_budget``, ``seed_baselines``, ...; their defaults are ``evolve.search.config.Config``'s,
 the one place they live) plus ``data_dir``, ``runs_dir``, ``name``, ``resume``,
 ``writeback``, ``force``, ``engine`` (only the inputs that engine's export computes),
-``cluster``/``scheduler`` (sharded traces scored by Dask) and ``progress`` (a callable
-taking each generation's history record). It raises the same one-line errors the
+``cluster``/``scheduler`` (sharded traces scored by Dask), ``progress`` and
+``on_generation``. ``progress`` says how the run goes, in the lines `evolve run` prints
+when not on a terminal (the first and last generation, at most one every 2 s between:
+best and median fitness, size, speed, ETA): None (the default) writes them to stderr
+when it is a terminal and says nothing otherwise (a script's log stays clean); a
+callable (``print``, ``logging.info``) is given each line; False says nothing.
+``on_generation``, a callable, is given each generation's history record (a dict) as
+it is written. It raises the same one-line errors the
 command line prints (ConfigError, DataError, RunError), each naming the parameter,
 and returns a ``RunResult``. Every argument is checked before anything is made on
 disk: whole numbers must be ``int`` (not ``bool``, ``float`` or ``str``), numbers
@@ -25,14 +31,16 @@ which is not part of a run's identity.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+import sys
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from evolve.api.acceptance_rule import Rule
 from evolve.io import paths
 from evolve.objectives import OBJECTIVES
 from evolve.runs import multistart, runner
-from evolve.runs.rundir import RunDir, RunError
+from evolve.runs import schema
+from evolve.runs.rundir import RunDir, RunError, checked
 from evolve.search.config import Config, ConfigError, show
 from evolve.tasks import task_of
 
@@ -47,8 +55,10 @@ class RunResult:
     expression, tree and metrics per split; None before a run has one) and ``rule``,
     the same champion as a ``Rule`` (threshold, sympy, numpy and torch forms; None
     before a run has one); ``history`` (``history.jsonl``, one record per generation);
-    the resolved ``config``; and ``writeback``, what write-back did (None when it was
-    skipped)."""
+    the resolved ``config``; ``writeback``, what write-back did (None when it was
+    skipped); and ``hall_of_fame``, the best distinct trees found, one flat record
+    each (``hall_of_fame_rows``; a table: ``pandas.DataFrame(result.hall_of_fame)``,
+    as PySR's ``equations_``)."""
     name: str
     path: Path
     status: str                 # finished / interrupted / ... (summary.json)
@@ -56,6 +66,7 @@ class RunResult:
     history: list               # history.jsonl, one record per generation
     config: dict                # the resolved configuration
     writeback: dict | None = None
+    hall_of_fame: list = field(default_factory=list)   # hall_of_fame_rows
 
     @property
     def rule(self) -> Rule | None:
@@ -64,11 +75,42 @@ class RunResult:
             self.champion, name=f"run {self.name}")
 
 
-class Quiet:
-    """The runner's terminal interface, silent unless ``progress`` is given."""
+def hall_of_fame_rows(hof: list | None, pareto: dict | None, champion: dict | None) -> list:
+    """The hall of fame as flat records, best on train first (``hall_of_fame.json``):
+    ``formula`` (infix, inputs by their short names), ``tree``, ``size`` (nodes: the
+    complexity), ``generation`` (when it was found), ``train_fitness`` and
+    ``valid_fitness`` (the score the run maximises); on traces also
+    ``valid_tokens_per_call`` and ``valid_tv_per_token`` (``pareto.json``); ``champion``
+    (whether it is the run's champion) and ``standing`` (the champion's verdict, wins,
+    loses or infeasible, ``evolve.standing``; None for the others, which are not
+    judged)."""
+    if not hof:
+        return []
+    valid = {e["tree"]: e for e in (pareto or {}).get("hall_of_fame", [])}
+    champ_tree = (champion or {}).get("tree")
+    verdict = ((champion or {}).get("standing") or {}).get("verdict")
+    rows = []
+    for e in hof:
+        row = {"formula": e["expression"], "tree": e["tree"], "size": e["size"],
+               "generation": e["born"], "train_fitness": e["train_fitness"],
+               "valid_fitness": e["valid_fitness"]}
+        if valid:
+            v = valid.get(e["tree"], {})
+            row["valid_tokens_per_call"] = v.get("tokens_per_call")
+            row["valid_tv_per_token"] = v.get("tv_per_token")
+        row["champion"] = e["tree"] == champ_tree
+        row["standing"] = verdict if row["champion"] else None
+        rows.append(row)
+    return rows
 
-    def __init__(self, progress=None):
-        self._progress = progress
+
+class Quiet:
+    """The runner's terminal interface for the Python API: lines of progress for
+    ``progress`` (a callable; ``evolve.api.progress.GenerationLines``), each generation's
+    record for ``on_generation``; nothing else is said."""
+
+    def __init__(self, progress=None, on_generation=None):
+        self._say, self._each = progress, on_generation
 
     def note(self, text: str) -> None:
         pass
@@ -77,7 +119,14 @@ class Quiet:
         pass
 
     def progress(self, total: int, start: int = 0):
-        return self
+        return _Generations(self._say, total, self._each)
+
+
+class _Generations:
+    def __init__(self, say, total: int, each):
+        from evolve.api.progress import GenerationLines    # lazy: start-up
+        self.lines = GenerationLines(say, total) if say is not None else None
+        self.each = each
 
     def __enter__(self):
         return self
@@ -86,8 +135,24 @@ class Quiet:
         return False
 
     def update(self, record: dict) -> None:
-        if self._progress is not None:
-            self._progress(record)
+        if self.lines is not None:
+            self.lines.update(record)
+        if self.each is not None:
+            self.each(record)
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def terminal_of(progress, on_generation):
+    """The runner's terminal for ``evolve.run``: progress lines to stderr when
+    ``progress`` is None and stderr is a terminal, to ``progress`` when it is a callable,
+    none when it is False. (The command line's live bar is the command line's: the API
+    never imports ``evolve.cli``, which imports it.)"""
+    if progress is None:
+        progress = _stderr if sys.stderr.isatty() else None
+    return Quiet(progress or None, on_generation)
 
 
 def _path(param: str, value) -> None:
@@ -158,20 +223,22 @@ def execute(opts: runner.RunOptions, term) -> tuple[int, dict]:
 
 
 def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True, force=False,
-        progress=None, engine=None, cluster=None, scheduler=None, **options) -> RunResult:
+        progress=None, on_generation=None, engine=None, cluster=None, scheduler=None,
+        **options) -> RunResult:
     """Evolve (or resume) a run; see the module docstring. Every argument is type- and
     range-checked (``run_options``: ``Config.validate``, ``RunOptions``) before anything
     is made."""
-    if progress is not None and not callable(progress):
+    if not (progress is None or progress is False or callable(progress)):
         raise ConfigError.of("progress", f"{show(progress)} is invalid; expected a callable "
-                                         "taking each generation's record, or None")
+                                         "given lines of progress (print), None or False")
+    if on_generation is not None and not callable(on_generation):
+        raise ConfigError.of("on_generation", f"{show(on_generation)} is invalid; expected "
+                                              "a callable taking each generation's record")
     opts = run_options(data_dir=data_dir, runs_dir=runs_dir, name=name, resume=resume,
                        writeback=writeback, force=force, engine=engine, cluster=cluster,
                        scheduler=scheduler, **options)
-    _, result = execute(opts, Quiet(progress))
-    out = load_run(result["path"])
-    return RunResult(out.name, out.path, out.status, out.champion, out.history, out.config,
-                     result.get("writeback"))
+    _, result = execute(opts, terminal_of(progress, on_generation))
+    return replace(load_run(result["path"]), writeback=result.get("writeback"))
 
 
 def load_run(path) -> RunResult:
@@ -187,5 +254,9 @@ def load_run(path) -> RunResult:
     except RunError:
         champion = None
     summary = rd.summary()
+    pareto = rd.pareto()
+    if pareto is not None:
+        checked(schema.check_pareto_hall_of_fame, pareto, str(rd.file("pareto.json")))
     return RunResult(rd.name, rd.path, summary.get("status", "running or killed"),
-                     champion, rd.history(), rd.meta()["config"], summary.get("writeback"))
+                     champion, rd.history(), rd.meta()["config"], summary.get("writeback"),
+                     hall_of_fame_rows(rd.hall_of_fame(), pareto, champion))

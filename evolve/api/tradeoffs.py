@@ -4,7 +4,9 @@ to accuracy budgets by free-running decoding, judged by target calls per correct
 
     import evolve
     t = evolve.tradeoff("datasets/traces", budgets=[0.01, 0.03])
-    t.best(0.01)                     # the rule with the most tokens per call at TV 0.01
+    best = t.best(0.01)              # the rule with the most tokens per call at TV 0.01
+    best["export"]                   # how to deploy it (or why it cannot be)
+    evolve.export(t.rule(0.01, best["rule"]), format="hf")     # when it is a rule to export
     import pandas; pandas.DataFrame(t.rows)        # one flat record per rule and budget
 
 The numerics are ``evolve.rules.tuning.tradeoff``'s; this adds what a user names:
@@ -29,6 +31,7 @@ from evolve.errors import EvolveError, show
 from evolve.export.outfile import check_target
 from evolve.io import paths
 from evolve.kernels import gpu
+from evolve.lang import treeio
 from evolve.objectives import spec
 from evolve.objectives.trajectory import TraceBlocks
 from evolve.rules import tuning
@@ -63,8 +66,12 @@ class Tradeoff:
         """One flat record per rule and budget (``pandas.DataFrame(t.rows)``): budget,
         rule, kind, param, engine, setting, fits_valid, over_budget_test, oracle_share,
         why (no numbers), estimate (offline numbers of a rule that reads a lookahead
-        input), then valid_* and test_* of tokens_per_call, tokens_se,
-        tv_per_token, tv_p99 and kl_per_token (None where a row has none)."""
+        input), tree (the rule's tree text; None for the oracle), exportable and export
+        (how to deploy the row: its engine setting, ``evolve export RUN``, or
+        ``evolve.export(t.rule(budget, rule), format=...)`` with the formats that can
+        compute its inputs; else why it cannot be, ``deploy``), then valid_* and test_*
+        of tokens_per_call, tokens_se, tv_per_token, tv_p99 and kl_per_token (None where
+        a row has none)."""
         out = []
         for entry in self.report["budgets"]:
             for r in entry["rows"]:
@@ -73,12 +80,33 @@ class Tradeoff:
                        "setting": r.get("setting"), "fits_valid": r.get("fits_valid"),
                        "over_budget_test": r.get("over_budget_test"),
                        "oracle_share": r.get("oracle_share"), "why": why_empty(r),
-                       "estimate": bool(r.get("estimate"))}
+                       "estimate": bool(r.get("estimate")), "tree": r.get("tree"),
+                       "exportable": r.get("exportable"), "export": r.get("export")}
                 for split in ("valid", "test"):
                     m = r.get(split) or {}
                     rec.update({f"{split}_{k}": m.get(k) for k in FLAT})
                 out.append(rec)
         return out
+
+    def rule(self, budget: float, name: str):
+        """The rule of row ``name`` at ``budget`` as an ``evolve.Rule`` (its tree, the
+        scope of the traces it was tuned on, its test metrics), for ``evolve.export``;
+        a RuleError line when the row has no rule (the oracle, a family no parameter of
+        which fits)."""
+        from evolve.api.acceptance_rule import Rule, RuleInputError    # lazy: as used
+        row = next((r for r in self.rows if r["budget"] == budget and r["rule"] == name),
+                   None)
+        if row is None:
+            raise RuleInputError.of("name", f"{show(name)} at budget {show(budget)}: no such "
+                                            f"row (budgets: {', '.join(map(str, self.budgets))})")
+        if row["tree"] is None or not row["exportable"] or row.get("setting"):
+            raise RuleInputError.of("name", f"{name} at budget {budget:g}: no rule to "
+                                            f"export ({row['export']})")
+        metrics = {s: {k: row[f"{s}_{k}"] for k in FLAT if row[f"{s}_{k}"] is not None}
+                   for s in ("valid", "test")}
+        scope = self.report.get("scope")
+        return Rule(row["tree"], scope=scope, metrics=metrics,
+                    name=name if row["kind"] == "extra" else f"{name} (tuned to TV {budget:g})")
 
     def best(self, budget: float) -> dict | None:
         """The record of the rule with the most tokens per call on test among those
@@ -123,6 +151,53 @@ class TaskTradeoff:
         among those tuned within ``budget`` on valid."""
         fits = [r for r in self.rows if r["budget"] == budget and r["fits_valid"]]
         return min(fits, key=lambda r: r["test_calls_per_correct"], default=None)
+
+
+def row_tree(row: dict, runs: list) -> str | None:
+    """The tree text of a trade-off row's rule: a run's champion (``runs``: the infos of
+    the fixed rules), a tuned rule; None for the oracle (a bound) and a row without
+    numbers."""
+    if row["kind"] == "extra":
+        info = next((i for i in runs if i.get("label") == row["rule"]), {})
+        return info.get("tree")
+    if row["kind"] == "oracle" or row.get("test") is None:
+        return None
+    return tuning.row_tree_text(row)
+
+
+def deploy(row: dict, tree: str | None, budget: float, run: dict | None) -> tuple[bool, str]:
+    """(exportable, how): how a trade-off row's rule is deployed, or why it cannot be:
+    an engine's own setting (no patch), ``evolve export`` of a run or of the installed
+    rule, or ``evolve.export(t.rule(budget, name))`` in the formats that compute its
+    inputs; the oracle is a bound and a row without numbers has no rule."""
+    # lazy: the export layer loads only when a trade-off is reported
+    from evolve.export.modules import FORMATS, PATCHES, ExportError, check_format
+    from evolve.rules.table import RULES    # lazy: as above
+    if row["kind"] == "oracle":
+        return False, "a bound computed on test, not a rule"
+    if row.get("test") is None:
+        return False, why_empty(row)
+    if row["kind"] == "family" and row.get("setting"):
+        return True, f"{row['engine']} setting, no patch: {row['setting']}"
+    if row["kind"] == "family" and (RULES[row["rule"]].residual != "standard"
+                                    or RULES[row["rule"]].scope != "top_k"):
+        return False, "scored with its engine's own tail or residual, which no export writes"
+    if row["kind"] == "extra":
+        if run is None or run.get("kind") != "run":
+            return True, "evolve export --installed"
+        return True, f"evolve export {run['name']}"
+    nodes = treeio.parse(tree)
+    formats = []
+    for f in FORMATS + PATCHES:
+        try:
+            check_format(f, nodes)
+        except ExportError:
+            continue
+        formats.append(f)
+    note = "; its numbers are an estimate (it reads a lookahead input)" \
+        if row.get("estimate") else ""
+    return True, (f"evolve.export(t.rule({budget:g}, {row['rule']!r}), format=...): "
+                  f"{', '.join(formats)}{note}")
 
 
 def why_empty(row: dict) -> str | None:
@@ -258,17 +333,24 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     series = {k: [tuple(xy) for xy in res["series"][k]] for k in order}
     if png is not None:
         tuned = [(r["rule"], r["test"]["tv_per_token"], r["test"]["tokens_per_call"],
-                  r["test"].get("tokens_se")) for e in res["budgets"] for r in e["rows"]
-                 if r["test"] is not None and r["kind"] != "extra"]
+                  r["test"].get("tokens_se"), e["budget"]) for e in res["budgets"]
+                 for r in e["rows"] if r["test"] is not None]
+        name = data_dir.name or data_dir.resolve().name       # the data, by its directory
         try:
-            pictures.render_png(series, png, f"{data_dir}: test split (g = "
+            pictures.render_png(series, png, f"{name}: test split (g = "
                                 f"{res['block_size']}, k = {res['top_k']})", budgets, tuned)
         except RuntimeError as e:       # matplotlib missing
             raise TradeoffError.of("png", str(e)) from None
         except OSError as e:            # the directory went away, a full disk, ...
             raise TradeoffError.of("png", f"{png}: {e.strerror or e}") from None
         say(f"{png}: written")
+    for entry in res["budgets"]:          # each row: its rule and how it is deployed
+        for r in entry["rows"]:
+            r["tree"] = row_tree(r, infos)
+            run = next((i for i in infos if i.get("label") == r["rule"]), None)
+            r["exportable"], r["export"] = deploy(r, r["tree"], entry["budget"], run)
     report = {"data": str(data_dir), **res, "runs": infos, "left_out": left_out,
+              "scope": scope,
               "png": None if png is None else str(png), "trajectory": trajectory,
               "engine": engine, "seconds": round(time.perf_counter() - t0, 3)}
     return Tradeoff(report, series, png)

@@ -40,9 +40,37 @@ class _UsageLine(click.ClickException):
         click.echo(f"error: {self.message}", err=True)
 
 
+class Stated(click.Option):
+    """An option whose default is not click's (``default=None``, so that a command can
+    tell what was given; the default is applied later, e.g. by ``Config``) shown as click
+    shows any default, ``[default: 100]``, from its ``stated`` text."""
+
+    def __init__(self, *args, stated: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.stated = stated
+
+    def get_help_extra(self, ctx):
+        extra = super().get_help_extra(ctx)
+        if self.stated is not None:
+            extra["default"] = self.stated
+        return extra
+
+
 class OneLineGroup(click.Group):
     """A command group whose commands' usage errors are one line (``_UsageLine``);
     a group called with no command still prints its help."""
+
+    def format_commands(self, ctx, formatter) -> None:
+        """The commands, each with its summary whole (its ``short_help``, else the first
+        sentence of its help), wrapped rather than cut with "..." as click does."""
+        rows = []
+        for name in self.list_commands(ctx):
+            cmd = self.get_command(ctx, name)
+            if cmd is not None and not cmd.hidden:
+                rows.append((name, cmd.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
     def parse_args(self, ctx, args):
         return self._one_line(super().parse_args, ctx, args)

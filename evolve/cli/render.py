@@ -4,10 +4,12 @@ Results go to stdout, progress and notes to stderr. When stderr is not a
 terminal, progress becomes plain lines; ``NO_COLOR`` is honoured (rich reads
 it); ``--json`` prints one JSON document on stdout and nothing else there.
 
-Tables keep every character of every cell: when stdout is not a terminal (a file,
-a pipe) a table is printed at its natural width, however wide, and a line of text
-is never broken; on a terminal too narrow for a table its cells wrap onto further
-lines (at spaces, else anywhere) instead of being cut to an ellipsis.
+Tables fit the width they are printed to: the terminal's, or when stdout is not a
+terminal (a file, a pipe) ``COLUMNS`` if it is set, else ``PIPED_WIDTH`` (120). A table
+wider than that wraps its cells onto further lines (at spaces, else anywhere), so every
+digit is kept; only a column declared ``"cut"`` (a formula, whole in ``--json``) is
+shortened with an ellipsis. No line of a table ends in padding. A line of text
+(``result``) is never broken when piped: commands and settings stay copyable.
 """
 
 from __future__ import annotations
@@ -38,20 +40,91 @@ def printable(text, keep_newlines: bool = False) -> str:
     return _CONTROL.sub(esc, str(text))
 
 
-# The width of stdout when it is not a terminal: wider than any table, which rich then
-# prints at its natural width (tables do not expand; text lines are not padded).
-PIPED_WIDTH = 10_000
+# The width tables fit when stdout is not a terminal and COLUMNS is not set.
+PIPED_WIDTH = 120
+# The width text lines are laid out in when piped: wider than any line, so that rich
+# never breaks one (text lines are not padded).
+TEXT_WIDTH = 10_000
+
+
+def piped_width() -> int:
+    """The width a table fits when stdout is not a terminal: ``COLUMNS`` when it holds
+    a width, else ``PIPED_WIDTH``."""
+    try:
+        cols = int(os.environ.get("COLUMNS", ""))
+    except ValueError:
+        return PIPED_WIDTH
+    return cols if cols >= 20 else PIPED_WIDTH
+
+
+# A cell up to this long (a number with its error, a rule's name) is kept on one line
+# when the table can be fitted so; a longer one (a note) wraps at its spaces.
+WHOLE_CELL = 20
+# A cut column is given this much before cells wrap to make room (a short formula
+# whole), and less only when nothing else fits.
+CUT_LEAST = 24
+# The separator between two columns (" │ ": no edge, no padding at the edges).
+SEPARATOR = 3
+
+
+def _words(text: str) -> int:
+    from rich.cells import cell_len    # lazy: start-up (rich loads only where it is used)
+    return max((cell_len(w) for w in str(text).split()), default=0)
+
+
+def fit_widths(columns: list[tuple], rows: list[list], width: int) -> list[int] | None:
+    """The content width of each column so that the table fits ``width``, or None when it
+    fits at its natural width (or cannot be fitted without breaking words: rich's own
+    layout then). Every column first gets its least width: its header's longest word,
+    and each cell whole up to ``WHOLE_CELL`` characters (a longer cell's longest word);
+    a cut column ``CUT_LEAST`` characters (8 when the table cannot fit so). When even
+    that is too wide, the last columns (notes) give up keeping short cells whole first.
+    What is left goes to the columns that need least to be whole (a header that would
+    wrap, first), each a fair share at most; cut columns last."""
+    from rich.cells import cell_len    # lazy: start-up (rich loads only where it is used)
+    n = len(columns)
+    cut = [len(c) > 2 and c[2] == "cut" for c in columns]
+    natural = [max([cell_len(str(c[0]))] + [cell_len(str(r[i])) for r in rows])
+               for i, c in enumerate(columns)]
+    room = width - SEPARATOR * (n - 1)
+    if sum(natural) <= room:
+        return None
+    whole, words = [], []          # a column's least width with short cells whole, or not
+    for i, c in enumerate(columns):
+        if cut[i]:       # a cut column: room for a short formula, else a few characters
+            whole.append(max(_words(c[0]), min(natural[i], CUT_LEAST)))
+            words.append(max(_words(c[0]), min(natural[i], 8)))
+            continue
+        whole.append(max([_words(c[0])] + [cell_len(str(r[i])) if cell_len(str(r[i])) <=
+                                           WHOLE_CELL else _words(r[i]) for r in rows]))
+        words.append(max([_words(c[0])] + [_words(r[i]) for r in rows]))
+    # too little room for every short cell whole: the last columns (notes) wrap first
+    least = next((whole[:k] + words[k:] for k in range(n, -1, -1)
+                  if sum(whole[:k]) + sum(words[k:]) <= room), None)
+    if least is None:
+        return None
+    widths = list(least)
+    spare = room - sum(widths)
+    for group in ([i for i in range(n) if not cut[i]], [i for i in range(n) if cut[i]]):
+        todo = sorted(group, key=lambda i: natural[i] - widths[i])    # least need first
+        while todo and spare > 0:
+            i = todo.pop(0)          # whole if it fits in a fair share of what is left
+            give = min(natural[i] - widths[i], max(1, spare // (len(todo) + 1)))
+            widths[i] += give
+            spare -= give
+    return widths
 
 
 class Terminal:
     def __init__(self, json_mode: bool = False):
         from rich.console import Console    # lazy: start-up (rich loads only where it is used)
         self.json_mode = json_mode
-        # stdout not a terminal: tables at their natural width, text never broken
+        # stdout not a terminal: tables fit piped_width(), text is never broken
         self.piped = not sys.stdout.isatty()
         # (notes on stderr: the terminal's width, or COLUMNS, or 160)
         width = None if (sys.stdout.isatty() or os.environ.get("COLUMNS")) else 160
-        out_width = PIPED_WIDTH if self.piped else width
+        out_width = TEXT_WIDTH if self.piped else width
+        self.table_width = piped_width() if self.piped else None
         # no markup, emoji codes or highlighting is ever applied to text: what a file
         # holds is printed as it is (after ``printable``)
         self.out = Console(highlight=False, soft_wrap=False, width=out_width, emoji=False,
@@ -83,21 +156,32 @@ class Terminal:
         sys.stdout.flush()
 
     # --- tables ---------------------------------------------------------
-    def table(self, title: str, columns: list[tuple[str, str]], rows: list[list],
+    def table(self, title: str, columns: list[tuple], rows: list[list],
               styles: list[str | None] | None = None) -> None:
-        """columns: (header, justify); rows: already formatted cells."""
+        """columns: (header, justify) or (header, justify, "cut"): a cut column's cells
+        stay on one line, shortened with an ellipsis when the table is too wide (only for
+        text printed whole elsewhere, ``--json``); rows: already formatted cells."""
         if self.json_mode:
             return
         from rich.table import Table    # lazy: start-up (rich loads only where it is used)
         from rich.text import Text    # lazy: start-up (rich loads only where it is used)
         t = Table(title=Text(printable(title)), title_justify="left", show_edge=False,
                   pad_edge=False)
-        for header, justify in columns:     # too narrow a terminal: cells wrap, never cut
-            t.add_column(Text(printable(header)), justify=justify, overflow="fold")
+        widths = fit_widths(columns, [[printable(c) for c in r] for r in rows],
+                            self.table_width or self.out.width)
+        for i, (header, justify, *how) in enumerate(columns):   # too narrow: cells wrap
+            cut = how == ["cut"]                                 # (or a cut one is cut)
+            t.add_column(Text(printable(header)), justify=justify,
+                         overflow="ellipsis" if cut else "fold", no_wrap=cut,
+                         width=None if widths is None else widths[i])
         for i, row in enumerate(rows):   # Text: a cell's text is never read as markup
             t.add_row(*[Text(printable(c)) for c in row],
                       style=(styles[i] if styles else None))
-        self.out.print(t)      # (piped: PIPED_WIDTH, so at the table's natural width)
+        # rendered, then written without the padding that ends its lines
+        with self.out.capture() as cap:
+            self.out.print(t, width=self.table_width)
+        self.out.file.write("\n".join(ln.rstrip() for ln in cap.get().split("\n")))
+        self.out.file.flush()
 
     # --- progress -------------------------------------------------------
     def progress(self, total: int, start: int = 0):
@@ -164,20 +248,18 @@ class _Meter:
 
 
 class _Progress:
-    """Generation progress: a live rich bar on a terminal, plain lines otherwise (the
-    first and last generation, then at most one every 2 s, and every 50th). The ETA
-    starts from the first generation reported, not from the start: that generation's
-    time holds the kernels' compilation and the data's first pass, which would make
-    the first estimates of a short run many times too long; until a second generation
-    is done there is none."""
+    """Generation progress: a live rich bar on a terminal, plain lines otherwise
+    (``evolve.api.progress.GenerationLines``: the first and last generation, then at
+    most one every 2 s, and every 50th; the ETA from the first generation reported)."""
 
     def __init__(self, term: Terminal, total: int, start: int):
+        from evolve.api.progress import GenerationLines    # lazy: start-up (as above)
         self.term = term
         self.total = total
         self.start = start
         self.live = term.err.is_terminal and not term.json_mode
-        self.last_plain = 0.0
-        self.base = None          # (time, generation) of the first record
+        plain = not self.live and not term.json_mode
+        self.lines = GenerationLines(term.note if plain else None, total)
         self._bar = None
 
     def __enter__(self):
@@ -199,29 +281,7 @@ class _Progress:
             self._bar.__exit__(*exc)
         return False
 
-    def eta(self, g: int, now: float) -> float | None:
-        """Seconds left at generation ``g``: the time per generation since the first
-        record times the generations left (None before a second record)."""
-        if self.base is None:
-            self.base = (now, g)
-            return None
-        t0, g0 = self.base
-        return None if g <= g0 else (now - t0) / (g - g0) * (self.total - g)
-
     def update(self, record: dict) -> None:
-        g = record["generation"]
-        now = time.perf_counter()
-        eta = self.eta(g, now)
-        eta_text = "eta after the next generation" if eta is None else f"eta {eta:.0f}s"
-        info = (f"train {record['best_train']:.4f} (median {record['median_train']:.4f}) "
-                f"valid {record['best_valid']:.4f} size {record['mean_size']:.1f} "
-                f"{record['timing']['evals_per_s']:.0f} evals/s")
+        info, eta = self.lines.update(record)
         if self._bar is not None:
-            self._bar.update(self._task, completed=g, info=info, eta=eta_text)
-            return
-        if self.term.json_mode:
-            return
-        if g in (0, self.total) or now - self.last_plain >= 2.0 or g % 50 == 0:
-            self.term.note(f"gen {g}/{self.total} {info} "
-                           + ("done" if g == self.total else eta_text))
-            self.last_plain = now
+            self._bar.update(self._task, completed=record["generation"], info=info, eta=eta)

@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from evolve.cli.common import data_option, default_data, friendly_errors, json_option, number, \
-    runs_dir_option, term
+from evolve.cli.common import Stated, data_option, default_data, friendly_errors, json_option, \
+    number, runs_dir_option, term
 
 # The objectives as --help lists them, spelled out so that `evolve --help` loads no
 # kernel (tests/test_cli_defaults.py holds them to evolve.objectives.OBJECTIVES).
@@ -53,50 +53,68 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 # --------------------------------------------------------------------- run
 
 @click.command("run")
-@click.option("--generations", type=int, default=None, help="Generations [default: 100].")
-@click.option("--population", type=int, default=None, help="Population size [default: 1000].")
-@click.option("--seed", type=int, default=None, help="Random seed [default: 0].")
+@click.option("--generations", type=int, default=None, cls=Stated, stated="100",
+              help="Generations.")
+@click.option("--population", type=int, default=None, cls=Stated, stated="1000",
+              help="Population size.")
+@click.option("--seed", type=int, default=None, cls=Stated, stated="0",
+              help="Random seed.")
 @click.option("--objective", type=str, default=None,
               help=OBJECTIVE_HELP)
 @click.option("--budget-tv", "tv_budget", type=float, default=None,
-              help="Objectives speed, pareto: mean TV per token allowed [0.02].")
+              cls=Stated, stated="0.02",
+              help="Objectives speed, pareto: mean TV per token allowed.")
 @click.option("--budget-kl", "kl_budget", type=float, default=None,
-              help="Objective speed_kl: mean KL per token allowed [0.01].")
+              cls=Stated, stated="0.01",
+              help="Objective speed_kl: mean KL per token allowed.")
 @click.option("--budget-critical", "critical_budget", type=float, default=None,
+              cls=Stated, stated="0.01",
               help="Objective task_speed: accepted critical tokens per answer allowed (about "
-                   "the accuracy drop) [0.01].")
+                   "the accuracy drop).")
 @click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
+              cls=Stated, stated="1, no cap",
               help="Objectives speed, speed_kl: mean slot TV allowed at any block "
-                   "position [1, no cap].")
+                   "position.")
 @click.option("--cap-tv-p99", "tv_p99_cap", type=float, default=None,
+              cls=Stated, stated="1, no cap",
               help="Objectives speed, speed_kl: 99th percentile of slot TV allowed "
-                   "(reach-weighted) [1, no cap].")
-@click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
-@click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
-@click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
-@click.option("--max-height", type=int, default=None, help="Tree height limit [10].")
-@click.option("--max-size", type=int, default=None, help="Tree size limit (nodes) [60].")
+                   "(reach-weighted).")
+@click.option("--tournament", type=int, default=None, cls=Stated, stated="7",
+              help="Tournament size.")
+@click.option("--cx-prob", type=float, default=None, cls=Stated, stated="0.7",
+              help="Crossover probability.")
+@click.option("--mut-prob", type=float, default=None, cls=Stated, stated="0.25",
+              help="Mutation probability.")
+@click.option("--max-height", type=int, default=None, cls=Stated, stated="10",
+              help="Tree height limit.")
+@click.option("--max-size", type=int, default=None, cls=Stated, stated="60",
+              help="Tree size limit (nodes).")
 @click.option("--init-max-height", type=int, default=None,
-              help="Height limit of the first population's trees [4].")
-@click.option("--elitism", type=int, default=None, help="Elites kept each generation [2].")
+              cls=Stated, stated="4",
+              help="Height limit of the first population's trees.")
+@click.option("--elitism", type=int, default=None, cls=Stated, stated="2",
+              help="Elites kept each generation.")
 @click.option("--seed-baselines", is_flag=True, default=None,
               help="Put the baselines (as trees) into the first population; with "
                    "--lookahead, the value gate on ahead too.")
 @click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
 @click.option("--device", type=str, default=None,
+              cls=Stated, stated="cpu",
               help="Evaluate populations on cpu (the Numba kernels) or cuda (torch, the "
-                   "same results bit for bit; pip install '.[gpu]') [cpu].")
+                   "same results bit for bit; pip install '.[gpu]').")
 @click.option("--starts", type=int, default=None,
+              cls=Stated, stated="1",
               help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
-                   "valid [1].")
+                   "valid.")
 @click.option("--batch-blocks", type=int, default=None,
               help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
 @click.option("--trajectory", is_flag=True, default=None,
               help="Objective speed: score every rule on its own trajectory (importance-"
                    "weighted free-running estimate) on train, valid and test.")
 @click.option("--ess-floor", "ess_floor", type=str, default=None, metavar="FLOAT",
+              cls=Stated, stated="0.1",
               help="With --trajectory: least effective number of sequences, as a fraction "
-                   "of the split's sequences, below which a rule is infeasible [0.1].")
+                   "of the split's sequences, below which a rule is infeasible.")
 @click.option("--lookahead", is_flag=True, default=None,
               help="Trace objectives: also offer next_tv and ahead, what verification knows "
                    "of the block's later drafted slots (such rules are scored by an "
@@ -153,24 +171,32 @@ def run_cmd(no_writeback, json_mode, ess_floor, **given):
 
 @click.command("inspect")
 @click.argument("run", required=False)
+@click.option("--png", is_flag=True,
+              help="Also draw the run's pictures: history.png (fitness over generations) "
+                   "and, for a trace run, pareto.png (the trade-off on valid), in the run's "
+                   "directory; drawn again only when the run has changed.")
+@click.option("--simplify", is_flag=True,
+              help="Also show the formula simplified by sympy (protected operators read "
+                   "as plain ones; trees of at most 40 nodes).")
 @runs_dir_option
 @json_option
 @friendly_errors
-def inspect_cmd(run, runs_dir, json_mode):
+def inspect_cmd(run, png, simplify, runs_dir, json_mode):
     """The champion of a run (default: the latest): formula, metrics, history."""
     from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
     from evolve.runs import report, rundir    # lazy: start-up (a command loads only what it runs)
     from evolve.io import paths    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     rd = rundir.RunDir.open(parent, run) if run else rundir.latest_run(parent)
-    info = report.inspect_run(rd)
+    info = report.inspect_run(rd, simplify=simplify)
     out = term(json_mode)
+    if png:       # matplotlib costs seconds to import and draw: only when asked
+        # lazy: start-up (a command loads only what it runs)
+        from evolve.runs.pictures import draw_pictures
+        draw_pictures(rd)
     if json_mode:
         out.print_json(info)
         return
-    # lazy: start-up (a command loads only what it runs)
-    from evolve.runs.pictures import draw_pictures
-    draw_pictures(rd)
     views.show_inspect(info, out)
 
 

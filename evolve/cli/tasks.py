@@ -22,7 +22,7 @@ def _default_dir() -> Path:
     return DATA_DIR / "task"
 
 
-@click.command("task")
+@click.command("task", short_help="Record a task's traces and label its critical drafts.")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Directory for train/valid/test and their labels (default: datasets/task).")
 @click.option("--decoding", type=str, default="greedy", show_default=True,
@@ -246,7 +246,8 @@ def _task_rule(text: str, runs_parent: Path, greedy: bool, scope: dict, any_scop
     return in_scope(rule, info, scope, any_scope, "rules")
 
 
-@click.command("simulate-task")
+@click.command("simulate-task", short_help="Paired free-running task accuracy of rules "
+                                           "(95% intervals).")
 @click.option("--compare", "rules", multiple=True, required=True, metavar="RULE",
               help="lossless, NAME, NAME:PARAM or run:RUN (repeatable; the first is the "
                    "reference).")

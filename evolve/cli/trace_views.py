@@ -55,9 +55,9 @@ LOW_ESS = 0.1       # a trajectory estimate on fewer effective sequences is flag
 def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
     from evolve.rules.table import RULES    # lazy: start-up (a command loads only what it runs)
     own = doc.get("trajectory", False)        # --trajectory: one more column
-    cols = [("rule", "left"), ("param", "right"), ("tokens/call", "right"),
-            ("own trajectory", "right"), ("TV/token", "right"), ("slot TV p99", "right"),
-            ("KL/token", "right"), ("valid TV", "right"), ("of oracle", "right"),
+    cols = [("rule", "left"), ("param", "right"), ("tokens per call", "right"),
+            ("own trajectory", "right"), ("TV per token", "right"), ("slot TV p99", "right"),
+            ("KL per token", "right"), ("valid TV", "right"), ("of oracle", "right"),
             ("", "left")]
     keep = [i for i in range(len(cols)) if own or i != 3]
     for entry in doc["budgets"]:
@@ -111,6 +111,10 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
         for line in engine_settings(entry["rows"]):
             term.result(line)
         term.result("")
+    term.result("to deploy a row: an engine setting above (no patch); a run, evolve export "
+                "RUN;\nany other rule but the oracle (a bound), from Python: "
+                "evolve.export(evolve.tradeoff(...).rule(BUDGET, NAME),\nformat=...), in the "
+                "formats each row's 'export' names (--json)")
     if own:
         term.result("own trajectory: tokens per call re-weighted to each rule's own free-"
                     "running trajectory (unbiased; standard error by sequence)")

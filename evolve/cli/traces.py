@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from evolve.cli import trace_views, views
-from evolve.cli.common import default_traces, fail, friendly_errors, json_option, need, number, \
+from evolve.cli.common import Stated, default_traces, fail, friendly_errors, json_option, need, number, \
     runs_dir_option, term
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -169,8 +169,9 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.command("tradeoff")
 @traces_option
 @click.option("--budget", "budgets", type=str, multiple=True, metavar="FLOAT",
-              help="TV per token allowed (repeatable) [default: 0.01 and 0.03]; on task "
-                   "traces, the accuracy drop from lossless decoding allowed.")
+              cls=Stated, stated="0.01 and 0.03",
+              help="TV per token allowed (repeatable); on task traces, the accuracy drop "
+                   "from lossless decoding allowed.")
 @click.option("--run", "runs", multiple=True, metavar="RUN",
               help="Add the champion of this run directory (repeatable).")
 @runs_dir_option
@@ -179,7 +180,8 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
                    "budgets, with a line at each, beside the whole curve (its directory "
                    "must exist).")
 @click.option("--max-tv", type=float, default=None,
-              help="Right edge of the terminal picture [default: 4 x the largest budget].")
+              cls=Stated, stated="4 x the largest budget",
+              help="Right edge of the terminal picture.")
 @click.option("--trajectory", is_flag=True,
               help="Also estimate each rule's free-running tokens per call on test from "
                    "its own trajectory (importance-weighted; noisy on small splits).")

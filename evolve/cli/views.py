@@ -5,14 +5,16 @@ and trade-off tables, and plain-text plots. Everything goes through the
 from __future__ import annotations
 
 import math
+import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from evolve.cli.render import printable
-from evolve.lang.features import ALL_INPUTS, INPUTS
+from evolve.lang.features import ALL_INPUTS
 from evolve.rules.styles import styles_of
 
+WRAP = 120          # lines of data (a run's config) are wrapped to this width
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
 
@@ -78,22 +80,38 @@ class ChampionView:
                    [[split] + [_fmt(m.get(k)) for k in keys] for split, m in metrics.items()])
 
 
+def where_of_result(result: dict) -> dict:
+    """The run a finished `evolve run` made, as the verdict's advice names it: its name
+    and configuration (read back from its directory: a resume keeps the run's own)."""
+    from evolve.runs.rundir import RunDir    # lazy: start-up (as above)
+    try:
+        config = RunDir(result["path"]).meta()["config"]
+    except (OSError, ValueError, KeyError):
+        config = {}
+    return {"run": result["run"], "config": config}
+
+
+def where_of_info(info: dict) -> dict:
+    """The run `evolve inspect` shows (``report.inspect_run``): its name and config."""
+    return {"run": info["run"], "config": info.get("config") or {}}
+
+
 class TokenView(ChampionView):
     def result(self, result, term, data_dir):
         from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
-        show_token_result(result, term, report.run_table(data_dir))
+        show_token_result(result, term, report.run_table(data_dir), where_of_result(result))
 
     def inspect(self, info, term):
         from evolve.runs import report    # lazy: start-up (a command loads only what it runs)
         from evolve.tasks import TASKS    # lazy: start-up (a command loads only what it runs)
         show_token_inspect(info["champion"], term, report.standard_metrics(
             Path((info.get("data") or {}).get("dir") or TASKS["tokens"].default_data())))
-        show_standing(info["champion"], term)
+        show_standing(info["champion"], term, where_of_info(info))
 
 
 class TraceView(ChampionView):
     def result(self, result, term, data_dir):
-        show_trace_champion(result["champion"], term)
+        show_trace_champion(result["champion"], term, where_of_result(result))
         png = Path(result["path"]) / "pareto.png"
         if png.exists():
             term.result(f"trade-off picture: {png}")
@@ -103,7 +121,7 @@ class TraceView(ChampionView):
         show_trace_inspect(info, term)
 
 
-def show_task_champion(ch: dict, term) -> None:
+def show_task_champion(ch: dict, term, where: dict | None = None) -> None:
     """A task champion beside the rule families tuned on valid to its critical budget,
     all reported on test, and where it stands."""
     budget = ch.get("critical_budget")
@@ -128,17 +146,17 @@ def show_task_champion(ch: dict, term) -> None:
     term.table(f"{ch.get('decoding', '')} decoding, critical budget {budget}: rule families "
                "tuned on valid, all reported on test", cols, order,
                ["bold"] + [None] * (len(order) - 1))
-    show_standing(ch, term)
+    show_standing(ch, term, where)
 
 
 class TaskView(ChampionView):
     def result(self, result, term, data_dir):
-        show_task_champion(result["champion"], term)
+        show_task_champion(result["champion"], term, where_of_result(result))
         term.result("not written back: export a task champion from its run "
                     "(evolve export RUN ...)")
 
     def inspect(self, info, term):
-        show_task_champion(info["champion"], term)
+        show_task_champion(info["champion"], term, where_of_info(info))
 
 
 VIEWS = {"tokens": TokenView(), "traces": TraceView(), "task": TaskView()}
@@ -199,13 +217,13 @@ def show_run_result(result: dict, term, data_dir: Path) -> None:
     view_of(ch).result(result, term, data_dir)
 
 
-def show_token_result(result: dict, term, bench: dict) -> None:
+def show_token_result(result: dict, term, bench: dict, where: dict | None = None) -> None:
     """A token champion beside the benchmark table of the token splits (``bench``)."""
     ch = result["champion"]
     for split, body in bench["splits"].items():
         body["heuristics"]["champion"] = ch["metrics"][split]
     show_benchmark(bench, term)
-    show_standing(ch, term)
+    show_standing(ch, term, where)
     wb = result.get("writeback")
     if wb is None:
         term.result("write-back skipped (--no-writeback)")
@@ -242,7 +260,7 @@ def show_trace_writeback(wb: dict | None, term) -> None:
                     f"{wb['new_valid_score']:.4f} (use --force to replace)")
 
 
-def show_trace_champion(ch: dict, term) -> None:
+def show_trace_champion(ch: dict, term, where: dict | None = None) -> None:
     """Champion and baselines tuned on valid to the run's TV budget, on test."""
     budget = ch.get("tv_budget")
     cols = [("rule", "left"), ("param", "right"), ("test tokens/call", "right"),
@@ -268,15 +286,23 @@ def show_trace_champion(ch: dict, term) -> None:
                cols, order, ["bold"] + [None] * (len(order) - 1))
     if ch.get("estimate"):
         term.note(f"* an estimate: {ch['estimate']}")
-    show_standing(ch, term)
+    show_standing(ch, term, where)
 
 
-def show_standing(ch: dict, term) -> None:
+def show_standing(ch: dict, term, where: dict | None = None) -> None:
     """Where a champion stands (``evolve.tasks.traces.standing``, ``tokens.standing``,
-    the task world's) and the scope it was scored with, which its exports keep."""
+    the task world's), what that means and what to try next (``evolve.standing.
+    next_steps``; ``where``: the run's name and config), and the scope it was scored
+    with, which its exports keep."""
     st = ch.get("standing")
     if st:
         term.result(f"champion {st['verdict']}: {st['why']}")
+        if where is not None:
+            from evolve.standing import next_steps    # lazy: as used
+            from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
+            for line in next_steps(st, champion_task(ch).name, where.get("run"),
+                                   where.get("config"), ch.get("tv_budget")):
+                term.result(line)
     sc = ch.get("scope")
     if sc:
         term.result(f"scored with: {scope_text(sc)}")
@@ -322,17 +348,18 @@ def show_inspect(info: dict, term) -> None:
         if ch.get("simplified") and ch["simplified"] != ch["expression"]:
             term.result(f"simplified (protected operators read as plain): {ch['simplified']}")
         term.result(f"tree:     {ch['tree']}")
-        from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)
-        inputs = ALL_INPUTS if champion_task(ch).trace_inputs else INPUTS
+        from evolve.lang import treeio    # lazy: start-up (as above)
+        read = {n.name for n in treeio.parse(ch["tree"]) if n.kind == "input"}
         term.result(f"size {ch['size']}, depth {ch['depth']}, found in generation "
-                    f"{ch.get('generation')}; inputs: "
-                    + " ".join(f"{short}={name}" for name, short, _ in inputs))
+                    f"{ch.get('generation')}; inputs read: "
+                    + (" ".join(f"{short}={name}" for name, short, _ in ALL_INPUTS
+                                if name in read) or "none"))
         view_of(ch).inspect(info, term)
     if ch and isinstance(ch.get("starts"), list):
         show_starts(ch, term)
     png = Path(info["path"]) / "history.png"
-    if png.exists():
-        term.result(f"fitness over generations (PNG): {png}")
+    term.result(f"fitness over generations (PNG): {png}" if png.exists() else
+                "fitness over generations (PNG): evolve inspect --png draws it")
     h = info["history"]
     if h["best_train"]:
         term.result(f"best train fitness  {sparkline(h['best_train'])}  "
@@ -342,14 +369,17 @@ def show_inspect(info: dict, term) -> None:
         term.result(f"mean size           {sparkline(h['mean_size'])}  "
                     f"{h['mean_size'][0]:.1f} -> {h['mean_size'][-1]:.1f}")
     cfg = info.get("config") or {}
-    # read from config.json: shown on one line whatever it holds
-    term.result("config: " + printable(", ".join(f"{k}={v}" for k, v in cfg.items())))
+    # read from config.json: escaped whatever it holds, then wrapped at its commas
+    term.result(textwrap.fill("config: " + printable(", ".join(f"{k}={v}"
+                                                               for k, v in cfg.items())),
+                              width=WRAP, subsequent_indent="  ", break_long_words=False,
+                              break_on_hyphens=False))
 
 
 def show_trace_inspect(info: dict, term) -> None:
     """A trace champion: baselines tuned to its budget, and the trade-off on valid."""
     ch = info["champion"]
-    show_trace_champion(ch, term)
+    show_trace_champion(ch, term, where_of_info(info))
     series = (info.get("pareto") or {}).get("series")
     if isinstance(series, dict):
         try:
@@ -388,17 +418,19 @@ def show_token_inspect(ch: dict, term, standard: dict | None) -> None:
 
 def _clip(text: str, width: int = 60) -> str:
     """A damaged run's reason, cut to keep the table readable (--json has it whole)."""
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def show_runs(rows: list[dict], term) -> None:
+    """The runs, one line each: a long status and champion are cut with an ellipsis
+    (``evolve runs --json`` and ``evolve inspect`` have them whole)."""
     from evolve.tasks import TASKS    # lazy: start-up (the tasks load NumPy and the data layer)
 
     def score(r, split):
         task = TASKS.get(r.get("task"))
         return "" if task is None else task.runs_text(r, split)
-    term.table("runs", [("run", "left"), ("status", "left"), ("gen", "right"),
-                        ("valid", "right"), ("test", "right"), ("champion", "left")],
+    term.table("runs", [("run", "left"), ("status", "left", "cut"), ("gen", "right"),
+                        ("valid", "right"), ("test", "right"), ("champion", "left", "cut")],
                [[r["run"], _clip(r["status"] or ""),
                  "" if r["generation"] is None else r["generation"],
                  score(r, "valid"), score(r, "test"), r["expression"] or ""] for r in rows])
@@ -438,7 +470,7 @@ def render_text(series: dict, width: int = 72, height: int = 20, xlabel="TV per 
     lines = [f"{ylabel}"]
     for r, row in enumerate(grid):
         tick = f"{y1:.3f}" if r == 0 else (f"{y0:.3f}" if r == height - 1 else "")
-        lines.append(tick.rjust(pad) + " |" + "".join(row))
+        lines.append((tick.rjust(pad) + " |" + "".join(row)).rstrip())
     lines.append(" " * pad + " +" + "-" * width)
     lo, hi = f"{x0:.4g}", f"{x1:.4g}"
     lines.append(" " * (pad + 2) + lo + " " * max(1, width - len(lo) - len(hi)) + hi)

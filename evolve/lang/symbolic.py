@@ -3,7 +3,9 @@ table's ``sympy`` column), a reading aid.
 
 Protected operators read as their plain counterparts (``pdiv`` as ``/``, ``plog`` as
 log|x|, ...), so the expression is the rule on ordinary inputs, not at the protected
-edges; ``evolve inspect`` simplifies it, ``evolve.Rule.sympy`` returns it. Inputs are
+edges; ``evolve inspect`` simplifies it, ``evolve.Rule.sympy`` returns it. With
+``protected=True`` they stay named functions instead (``pdiv(t, d)``: sympy cannot
+simplify them away), as ``evolve.Rule.latex`` writes them. Inputs are
 symbols named by their short names (``t``, ``d``, ``bpos``, ...); ``position`` is a
 non-negative integer and ``top_token_match`` a boolean symbol. sympy is imported only
 when an expression is made.
@@ -14,8 +16,14 @@ from __future__ import annotations
 from evolve.lang import primitives as P
 
 
-def sympy_expr(nodes):
-    """The sympy expression of parsed tree nodes (``evolve.lang.treeio.parse``)."""
+# The protected primitives: those whose exports call a helper of their own name
+# (heuristics/ops.py: pdiv, plog, pexp), which differ from the plain operator at the edges.
+PROTECTED = tuple(p.name for p in P.PRIMITIVES if p.exports["numpy"].startswith(p.name + "("))
+
+
+def sympy_expr(nodes, protected: bool = False):
+    """The sympy expression of parsed tree nodes (``evolve.lang.treeio.parse``); with
+    ``protected``, each protected primitive is an undefined function of its name."""
     import sympy as S    # lazy: start-up (SymPy loads only where it is used)
     syms = {name: S.Symbol(short, real=True) for name, short in P.INPUT_SHORT.items()}
     syms["position"] = S.Symbol("pos", nonnegative=True, integer=True)
@@ -28,5 +36,8 @@ def sympy_expr(nodes):
             out.append(S.Integer(int(n.value)) if n.value == int(n.value) else S.Float(n.value))
         else:
             args = [out.pop() for _ in range(n.arity)]
-            out.append(P.SYMPY[n.name](S, *args))
+            if protected and n.name in PROTECTED:
+                out.append(S.Function(n.name)(*args))
+            else:
+                out.append(P.SYMPY[n.name](S, *args))
     return out[0]

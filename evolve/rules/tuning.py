@@ -281,8 +281,13 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
         progs = treeio.linearise(list(extra.values()))
         res = {s: kernel.results(progs, sa, True, device)
                for s, sa in (("valid", sa_valid), ("test", sa_test))}
+        # the sums hold no quantile: the 99th percentile of slot TV from the kernel's
+        # thresholds, as a run's champion metrics have it (TraceObjective.metrics)
+        from evolve.kernels.tokens import matrix_thresholds    # lazy: start-up (Numba)
+        p99 = {s: [spec.objectives(sa, h).tv_p99 for h in matrix_thresholds(progs, sa.X)]
+               for s, sa in (("valid", sa_valid), ("test", sa_test))}
         for i, name in enumerate(extra):
-            fixed[name] = {s: r[i].to_dict() for s, r in res.items()}
+            fixed[name] = {s: {**r[i].to_dict(), "tv_p99": p99[s][i]} for s, r in res.items()}
             if P.uses_lookahead_inputs(extra[name]):
                 fixed[name]["estimate"] = True
     values = {}
@@ -485,6 +490,18 @@ def value_gate_rows(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budge
                      "over_budget_test": test["tv_per_token"] > budget,
                      "valid": valid.to_dict(), "test": test})
     return rows
+
+
+def row_tree_text(r: dict) -> str:
+    """The tree text of a trade-off row's tuned rule (a family, the per-position leniency
+    or a value gate; not the oracle, not a fixed rule)."""
+    if r["kind"] == "learned":
+        return r["tree"]
+    if r["kind"] == "family":
+        return RULES[r["rule"]].tree(r["param"])
+    if r["kind"] == "headroom":
+        return headroom.position_leniency_tree(r["param"])
+    raise EvolveError.of("row", f"a {r['kind']} row has no tuned rule")
 
 
 def _row_tree(r: dict, extra: dict):

@@ -29,11 +29,19 @@ def save_png(fig, path) -> None:
 
 
 def history_png(history: list[dict], path: Path, title: str) -> bool:
-    """Best train/valid fitness and mean size per generation, as a PNG (matplotlib)."""
+    """``history_figure`` as a PNG; False without matplotlib."""
     try:
-        plt = pyplot()
+        fig = history_figure(history, title)
     except RuntimeError:
         return False
+    save_png(fig, path)
+    return True
+
+
+def history_figure(history: list[dict], title: str):
+    """Best train/valid fitness and mean size per generation (whole generations on the
+    axis), as a matplotlib figure."""
+    plt = pyplot()
     gens = [h["generation"] for h in history]
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(7, 5), dpi=110, sharex=True,
                                   gridspec_kw={"height_ratios": [2, 1]})
@@ -48,9 +56,10 @@ def history_png(history: list[dict], path: Path, title: str) -> bool:
     ax2.set_ylabel("mean size")
     ax2.set_xlabel("generation")
     ax2.grid(alpha=0.3)
+    from matplotlib.ticker import MaxNLocator    # lazy: with matplotlib
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))     # generations are whole
     fig.tight_layout()
-    save_png(fig, path)
-    return True
+    return fig
 
 
 # The panel "near the budgets" spans TV 0 .. ZOOM x the largest budget asked for.
@@ -94,36 +103,65 @@ def _zoom_limits(series: dict, tuned: list, budgets: list) -> tuple:
     return -0.02 * x1, x1, y0 - pad, y1 + pad
 
 
+def _forest(ax, tuned: list, budgets: list, styles: dict) -> None:
+    """The rules tuned to each budget, side by side: one column per rule (sorted by
+    tokens per call within its budget, a gap between budgets), its test tokens per call
+    with the 95% interval, the rule's name under it. Every tuned rule lands on its
+    budget line, so in the curves' panel they would hide each other."""
+    groups = []
+    for b in budgets:
+        rows = [t for t in tuned if (t[4] if len(t) > 4 else b) == b]
+        groups.append((b, sorted(rows, key=lambda t: t[2])))
+    x, names = 0, []
+    for b, rows in groups:
+        start = x
+        for name, tv, y, se, *_ in rows:
+            st = styles[name]
+            ax.errorbar([x], [y], yerr=None if se is None else [[Z95 * se], [Z95 * se]],
+                        ls="none", marker=st.marker, ms=8, color=st.colour, mec="black",
+                        mew=0.6, ecolor=st.colour, elinewidth=1.0, capsize=2.5, zorder=7)
+            names.append((x, name))
+            x += 1
+        if len(groups) > 1 and rows:
+            ax.annotate(f"TV {b:g}", ((start + x - 1) / 2, 1), xycoords=("data", "axes fraction"),
+                        xytext=(0, -4), textcoords="offset points", ha="center", va="top",
+                        fontsize=8, color="0.25")
+            if start:
+                ax.axvline(start - 1, color="0.7", lw=0.8)
+        x += 1                             # a gap between budgets
+    ax.set_xticks([p for p, _ in names])
+    ax.set_xticklabels([n for _, n in names], rotation=60, ha="right", fontsize=8)
+    ax.set_xlim(-0.7, max(x - 1.3, 0.7))
+    ax.grid(alpha=0.3, axis="y")
+
+
 def tradeoff_figure(series: dict, budgets=(), title: str = "", tuned=(),
                     xlabel: str = "TV per token", ylabel: str = "tokens per target call"):
     """The trade-off as a matplotlib figure. ``series`` maps a name to its points
     [(TV, tokens per call), ...] in sweep order; ``budgets`` the TV budgets asked for;
     ``tuned`` the rules tuned to them, [(name, TV, tokens per call, standard error or
-    None), ...], drawn with their 95% intervals. With budgets, the left panel spans TV 0
-    to ``ZOOM`` times the largest, with a dashed line at each budget, and the right one
-    the whole curve with the left panel's region marked; each series keeps its style
-    (``evolve.rules.styles``), and one legend names them all."""
+    None[, budget]), ...]. With budgets there are three panels: the tuned rules side by
+    side with their 95% intervals, sorted by tokens per call (they all sit on their
+    budget's line, where they would hide each other); the curves from TV 0 to ``ZOOM``
+    times the largest budget, with a dashed line at each budget, on the same scale of
+    tokens per call; and the whole curve with that region marked. Each series keeps its
+    style (``evolve.rules.styles``), and one legend below names the curves."""
     from evolve.rules.styles import styles_of    # lazy: start-up (read with matplotlib)
     plt = pyplot()
     tuned = [tuple(t) for t in tuned]
     budgets = sorted({float(b) for b in budgets if b > 0})
     styles = styles_of(list(series) + [t[0] for t in tuned if t[0] not in series])
+    forest = None
     if budgets:
-        fig, (ax, whole) = plt.subplots(1, 2, figsize=(11, 5), dpi=120, layout="constrained",
-                                        gridspec_kw={"width_ratios": [2.2, 1]})
+        ratios = ([min(2.6, 0.6 + 0.16 * len(tuned))] if tuned else []) + [2.2, 1.2]
+        fig, axes = plt.subplots(1, len(ratios), figsize=(12.5 if tuned else 11, 5.2),
+                                 dpi=120, layout="constrained",
+                                 gridspec_kw={"width_ratios": ratios})
+        forest, ax, whole = axes if tuned else (None, *axes)
     else:
         fig, ax = plt.subplots(figsize=(8, 5), dpi=120, layout="constrained")
         whole = None
     _draw_series(ax, series, styles)
-    named = set(series)
-    for name, x, y, se in tuned:
-        st = styles[name]
-        ax.errorbar([x], [y], yerr=None if se is None else [[Z95 * se], [Z95 * se]],
-                    ls="none", marker=st.marker, ms=9, color=st.colour, mec="black",
-                    mew=0.6, ecolor=st.colour, elinewidth=0.9, capsize=2.5, zorder=7,
-                    alpha=0.85,
-                    label=None if name in named else name)
-        named.add(name)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -134,22 +172,27 @@ def tradeoff_figure(series: dict, budgets=(), title: str = "", tuned=(),
         for b in budgets:
             ax.axvline(b, ls="--", lw=1, color="0.35", zorder=2)
             ax.annotate(f"budget {b:g}", (b, 1), xycoords=("data", "axes fraction"),
-                        xytext=(3, -12), textcoords="offset points", fontsize=8,
-                        color="0.25")
-        ax.set_title("near the budgets" + (" (bars: 95% intervals)"
-                                           if any(t[3] for t in tuned) else ""),
-                     fontsize=10)
+                        xytext=(-3, -4), textcoords="offset points", fontsize=8,
+                        color="0.25", rotation=90, ha="right", va="top")   # never collide
+        ax.set_title("near the budgets", fontsize=10)
+        if forest is not None:
+            _forest(forest, tuned, budgets, styles)
+            forest.set_ylim(y0, y1)
+            forest.set_ylabel(ylabel)
+            ax.set_ylabel("")
+            forest.set_title("tuned on valid, on test (95%)", fontsize=10)
         _draw_series(whole, series, styles)
         whole.add_patch(plt.Rectangle((x0, y0), x1 - x0, y1 - y0, fill=False, ls="--",
                                       lw=1, ec="0.35", zorder=8))
-        whole.set_title("the whole curve (dashed: the left panel)", fontsize=10)
+        whole.set_title("whole curve (box: " + ("middle" if forest is not None else "left")
+                        + ")", fontsize=10)
         whole.set_xlabel(xlabel)
         whole.grid(alpha=0.3)
     if title:
         fig.suptitle(title, fontsize=11)
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        fig.legend(handles, labels, loc="outside lower center", ncol=min(5, len(handles)),
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(6, len(handles)),
                    fontsize=8, frameon=False)
     return fig
 

@@ -146,7 +146,10 @@ def simplified(nodes) -> str | None:
         return None
 
 
-def inspect_run(run: RunDir) -> dict:
+def inspect_run(run: RunDir, simplify: bool = False) -> dict:
+    """What `evolve inspect` shows of a run (``--json`` prints it): its config, summary,
+    history and champion; ``simplify``: the champion's sympy-simplified formula too
+    (``simplified``; None otherwise: sympy costs seconds)."""
     meta = run.meta()
     history = run.history()
     summary = run.summary()
@@ -169,7 +172,7 @@ def inspect_run(run: RunDir) -> dict:
         out["champion"] = {**champ, "tree": treeio.to_string(nodes),   # canonical text
                            "expression": codegen.infix(nodes),
                            "size": len(nodes), "depth": treeio.depth(nodes),
-                           "simplified": simplified(nodes)}
+                           "simplified": simplified(nodes) if simplify else None}
     return out
 
 

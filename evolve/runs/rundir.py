@@ -267,6 +267,13 @@ class RunDir:
             return {}
         return checked(schema.check_summary, read_json(path, "summary"), str(path), self.name)
 
+    def hall_of_fame(self) -> list | None:
+        """hall_of_fame.json, checked (None before the run has finished)."""
+        path = self.file("hall_of_fame.json")
+        if not os.path.lexists(path):
+            return None
+        return checked(schema.check_hall_of_fame, read_json(path, "hall of fame"), str(path))
+
     def pareto(self) -> dict | None:
         path = self.file("pareto.json")
         if not os.path.lexists(path):

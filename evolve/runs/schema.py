@@ -217,3 +217,39 @@ def check_pareto(doc, where: str) -> dict:
         _need(ok, where, f"series.{name}", pts if not isinstance(pts, list) else pts[:2],
               "a list of [x, y] finite numbers within 1e6")
     return doc
+
+
+HOF_NUMBERS = ("train_fitness", "valid_fitness")
+HOF_VALID = ("tokens_per_call", "tv_per_token")      # pareto.json's, on traces
+
+
+def check_hall_of_fame(doc, where: str) -> list:
+    """``hall_of_fame.json``: the best distinct trees on train, each with its tree text,
+    formula, size, generation born and train and valid fitness."""
+    _need(isinstance(doc, list), where, "hall of fame", type(doc).__name__,
+          "a list of entries")
+    for i, e in enumerate(doc):
+        _object(e, where, f"entry {i}")
+        for key in ("tree", "expression"):
+            _need(isinstance(e.get(key), str), where, f"{i}.{key}", e.get(key), "a string")
+        for key in ("size", "born"):
+            _need(is_int(e.get(key)) and e[key] >= 0, where, f"{i}.{key}", e.get(key),
+                  "a whole number >= 0")
+        for key in HOF_NUMBERS:
+            _need(is_number(e.get(key)), where, f"{i}.{key}", e.get(key), "a finite number")
+    return doc
+
+
+def check_pareto_hall_of_fame(doc: dict, where: str) -> list:
+    """The ``hall_of_fame`` of ``pareto.json`` (a trace run's: tree, tokens per call and
+    TV per token on valid); an empty list when it has none."""
+    hof = doc.get("hall_of_fame", [])
+    _need(isinstance(hof, list), where, "hall_of_fame", type(hof).__name__, "a list")
+    for i, e in enumerate(hof):
+        _object(e, where, f"hall_of_fame entry {i}")
+        _need(isinstance(e.get("tree"), str), where, f"hall_of_fame.{i}.tree", e.get("tree"),
+              "a string")
+        for key in HOF_VALID:
+            _need(is_number(e.get(key)), where, f"hall_of_fame.{i}.{key}", e.get(key),
+                  "a finite number")
+    return hof

@@ -281,8 +281,11 @@ def build_splits(config: TraceConfig | None = None, out_dir: str | os.PathLike |
     config = config or TraceConfig()
     t0 = time.perf_counter()
     pair = build_pair(config)
+    if progress:
+        progress(f"n-gram pair built ({time.perf_counter() - t0:.1f} s)")
     out = {}
     for s in SPLITS:
+        t0 = time.perf_counter()        # each split's own time, not the time so far
         out[s] = build_split(pair, s)
         if progress:
             progress(f"{s}: {len(out[s])} rows ({time.perf_counter() - t0:.1f} s)")
@@ -301,8 +304,11 @@ def build_splits_sharded(config: TraceConfig, out_dir: str | os.PathLike, rows_p
     Returns split -> rows."""
     t0 = time.perf_counter()
     pair = build_pair(config)
+    if progress:
+        progress(f"n-gram pair built ({time.perf_counter() - t0:.1f} s)")
     done = {}
     for s in SPLITS:
+        t0 = time.perf_counter()        # each split's own time, not the time so far
         prompts, rngs = prompt_starts(pair, s)
         n = prompts.shape[0]
         rows = n * config.blocks_per_prompt * config.block_size

@@ -216,8 +216,9 @@ def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
                  f"{cfg.draft} ({pair.info['draft']['parameters']:,}) on {pair.device} in "
                  f"{time.perf_counter() - t0:.1f} s; recording (seed {cfg.seed}, g = "
                  f"{cfg.block_size}, k = {cfg.top_k}, temperature {cfg.temperature:g}) ...")
-    out, drafted, t1 = {}, 0, time.perf_counter()
+    out = {}
     for s in SPLITS:
+        t1 = time.perf_counter()        # each split's own time and rate, not the run's so far
         ids, rngs = prompts[s]
         total = len(ids) * cfg.blocks_per_prompt * cfg.block_size
         try:
@@ -235,10 +236,9 @@ def build_splits(cfg: HFTraceConfig, progress=None, meter=None) -> dict:
         ts = T.TraceSplit(cols, meta(pair, s, len(cols["draft_prob"]), source), name=s)
         T.validate(ts, f"<{s} traces>")
         out[s] = ts
-        drafted += len(ts)
         if progress:
             dt = time.perf_counter() - t1
-            progress(f"{s}: {len(ts)} rows ({dt:.1f} s recording, {drafted / dt:.0f} drafted "
+            progress(f"{s}: {len(ts)} rows ({dt:.1f} s recording, {len(ts) / dt:.0f} drafted "
                      "tokens/s)")
     return out
 
