@@ -26,7 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data.decode import sample_rows
-from evolve.data.labels import continue_text
+from evolve.data.continuations import continue_text
 
 
 class AnswerOracle:
