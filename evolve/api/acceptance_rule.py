@@ -28,14 +28,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from evolve.errors import EvolveError, show
+from evolve.api import rule_inputs as RI
+from evolve.api.rule_inputs import RuleInputError
+from evolve.errors import show
 from evolve.lang import codegen, numpy_eval, treeio
 from evolve.lang import primitives as P
-
-
-class RuleInputError(EvolveError):
-    """Features a rule cannot be evaluated on: a missing input, a draft rank a scoped
-    rule needs; one line naming the parameter."""
 
 
 class Rule:
@@ -149,35 +146,44 @@ class Rule:
         return sympy_expr(self.nodes)
 
     # ------------------------------------------------------------ evaluating
-    def _columns(self, features, extra: dict) -> dict:
+    def _columns(self, features, extra: dict) -> tuple[dict, tuple]:
+        """The inputs the rule reads (and its scope needs), each checked against its
+        domain (``evolve.api.rule_inputs``), and the shape they broadcast to."""
         if features is None:
             features = {}
         elif not (isinstance(features, Mapping) or hasattr(features, "__getitem__")):
             raise RuleInputError.of("features", f"{show(features)} is invalid; expected a "
                                                 "mapping of input names to arrays")
-        cols = {}
+        for name in extra:
+            if name not in P.INPUT_INDEX:
+                raise RuleInputError.of(name, f"not an input of a rule (inputs: "
+                                              f"{', '.join(P.INPUT_INDEX)})")
         need = set(self.inputs)
         if self.greedy:                         # the argmax drafts are kept
             need.add("top_token_match")
         elif self.scope:                        # the standard rule outside the scope
             need |= {"draft_prob", "target_prob"}
-        for name in need:
+        cols = {}
+        for name in (n for n in P.INPUT_INDEX if n in need):      # the table's order
             if name in extra:
-                cols[name] = np.asarray(extra[name])
-                continue
-            try:
-                cols[name] = np.asarray(features[name])
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise RuleInputError.of("features", f"{name!r} is missing; the rule reads "
-                                        f"{', '.join(self.inputs)}") from None
-        return cols
+                value = extra[name]
+            else:
+                try:
+                    value = features[name]
+                except (KeyError, IndexError, ValueError, TypeError):
+                    raise RuleInputError.of("features", f"{name!r} is missing; the rule reads "
+                                            f"{', '.join(self.inputs)}") from None
+            cols[name] = RI.check_input(name, value)
+        return cols, RI.check_shapes(cols)
 
     def threshold(self, features=None, **columns) -> np.ndarray:
         """The threshold of every element: a drafted token is accepted iff u < threshold
         (inside its scope). ``features``: a mapping of input names to arrays (a dict, a
         pandas DataFrame, a numpy record array), or the arrays as keywords; any shape,
-        broadcast together; float64."""
-        cols = self._columns(features, columns)
+        broadcast together; float64. Each array is checked against its input's domain
+        (``evolve.lang.features.DOMAINS``: probabilities in [0, 1], positions whole, ...):
+        anything else is one RuleInputError naming it."""
+        cols, _ = self._columns(features, columns)
         return numpy_eval.evaluate(self.nodes, cols)
 
     def acceptance(self, features=None, draft_rank=None, **columns) -> np.ndarray:
@@ -186,12 +192,16 @@ class Rule:
         ``top_k`` or later (``draft_rank``, e.g. from ``draft_rank(q, token)``); a rule of
         a top-k scope needs ``draft_rank``. A rule scored in greedy decoding (a task
         champion's scope) keeps a draft that is the target's argmax (1) and gives every
-        other clip(threshold, 0, 1)."""
-        cols = self._columns(features, columns)
+        other clip(threshold, 0, 1). ``draft_rank``, when given, is checked as the
+        features are (whole numbers >= 0, broadcasting with them)."""
+        cols, shape = self._columns(features, columns)
+        if draft_rank is not None:
+            draft_rank = RI.check("draft_rank", draft_rank, "whole")
+            RI.check_against("draft_rank", draft_rank, shape)
         h = numpy_eval.evaluate(self.nodes, cols)
         a = np.where(h > 0, np.where(h > 1, 1.0, h), 0.0)
         if self.greedy:            # a draft that is the target's argmax is kept
-            return np.where(cols["top_token_match"].astype(bool), 1.0, a)
+            return np.where(cols["top_token_match"], 1.0, a)
         k = None if self.scope is None else self.scope.get("top_k")
         if k is None:
             return a
@@ -199,23 +209,28 @@ class Rule:
             raise RuleInputError.of("draft_rank", f"needed: the rule was scored on drafts "
                                     f"among the draft's top {k} (the standard rule decides "
                                     "the others); see Rule.draft_rank")
-        q, p = cols["draft_prob"].astype(np.float64), cols["target_prob"].astype(np.float64)
+        q, p = cols["draft_prob"], cols["target_prob"]
         with np.errstate(all="ignore"):
             std = np.where(q > 0, np.minimum(1.0, p / q), 0.0)
-        return np.where(np.asarray(draft_rank) < k, a, std)
+        return np.where(draft_rank < k, a, std)
 
     predict = acceptance
 
     def accept(self, u, features=None, draft_rank=None, **columns) -> np.ndarray:
-        """True where a drafted token with uniform ``u`` is accepted: u < acceptance."""
-        return np.asarray(u) < self.acceptance(features, draft_rank, **columns)
+        """True where a drafted token with uniform ``u`` (in [0, 1], broadcasting with
+        the features) is accepted: u < acceptance."""
+        u = RI.check("u", u, "unit")
+        a = self.acceptance(features, draft_rank, **columns)
+        RI.check_against("u", u, a.shape)
+        return u < a
 
     @staticmethod
     def draft_rank(q, token) -> np.ndarray:
         """The rank of each drafted token under the draft's distribution ``q`` ([...,
-        vocab]; 0 the most probable, ties: lower id first), as traces take candidates."""
-        q = np.asarray(q)
-        token = np.asarray(token, dtype=np.int64)
+        vocab]; 0 the most probable, ties: lower id first), as traces take candidates.
+        ``token``: token ids 0..vocab - 1, broadcasting with q's rows; anything else (and
+        a q that is not probabilities) is one RuleInputError naming the argument."""
+        q, token = RI.check_ranking(q, token)
         qx = np.take_along_axis(q, token[..., None], axis=-1)
         ids = np.arange(q.shape[-1])
         return ((q > qx) | ((q == qx) & (ids < token[..., None]))).sum(axis=-1)
@@ -324,9 +339,9 @@ class RuleFunctions:
         if self.TOP_K is not None and draft_rank is None:
             raise RuleInputError.of("draft_rank", f"needed: the rule was scored on drafts "
                                     f"among the draft's top {self.TOP_K}")
-        a = self.acceptance(0 if draft_rank is None else draft_rank, *inputs)
         if self.lib == "numpy":
-            return np.asarray(u) < a
+            return self.rule.accept(u, dict(zip(self.INPUTS, inputs)), draft_rank)
+        a = self.acceptance(0 if draft_rank is None else draft_rank, *inputs)
         return self._torch.as_tensor(u, device=a.device) < a
 
     def draft_rank(self, q, token):

@@ -57,6 +57,19 @@ TRACE_INPUT_NAMES = ALL_INPUT_NAMES[:N_V2_INPUTS]         # the nine of a v2 tra
 SLOT_SIGNATURE = ALL_INPUT_NAMES[:N_SLOT_INPUTS]          # the twelve of a slot rule
 
 
+# What each input may hold, the values a recorder can give it (``evolve.Rule`` refuses
+# anything else, in one line naming the input): "prob" a probability in [0, 1]; "draft"
+# the draft's probability of the drafted token, in (0, 1] (it was drawn from the draft);
+# "tv" a total variation, in [0, 1]; "nonneg" a finite number >= 0 (entropies, KL
+# divergences, an expected count); "whole" a whole number >= 0 (positions); "bool"
+# True or False (or 1 and 0).
+DOMAINS = {"draft_prob": "draft", "target_prob": "prob", "position": "whole",
+           "draft_entropy": "nonneg", "target_entropy": "nonneg", "top_token_match": "bool",
+           "block_position": "whole", "p_max": "prob", "q_max": "prob", "slot_tv": "tv",
+           "slot_kl_pq": "nonneg", "slot_kl_qp": "nonneg", "next_tv": "tv", "ahead": "nonneg"}
+
+if set(DOMAINS) != set(ALL_INPUT_NAMES):
+    raise ImportError("evolve.lang.features: every input needs its DOMAINS entry")
 if ALL_INPUT_NAMES[N_V2_INPUTS:N_SLOT_INPUTS] != SLOT_INPUT_NAMES or \
         ALL_INPUT_NAMES[N_SLOT_INPUTS:] != LOOKAHEAD_INPUT_NAMES:
     raise ImportError("evolve.lang.features: the slot and lookahead inputs are out of order")
