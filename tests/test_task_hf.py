@@ -217,11 +217,22 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     (("--task-file", "T", "--target", "M", "--draft", "D", "--max-new-tokens", 400),
      ("--max-new-tokens", "positions")),
     (("--task-file", "BAD", "--target", "M", "--draft", "D"), ("line 2", "'answer'")),
+    (("--task-file", "SURROGATE", "--target", "M", "--draft", "D"),
+     ("line 1", "'prompt'", "lone surrogate")),
+    (("--task-file", "GSM8K", "--target", "M", "--draft", "D", "--max-new-tokens", NEW),
+     ("line 1", "'answer'", "the delimiter '####'", "keep only the text after")),
 ])
 def test_refusals_are_one_line(task, tmp_path, args, needles):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a", "answer": 1}\n{"prompt": "b"}\n')
-    subst = {"T": task.path, "M": task.target, "D": task.draft, "BAD": bad}
+    surrogate = tmp_path / "surrogate.jsonl"      # JSON spells it, no tokenizer takes it
+    surrogate.write_text('{"prompt": "Q\\ud800", "answer": 1}\n' + task.path.read_text())
+    gsm8k = tmp_path / "gsm8k.jsonl"              # whole solutions as references
+    gsm8k.write_text("".join(json.dumps({"prompt": p["prompt"],
+                                         "answer": f"so {p['answer']} #### {p['answer']}"})
+                             + "\n" for p in map(json.loads, task.path.read_text().splitlines())))
+    subst = {"T": task.path, "M": task.target, "D": task.draft, "BAD": bad,
+             "SURROGATE": surrogate, "GSM8K": gsm8k}
     r = hfkit.invoke("data", "task", "--out", tmp_path / "o", *[subst.get(a, a) for a in args])
     one_line_error(r, *needles)
     assert not (tmp_path / "o").exists()

@@ -417,6 +417,7 @@ HOSTILE_JSON = {
     "digits": ("[" + "9" * 5000 + "]", "digits"),
     "infinity": ('{"x": Infinity}', "non-finite"),
     "overflow": ('{"x": 1e999}', "out of range"),
+    "duplicate": ('{"x": 1, "y": {"z": 2, "z": 3}}', "key 'z' appears twice"),
 }
 
 

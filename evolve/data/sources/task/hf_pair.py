@@ -328,7 +328,7 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
                          target=HM.absolute(config.target, local_only=True),
                          draft=HM.absolute(config.draft, local_only=True))
     checker = config.checker()
-    problems = read_tasks(config.task_file)
+    problems = read_tasks(config.task_file, config.delimiter)
     sha = sha256_file(config.task_file)
     if config.task_sha256 and config.task_sha256 != sha:
         raise DataError(f"{config.task_file}: the task file changed since these traces were "
