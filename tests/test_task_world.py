@@ -105,6 +105,29 @@ def test_missing_labels_and_a_wrong_version_are_refused(recorded, tmp_path):
         record.load(d, "valid")
 
 
+def test_a_bool_version_and_labels_the_standard_rule_never_needs_are_refused(recorded,
+                                                                             tmp_path):
+    """True == 1 in Python, but a bool is not a version; a label on a draft the standard
+    rule always keeps would still change the learned judge, which fits every label."""
+    from evolve.data import tokens as D
+    d = _copy(recorded, tmp_path / "d")
+    meta, crit = LB.read_labels(d / "valid.labels.npz")
+    D.write_npz(d / "valid.labels.npz", dict(meta, labels_version=True),
+                {"critical.npy": crit})
+    with pytest.raises(DataError, match="field 'labels_version' is True; expected 1"):
+        record.load(d, "valid")
+    ts = record.load(recorded, "valid")
+    kept = np.flatnonzero(~LB.could_reject(ts.traces.columns, True))
+    assert kept.size and (crit[kept] == LB.UNLABELED).all()       # as recorded
+    for label in (0, 1):
+        bad = crit.copy()
+        bad[kept[1]] = label
+        D.write_npz(d / "valid.labels.npz", meta, {"critical.npy": bad})
+        with pytest.raises(DataError, match=f"field 'critical' row {kept[1]}: a label for a "
+                                            "draft the standard rule never rejects"):
+            record.load(d, "valid")
+
+
 # ------------------------------------------------------------ the objectives
 
 # a rule that reads inputs of every kind, so a column out of place changes it
