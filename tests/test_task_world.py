@@ -419,6 +419,39 @@ def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):
     one_line_error(r, "--compare", "nosuch")
 
 
+def test_simulate_task_refuses_an_unknown_decoding(recorded, tmp_path, monkeypatch):
+    """A task meta of another decoding ("beam") used to be decoded as sampling."""
+    from evolve.data import traces
+    ts = traces.load(recorded / "test.npz", name="test")
+    traces.save(traces.TraceSplit(ts.columns, {**ts.meta, "decoding": "beam"}, "test"),
+                tmp_path / "test.npz")
+    monkeypatch.setattr(TC, "compare", lambda *a, **k: pytest.fail("decoded"))
+    r = invoke("simulate-task", "--data", tmp_path, "--compare", "lossless")
+    one_line_error(r, "test.npz", "decoding", "'beam'", "greedy or sample")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--train-prompts", 0), ("--train-prompts", "0")),      # was taken as the default
+    (("--test-prompts", 0), ("--test-prompts", "0")),
+    (("--out", "FILE/sub"), ("--out", "FILE", "not a directory")),
+    (("--out", "FILE"), ("--out", "FILE", "not a directory")),
+])
+def test_data_task_refuses_before_any_work(tmp_path, monkeypatch, args, needles):
+    """Options are checked, and --out is checked writable, before the pair is built
+    and before any split is recorded (an unusable --out used to be found only when the
+    recorded splits were written)."""
+    monkeypatch.setattr(TP, "build_pair", lambda *a, **k: pytest.fail("the pair was built"))
+    monkeypatch.setattr(record, "record_split", lambda *a, **k: pytest.fail("recorded"))
+    (tmp_path / "FILE").write_text("a file")
+    args = [str(tmp_path / a) if isinstance(a, str) and a.startswith("FILE") else a
+            for a in args]
+    if "--out" not in args:
+        args += ["--out", tmp_path / "out"]
+    one_line_error(invoke("data", "task", *args),
+                   *[str(tmp_path / n) if n == "FILE" else n for n in needles])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+
+
 def test_a_task_run_on_a_device_or_a_cluster_without_shards_is_refused_in_one_line(recorded, tmp_path):
     pytest.importorskip("torch")
     r = invoke("run", "--objective", "task_speed", "--data", recorded, "--generations", 1,

@@ -9,10 +9,12 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import fail, friendly_errors, json_option, need, runs_dir_option, term
+from evolve.cli.common import BadOption, fail, friendly_errors, json_option, need, \
+    runs_dir_option, term
 from evolve.errors import EvolveError, shorten
 
 MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
+BUILT_IN_PROMPTS = {"train_prompts": 1000, "valid_prompts": 300, "test_prompts": 300}
 
 
 def _default_dir() -> Path:
@@ -87,9 +89,9 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                      "own pair decodes your own task)")
     if delimiter is not None and answer_regex is not None:
         fail("--answer-regex: give --delimiter or --answer-regex, not both")
+    from evolve.io.paths import check_creatable    # lazy: start-up (as above)
     out = Path(out) if out else _default_dir()
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out}: exists and is not a directory")
+    check_creatable(out, "out", BadOption)         # before any work: written last
     have = [s for s in ("train", "valid", "test") if (out / f"{s}.npz").exists()]
     if have and not force:
         fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite")
@@ -97,8 +99,9 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
     t0 = time.perf_counter()
     try:
         if task_file is None:
-            counts = {"train_prompts": train_prompts or 1000,
-                      "valid_prompts": valid_prompts or 300, "test_prompts": test_prompts or 300}
+            given = {"train_prompts": train_prompts, "valid_prompts": valid_prompts,
+                     "test_prompts": test_prompts}
+            counts = {k: BUILT_IN_PROMPTS[k] if v is None else v for k, v in given.items()}
             cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
                                     temperature=temperature, **counts)
             cfg.validate()
@@ -111,7 +114,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 target=target, draft=draft, task_file=str(task_file), seed=seed,
                 block_size=block_size, top_k=top_k, temperature=temperature,
                 max_new_tokens=max_new_tokens,
-                delimiter=None if answer_regex is not None else (delimiter or "####"),
+                delimiter=(None if answer_regex is not None else
+                           "####" if delimiter is None else delimiter),
                 answer_regex=answer_regex, train_prompts=train_prompts,
                 valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
                 dtype=dtype, batch_size=batch_size)
@@ -179,9 +183,12 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
     need(split in ("train", "valid", "test"), "--split", split, "train, valid or test")
     need(decoding is None or decoding in MODES, "--decoding", decoding, " or ".join(MODES))
     need(prompts is None or prompts >= 1, "--prompts", prompts, "a whole number >= 1")
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.task.record import check_task_meta
     meta = traces.read_file_meta(data_dir / f"{split}.npz")
     if not isinstance(meta, dict) or meta.get("backend") != "task":
         fail(f"--data {data_dir}: not task traces (record them with `evolve data task`)")
+    check_task_meta(meta, data_dir / f"{split}.npz")     # its decoding, before any work
     from evolve.rules.table import RULES    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     greedy = (decoding or meta.get("decoding")) == "greedy"
