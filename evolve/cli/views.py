@@ -12,6 +12,7 @@ import numpy as np
 from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS, INPUTS
 from evolve.rules.styles import styles_of
+from evolve.standing import sentence
 
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
@@ -213,8 +214,8 @@ def show_token_result(result: dict, term, bench: dict) -> None:
 
 def show_refusal(wb: dict, term) -> None:
     """A champion not written back for its standing (``tasks.writeback.refusal``)."""
-    term.result(f"not written back to heuristics/{wb['module']}: the champion is "
-                f"{wb['refused']}: {wb['why']} (use --force to write it back)")
+    term.result(f"not written back to heuristics/{wb['module']}: the champion "
+                f"{sentence(wb['refused'], wb['why'])} (use --force to write it back)")
 
 
 def show_trace_writeback(wb: dict | None, term) -> None:
@@ -267,7 +268,7 @@ def show_standing(ch: dict, term) -> None:
     the task world's) and the scope it was scored with, which its exports keep."""
     st = ch.get("standing")
     if st:
-        term.result(f"champion {st['verdict']}: {st['why']}")
+        term.result(f"champion {sentence(st['verdict'], st['why'])}")
     sc = ch.get("scope")
     if sc:
         term.result(f"scored with: {scope_text(sc)}")
