@@ -191,7 +191,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     own knob (transformers' assistant_ensemble_weight, SGLang's accept thresholds)
     also show the tuned setting as that engine's flags or keyword arguments: no
     patch needed; --engine NAME sweeps only that engine's knobs (and standard
-    rejection, the reference)."""
+    rejection, the reference). --data may also be shards (`evolve data shard`), read
+    whole into memory."""
     from evolve.api import tradeoffs as api    # lazy: start-up (a command loads only what it runs)
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
     out = term(json_mode)
