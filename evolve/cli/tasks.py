@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import BadOption, fail, friendly_errors, json_option, need, \
-    runs_dir_option, term
+from evolve.cli.common import BadOption, doing, fail, friendly_errors, json_option, need, \
+    runs_dir_option, term, together
 from evolve.errors import EvolveError, shorten
 
 MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
@@ -97,6 +97,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
         fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite")
     tm = term()
     t0 = time.perf_counter()
+    nothing = f"nothing was written to {out}"
+    doing(f"building the pair; {nothing}")
     try:
         if task_file is None:
             given = {"train_prompts": train_prompts, "valid_prompts": valid_prompts,
@@ -125,11 +127,13 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                     f"{pair.context_len} tokens)")
     except TraceConfigError as e:
         fail(f"--{e.field.replace('_', '-')}: {e.detail}")
-    tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
-            "decoding and mining labels ...")
     recorded = {}
     for split in ("train", "valid", "test"):      # all recorded before any file is written
         t = time.perf_counter()
+        doing(f"recording {split}; {nothing} (every split is recorded before any is written)")
+        if split == "train":
+            tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
+                    "decoding and mining labels ...")
         recorded[split] = ts = record.record_split(pair, split, decoding, seed,
                                                           meter=tm.meter)
         c = ts.labels_meta["mined"]
@@ -138,9 +142,11 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 f"({c.get('target_forward_passes', 0):,} target forward passes over "
                 f"{c['target_forward_rows']:,} rows, {c['seconds']:.1f} s); "
                 f"{time.perf_counter() - t:.1f} s")
-    out.mkdir(parents=True, exist_ok=True)
-    for ts in recorded.values():
-        record.save(ts, out)
+    with together(f"writing train, valid and test to {out}",
+                  f"recorded in full; train, valid and test were written to {out} first"):
+        out.mkdir(parents=True, exist_ok=True)
+        for ts in recorded.values():
+            record.save(ts, out)
     tm.note(f"{out}: train, valid and test traces and their labels written")
 
 
@@ -212,6 +218,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, json_m
              f"{len(pair.problems[split])} problems")
     out = term(json_mode)
     t0 = time.perf_counter()
+    doing(f"decoding the {split} problems; nothing was written (the results print at the end)")
     res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
                                 meter=out.meter)
     res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1),

@@ -20,6 +20,7 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve import errors
 from evolve.lang import codegen, treeio
 from evolve.runs import datasum
 from evolve.runs.finalise import champion_record, finalise
@@ -34,7 +35,7 @@ from evolve.cluster import ClusterError, ClusterInterrupted
 from evolve.cluster.session import Session
 from evolve.kernels.gpu import DeviceError
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = errors.EXIT_INTERRUPTED       # 130, as every interrupted command
 
 
 @dataclass
