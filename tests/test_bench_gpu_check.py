@@ -3,7 +3,10 @@ GPU, ``--smoke`` runs every section end to end on the CPU (the fused kernels in 
 interpreter), the results compared with the Numba kernels before anything is timed; no
 figure is judged against a target. The packages a GPU machine lacks install from a
 folder of wheels, without an index; a missing GPU, Triton or wheel is one line and exit
-code 2."""
+code 2.
+
+Guarantee 40 of docs/reliability.md, The GPU check refuses bad options before any work
+(`test_bad_options_are_one_line_before_any_work`)."""
 
 from __future__ import annotations
 

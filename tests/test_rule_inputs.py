@@ -1,5 +1,7 @@
 """``evolve.Rule`` checks every array it is given before it evaluates anything.
 
+Guarantee 36 of docs/reliability.md, `evolve.Rule` checks what it is given:
+
 Each input has a domain (``evolve.lang.features.DOMAINS``): probabilities in [0, 1]
 (the draft's probability of a drafted token in (0, 1]: it was drawn from the draft),
 total variations in [0, 1], entropies, KL divergences and ``ahead`` finite and >= 0,

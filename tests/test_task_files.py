@@ -1,5 +1,14 @@
 """Task files (evolve/data/sources/task/files.py): a round trip, and every refusal
-one DataError line naming the file, the line and the field."""
+one DataError line naming the file, the line and the field.
+
+Guarantee 37 of docs/reliability.md, Task files hold problems a tokenizer and a checker
+can use: text no tokenizer takes (a lone surrogate, which used to reach the tokenizer
+and fail there after both models loaded, and NUL), a key given twice, and a reference
+answer that is a worked solution (several lines; or, given the checker's delimiter,
+one holding it) are refused at the line
+(`test_a_bad_row_is_one_line_naming_file_line_and_field`,
+`test_a_whole_solution_as_the_reference_says_how_to_fix_the_file`); from the command
+line, before any model loads (tests/test_task_hf.py, `test_refusals_are_one_line`)."""
 
 import os
 

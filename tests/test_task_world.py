@@ -6,7 +6,17 @@ objectives equal a slow per-block reference that reads every input by name; loss
 speculative decoding of the task emits the target's own greedy text; a rule between
 the standard rule and another is each of them at its ends; tuning by free-running
 accuracy keeps the most tokens within the budget; the learned judge decides
-free-running as it decides offline; the commands run a run and a comparison."""
+free-running as it decides offline; the commands run a run and a comparison.
+
+Guarantee 38 of docs/reliability.md, Task commands check what they can before any work:
+`evolve data task` refuses zero prompts (once read as the default) and an --out it
+cannot write before the pair is built (`test_data_task_refuses_before_any_work`);
+labels with a bool version or on a draft the standard rule never rejects are refused
+(`test_a_bool_version_and_labels_the_standard_rule_never_needs_are_refused`);
+`evolve simulate-task` refuses a decoding it does not know
+(`test_simulate_task_refuses_an_unknown_decoding`). With your own pair:
+tests/test_task_hf.py (`test_positions_are_checked_before_the_models_load`, an empty
+--delimiter in `test_refusals_are_one_line`)."""
 
 from __future__ import annotations
 
