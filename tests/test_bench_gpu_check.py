@@ -5,7 +5,7 @@ figure is judged against a target. The packages a GPU machine lacks install from
 folder of wheels, without an index; a missing GPU, Triton or wheel is one line and exit
 code 2.
 
-Guarantee 40 of docs/reliability.md, The GPU check refuses bad options before any work
+Guarantee 41 of docs/reliability.md, The GPU check refuses bad options before any work
 (`test_bad_options_are_one_line_before_any_work`)."""
 
 from __future__ import annotations

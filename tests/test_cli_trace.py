@@ -1,7 +1,7 @@
 """`evolve data trace`, `evolve simulate` and `evolve tradeoff` through click's CliRunner,
 on tiny trace splits (tests/tracekit.TINY).
 
-Guarantee 41 of docs/reliability.md, The trade-off reads traces in either form
+Guarantee 42 of docs/reliability.md, The trade-off reads traces in either form
 (`test_tradeoff_reads_shards_as_it_reads_npz_splits`).
 
 Guarantee 22 of docs/reliability.md, A trace recording owns its output directory:

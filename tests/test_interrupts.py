@@ -15,7 +15,7 @@ printed command and checks that the history matches an uninterrupted run.
 and sends the second SIGINT once the first has been acknowledged.
 `test_stop_requested_handler_logic` checks the handler in-process.
 
-Guarantee 39 of docs/reliability.md, Ctrl-C ends every command the same way:
+Guarantee 40 of docs/reliability.md, Ctrl-C ends every command the same way:
 
 Every other command ends the same way on Ctrl-C (`friendly_errors` in
 evolve/cli/common.py; `evolve run` prints its line through the same function): one

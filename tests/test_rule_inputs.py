@@ -1,6 +1,6 @@
 """``evolve.Rule`` checks every array it is given before it evaluates anything.
 
-Guarantee 36 of docs/reliability.md, `evolve.Rule` checks what it is given:
+Guarantee 37 of docs/reliability.md, `evolve.Rule` checks what it is given:
 
 Each input has a domain (``evolve.lang.features.DOMAINS``): probabilities in [0, 1]
 (the draft's probability of a drafted token in (0, 1]: it was drawn from the draft),

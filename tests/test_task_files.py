@@ -1,7 +1,7 @@
 """Task files (evolve/data/sources/task/files.py): a round trip, and every refusal
 one DataError line naming the file, the line and the field.
 
-Guarantee 37 of docs/reliability.md, Task files hold problems a tokenizer and a checker
+Guarantee 38 of docs/reliability.md, Task files hold problems a tokenizer and a checker
 can use: text no tokenizer takes (a lone surrogate, which used to reach the tokenizer
 and fail there after both models loaded, and NUL), a key given twice, and a reference
 answer that is a worked solution (several lines; or, given the checker's delimiter,

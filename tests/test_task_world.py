@@ -8,7 +8,7 @@ the standard rule and another is each of them at its ends; tuning by free-runnin
 accuracy keeps the most tokens within the budget; the learned judge decides
 free-running as it decides offline; the commands run a run and a comparison.
 
-Guarantee 38 of docs/reliability.md, Task commands check what they can before any work:
+Guarantee 39 of docs/reliability.md, Task commands check what they can before any work:
 `evolve data task` refuses zero prompts (once read as the default) and an --out it
 cannot write before the pair is built (`test_data_task_refuses_before_any_work`);
 labels with a bool version or on a draft the standard rule never rejects are refused
