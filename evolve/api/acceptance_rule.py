@@ -15,7 +15,9 @@ draft's top-k, the draft length and temperature; None for a rule scored on token
 splits) and its ``metrics`` per split. ``acceptance`` decides as the exports do
 (``evolve.export.scope``): the rule inside its scope, clip(threshold, 0, 1) with NaN as
 0; the standard rule min(1, target_prob / draft_prob) for drafts ranked at or beyond
-``top_k``; a rule of a top-k scope refuses a call without the ranks. ``numpy()`` and
+``top_k``; a rule of a top-k scope refuses a call without the ranks. Every array given
+to ``threshold``, ``acceptance``, ``accept`` and ``draft_rank`` is checked against its
+input's domain first (``evolve.api.rule_inputs``): one RuleInputError line naming it. ``numpy()`` and
 ``torch()`` give the interface of the modules ``evolve export --format numpy|torch``
 writes, evaluated in this process by the project's own evaluators (no generated text
 is run); ``source(format)`` is the text an export writes, and tests hold the two to
