@@ -40,6 +40,9 @@ from __future__ import annotations
 import math
 
 
+EXIT_INTERRUPTED = 130     # the exit code of a command stopped by Ctrl-C (128 + SIGINT)
+
+
 class EvolveError(ValueError):
     """Bad input: one line, exit code 2 on the command line. ``param`` is the
     parameter the error is about (None: none in particular, e.g. a file), and

@@ -3,11 +3,23 @@
 (``evolve.tasks``), write-back keeps only a winner unforced
 (``evolve.tasks.writeback``), ``evolve export`` refuses an infeasible one unless told
 otherwise, and ``evolve.runs.schema`` checks a champion read back against the same
-words. ``next_steps`` says what a verdict means and which command to try next, as
-``evolve run`` and ``evolve inspect`` print it under the verdict.
+words; ``sentence`` is how every command says it, and ``next_steps`` what a verdict
+means and which command to try next, as ``evolve run`` and ``evolve inspect`` print it
+under the verdict.
 """
 
 VERDICTS = WINS, LOSES, INFEASIBLE = ("wins", "loses", "infeasible")
+
+# how each verdict reads after "the champion", and what it means in a few words
+VERB = {WINS: "wins", LOSES: "loses", INFEASIBLE: "is infeasible"}
+MEANING = {WINS: "the best rule on valid",
+           LOSES: "another rule does better on valid",
+           INFEASIBLE: "over the run's budget, or below the standard rule, on valid"}
+
+
+def sentence(verdict: str, why: str) -> str:
+    """What follows "the champion": ``loses (another rule does better on valid): why``."""
+    return f"{VERB[verdict]} ({MEANING[verdict]}): {why}"
 
 # What the search did not beat, by data world: the rules a champion is judged against.
 RIVALS = {"tokens": "every baseline of evolve benchmark",

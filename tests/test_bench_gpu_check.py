@@ -3,7 +3,10 @@ GPU, ``--smoke`` runs every section end to end on the CPU (the fused kernels in 
 interpreter), the results compared with the Numba kernels before anything is timed; no
 figure is judged against a target. The packages a GPU machine lacks install from a
 folder of wheels, without an index; a missing GPU, Triton or wheel is one line and exit
-code 2."""
+code 2.
+
+Guarantee 41 of docs/reliability.md, The GPU check refuses bad options before any work
+(`test_bad_options_are_one_line_before_any_work`)."""
 
 from __future__ import annotations
 
@@ -67,6 +70,27 @@ def test_without_a_gpu_and_without_smoke_it_is_one_line(how, tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.count("\n") == 1 and "no CUDA device" in r.stderr and "--smoke" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--json", "/proc/nope/x.json"], ["--json", "/proc/nope", "does not exist"]),
+    (["--json", "DIR"], ["--json", "a directory"]),
+    (["--json", ""], ["--json", "empty"]),
+    (["--budget", "-1"], ["--budget", "-1", "> 0"]),
+    (["--budget", "0"], ["--budget", "> 0"]),
+    (["--budget", "nan"], ["--budget", "nan"]),
+    (["--budget", "inf"], ["--budget", "inf"]),
+])
+def test_bad_options_are_one_line_before_any_work(monkeypatch, capsys, tmp_path, args, needles):
+    """An unusable --json used to crash at the first save, about 9 s in, and a budget
+    of -1 or nan was taken; both are refused before anything runs."""
+    monkeypatch.setattr(gpu_check, "run", lambda args: pytest.fail("work was started"))
+    args = [str(tmp_path) if a == "DIR" else a for a in args]
+    assert gpu_check.main(["--smoke", *args]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpu_check: "), err
+    for needle in needles:
+        assert needle in err, err
 
 
 def test_without_triton_it_is_one_line(monkeypatch, capsys):

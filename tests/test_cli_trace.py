@@ -1,6 +1,9 @@
 """`evolve data trace`, `evolve simulate` and `evolve tradeoff` through click's CliRunner,
 on tiny trace splits (tests/tracekit.TINY).
 
+Guarantee 42 of docs/reliability.md, The trade-off reads traces in either form
+(`test_tradeoff_reads_shards_as_it_reads_npz_splits`).
+
 Guarantee 22 of docs/reliability.md, A trace recording owns its output directory:
 
 `evolve data trace` (both backends, .npz output, and straight into shards with
@@ -386,6 +389,26 @@ def test_tradeoff_json(tmp_path, tiny_dir):
     ref = spec.objectives(sa, spec.rule_thresholds(_hand_np, sa))
     assert doc["extra"]["run hand"]["test"]["tokens_per_call"] == \
         pytest.approx(ref.tokens_per_call, abs=1e-12)
+
+
+def test_tradeoff_reads_shards_as_it_reads_npz_splits(tmp_path, tiny_dir):
+    """What `evolve data shard` wrote is traces too: the trade-off of the shards is the
+    trade-off of the .npz splits they came from (it said only "valid.npz: file not
+    found"); a directory of neither says what a trace directory holds."""
+    from evolve.data import shard_writer
+    shards = tmp_path / "shards"
+    shard_writer.shard_dir(tiny_dir, shards, len(tracekit.split("valid")) // 3)
+    assert not (shards / "valid.npz").exists()
+    docs = []
+    for d in (tiny_dir, shards):
+        r = invoke("tradeoff", "--data", d, "--budget", 0.02, "--engine", "transformers",
+                   "--json")                    # few families: the reading is the point
+        assert r.exit_code == 0, r.output
+        docs.append({k: v for k, v in json.loads(r.stdout).items()
+                     if k not in ("data", "seconds")})
+    assert docs[0] == docs[1]
+    r = invoke("tradeoff", "--data", tmp_path, "--budget", 0.02)
+    one_line_error(r, "valid.npz", "not found", "evolve data shard")
 
 
 def test_tradeoff_table_and_png(tmp_path, tiny_dir, monkeypatch):

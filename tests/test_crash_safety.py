@@ -10,10 +10,11 @@ line, and a resume rewrites the history up to the checkpoint's generation. A run
 killed before its first checkpoint restarts from its seed. Leftover temporary files
 are removed on resume. In
 `test_kill9_at_random_moments_then_resume_completes_exactly`, a real run is killed
-with SIGKILL seven times at random moments, during start-up or mid-run. After every
-kill the directory must load: the history is contiguous, at most one line ahead of
-the checkpoint, and the checkpoint restores. `evolve run --resume` then completes
-with the same history and champion as an undisturbed run. Other tests:
+with SIGKILL seven times at random moments, during start-up or mid-run (every other
+one once the process has saved a generation, so the run exists however slow
+start-up is). After every kill the directory must load: the history is contiguous,
+at most one line ahead of the checkpoint, and the checkpoint restores. `evolve run
+--resume` then completes with the same history and champion as an undisturbed run. Other tests:
 `test_torn_last_history_line_is_ignored_and_resume_completes`,
 `test_torn_line_in_the_middle_is_an_error`,
 `test_atomic_write_crash_keeps_old_file_and_leaves_no_temp`,
@@ -70,9 +71,16 @@ pytestmark = pytest.mark.usefixtures("isolated")
 @pytest.mark.slow
 def test_kill9_at_random_moments_then_resume_completes_exactly(tmp_path, small_data_dir,
                                                                small_splits):
-    """Seven SIGKILLs at random moments (start-up or mid-run) of a run with a
-    horizon it never reaches; after each the directory loads. Then a resume to a
-    close horizon completes with the history and champion of an undisturbed run."""
+    """Seven SIGKILLs at random moments of a run with a horizon it never reaches;
+    after each the directory loads. Then a resume to a close horizon completes with
+    the history and champion of an undisturbed run.
+
+    The moments are random but placed by states, never by a guessed start-up time
+    (on a loaded machine start-up took longer than a 1.8 s window, every kill landed
+    before the run directory existed, and the final resume found no run): every
+    other kill comes at a random moment after this process has written a checkpoint
+    (mid-run), the others at a random moment after the start (start-up, or mid-run on
+    a fast machine)."""
     seed = 6
     parent = tmp_path / "runs"
     run_dir = parent / "k"
@@ -80,13 +88,16 @@ def test_kill9_at_random_moments_then_resume_completes_exactly(tmp_path, small_d
     common = ["--generations", 100000, "--data", small_data_dir, "--runs-dir", parent,
               "--no-writeback", "--json"]
     allowed = {"config.json", "history.jsonl", "checkpoint.json", "summary.json"}
-    for _ in range(7):
+    for i in range(7):
         if (run_dir / "config.json").exists():
             args = ["run", "--resume", "k", *common]
         else:                       # killed before the run directory existed: start again
             args = ["run", "--population", POP, "--seed", seed, "--name", "k", *common]
+        before = _checkpoint_id(run_dir)
         proc = start(tmp_path, *args)
-        time.sleep(rng.uniform(0.2, 1.8))
+        if i % 2 == 0:              # mid-run: once this process has saved a generation
+            _wait_until(proc, lambda: _checkpoint_id(run_dir) not in (None, before))
+        time.sleep(rng.uniform(0.0, 1.0))
         assert proc.poll() is None, proc.communicate()[1]
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
@@ -108,6 +119,27 @@ def test_kill9_at_random_moments_then_resume_completes_exactly(tmp_path, small_d
     assert strip_timing(read_history(run_dir)) == ref_hist
     assert champion_view(run_dir)["tree"] == ref_champ
     assert not list(run_dir.glob(".*.tmp"))
+
+
+def _checkpoint_id(run_dir) -> tuple | None:
+    """Which checkpoint file is there (each atomic write is a new file), or None."""
+    try:
+        st = os.stat(run_dir / "checkpoint.json")
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns
+
+
+def _wait_until(proc, reached, timeout: float = 300.0) -> None:
+    """Wait for a state of the process's run (the timeout only guards against a hang)."""
+    t0 = time.monotonic()
+    while not reached():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended early ({proc.returncode}): {proc.communicate()[1]}")
+        if time.monotonic() - t0 > timeout:
+            proc.kill()
+            pytest.fail("the run never reached the state")
+        time.sleep(0.01)
 
 
 REFINISH = ("import evolve.runs.runner as r; r.now_iso = lambda: '2001-01-01T00:00:00+00:00'; "

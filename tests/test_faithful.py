@@ -47,6 +47,7 @@ import sys
 import numpy as np
 import pytest
 
+from evolve import standing
 from evolve.data import emission as EM
 from evolve.data import traces as T
 from evolve.export import modules
@@ -479,8 +480,8 @@ def test_only_a_winning_champion_is_written_back(tmp_path):
     champ = json.loads((tmp_path / "runs" / "a" / "champion.json").read_text())
     verdict = champ["standing"]["verdict"]
     assert verdict != "wins", champ["standing"]        # 4 generations do not win here
-    assert f"not written back to heuristics/evolved_trace.py: the champion is {verdict}" \
-        in r.stdout
+    assert ("not written back to heuristics/evolved_trace.py: the champion "
+            f"{standing.sentence(verdict, champ['standing']['why'])}") in r.stdout
     assert not (heur / "evolved_trace.py").exists()
     assert champ["scope"] == T.scope_of(tracekit.split("valid").meta)
     r = invoke(*args, "--name", "b", "--force", env=env)

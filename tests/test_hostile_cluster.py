@@ -201,8 +201,10 @@ def test_ctrl_c_to_the_process_group_stops_a_cluster_run_and_resume_completes(
     assert summary["status"] == "interrupted" and summary["signal"] == "SIGINT", summary
     assert summary["generation"] < SIGINT_RUN["generations"]
     assert summary["generation"] == history_lines(tmp_path / "k") - 1
-    printed = [line for line in err.splitlines() if line.startswith("resume with: ")]
-    assert printed == [f"resume with: {summary['resume']}"], err
+    printed = [line for line in err.splitlines() if line.startswith("interrupted: ")]
+    assert printed == [err.strip().splitlines()[-1]], err       # one line, the last
+    assert printed[0].startswith("interrupted: evolve run: at generation ") and \
+        printed[0].endswith(f"; resume with: {summary['resume']}"), err
     assert "--cluster local:2" in summary["resume"]
     res = resume(tmp_path, summary["resume"])
     assert res.returncode == 0, res.stderr[-3000:]
@@ -287,7 +289,9 @@ def test_signal_ends_a_wait_on_a_silent_scheduler(shards, tmp_path, sig):
         code, out, err = finish(proc, 30)
         assert time.monotonic() - t0 < 30
     assert code == 130, err
-    one_error_line(err, "--scheduler", "interrupted", "nothing was changed")
+    line = err.strip().splitlines()[-1]          # the one line of an interrupted command
+    assert line.startswith("interrupted: evolve run: --scheduler") and \
+        "nothing was changed" in line and "Traceback" not in err, err
     assert not (tmp_path / "runs").exists()
 
 

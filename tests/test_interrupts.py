@@ -15,12 +15,27 @@ printed command and checks that the history matches an uninterrupted run.
 and sends the second SIGINT once the first has been acknowledged.
 `test_stop_requested_handler_logic` checks the handler in-process.
 
+Guarantee 40 of docs/reliability.md, Ctrl-C ends every command the same way:
+
+Every other command ends the same way on Ctrl-C (`friendly_errors` in
+evolve/cli/common.py; `evolve run` prints its line through the same function): one
+line, `interrupted: evolve COMMAND: ...`, saying what was under way and what was kept
+or not written, and exit code 130, never click's "Aborted!" and exit 1. Each test
+sends SIGINT once the command has printed a state on stderr:
+`test_ctrl_c_while_recording_a_task_writes_nothing` (`evolve data task`, recording),
+`test_ctrl_c_after_a_task_split_keeps_it_and_resumes` (a split written stays, and
+`--resume` continues from it),
+`test_ctrl_c_in_simulate_task_is_one_line` and
+`test_ctrl_c_while_sharding_keeps_the_splits_in_place_and_says_so` (`evolve data
+shard`: a split is complete or absent).
+
 Budgets are tiny and every run is made in a temporary directory (tests/runkit.py).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import queue
 import shlex
 import signal
@@ -129,3 +144,150 @@ def test_stop_requested_handler_logic(monkeypatch):
         stop._handle(signal.SIGINT, None)
         assert exits == [130]
     assert signal.getsignal(signal.SIGINT) is not stop._handle
+
+
+# ------------------------------------------------------------------ every command
+
+class Lines:
+    """A process's stderr, read line by line in a thread (so waiting can time out)."""
+
+    def __init__(self, proc):
+        self.proc, self.q, self.seen = proc, queue.Queue(), []
+        threading.Thread(target=lambda: [self.q.put(x) for x in proc.stderr],
+                         daemon=True).start()
+
+    def wait(self, prefix: str, timeout: float = 300.0) -> None:
+        """Until a line starting with ``prefix`` (the state); the timeout only guards
+        against a hang."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            try:
+                line = self.q.get(timeout=1)
+            except queue.Empty:
+                if self.proc.poll() is not None and self.q.empty():
+                    break
+                continue
+            self.seen.append(line)
+            if line.startswith(prefix):
+                return
+        self.proc.kill()
+        pytest.fail(f"never printed {prefix!r}: {''.join(self.seen)[-3000:]}")
+
+    def end(self, timeout: float = 120.0) -> tuple[int, str]:
+        """(exit code, all of stderr) once the process has ended."""
+        rc = self.proc.wait(timeout=timeout)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < 5:
+            try:
+                self.seen.append(self.q.get(timeout=0.2))
+            except queue.Empty:
+                break
+        return rc, "".join(self.seen)
+
+
+def interrupted_line(rc: int, err: str, command: str, *needles) -> str:
+    """Exit code 130 and, last on stderr, the one line of an interrupted command."""
+    assert rc == 130, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"interrupted: {command}: "), err
+    assert "Traceback" not in err and "Aborted" not in err, err
+    for n in needles:
+        assert n in last, (n, last)
+    return last
+
+
+def start_patched(tmp_path, patch: str, *args) -> subprocess.Popen:
+    """``evolve ARGS`` in a process that first runs ``patch`` (a test's hold point)."""
+    code = f"{patch}\nfrom evolve.cli import main\nmain()\n"
+    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path,
+                            env=proc_env(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_recording_a_task_writes_nothing(tmp_path):
+    out = tmp_path / "task"
+    proc = start(tmp_path, "data", "task", "--out", out, "--train-prompts", 200,
+                 "--valid-prompts", 8, "--test-prompts", 8)
+    err = Lines(proc)
+    err.wait("task pair built")            # recording the train split from here on
+    proc.send_signal(signal.SIGINT)
+    interrupted_line(*err.end(), "evolve data task", "recording and mining train",
+                     "continue with --resume")
+    assert not out.exists()
+
+
+# the valid split waits once train is written
+HOLD_TASK_VALID = """
+import os, sys, time
+from evolve.data.sources.task import record
+real = record.record_traces
+def record_traces(pair, split, *args, **kwargs):
+    if split == "valid":
+        print("RECORDING valid", file=sys.stderr, flush=True)
+        time.sleep(600)
+    return real(pair, split, *args, **kwargs)
+record.record_traces = record_traces
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_after_a_task_split_keeps_it_and_resumes(tmp_path):
+    out = tmp_path / "task"
+    sizes = ("--train-prompts", 4, "--valid-prompts", 2, "--test-prompts", 2)
+    proc = start_patched(tmp_path, HOLD_TASK_VALID, "data", "task", "--out", out, *sizes)
+    err = Lines(proc)
+    err.wait("RECORDING valid")
+    proc.send_signal(signal.SIGINT)
+    interrupted_line(*err.end(), "evolve data task", "recording and mining valid",
+                     "continue with --resume")
+    from evolve.data.sources.task import record
+    assert len(record.load(out, "train").traces) > 0 and not (out / "valid.npz").exists()
+    from tests.clikit import invoke
+    r = invoke("data", "task", "--out", out, *sizes, "--resume")
+    assert r.exit_code == 0, r.output
+    for split in ("train", "valid", "test"):      # all three, each with its labels
+        assert len(record.load(out, split).traces) > 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_simulate_task_is_one_line(tmp_path, task_greedy_small):
+    proc = start(tmp_path, "simulate-task", "--data", task_greedy_small, "--split", "train",
+                 "--compare", "lossless", "--compare", "leniency:0.5", "--compare",
+                 "leniency:0.8")
+    err = Lines(proc)
+    err.wait("lossless: decoding")
+    proc.send_signal(signal.SIGINT)
+    interrupted_line(*err.end(), "evolve simulate-task", "decoding the train problems",
+                     "nothing was written")
+
+
+# the valid split waits, its shards written but not yet in place
+HOLD_SHARD_COMMIT = """
+import sys, time
+from evolve.data import shard_writer
+real = shard_writer.SplitWriter.commit
+def commit(self):
+    if self.out.name == "valid":
+        print("COMMITTING valid", file=sys.stderr, flush=True)
+        time.sleep(600)
+    return real(self)
+shard_writer.SplitWriter.commit = commit
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_sharding_keeps_the_splits_in_place_and_says_so(tmp_path):
+    from evolve.data import traces
+    from tests import tracekit
+    src, out = tmp_path / "traces", tmp_path / "shards"
+    for s in traces.SPLITS:
+        traces.save(tracekit.split(s), src / f"{s}.npz")
+    proc = start_patched(tmp_path, HOLD_SHARD_COMMIT, "data", "shard", src, "--out", out,
+                         "--rows-per-shard", 64)
+    err = Lines(proc)
+    err.wait("COMMITTING valid")
+    proc.send_signal(signal.SIGINT)
+    interrupted_line(*err.end(), "evolve data shard", f"train written to {out}",
+                     "valid, test not written")
+    assert sorted(p.name for p in out.iterdir()) == ["train"]     # no partial split left

@@ -266,11 +266,40 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     (("--task-file", "T", "--target", "M", "--draft", "D", "--max-new-tokens", 400),
      ("--max-new-tokens", "positions")),
     (("--task-file", "BAD", "--target", "M", "--draft", "D"), ("line 2", "'answer'")),
+    (("--task-file", "T", "--target", "M", "--draft", "D", "--delimiter", "",
+      "--max-new-tokens", NEW),
+     ("--delimiter", "empty")),                  # was taken as the default, ####
+    (("--task-file", "SURROGATE", "--target", "M", "--draft", "D"),
+     ("line 1", "'prompt'", "lone surrogate")),
+    (("--task-file", "GSM8K", "--target", "M", "--draft", "D", "--max-new-tokens", NEW),
+     ("line 1", "'answer'", "the delimiter '####'", "keep only the text after")),
 ])
 def test_refusals_are_one_line(task, tmp_path, args, needles):
+    """Each refusal comes before anything is written; the --max-new-tokens one also
+    before a model loads (test_positions_are_checked_before_the_models_load)."""
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "a", "answer": 1}\n{"prompt": "b"}\n')
-    subst = {"T": task.path, "M": task.target, "D": task.draft, "BAD": bad}
+    surrogate = tmp_path / "surrogate.jsonl"      # JSON spells it, no tokenizer takes it
+    surrogate.write_text('{"prompt": "Q\\ud800", "answer": 1}\n' + task.path.read_text())
+    gsm8k = tmp_path / "gsm8k.jsonl"              # whole solutions as references
+    gsm8k.write_text("".join(json.dumps({"prompt": p["prompt"],
+                                         "answer": f"so {p['answer']} #### {p['answer']}"})
+                             + "\n" for p in map(json.loads, task.path.read_text().splitlines())))
+    subst = {"T": task.path, "M": task.target, "D": task.draft, "BAD": bad,
+             "SURROGATE": surrogate, "GSM8K": gsm8k}
     r = hfkit.invoke("data", "task", "--out", tmp_path / "o", *[subst.get(a, a) for a in args])
     one_line_error(r, *needles)
     assert not (tmp_path / "o").exists()
+
+
+def test_positions_are_checked_before_the_models_load(task, monkeypatch):
+    """The prompts' tokens and the models' configurations say whether the context fits;
+    loading both models first only to refuse them wasted their loading time."""
+    import dataclasses
+
+    from evolve.data.sources.hf import models as HM
+    from evolve.data.sources.ngram import TraceConfigError
+    monkeypatch.setattr(HM, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    with pytest.raises(TraceConfigError) as e:
+        HT.build_pair(dataclasses.replace(task.cfg, max_new_tokens=400))
+    assert e.value.field == "max_new_tokens" and "positions" in str(e.value)

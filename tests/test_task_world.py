@@ -6,7 +6,17 @@ objectives equal a slow per-block reference that reads every input by name; loss
 speculative decoding of the task emits the target's own greedy text; a rule between
 the standard rule and another is each of them at its ends; tuning by free-running
 accuracy keeps the most tokens within the budget; the learned judge decides
-free-running as it decides offline; the commands run a run and a comparison."""
+free-running as it decides offline; the commands run a run and a comparison.
+
+Guarantee 39 of docs/reliability.md, Task commands check what they can before any work:
+`evolve data task` refuses zero prompts (once read as the default) and an --out it
+cannot write before the pair is built (`test_data_task_refuses_before_any_work`);
+labels with a bool version or on a draft the standard rule never rejects are refused
+(`test_a_bool_version_and_labels_the_standard_rule_never_needs_are_refused`);
+`evolve simulate-task` refuses a decoding it does not know
+(`test_simulate_task_refuses_an_unknown_decoding`). With your own pair:
+tests/test_task_hf.py (`test_positions_are_checked_before_the_models_load`, an empty
+--delimiter in `test_refusals_are_one_line`)."""
 
 from __future__ import annotations
 
@@ -104,6 +114,29 @@ def test_missing_labels_and_a_wrong_version_are_refused(recorded, tmp_path):
     (d / "valid.labels.npz").unlink()
     with pytest.raises(DataError, match="the labels of valid.npz are missing"):
         record.load(d, "valid")
+
+
+def test_a_bool_version_and_labels_the_standard_rule_never_needs_are_refused(recorded,
+                                                                             tmp_path):
+    """True == 1 in Python, but a bool is not a version; a label on a draft the standard
+    rule always keeps would still change the learned judge, which fits every label."""
+    from evolve.data import tokens as D
+    d = _copy(recorded, tmp_path / "d")
+    meta, crit = LB.read_labels(d / "valid.labels.npz")
+    D.write_npz(d / "valid.labels.npz", dict(meta, labels_version=True),
+                {"critical.npy": crit})
+    with pytest.raises(DataError, match="field 'labels_version' is True; expected 1"):
+        record.load(d, "valid")
+    ts = record.load(recorded, "valid")
+    kept = np.flatnonzero(~LB.could_reject(ts.traces.columns, True))
+    assert kept.size and (crit[kept] == LB.UNLABELED).all()       # as recorded
+    for label in (0, 1):
+        bad = crit.copy()
+        bad[kept[1]] = label
+        D.write_npz(d / "valid.labels.npz", meta, {"critical.npy": bad})
+        with pytest.raises(DataError, match=f"field 'critical' row {kept[1]}: a label for a "
+                                            "draft the standard rule never rejects"):
+            record.load(d, "valid")
 
 
 # ------------------------------------------------------------ the objectives
@@ -396,6 +429,39 @@ def test_simulate_task_refuses_data_that_is_not_a_task(tmp_path, recorded):
     one_line_error(r, "test.npz")
     r = invoke("simulate-task", "--data", recorded, "--compare", "nosuch:1")
     one_line_error(r, "--compare", "nosuch")
+
+
+def test_simulate_task_refuses_an_unknown_decoding(recorded, tmp_path, monkeypatch):
+    """A task meta of another decoding ("beam") used to be decoded as sampling."""
+    from evolve.data import traces
+    ts = traces.load(recorded / "test.npz", name="test")
+    traces.save(traces.TraceSplit(ts.columns, {**ts.meta, "decoding": "beam"}, "test"),
+                tmp_path / "test.npz")
+    monkeypatch.setattr(TC, "compare", lambda *a, **k: pytest.fail("decoded"))
+    r = invoke("simulate-task", "--data", tmp_path, "--compare", "lossless")
+    one_line_error(r, "test.npz", "decoding", "'beam'", "greedy or sample")
+
+
+@pytest.mark.parametrize("args,needles", [
+    (("--train-prompts", 0), ("--train-prompts", "0")),      # was taken as the default
+    (("--test-prompts", 0), ("--test-prompts", "0")),
+    (("--out", "FILE/sub"), ("--out", "FILE", "not a directory")),
+    (("--out", "FILE"), ("--out", "FILE", "not a directory")),
+])
+def test_data_task_refuses_before_any_work(tmp_path, monkeypatch, args, needles):
+    """Options are checked, and --out is checked writable, before the pair is built
+    and before any split is recorded (an unusable --out used to be found only when the
+    recorded splits were written)."""
+    monkeypatch.setattr(TP, "build_pair", lambda *a, **k: pytest.fail("the pair was built"))
+    monkeypatch.setattr(record, "record_split", lambda *a, **k: pytest.fail("recorded"))
+    (tmp_path / "FILE").write_text("a file")
+    args = [str(tmp_path / a) if isinstance(a, str) and a.startswith("FILE") else a
+            for a in args]
+    if "--out" not in args:
+        args += ["--out", tmp_path / "out"]
+    one_line_error(invoke("data", "task", *args),
+                   *[str(tmp_path / n) if n == "FILE" else n for n in needles])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
 
 
 def test_a_task_run_on_a_device_or_a_cluster_without_shards_is_refused_in_one_line(recorded, tmp_path):

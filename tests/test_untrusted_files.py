@@ -50,7 +50,8 @@ split files are all read by `evolve/io/jsonio.py`: regular files only, a byte ca
 most 64 levels (checked before parsing), integers of at most 40 digits, and only
 finite numbers: `NaN`, `Infinity` and overflowing literals such as `1e999` are
 refused (the project never writes them; a JSON data split may hold them, and its
-validation then names the field and row). Every failure is one line naming the file
+validation then names the field and row); so is an object holding a key twice, which
+a parser would read as its last value (the `duplicate` case). Every failure is one line naming the file
 (and the line of `history.jsonl`), exit code 2. Trace metadata is also range-checked
 (`block_size`, `top_k`, `context_len` whole numbers up to 2^20), and a recorded
 trace configuration is type-checked and bounded before `simulate` rebuilds the
@@ -417,6 +418,7 @@ HOSTILE_JSON = {
     "digits": ("[" + "9" * 5000 + "]", "digits"),
     "infinity": ('{"x": Infinity}', "non-finite"),
     "overflow": ('{"x": 1e999}', "out of range"),
+    "duplicate": ('{"x": 1, "y": {"z": 2, "z": 3}}', "key 'z' appears twice"),
 }
 
 

@@ -49,6 +49,7 @@ from pathlib import Path
 import pytest
 from numba import vectorize
 
+from evolve import standing
 from evolve.io import paths
 from evolve.lang import codegen
 from evolve.lang import treeio
@@ -322,6 +323,25 @@ def test_broken_evolved_is_reported_and_baselines_still_benchmarked(small_data_d
     assert "standard_rejection" in r.stdout and "evolved *" not in r.stdout
 
 
+@pytest.mark.parametrize("verdict,reads", [
+    ("wins", "the champion wins (the best rule on valid): WHY"),
+    ("loses", "the champion loses (another rule does better on valid): WHY"),
+    ("infeasible", "the champion is infeasible (over the run's budget, or below the standard "
+                   "rule, on valid): WHY"),
+])
+def test_a_verdict_reads_as_a_sentence_saying_what_it_means(verdict, reads):
+    """Where a champion stands, and why it is not written back, read naturally for every
+    verdict ("the champion is loses" did not)."""
+    from evolve.cli import views
+    printed = []
+    term = type("Term", (), {"result": lambda self, text: printed.append(text)})()
+    views.show_standing({"standing": {"verdict": verdict, "why": "WHY"}}, term)
+    views.show_refusal({"module": "evolved.py", "refused": verdict, "why": "WHY"}, term)
+    assert printed == [reads.replace("the champion", "champion", 1),
+                       f"not written back to heuristics/evolved.py: {reads} (use --force to "
+                       "write it back)"]
+
+
 def test_a_token_champion_is_judged_before_it_is_written_back(tmp_path, small_splits,
                                                                small_data_dir, monkeypatch):
     """``tokens.standing``: a rule below standard rejection on valid is infeasible, the
@@ -349,14 +369,15 @@ def test_a_token_champion_is_judged_before_it_is_written_back(tmp_path, small_sp
     assert r.exit_code == 0, r.output
     st = json.loads((tmp_path / "runs" / "r" / "champion.json").read_text())["standing"]
     assert st["verdict"] == "infeasible"         # one generation of 20: a weak champion
-    assert f"champion infeasible: {st['why']}" in r.stdout
+    line = f"champion is infeasible ({standing.MEANING['infeasible']}): {st['why']}"
+    assert line in r.stdout
     # ... what that means, and what to try next with this run (1 generation)
     assert "  what it means: the champion breaks the run's budget" in r.stdout
     assert "  next: search longer (evolve run --resume r --generations 50); or a new run " \
            "that starts from the baselines (--seed-baselines)" in r.stdout
     assert "not written back" in r.stdout and not (heur / "evolved.py").exists()
     shown = invoke("inspect", "r", "--runs-dir", tmp_path / "runs").stdout
-    assert f"champion infeasible: {st['why']}" in shown and "  next: search longer (evolve " \
+    assert line in shown and "  next: search longer (evolve " \
         "run --resume r --generations 50)" in shown
     r = invoke("export", "r", "--format", "numpy", "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 2 and "infeasible" in r.stderr and "--allow-infeasible" in r.stderr

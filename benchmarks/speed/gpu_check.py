@@ -46,13 +46,16 @@ ones 2.3 minutes; figures and files in ``benchmarks/speed/gpu_results/``.
 ``--smoke`` runs every section at tiny sizes on the CPU when there is no GPU (the fused
 kernels in Triton's interpreter, the torch kernels on torch's CPU device, GPT-2 models
 of a few layers); ``tests/test_bench_gpu_check.py`` runs it. Without ``--smoke`` and without a
-CUDA device, or without Triton, it is one line and exit code 2.
+CUDA device, or without Triton, it is one line and exit code 2; so is a ``--json`` that
+cannot be written (a missing directory, a directory, a device) or a ``--budget`` that is
+not a number of seconds > 0, both refused before any work.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import importlib.util
 import json
 import os
@@ -385,7 +388,8 @@ def run(args) -> dict:
     def save():
         doc["seconds"] = time.perf_counter() - t0
         if args.json:
-            args.json.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+            from evolve.io.atomic import atomic_write_text    # complete or not at all
+            atomic_write_text(args.json, json.dumps(doc, indent=2, default=str) + "\n")
 
     def section(name, fn):
         """fn()'s result, or None with the failure recorded under ``name``."""
@@ -436,17 +440,37 @@ def run(args) -> dict:
     return doc
 
 
+def check_options(args) -> None:
+    """CheckError (one line) for a --budget that is not a number of seconds > 0 or a
+    --json that cannot be written, before any work (the first save is minutes in)."""
+    if not (math.isfinite(args.budget) and args.budget > 0):
+        raise CheckError(f"--budget: {args.budget!r} is invalid; expected seconds > 0")
+    if args.json is None:
+        return
+    from evolve.export.outfile import OutputError, check_target    # the project's checks
+    try:
+        path = check_target("--json", args.json)
+    except OutputError as e:
+        raise CheckError(str(e)) from None
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists()
+                                                         and not os.access(path, os.W_OK)):
+        raise CheckError(f"--json: {path}: not writable")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--smoke", action="store_true",
                     help="tiny sizes; on the CPU when there is no GPU")
-    ap.add_argument("--json", type=Path, default=None, help="write every figure here")
+    ap.add_argument("--json", type=str, default=None, help="write every figure here")
     ap.add_argument("--wheels", type=Path, default=WHEELS,
                     help="wheels of what the machine lacks (benchmarks/speed/gpu_wheels.py)")
     ap.add_argument("--budget", type=float, default=420.0,
                     help="seconds after which no further section starts")
     args = ap.parse_args(argv)
     try:
+        check_options(args)
+        if args.json is not None:
+            args.json = Path(args.json)
         doc = run(args)
     except CheckError as e:
         print(f"gpu_check: {e}", file=sys.stderr)

@@ -16,7 +16,9 @@ draft's top-k, the draft length and temperature; None for a rule scored on token
 splits) and its ``metrics`` per split. ``acceptance`` decides as the exports do
 (``evolve.export.scope``): the rule inside its scope, clip(threshold, 0, 1) with NaN as
 0; the standard rule min(1, target_prob / draft_prob) for drafts ranked at or beyond
-``top_k``; a rule of a top-k scope refuses a call without the ranks. ``numpy()`` and
+``top_k``; a rule of a top-k scope refuses a call without the ranks. Every array given
+to ``threshold``, ``acceptance``, ``accept`` and ``draft_rank`` is checked against its
+input's domain first (``evolve.api.rule_inputs``): one RuleInputError line naming it. ``numpy()`` and
 ``torch()`` give the interface of the modules ``evolve export --format numpy|torch``
 writes, evaluated in this process by the project's own evaluators (no generated text
 is run); ``source(format)`` is the text an export writes, and tests hold the two to
@@ -29,14 +31,11 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from evolve.errors import EvolveError, show
+from evolve.api import rule_inputs as RI
+from evolve.api.rule_inputs import RuleInputError
+from evolve.errors import show
 from evolve.lang import codegen, numpy_eval, treeio
 from evolve.lang import primitives as P
-
-
-class RuleInputError(EvolveError):
-    """Features a rule cannot be evaluated on: a missing input, a draft rank a scoped
-    rule needs; one line naming the parameter."""
 
 
 class Rule:
@@ -170,35 +169,44 @@ class Rule:
         return sympy.latex(sympy_expr(self.nodes, protected=True))
 
     # ------------------------------------------------------------ evaluating
-    def _columns(self, features, extra: dict) -> dict:
+    def _columns(self, features, extra: dict) -> tuple[dict, tuple]:
+        """The inputs the rule reads (and its scope needs), each checked against its
+        domain (``evolve.api.rule_inputs``), and the shape they broadcast to."""
         if features is None:
             features = {}
         elif not (isinstance(features, Mapping) or hasattr(features, "__getitem__")):
             raise RuleInputError.of("features", f"{show(features)} is invalid; expected a "
                                                 "mapping of input names to arrays")
-        cols = {}
+        for name in extra:
+            if name not in P.INPUT_INDEX:
+                raise RuleInputError.of(name, f"not an input of a rule (inputs: "
+                                              f"{', '.join(P.INPUT_INDEX)})")
         need = set(self.inputs)
         if self.greedy:                         # the argmax drafts are kept
             need.add("top_token_match")
         elif self.scope:                        # the standard rule outside the scope
             need |= {"draft_prob", "target_prob"}
-        for name in need:
+        cols = {}
+        for name in (n for n in P.INPUT_INDEX if n in need):      # the table's order
             if name in extra:
-                cols[name] = np.asarray(extra[name])
-                continue
-            try:
-                cols[name] = np.asarray(features[name])
-            except (KeyError, IndexError, ValueError, TypeError):
-                raise RuleInputError.of("features", f"{name!r} is missing; the rule reads "
-                                        f"{', '.join(self.inputs)}") from None
-        return cols
+                value = extra[name]
+            else:
+                try:
+                    value = features[name]
+                except (KeyError, IndexError, ValueError, TypeError):
+                    raise RuleInputError.of("features", f"{name!r} is missing; the rule reads "
+                                            f"{', '.join(self.inputs)}") from None
+            cols[name] = RI.check_input(name, value)
+        return cols, RI.check_shapes(cols)
 
     def threshold(self, features=None, **columns) -> np.ndarray:
         """The threshold of every element: a drafted token is accepted iff u < threshold
         (inside its scope). ``features``: a mapping of input names to arrays (a dict, a
         pandas DataFrame, a numpy record array), or the arrays as keywords; any shape,
-        broadcast together; float64."""
-        cols = self._columns(features, columns)
+        broadcast together; float64. Each array is checked against its input's domain
+        (``evolve.lang.features.DOMAINS``: probabilities in [0, 1], positions whole, ...):
+        anything else is one RuleInputError naming it."""
+        cols, _ = self._columns(features, columns)
         return numpy_eval.evaluate(self.nodes, cols)
 
     def acceptance(self, features=None, draft_rank=None, **columns) -> np.ndarray:
@@ -207,9 +215,13 @@ class Rule:
         ``top_k`` or later (``draft_rank``, e.g. from ``draft_rank(q, token)``); a rule of
         a top-k scope needs ``draft_rank``. A rule scored in greedy decoding (a task
         champion's scope) keeps a draft that is the target's argmax (1) and gives every
-        other clip(threshold, 0, 1)."""
+        other clip(threshold, 0, 1). ``draft_rank``, when given, is checked as the
+        features are (whole numbers >= 0, broadcasting with them)."""
         from evolve.export.scope import numpy_scoped    # lazy: the export layer on use
-        cols = self._columns(features, columns)
+        cols, shape = self._columns(features, columns)
+        if draft_rank is not None:
+            draft_rank = RI.check("draft_rank", draft_rank, "whole")
+            RI.check_against("draft_rank", draft_rank, shape)
         h = numpy_eval.evaluate(self.nodes, cols)
         k = None if self.scope is None else self.scope.get("top_k")
         if k is not None and not self.greedy and draft_rank is None:
@@ -220,14 +232,21 @@ class Rule:
                             cols.get("target_prob"), k, self.greedy)
 
     def accept(self, u, features=None, draft_rank=None, **columns) -> np.ndarray:
-        """True where a drafted token with uniform ``u`` is accepted: u < acceptance."""
-        return np.asarray(u) < self.acceptance(features, draft_rank, **columns)
+        """True where a drafted token with uniform ``u`` (in [0, 1], broadcasting with
+        the features) is accepted: u < acceptance."""
+        u = RI.check("u", u, "unit")
+        a = self.acceptance(features, draft_rank, **columns)
+        RI.check_against("u", u, a.shape)
+        return u < a
 
     @staticmethod
     def draft_rank(q, token) -> np.ndarray:
         """The rank of each drafted token under the draft's distribution ``q`` ([...,
-        vocab]; 0 the most probable, ties: lower id first), as traces take candidates."""
+        vocab]; 0 the most probable, ties: lower id first), as traces take candidates.
+        ``token``: token ids 0..vocab - 1, broadcasting with q's rows; anything else (and
+        a q that is not probabilities) is one RuleInputError naming the argument."""
         from evolve.export.scope import numpy_draft_rank    # lazy: the export layer on use
+        q, token = RI.check_ranking(q, token)
         return numpy_draft_rank(q, token)
 
     # -------------------------------------------------------------- exports
@@ -327,9 +346,9 @@ class RuleFunctions:
         if self.TOP_K is not None and draft_rank is None:
             raise RuleInputError.of("draft_rank", f"needed: the rule was scored on drafts "
                                     f"among the draft's top {self.TOP_K}")
-        a = self.acceptance(0 if draft_rank is None else draft_rank, *inputs)
         if self.lib == "numpy":
-            return np.asarray(u) < a
+            return self.rule.accept(u, dict(zip(self.INPUTS, inputs)), draft_rank)
+        a = self.acceptance(0 if draft_rank is None else draft_rank, *inputs)
         return self._torch.as_tensor(u, device=a.device) < a
 
     def draft_rank(self, q, token):

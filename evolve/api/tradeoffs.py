@@ -26,7 +26,7 @@ from pathlib import Path
 
 from evolve.api.named import ScopeError, in_scope, installed_rule, run_rule
 from evolve.api.progress import steps_meter
-from evolve.data import traces
+from evolve.data import shards, traces
 from evolve.errors import EvolveError, show
 from evolve.export.outfile import check_target
 from evolve.io import paths
@@ -245,8 +245,9 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              agreement_budget: float | None = None):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
-    ``data_dir``: the trace splits (default ``datasets/traces``); ``budgets``: TV per
-    token (default 0.01 and 0.03); ``runs``: run champions to add (names under
+    ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
+    whole; default ``datasets/traces``); ``budgets``: TV per token (default 0.01 and
+    0.03); ``runs``: run champions to add (names under
     ``runs_dir``, paths, or RunResults); ``installed``: add the installed trace rule;
     ``png``: also draw the picture there; ``trajectory``: each rule's own-trajectory
     estimate too; ``engine`` (transformers or sglang): sweep only that engine's knobs
@@ -292,7 +293,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     if png is not None:
         png = check_target("png", png)
     t0 = time.perf_counter()
-    splits = traces.load_splits(data_dir, ("valid", "test"))
+    splits = shards.load_in_memory(data_dir, ("valid", "test"))     # .npz or shards
     scope = traces.scope_of(splits["valid"].meta)
     extra, infos, left_out = {}, [], []
     parent = paths.runs_dir(runs_dir)

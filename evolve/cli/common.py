@@ -1,17 +1,30 @@
-"""What every command shares: one-line errors, the terminal, common options."""
+"""What every command shares: one-line errors, interrupts, the terminal, common options.
+
+Ctrl-C ends every command the same way (``friendly_errors``): one line on stderr,
+``interrupted: evolve COMMAND: WHAT``, saying what was under way and what was kept or
+not written, and exit code 130. A command says what a Ctrl-C would leave as it goes
+(``doing``); files that belong together are written together (``together``: a Ctrl-C
+meanwhile waits for the block). ``evolve run`` catches the signal itself, to finish
+its generation and save (``evolve.runs.runner``), and ends with the same line.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
 
-from evolve.errors import EvolveError, shorten, show
+from evolve.errors import EXIT_INTERRUPTED, EvolveError, shorten, show
 
 EXIT_BAD_INPUT = 2
+_DOING = "evolve.doing"        # the click context's meta key of ``doing``
 
 
 def term(json_mode: bool = False):
@@ -110,14 +123,68 @@ def number(option: str, text: str | None) -> float | None:
         fail(f"{option}: {show(text)} is invalid; expected a number")
 
 
+def _command() -> str:
+    """The running command as typed: ``evolve data task``."""
+    ctx = click.get_current_context(silent=True)
+    names = []
+    while ctx is not None and ctx.parent is not None:
+        names.append(ctx.info_name)
+        ctx = ctx.parent
+    return " ".join(["evolve", *reversed(names)])
+
+
+def doing(what: str) -> None:
+    """What the command is doing now and what a Ctrl-C would leave ("recording valid;
+    nothing was written to OUT"): the line an interrupt prints."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[_DOING] = what
+
+
+def interrupted(what: str | None = None):
+    """The end of an interrupted command: one line, ``interrupted: evolve COMMAND:
+    WHAT`` (default: what ``doing`` last said), and exit code 130."""
+    ctx = click.get_current_context(silent=True)
+    what = what or (ctx.meta.get(_DOING) if ctx is not None else None) or \
+        "stopped before it finished"
+    term().note(f"interrupted: {_command()}: {what}")
+    sys.exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def together(what: str, then: str):
+    """A block a Ctrl-C does not cut short (``what``: the files written together, which
+    belong together): a SIGINT meanwhile is noted, the block finishes, and the command
+    then stops as interrupted, saying ``then``. In the main thread only (elsewhere
+    Python delivers no signal)."""
+    got = []
+
+    def noted(signum, frame):
+        got.append(signum)
+        os.write(2, f"\ninterrupt: {what} first (they belong together)\n".encode())
+
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, noted) if main else None
+    try:
+        yield
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, old)
+    if got:
+        interrupted(then)
+
+
 def friendly_errors(fn):
     """Bad input (``evolve.errors.EvolveError``, any subclass) and a file the system
-    refuses (``OSError``) become one line on stderr and exit code 2, no traceback.
-    Anything else is a bug and shows as one (a KeyError included)."""
+    refuses (``OSError``) become one line on stderr and exit code 2, no traceback;
+    Ctrl-C (``KeyboardInterrupt``) one line saying what was interrupted (``doing``)
+    and exit code 130. Anything else is a bug and shows as one (a KeyError included)."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except KeyboardInterrupt:
+            interrupted()
         except EvolveError as e:
             term().error(option_message(e))
             sys.exit(EXIT_BAD_INPUT)

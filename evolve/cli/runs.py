@@ -6,8 +6,8 @@ import sys
 
 import click
 
-from evolve.cli.common import Stated, data_option, default_data, friendly_errors, json_option, \
-    number, runs_dir_option, term
+from evolve.cli.common import Stated, data_option, default_data, friendly_errors, \
+    interrupted, json_option, number, option_message, runs_dir_option, term
 
 # The objectives as --help lists them, spelled out so that `evolve --help` loads no
 # kernel (tests/test_cli_defaults.py holds them to evolve.objectives.OBJECTIVES).
@@ -153,17 +153,17 @@ def run_cmd(no_writeback, json_mode, ess_floor, **given):
     try:
         code, result = api.execute(opts, out)
     except ClusterInterrupted as e:        # stopped while reaching the cluster
-        out.error(str(e))
-        sys.exit(runner.EXIT_INTERRUPTED)
+        interrupted(option_message(e))
     if json_mode:
         out.print_json(result)
-    elif code == runner.EXIT_INTERRUPTED:
-        out.note(f"interrupted at generation {result['generation']}; checkpoint saved in "
-                  f"{result['path']}")
-        out.note(f"resume with: {result['resume']}")
-    else:
+    elif code != runner.EXIT_INTERRUPTED:
         from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
         views.show_run_result(result, out, opts.data_dir)
+    if code == runner.EXIT_INTERRUPTED:    # the run caught the signal, saved, and stopped
+        g = result.get("generation")
+        interrupted(("before its first generation" if g is None else f"at generation {g}")
+                    + f"; checkpoint saved in {result['path']}; resume with: "
+                    f"{result['resume']}")
     sys.exit(code)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import friendly_errors, need, term
+from evolve.cli.common import doing, friendly_errors, need, term
 
 
 @click.command("shard")
@@ -31,6 +31,7 @@ def data_shard(directory, rows_per_shard, out, force, verify):
     cluster (--cluster / --scheduler)."""
     # lazy: start-up (a command loads only what it runs)
     from evolve.data import shard_writer, shards
+    from evolve.data.traces import SPLITS    # lazy: start-up (as above)
     tm = term()
     if verify:
         for name, sp in shards.load_splits(directory).items():
@@ -41,9 +42,23 @@ def data_shard(directory, rows_per_shard, out, force, verify):
     out = Path(out) if out else Path(directory) / "shards"
     replaced = shard_writer.check_out(out, force)      # refused before anything is written
     t0 = time.perf_counter()
-    done = shard_writer.shard_dir(directory, out, rows_per_shard, force=force)
-    for name, n in done.items():
+    written = []
+    doing(f"nothing was written to {shards.shown(out)}")
+
+    def split_done(name: str, n: int) -> None:
+        """A split is in place: what an interrupt from now on leaves."""
+        written.append(name)
+        rest = [s for s in SPLITS if s not in written]
+        old = [s for s in rest if s in replaced]
+        doing(f"{', '.join(written)} written to {shards.shown(out)}"
+              + (f"; {', '.join(rest)} not written" if rest else "")
+              + (f" ({', '.join(old)} still the previous shards)" if old else "")
+              + (f"; the shards replaced are kept in "
+                 f"{shards.shown(out / shard_writer.PREVIOUS)}"
+                 if any(s in replaced for s in written) else ""))
         tm.note(f"{shards.shown(out / name)}: {n} shards")
+
+    shard_writer.shard_dir(directory, out, rows_per_shard, force=force, on_split=split_done)
     kept_note(out, replaced)
     tm.note(f"done in {time.perf_counter() - t0:.1f} s")
 

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import click
 
-from evolve.cli.common import fail, friendly_errors, json_option, need, option_message, \
-    runs_dir_option, term
+from evolve.cli.common import BadOption, doing, fail, friendly_errors, json_option, need, \
+    option_message, runs_dir_option, term
 from evolve.errors import EvolveError, shorten
 
 MODES = ("greedy", "sample")     # evolve.data.sources.task.record.MODES (tested equal)
+BUILT_IN_PROMPTS = {"train_prompts": 1000, "valid_prompts": 300, "test_prompts": 300}
 
 
 def _default_dir() -> Path:
@@ -129,19 +130,22 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
     if cluster is not None or scheduler is not None:
         from evolve.cluster.session import check_options    # lazy: Dask only when asked
         check_options(cluster, scheduler)
+    from evolve.io.paths import check_creatable    # lazy: start-up (as above)
     out = Path(out) if out else _default_dir()
-    if out.exists() and not out.is_dir():
-        fail(f"--out {out}: exists and is not a directory")
+    check_creatable(out, "out", BadOption)         # before any work: written last
     have = [s for s in ("train", "valid", "test") if (out / f"{s}.npz").exists()]
     if have and not (force or resume):
         fail(f"--out {out}: {have[0]}.npz exists; pass --force to overwrite or --resume to "
              "continue")
     tm = term()
     t0 = time.perf_counter()
+    nothing = f"nothing was written to {out}"
+    doing(f"building the pair; {nothing}")
     try:
         if task_file is None:
-            counts = {"train_prompts": train_prompts or 1000,
-                      "valid_prompts": valid_prompts or 300, "test_prompts": test_prompts or 300}
+            given = {"train_prompts": train_prompts, "valid_prompts": valid_prompts,
+                     "test_prompts": test_prompts}
+            counts = {k: BUILT_IN_PROMPTS[k] if v is None else v for k, v in given.items()}
             cfg = TP.TaskPairConfig(seed=seed, block_size=block_size, top_k=top_k,
                                     temperature=temperature, stop=tuple(stop), **counts)
             cfg.validate()
@@ -154,7 +158,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 target=target, draft=draft, task_file=str(task_file), seed=seed,
                 block_size=block_size, top_k=top_k, temperature=temperature,
                 max_new_tokens=max_new_tokens,
-                delimiter=None if answer_regex is not None else (delimiter or "####"),
+                delimiter=(None if answer_regex is not None else
+                           "####" if delimiter is None else delimiter),
                 answer_regex=answer_regex, train_prompts=train_prompts,
                 valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
                 dtype=dtype, batch_size=batch_size, stop=tuple(stop))
@@ -184,6 +189,8 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
         backend = DaskMining(session)
     try:
         for split in ("train", "valid", "test"):
+            doing(f"recording and mining {split}; the splits and label parts written so far "
+                  "stay in place: continue with --resume")
             _record_and_mine(pair, out, split, decoding, seed, resume, memory, part, backend,
                              tm)
     finally:
@@ -278,9 +285,12 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, any_sc
     need(split in ("train", "valid", "test"), "--split", split, "train, valid or test")
     need(decoding is None or decoding in MODES, "--decoding", decoding, " or ".join(MODES))
     need(prompts is None or prompts >= 1, "--prompts", prompts, "a whole number >= 1")
+    # lazy: start-up (a command loads only what it runs)
+    from evolve.data.sources.task.record import check_task_meta
     meta = traces.read_file_meta(data_dir / f"{split}.npz")
     if not isinstance(meta, dict) or meta.get("backend") != "task":
         fail(f"--data {data_dir}: not task traces (record them with `evolve data task`)")
+    check_task_meta(meta, data_dir / f"{split}.npz")     # its decoding, before any work
     from evolve.rules.table import RULES    # lazy: start-up (a command loads only what it runs)
     parent = paths.runs_dir(runs_dir)
     greedy = (decoding or meta.get("decoding")) == "greedy"
@@ -309,6 +319,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, any_sc
     for why in outside:
         out.note(f"evaluated outside its scope: {why}")
     t0 = time.perf_counter()
+    doing(f"decoding the {split} problems; nothing was written (the results print at the end)")
     res = task_compare.compare(pair, chosen, split, prompts, greedy, progress=out.note,
                                 meter=out.meter)
     res.update(data=str(data_dir), seconds=round(time.perf_counter() - t0, 1),

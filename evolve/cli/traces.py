@@ -212,7 +212,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     own knob (transformers' assistant_ensemble_weight, SGLang's accept thresholds)
     also show the tuned setting as that engine's flags or keyword arguments: no
     patch needed; --engine NAME sweeps only that engine's knobs (and standard
-    rejection, the reference).
+    rejection, the reference). --data may also be shards (`evolve data shard`), read
+    whole into memory.
 
     On task traces (evolve data task) each rule family, the learned judge and the --run
     champions are tuned on valid by free-running decoding to the fewest target calls per

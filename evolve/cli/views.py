@@ -13,6 +13,7 @@ import numpy as np
 from evolve.cli.render import printable
 from evolve.lang.features import ALL_INPUTS
 from evolve.rules.styles import styles_of
+from evolve.standing import sentence
 
 WRAP = 120          # lines of data (a run's config) are wrapped to this width
 SPARK = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
@@ -240,8 +241,8 @@ def show_token_result(result: dict, term, bench: dict, where: dict | None = None
 
 def show_refusal(wb: dict, term) -> None:
     """A champion not written back for its standing (``tasks.writeback.refusal``)."""
-    term.result(f"not written back to heuristics/{wb['module']}: the champion is "
-                f"{wb['refused']}: {wb['why']} (use --force to write it back)")
+    term.result(f"not written back to heuristics/{wb['module']}: the champion "
+                f"{sentence(wb['refused'], wb['why'])} (use --force to write it back)")
 
 
 def show_trace_writeback(wb: dict | None, term) -> None:
@@ -296,7 +297,7 @@ def show_standing(ch: dict, term, where: dict | None = None) -> None:
     with, which its exports keep."""
     st = ch.get("standing")
     if st:
-        term.result(f"champion {st['verdict']}: {st['why']}")
+        term.result(f"champion {sentence(st['verdict'], st['why'])}")
         if where is not None:
             from evolve.standing import next_steps    # lazy: as used
             from evolve.tasks import champion_task    # lazy: start-up (it loads the kernels)

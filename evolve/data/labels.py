@@ -190,8 +190,9 @@ def check_version(meta, where: str, decoding, field: str = "") -> None:
     """DataError unless a labels meta is an object of this ``LABELS_VERSION`` whose
     decoding is the traces' ``decoding`` (``field``: the prefix of the fields' names in
     the message, e.g. a manifest's ``meta.labels.``)."""
-    if not isinstance(meta, dict) or meta.get("labels_version") != LABELS_VERSION:
-        got = meta.get("labels_version") if isinstance(meta, dict) else meta
+    version = meta.get("labels_version") if isinstance(meta, dict) else None
+    if type(version) is not int or version != LABELS_VERSION:    # True == 1: not a version
+        got = version if isinstance(meta, dict) else meta
         raise DataError(f"{where}: field '{field}labels_version' is {got!r:.40}; expected "
                         f"{LABELS_VERSION}")
     if meta.get("decoding") not in MODES or meta["decoding"] != decoding:
@@ -201,7 +202,8 @@ def check_version(meta, where: str, decoding, field: str = "") -> None:
 
 def check_critical(columns: dict, crit, greedy: bool, where: str) -> None:
     """The labels of traces' rows (``columns``): int8, one per row, each 1, 0 or
-    UNLABELED, and a label on every row the standard rule could reject; DataError
+    UNLABELED, a label on every row the standard rule could reject and on no other (a
+    label there would still teach the learned judge, which fits every label); DataError
     naming ``where``, the field and the first bad row otherwise."""
     n = len(columns["token"])
     if crit.dtype != np.int8 or crit.shape != (n,):
@@ -210,10 +212,16 @@ def check_critical(columns: dict, crit, greedy: bool, where: str) -> None:
     if bad.size:
         raise DataError(f"{where}: field '{COLUMN}' row {int(bad[0])}: "
                         f"{int(crit[bad[0]])} is not -1, 0 or 1")
-    missing = np.flatnonzero(could_reject(columns, greedy) & (crit == UNLABELED))
+    needed = could_reject(columns, greedy)
+    missing = np.flatnonzero(needed & (crit == UNLABELED))
     if missing.size:
         raise DataError(f"{where}: field '{COLUMN}' row {int(missing[0])}: no label for a "
                         "draft the standard rule could reject")
+    extra = np.flatnonzero(~needed & (crit != UNLABELED))
+    if extra.size:
+        raise DataError(f"{where}: field '{COLUMN}' row {int(extra[0])}: a label for a "
+                        f"draft the standard rule never rejects (expected {UNLABELED}; "
+                        f"{extra.size} such rows)")
 
 
 def load_labels(path: Path, traces_path: Path, ts):

@@ -321,12 +321,13 @@ def reshard(split: ShardedSplit, out: str | os.PathLike, rows_per_shard: int) ->
 
 
 def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: int,
-              splits=T.SPLITS, force: bool = False) -> dict:
+              splits=T.SPLITS, force: bool = False, on_split=None) -> dict:
     """Shard the .npz trace splits of ``src`` into ``out``; split -> number of shards.
     Task traces shard with their critical-token labels (``<split>.labels.npz``, checked
     against the traces first). Shard sets already at ``out`` are replaced only with
     ``force`` (and kept in ``out/previous/``); anything else there is refused
-    (``check_out``)."""
+    (``check_out``). ``on_split(split, shards)`` is called as each split is in place
+    (each is complete or absent: an interrupted one is removed)."""
     src, out = Path(src), Path(out)
     if rows_per_shard < 1:
         raise DataError(f"--rows-per-shard: {rows_per_shard!r} is invalid; expected >= 1")
@@ -343,6 +344,8 @@ def shard_dir(src: str | os.PathLike, out: str | os.PathLike, rows_per_shard: in
         w = SplitWriter(out / s, ts.meta, rows_per_shard)
         _write_all(w, ts)
         done[s] = len(w.entries)
+        if on_split is not None:
+            on_split(s, done[s])
     return done
 
 

@@ -420,3 +420,19 @@ def open_split(directory: str | os.PathLike, name: str = "", check: bool = True)
 def load_splits(directory: str | os.PathLike, splits=T.SPLITS) -> dict:
     directory = Path(directory)
     return {s: open_split(directory / s, name=s) for s in splits}
+
+
+def load_in_memory(directory: str | os.PathLike, splits=T.SPLITS) -> dict:
+    """The trace splits of ``directory`` in memory, whichever form they are in: .npz
+    files, or a sharded set (``evolve data shard``) read whole, for a reader that needs
+    every row at once; DataError saying what a trace directory holds when it is
+    neither."""
+    directory = T.trace_dir(directory)
+    if all((directory / s / MANIFEST).is_file() for s in splits):
+        return {s: open_split(directory / s, name=s).concat() for s in splits}
+    missing = next((s for s in splits if not os.path.lexists(directory / f"{s}.npz")), None)
+    if missing is not None:
+        raise DataError(f"{directory / missing}.npz: file not found (a trace directory holds "
+                        f"{', '.join(splits)} as .npz splits, or the shards `evolve data "
+                        "shard` writes)")
+    return T.load_splits(directory, splits)

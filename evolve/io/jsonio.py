@@ -11,7 +11,9 @@ through here, so the limits and the one-line errors are the same everywhere:
 - JSON text may nest at most ``MAX_DEPTH`` levels, hold integers of at most
   ``MAX_INT_DIGITS`` digits and only finite numbers (``NaN``, ``Infinity`` and
   overflowing literals such as ``1e999`` are refused; the project never writes
-  them), except in data splits, whose validation names the row of such a value.
+  them), except in data splits, whose validation names the row of such a value;
+- an object holds each key once (``{"answer": 1, "answer": 2}`` is refused, not read
+  as its last value).
 
 Every failure is ``error(message)`` with one line naming the file, where the
 caller picks the error class (RunError for run files, DataError for data).
@@ -122,6 +124,16 @@ def _int(text: str) -> int:
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
 
 
+def _unique_keys(pairs: list) -> dict:
+    """An object's members, refused when a key appears twice (json keeps the last)."""
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key {key[:40]!r} appears twice")
+        out[key] = value
+    return out
+
+
 def _too_deep(text: str) -> bool:
     """Whether brackets outside strings nest deeper than MAX_DEPTH (checked before
     parsing, so the limit is the same whatever the caller's stack depth)."""
@@ -149,8 +161,9 @@ def loads(text: str | bytes, where: str, what: str = "JSON", error=JsonError,
         raise error(f"{where}: {what} is nested too deeply (more than {MAX_DEPTH} levels)")
     try:
         if not finite:
-            return json.loads(text, parse_int=_int)
-        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int)
+            return json.loads(text, parse_int=_int, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int,
+                          object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as e:
         at = f"line {e.lineno}: " if "\n" in text.rstrip("\n") else ""
         raise error(f"{where}: {what} is not valid JSON ({at}{e.msg})") from None

@@ -57,3 +57,20 @@ def heuristics_dir(override: str | os.PathLike | None = None) -> Path:
         return Path(override)
     env = os.environ.get(HEURISTICS_ENV)
     return Path(env) if env else HEURISTICS_DIR
+
+
+def check_creatable(directory: str | os.PathLike, param: str, error=RunError) -> None:
+    """``directory`` is a directory we may create entries in, or can be made (its
+    nearest existing ancestor is a directory we may write in); else ``error`` about
+    ``param`` (one line naming the path). Creates nothing: a command checks where it
+    will write before any work, and makes the directory once that work is done."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise error.of(param, f"{directory}: exists and is not a directory")
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent          # nearest existing ancestor: mkdir needs to write there
+    if not probe.is_dir():
+        raise error.of(param, f"{directory}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise error.of(param, f"{directory}: not writable")

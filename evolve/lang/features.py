@@ -53,6 +53,7 @@ class Input:
     per_token: bool      # its value depends on the token (else one value per slot)
     doc: str             # what it is, in a line
     engine: str | None   # torch expression in an engine format's glue (None: not exported)
+    domain: str = "nonneg"   # the values it may hold (DOMAIN_KINDS; evolve.Rule checks)
 
 
 # group: (what data holds it, the groups it is computed from)
@@ -79,49 +80,61 @@ PATH_INPUTS = ("mismatches",)        # of the answer group: along the answer so 
 # (floats), and slots the slot features and lookahead inputs of those positions.
 REGISTRY: tuple[Input, ...] = (
     Input("draft_prob", "d", float, "token", True,
-          "the draft's probability of the drafted token", "q[rows, x]"),
+          "the draft's probability of the drafted token", "q[rows, x]", domain="draft"),
     Input("target_prob", "t", float, "token", True,
-          "the target's probability of the drafted token", "p[rows, x]"),
+          "the target's probability of the drafted token", "p[rows, x]", domain="prob"),
     Input("position", "pos", float, "token", False,
-          "tokens generated before it (0-based; the distance from the prompt)", "position"),
+          "tokens generated before it (0-based; the distance from the prompt)", "position",
+          domain="whole"),
     Input("draft_entropy", "de", float, "token", False,
-          "entropy of the draft's distribution (nats)", "entropy(q)"),
+          "entropy of the draft's distribution (nats)", "entropy(q)", domain="nonneg"),
     Input("target_entropy", "te", float, "token", False,
-          "entropy of the target's distribution (nats)", "entropy(p)"),
+          "entropy of the target's distribution (nats)", "entropy(p)", domain="nonneg"),
     Input("top_token_match", "match", bool, "token", True,
-          "the drafted token is the target's most probable one", "x == p.argmax(dim=-1)"),
+          "the drafted token is the target's most probable one", "x == p.argmax(dim=-1)",
+          domain="bool"),
     Input("block_position", "bpos", float, "trace", False,
-          "its place in the draft block (0-based)", "block"),
+          "its place in the draft block (0-based)", "block", domain="whole"),
     Input("p_max", "pmax", float, "trace", False, "the target's top probability",
-          "p.max(dim=-1).values"),
+          "p.max(dim=-1).values", domain="prob"),
     Input("q_max", "qmax", float, "trace", False, "the draft's top probability",
-          "q.max(dim=-1).values"),
+          "q.max(dim=-1).values", domain="prob"),
     Input("slot_tv", "stv", float, "slot", False,
           "TV(p, q) at the slot: the standard rule's rejection probability",
-          'slots["slot_tv"]'),
+          'slots["slot_tv"]', domain="tv"),
     Input("slot_kl_pq", "klpq", float, "slot", False, "KL(p || q) at the slot",
-          'slots["slot_kl_pq"]'),
+          'slots["slot_kl_pq"]', domain="nonneg"),
     Input("slot_kl_qp", "klqp", float, "slot", False, "KL(q || p) at the slot",
-          'slots["slot_kl_qp"]'),
+          'slots["slot_kl_qp"]', domain="nonneg"),
     Input("next_tv", "ntv", float, "lookahead", False,
-          "the next slot's TV in the block (0 at its last slot)", 'slots["next_tv"]'),
+          "the next slot's TV in the block (0 at its last slot)", 'slots["next_tv"]', domain="tv"),
     Input("ahead", "ahead", float, "lookahead", False,
           "expected later drafts of the block the standard rule accepts after this one",
-          'slots["ahead"]'),
+          'slots["ahead"]', domain="nonneg"),
     Input("logp_margin", "margin", float, "answer", True,
           "log p_max - log p(token): how far the drafted token is below the target's top "
           "one (TensorRT-LLM's relaxed_delta reads it)",
-          "torch.log(p.max(dim=-1).values) - torch.log(p[rows, x])"),
+          "torch.log(p.max(dim=-1).values) - torch.log(p[rows, x])", domain="nonneg"),
     Input("mismatches", "mism", float, "answer", False,
           "drafts accepted so far in this answer that were not the target's top token "
-          "(this block's earlier drafts included)", None),
+          "(this block's earlier drafts included)", None, domain="whole"),
     Input("next_matches", "nmatch", float, "verify", False,
           "the later drafts of the block, in a row, that are the target's top token (FLy's "
-          "deferred window reads it)", 'slots["next_matches"]'),
+          "deferred window reads it)", 'slots["next_matches"]', domain="whole"),
 )
 
 BY_NAME: dict[str, Input] = {i.name: i for i in REGISTRY}
+
+# What an input may hold, the values a recorder can give it (``evolve.Rule`` refuses
+# anything else, in one line naming the input): "prob" a probability in [0, 1]; "draft"
+# the draft's probability of the drafted token, in (0, 1] (it was drawn from the draft);
+# "tv" a total variation, in [0, 1]; "nonneg" a finite number >= 0 (entropies, KL
+# divergences, an expected count, a log-probability margin); "whole" a whole number >= 0
+# (positions, counts); "bool" True or False (or 1 and 0).
+DOMAIN_KINDS = ("prob", "draft", "tv", "nonneg", "whole", "bool")
+DOMAINS = {i.name: i.domain for i in REGISTRY}
 if len(BY_NAME) != len(REGISTRY) or any(i.group not in GROUPS for i in REGISTRY) \
+        or any(i.domain not in DOMAIN_KINDS for i in REGISTRY) \
         or [i.group for i in REGISTRY] != sorted((i.group for i in REGISTRY),
                                                   key=list(GROUPS).index):
     raise ImportError("evolve.lang.features: an input is repeated, of an unknown group, or "

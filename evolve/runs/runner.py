@@ -20,10 +20,11 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve import errors
 from evolve.lang import codegen, treeio
 from evolve.runs import datasum
 from evolve.runs.finalise import champion_record, finalise
-from evolve.io.paths import runs_dir
+from evolve.io.paths import check_creatable, runs_dir
 from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
 from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution
@@ -34,7 +35,7 @@ from evolve.cluster import ClusterError, ClusterInterrupted
 from evolve.cluster.session import Session
 from evolve.kernels.gpu import DeviceError
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = errors.EXIT_INTERRUPTED       # 130, as every interrupted command
 
 
 @dataclass
@@ -109,16 +110,7 @@ class StopRequested:
 def check_writable(parent: Path) -> None:
     """The runs directory exists or can be made, and we may create entries in it.
     Creates nothing: RunDir.create makes it once everything else has been checked."""
-    parent = Path(parent)
-    if parent.exists() and not parent.is_dir():
-        raise RunError.of("runs_dir", f"{parent}: exists and is not a directory")
-    probe = parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent          # nearest existing ancestor: mkdir needs to write there
-    if not probe.is_dir():
-        raise RunError.of("runs_dir", f"{parent}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise RunError.of("runs_dir", f"{parent}: not writable")
+    check_creatable(parent, "runs_dir", RunError)
 
 
 def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:

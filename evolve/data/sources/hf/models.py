@@ -232,8 +232,24 @@ def logits_size(model) -> int:
     return int(model.config.vocab_size)
 
 
+def load_config(option: str, name: str):
+    """A model's configuration alone (its config.json; no weight is read), to check
+    what it can hold before the model loads; HFTraceError (one line) if unreadable."""
+    _, transformers = require_libs()
+    _check_source(option, name)
+    path = Path(name).expanduser()
+    try:
+        with quiet_transformers(transformers):
+            return transformers.AutoConfig.from_pretrained(
+                str(path) if path.exists() else name, trust_remote_code=False)
+    except Exception as e:        # as load_model: any failure means the model is unusable
+        raise HFTraceError(f"{option} {name}: cannot read its configuration "
+                           f"({type(e).__name__}: {first_line(e, 300)})") from None
+
+
 def max_positions(model) -> int | None:
-    c = model.config
+    """The positions a model (or its configuration) holds; None when it does not say."""
+    c = getattr(model, "config", model)
     for attr in ("max_position_embeddings", "n_positions", "n_ctx"):
         v = getattr(c, attr, None)
         if isinstance(v, int) and v > 0:

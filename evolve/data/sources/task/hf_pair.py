@@ -420,7 +420,7 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
                          target=HM.absolute(config.target, local_only=True),
                          draft=HM.absolute(config.draft, local_only=True))
     checker = config.checker()
-    problems = read_tasks(config.task_file)
+    problems = read_tasks(config.task_file, config.delimiter)
     sha = sha256_file(config.task_file)
     if config.task_sha256 and config.task_sha256 != sha:
         raise DataError(f"{config.task_file}: the task file changed since these traces were "
@@ -432,9 +432,12 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
                             f"problems, or label some with \"split\": \"{s}\")")
         cap = getattr(config, f"{s}_prompts")
         problems[s] = problems[s][:cap]
-    loaded = HM.load_pair(config.trace_config())
-    torch, _ = HM.require_libs()
-    tok = loaded.tokenizer
+    # what the context needs, from the tokenizer and the models' configurations: a
+    # context the models cannot hold is refused before they load
+    limit = min(v for v in (HM.max_positions(HM.load_config("--target", config.target)),
+                            HM.max_positions(HM.load_config("--draft", config.draft)),
+                            1 << 20) if v is not None)
+    tok = HM.load_tokenizer("--target", config.target)
     longest, where = 0, None
     for s in SPLITS:
         for i, p in enumerate(problems[s]):
@@ -442,8 +445,6 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
             if n > longest:
                 longest, where = n, (s, i)
     C = longest + config.max_new_tokens + config.block_size + 1
-    limit = min(v for v in (HM.max_positions(loaded.target), HM.max_positions(loaded.draft),
-                            1 << 20) if v is not None)
     if C > limit:
         raise ngram.TraceConfigError(
             "max_new_tokens", f"{config.max_new_tokens} is too large; the longest prompt "
@@ -453,6 +454,9 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
     if config.context_len and config.context_len != C:
         raise DataError(f"{config.task_file}: the prompts need a context of {C} tokens, the "
                         f"traces were recorded with {config.context_len}; record them again")
+    loaded = HM.load_pair(config.trace_config())
+    torch, _ = HM.require_libs()
+    tok = loaded.tokenizer
     if config.top_k > loaded.vocab:
         raise ngram.TraceConfigError("top_k", f"{config.top_k} is invalid; expected 1.."
                                      f"{loaded.vocab} (the vocabulary)")

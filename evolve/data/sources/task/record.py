@@ -158,6 +158,18 @@ def save(task_split: TaskSplit, directory) -> None:
                 {f"{LB.COLUMN}.npy": np.asarray(task_split.critical, dtype=np.int8)})
 
 
+def check_task_meta(meta: dict, path) -> None:
+    """DataError naming ``path`` unless its meta.json is of task traces with a decoding
+    they can be decoded by again (greedy or sample; any other would be taken for one of
+    them)."""
+    if meta.get("backend") != "task" or "decoding" not in meta:
+        raise DataError(f"{path}: not task traces (meta.json has no task decoding); record "
+                        "them with `evolve data task`")
+    if meta["decoding"] not in MODES:
+        raise DataError(f"{path}: field 'decoding' is {meta['decoding']!r:.40}; expected "
+                        f"{' or '.join(MODES)}")
+
+
 def load(directory, split: str) -> TaskSplit:
     """A split's traces and labels, checked: the labels name these traces (checksum),
     hold one label per row, and every row the standard rule could reject has one;
@@ -165,8 +177,6 @@ def load(directory, split: str) -> TaskSplit:
     directory = Path(directory)
     path = directory / f"{split}.npz"
     ts = T.load(path, name=split)
-    if ts.meta.get("backend") != "task" or ts.meta.get("decoding") not in MODES:
-        raise DataError(f"{path}: not task traces (meta.json has no task decoding); record "
-                        "them with `evolve data task`")
+    check_task_meta(ts.meta, path)
     meta, crit = LB.load_labels(labels_path(directory, split), path, ts)
     return TaskSplit(ts, crit, meta)
