@@ -238,24 +238,33 @@ def test_a_rule_between_is_the_standard_rule_at_0_and_the_rule_at_1(pair, greedy
     assert not np.array_equal(full["calls"], lossless["calls"])
 
 
-def test_tuning_keeps_the_most_tokens_within_the_budget_and_bisects(monkeypatch):
-    """A fake decoder: the param p accepts p more tokens per call and loses p / 10 of
-    the answers (so a budget of 0.03 allows p <= 0.3)."""
+def test_tuning_keeps_the_fewest_calls_per_correct_answer_within_the_budget_and_bisects(
+        monkeypatch):
+    """A fake decoder: the param p takes 20 / (2 + p) target calls for the same 20 tokens
+    and loses p / 10 of the answers (so a budget of 0.03 allows p <= 0.3); calls per
+    correct answer fall with p inside the budget. A param that takes fewer calls but
+    changes more answers than the agreement budget allows is refused too."""
     n = 100
-    ref = {"correct": np.ones(n, bool), "tokens": np.full(n, 20.0), "calls": np.full(n, 10.0)}
+    ref = {"correct": np.ones(n, bool), "tokens": np.full(n, 20.0), "calls": np.full(n, 10.0),
+           "answers": ["a"] * n}
 
     def fake(pair, p, split, prompts, greedy):
         wrong = int(np.ceil(100 * p / 10 - 1e-9))
-        return {"correct": np.arange(n) >= wrong, "tokens": np.full(n, 20.0 + 10 * p),
-                "calls": np.full(n, 10.0)}
+        return {"correct": np.arange(n) >= wrong, "tokens": np.full(n, 20.0),
+                "calls": np.full(n, 20.0 / (2.0 + p)),
+                "answers": ["b"] * wrong + ["a"] * (n - wrong)}
 
     monkeypatch.setattr(TC, "run_rule", fake)
     out = TC.tune(None, lambda p: p, [0.0, 0.2, 0.5, 0.8], 0.03, ref, lenient=False)
     assert out["param"] == 0.2 and out["drop"] == pytest.approx(0.02)
+    assert out["summary"]["calls_per_correct"] == pytest.approx(20.0 / 2.2 / 0.98)
     out = TC.tune(None, lambda p: p, [0.0, 0.2, 0.5, 0.8], 0.03, ref, bisect_steps=6)
     assert 0.2 < out["param"] <= 0.3 and out["drop"] <= 0.03 + 1e-12
     assert out["summary"]["tokens_per_call"] == pytest.approx(2.0 + out["param"])
     assert TC.tune(None, lambda p: p, [0.5, 0.8], 0.03, ref)["param"] is None
+    out = TC.tune(None, lambda p: p, [0.0, 0.2, 0.5, 0.8], 0.03, ref, lenient=False,
+                  agreement_budget=0.01)        # p = 0.2 changes 2 answers of 100
+    assert out["param"] == 0.0
 
 
 # ------------------------------------------------------------ the learned judge
@@ -264,7 +273,7 @@ def test_the_judge_learns_the_labels_and_decides_free_running_as_offline(recorde
     td = TaskData(record.load(recorded, "train"))
     model = judge.fit(td)
     labelled = td.arrays.critical >= 0
-    p = model.probability(td.X)[labelled]
+    p = model.probability(td.X[judge.ROWS])[labelled]
     y = td.arrays.critical[labelled] == 1
     assert p[y].mean() > p[~y].mean() + 0.05          # it ranks critical drafts higher
     lam = float(np.quantile(p, 0.5))
@@ -273,7 +282,7 @@ def test_the_judge_learns_the_labels_and_decides_free_running_as_offline(recorde
         td.greedy = greedy
         offline = judge.thresholds(model, td, lam)
         np.testing.assert_array_equal(judge.rule(model, lam, greedy).many(feats), offline)
-        assert set(np.unique(offline[(model.probability(td.X) < lam)])) == {1.0}
+        assert set(np.unique(offline[(model.probability(td.X[judge.ROWS]) < lam)])) == {1.0}
     td.greedy = True                                # as recorded
     lam0, row = judge.tune(model, td, 0.0)          # the standard rule fits any budget
     assert metrics_of(row)["critical_per_answer"] == 0.0

@@ -267,8 +267,8 @@ def _task_rule(text: str, runs_parent: Path, greedy: bool, scope: dict, any_scop
 @runs_dir_option
 @click.option("--any-scope", is_flag=True,
               help="Decode a champion in another scope (decoding, draft length, top-k, "
-                   "temperature) than it was scored in; refused without it, and its rows are "
-                   "marked [outside its scope].")
+                   "temperature) than it was scored in; refused without it, and its rows then "
+                   "say they are outside its scope.")
 @json_option
 @friendly_errors
 def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, any_scope, json_mode):

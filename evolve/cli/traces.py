@@ -27,8 +27,8 @@ traces_option = click.option("--data", "data_dir", type=click.Path(path_type=Pat
 any_scope_option = click.option(
     "--any-scope", is_flag=True,
     help="Evaluate a champion on traces of another scope (decoding, draft length, top-k, "
-         "temperature) than it was scored in; refused without it, and every row of such a "
-         "champion is marked [outside its scope].")
+         "temperature) than it was scored in; refused without it, and each row of such a "
+         "champion then says it is outside its scope.")
 
 
 # ---------------------------------------------------------------- shared
@@ -192,9 +192,8 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="Where the kernel sums run (sweeps, tuning, fixed rules, headroom): cpu "
                    "(Numba) or cuda (torch); the same report bit for bit.")
-@click.option("--prompts", type=int, default=None,
-              help="Task traces: at most this many valid and test problems decoded "
-                   "[default: all].")
+@click.option("--prompts", type=int, default=None, cls=Stated, stated="all",
+              help="Task traces: at most this many valid and test problems decoded.")
 @click.option("--agreement-budget", type=str, default=None, metavar="FLOAT",
               help="Task traces: also at most this share of answers changed from lossless "
                    "decoding.")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from evolve.lang.features import SLOT_SIGNATURE
+from evolve.lang.primitives import INPUT_INDEX
 from evolve.objectives import task_labels as TL
 from evolve.rules.adapters import vector_rule
 
@@ -26,6 +27,7 @@ L2 = 1e-2
 NEWTON_STEPS = 50
 GRID = (0.0, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.7, 1.0)
 BISECT_STEPS = 20
+ROWS = [INPUT_INDEX[name] for name in SLOT_SIGNATURE]    # its inputs' rows of a task matrix
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Judge:
     weights: np.ndarray        # intercept first
 
     def probability(self, X: np.ndarray) -> np.ndarray:
-        """P(critical) of every row of an input matrix (12, N)."""
+        """P(critical) of every row of a matrix of its inputs (12, N: ``SLOT_SIGNATURE``)."""
         Z = (X.T - self.mean) / self.scale
         return 1.0 / (1.0 + np.exp(-(self.weights[0] + Z @ self.weights[1:])))
 
@@ -48,10 +50,10 @@ class Judge:
 def fit(td) -> Judge:
     """The regression on the labelled rows of a task split (``TaskData``)."""
     labelled = td.arrays.critical != TL.UNLABELED
-    X = td.X[:, labelled].T
+    X = td.X[ROWS][:, labelled].T
     y = (td.arrays.critical[labelled] == 1).astype(np.float64)
-    mean = X.mean(axis=0) if X.size else np.zeros(td.X.shape[0])
-    scale = X.std(axis=0) if X.size else np.ones(td.X.shape[0])
+    mean = X.mean(axis=0) if X.size else np.zeros(len(ROWS))
+    scale = X.std(axis=0) if X.size else np.ones(len(ROWS))
     scale = np.where(scale > 0, scale, 1.0)
     A = np.column_stack([np.ones(len(y)), (X - mean) / scale])
     w = np.zeros(A.shape[1])
@@ -76,7 +78,8 @@ def thresholds(model: Judge, td, lam: float) -> np.ndarray:
     """The rule's thresholds of a split's rows: 1 where P(critical) < λ, else the
     standard rule's (greedy: 0, a draft that is not the target's argmax is rejected;
     sampling: min(1, t/d))."""
-    return np.where(model.probability(td.X) < lam, 1.0, _standard(td.X, td.greedy))
+    X = td.X[ROWS]
+    return np.where(model.probability(X) < lam, 1.0, _standard(X, td.greedy))
 
 
 def tune(model: Judge, td, budget: float):
