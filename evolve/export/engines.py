@@ -56,13 +56,19 @@ def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
                     and (lookahead or n not in LOOKAHEAD_INPUT_NAMES))
 
 
+# What an engine's glue reads itself besides the rule's inputs: the vLLM module's scope
+# (the standard rule past BLOCK_SIZE, and outside the top-k) reads these three
+GLUE_READS = {"vllm": ("draft_prob", "target_prob", "block_position")}
+
+
 def features_source(fmt: str, inputs: tuple, indent: str = "    ") -> str:
-    """The glue's dict of the rule's inputs (``inputs``: the module's INPUTS), each from its
-    registry expression; an input of the signature that the engine does not hold (the
-    rule does not read it: ``check_format``) is zeros."""
+    """The glue's dict of the rule's inputs (``inputs``: the module's INPUTS) and of what
+    the glue reads itself (``GLUE_READS``), each from its registry expression; an input
+    of the signature that the engine does not hold (the rule does not read it:
+    ``check_format``) is zeros."""
     held = PROVIDES[fmt]
     lines = [f"{indent}f = {{"]
-    for name in inputs:
+    for name in dict.fromkeys(tuple(inputs) + GLUE_READS.get(fmt, ())):
         expr = BY_NAME[name].engine if name in held else "torch.zeros_like(block)"
         note = "" if name in held else "   # not held by this engine; the rule does not read it"
         lines.append(f'{indent}    "{name}": {expr},{note}')
