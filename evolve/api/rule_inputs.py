@@ -22,21 +22,11 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.errors import EvolveError, show
-from evolve.lang.features import DOMAINS
+from evolve.lang.features import DOMAIN_KINDS, DOMAINS
 
-TV_TOL = 1e-9       # a total variation summed in floating point may round a hair above 1
-
-# domain -> (what is expected, in words; lowest value, lowest excluded; highest value)
-EXPECTED = {
-    "prob": ("probabilities in [0, 1]", 0.0, False, 1.0),
-    "draft": ("probabilities in (0, 1] (the draft's probability of a token drawn from it)",
-              0.0, True, 1.0),
-    "tv": ("total variations in [0, 1]", 0.0, False, 1.0 + TV_TOL),
-    "nonneg": ("finite numbers >= 0", 0.0, False, np.inf),
-    "whole": ("whole numbers >= 0", 0.0, False, np.inf),
-    "unit": ("uniforms in [0, 1]", 0.0, False, 1.0),
-    "bool": ("booleans (True/False, or 1/0)", 0.0, False, 1.0),
-}
+# domain -> (what is expected, in words; lowest value, lowest excluded; highest value):
+# the inputs' kinds (the registry's), and the uniforms of ``accept``
+EXPECTED = {**DOMAIN_KINDS, "unit": ("uniforms in [0, 1]", 0.0, False, 1.0)}
 
 
 class RuleInputError(EvolveError):

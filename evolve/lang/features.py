@@ -126,12 +126,22 @@ REGISTRY: tuple[Input, ...] = (
 BY_NAME: dict[str, Input] = {i.name: i for i in REGISTRY}
 
 # What an input may hold, the values a recorder can give it (``evolve.Rule`` refuses
-# anything else, in one line naming the input): "prob" a probability in [0, 1]; "draft"
-# the draft's probability of the drafted token, in (0, 1] (it was drawn from the draft);
-# "tv" a total variation, in [0, 1]; "nonneg" a finite number >= 0 (entropies, KL
-# divergences, an expected count, a log-probability margin); "whole" a whole number >= 0
-# (positions, counts); "bool" True or False (or 1 and 0).
-DOMAIN_KINDS = ("prob", "draft", "tv", "nonneg", "whole", "bool")
+# anything else, in one line naming the input: ``evolve.api.rule_inputs``), by kind:
+# (what is expected, in words; the lowest value; whether it is excluded; the highest).
+# "draft" is the draft's probability of the drafted token (it was drawn from the draft);
+# a total variation summed in floating point may round a hair above 1; "whole" values
+# are whole numbers; "bool" takes True/False or 1/0.
+TV_TOL = 1e-9
+DOMAIN_KINDS = {
+    "prob": ("probabilities in [0, 1]", 0.0, False, 1.0),
+    "draft": ("probabilities in (0, 1] (the draft's probability of a token drawn from it)",
+              0.0, True, 1.0),
+    "tv": ("total variations in [0, 1]", 0.0, False, 1.0 + TV_TOL),
+    "nonneg": ("finite numbers >= 0", 0.0, False, float("inf")),
+    "real": ("finite numbers", float("-inf"), True, float("inf")),
+    "whole": ("whole numbers >= 0", 0.0, False, float("inf")),
+    "bool": ("booleans (True/False, or 1/0)", 0.0, False, 1.0),
+}
 DOMAINS = {i.name: i.domain for i in REGISTRY}
 if len(BY_NAME) != len(REGISTRY) or any(i.group not in GROUPS for i in REGISTRY) \
         or any(i.domain not in DOMAIN_KINDS for i in REGISTRY) \
