@@ -193,3 +193,34 @@ def test_fly_keeps_a_mismatch_the_window_confirms():
                 if not match[j] and match[j + 1:j + W].all():
                     want[j] = True
             assert np.array_equal(a > 0.5, want), (W, match.astype(int), a)
+
+
+@pytest.mark.parametrize("fmt", ["hf", "vllm"])
+def test_every_exported_input_is_the_registry_s_computation(tmp_path, fmt):
+    """An engine export computes each input it provides from its registry expression;
+    for a rule that reads every one of them, the exported glue's inputs at each drafted
+    position are the decoders' (``evolve.data.inputs.at_slots``), to rounding."""
+    torch = pytest.importorskip("torch")
+    from evolve.export import formats
+    from tests.test_faithful import export, scope
+    names = formats.provides(fmt)
+    leaf = [f"ite({n}, 1.0, 0.0)" if FT.BY_NAME[n].type is bool else n for n in names]
+    tree = "pmin(1.0, " + "add(" * (len(leaf) - 1) + leaf[0] + "".join(
+        f", {n})" for n in leaf[1:]) + ")"
+    g, V = 4, 23
+    mod = export(tmp_path, fmt, scope(k=V - 1, vocab=V, g=g), tree, name=f"all_{fmt}")
+    assert set(mod.INPUTS) >= set(names)
+    p, q = _dists(g, V, RNG)
+    x = RNG.integers(0, V, g)
+    x[1] = np.argmax(p[1])
+    if fmt == "hf":
+        ids = torch.as_tensor(np.concatenate([[1, 2, 3], x]))[None]
+        f = mod.candidate_features(ids, torch.as_tensor(q)[None], torch.as_tensor(p)[None],
+                                   g, 3)
+    else:
+        f = mod.token_features(torch.as_tensor(x), torch.as_tensor(q), torch.as_tensor(p),
+                               torch.as_tensor([g]))
+    want = I.at_slots(I.Slots(p, q, x, np.arange(g), np.arange(g), g=g))
+    for name in names:
+        np.testing.assert_allclose(np.asarray(f[name], dtype=np.float64), want[name],
+                                   rtol=1e-12, atol=1e-15, err_msg=name)

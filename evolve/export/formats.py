@@ -36,8 +36,8 @@ class Format:
 # The glue tensors of the engine formats (evolve.export.engines): p and q the target's and
 # the draft's probabilities [n, vocab], x the drafted tokens, rows = arange(n), block the
 # block positions, position the sequence positions, slots the slot features and lookahead
-# inputs computed from p and q, entropy the entropy function.
-_GLUE = ("p", "q", "x", "rows", "block", "slots", "entropy")
+# inputs computed from p and q, entropy the entropy function, and torch itself.
+_GLUE = ("p", "q", "x", "rows", "block", "slots", "entropy", "torch")
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("numpy", "module", "numpy", "numpy", "threshold/accept over arrays", greedy=True),

@@ -120,7 +120,7 @@ REGISTRY: tuple[Input, ...] = (
           "(this block's earlier drafts included)", None, domain="whole"),
     Input("next_matches", "nmatch", float, "verify", False,
           "the later drafts of the block, in a row, that are the target's top token (FLy's "
-          "deferred window reads it)", 'slots["next_matches"]', domain="whole"),
+          "deferred window reads it)", None, domain="whole"),
 )
 
 BY_NAME: dict[str, Input] = {i.name: i for i in REGISTRY}
