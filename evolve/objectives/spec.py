@@ -76,10 +76,11 @@ from evolve.data import inputs
 from evolve.data.decode import RESIDUAL_EPS, slots_missing
 from evolve.errors import EvolveError
 from evolve.kernels import layout
-from evolve.lang.features import ALL_INPUT_NAMES
+from evolve.lang.features import names_of
 from evolve.objectives.metrics import clip01
 
-FEATURES = ALL_INPUT_NAMES
+GROUPS = ("token", "trace", "slot", "lookahead")     # the inputs the trace world offers
+FEATURES = names_of(*GROUPS)      # the rows of a trace split's input matrix, in opcode order
 N_FEATURES = len(FEATURES)
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
 
@@ -141,8 +142,6 @@ def candidate_matrix(ts) -> np.ndarray:
     input in the registry's order (``evolve.data.inputs.input_matrix``)."""
     return inputs.input_matrix(inputs.readable(ts.columns, ts.meta), "candidates", GROUPS)
 
-
-GROUPS = ("token", "trace", "slot", "lookahead")     # the inputs the trace world offers
 
 
 # ------------------------------------------------------- per-position terms
