@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from evolve.data.sources.hf.cache import call_names
 from evolve.errors import EvolveError
 
 
@@ -125,6 +126,7 @@ def sample_answers(model, prompts, spec: DraftSpec, end: int | None, generator,
     out = Answers([], [], [], [], [])
     pad = 0 if end is None else end
     keep = hidden_at is not None
+    cache_arg, _ = call_names(model)
     t0 = time.perf_counter()
     for b in range(0, len(jobs), spec.sample_batch):
         batch = jobs[b:b + spec.sample_batch]
@@ -136,7 +138,7 @@ def sample_answers(model, prompts, spec: DraftSpec, end: int | None, generator,
         with torch.inference_mode():
             for _ in range(spec.max_new):
                 res = model(input_ids=step_ids, attention_mask=mask, position_ids=pos,
-                            past_key_values=cache, use_cache=True, output_hidden_states=keep)
+                            use_cache=True, output_hidden_states=keep, **{cache_arg: cache})
                 if keep:
                     hids.append(res.hidden_states[hidden_at].float())
                 probs = torch.softmax(res.logits[:, -1].double(), dim=-1)

