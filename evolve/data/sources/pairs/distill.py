@@ -21,7 +21,7 @@ head):
 
 So training costs the trained blocks and the head per position, not the whole draft.
 Randomness is explicit: the sampling draws from a ``torch.Generator`` and the batches
-from a numpy Generator, both seeded from ``spec.seed``; nothing else is random (the
+from a numpy Generator, both seeded from the specification's ``seed``; nothing else is random (the
 draft starts as a copy of the target's layers, without dropout). The same
 specification, target and machine (the same torch build and thread count) give the
 same draft bytes.
@@ -116,9 +116,10 @@ class Answers:
 
 def sample_answers(model, prompts, spec: DraftSpec, end: int | None, generator,
                    progress=None, hidden_at: int | None = None) -> Answers:
-    """``spec.samples`` answers to each prompt (token id lists), sampled at temperature 1
-    with ``generator`` (a torch.Generator), in batches of ``spec.sample_batch`` prompts
-    with the model's KV cache; an answer stops after ``end`` or ``spec.max_new`` tokens.
+    """``samples`` answers (of ``spec``) to each prompt (token id lists), sampled at
+    temperature 1 with ``generator`` (a torch.Generator), in batches of ``sample_batch``
+    prompts with the model's KV cache; an answer stops after ``end`` or ``max_new``
+    tokens.
     ``hidden_at``: keep the hidden states entering that block (0: the embeddings)."""
     import torch    # lazy: start-up (torch loads only where it is used)
     from transformers import DynamicCache    # lazy: an optional extra
