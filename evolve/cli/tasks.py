@@ -56,6 +56,10 @@ def _default_dir() -> Path:
 @click.option("--answer-regex", default=None, metavar="REGEX",
               help="Task file: the answer is this pattern's group 'answer' (or group 1) at "
                    "its last match, instead of a delimiter.")
+@click.option("--answer-words", is_flag=True,
+              help="Task file: the answer is the one of the file's answers (a reference may "
+                   "list aliases as a|b) that the text names last as whole words, "
+                   "ignoring case; for answers written in a sentence.")
 @click.option("--device", default="cpu", show_default=True, help="Task file: cpu, cuda or auto.")
 @click.option("--dtype", default="float32", show_default=True,
               help="Task file: float32, float16, bfloat16 or auto.")
@@ -83,8 +87,8 @@ def _default_dir() -> Path:
 @friendly_errors
 def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts,
               valid_prompts, test_prompts, task_file, target, draft, max_new_tokens,
-              delimiter, answer_regex, device, dtype, batch_size, stop, max_memory, resume,
-              shard, cluster, scheduler, force):
+              delimiter, answer_regex, answer_words, device, dtype, batch_size, stop,
+              max_memory, resume, shard, cluster, scheduler, force):
     """Record a task: every problem decoded with the standard rule up to its answer, and
     each draft it could reject labelled critical or not. By default the built-in
     arithmetic task and its pair; with --task-file, --target and --draft, your own.
@@ -104,13 +108,15 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
              "your own pair)")
     if task_file is None:
         ctx = click.get_current_context()
-        for name in ("delimiter", "answer_regex", "max_new_tokens", "device", "dtype",
-                     "batch_size"):
+        for name in ("delimiter", "answer_regex", "answer_words", "max_new_tokens", "device",
+                     "dtype", "batch_size"):
             if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE:
                 fail(f"--{name.replace('_', '-')}: only with --task-file (it sets how your "
                      "own pair decodes your own task)")
     if delimiter is not None and answer_regex is not None:
         fail("--answer-regex: give --delimiter or --answer-regex, not both")
+    if answer_words and (delimiter is not None or answer_regex is not None):
+        fail("--answer-words: give --delimiter, --answer-regex or --answer-words, one of them")
     from evolve.data.sources.task import mining    # lazy: start-up (as above)
     memory = None
     if max_memory is not None:
@@ -158,9 +164,10 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
                 target=target, draft=draft, task_file=str(task_file), seed=seed,
                 block_size=block_size, top_k=top_k, temperature=temperature,
                 max_new_tokens=max_new_tokens,
-                delimiter=(None if answer_regex is not None else
+                delimiter=(None if answer_regex is not None or answer_words else
                            "####" if delimiter is None else delimiter),
-                answer_regex=answer_regex, train_prompts=train_prompts,
+                answer_regex=answer_regex, answer_words=answer_words,
+                train_prompts=train_prompts,
                 valid_prompts=valid_prompts, test_prompts=test_prompts, device=device,
                 dtype=dtype, batch_size=batch_size, stop=tuple(stop))
             pair = hf_pair.build_pair(cfg)

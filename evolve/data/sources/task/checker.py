@@ -1,12 +1,15 @@
 """Answer checking: the final answer of a generated text, compared with a reference.
 
-Two ways to find the final answer in a text:
+Three ways to find the final answer in a text:
 
 - ``DelimiterChecker`` (GSM8K's ``#### 42``): the text after the LAST occurrence of
   the delimiter, up to the end of that line, blank space around it dropped;
 - ``RegexChecker``: a group of a regular expression at its LAST match in the text
   (the group named ``answer`` if the pattern has one, else group 1 if it has
-  groups, else the whole match; or the group given), blank space dropped.
+  groups, else the whole match; or the group given), blank space dropped;
+- ``WordChecker``: for answers written inside a sentence ("The capital of France is
+  Paris."), a vocabulary of the answers a task can have; the answer of a text is the
+  vocabulary entry that occurs LAST in it as whole words (see the class).
 
 No delimiter, no match or an empty answer: no answer, which is wrong.
 
@@ -143,3 +146,49 @@ class RegexChecker(Checker):
         if last is None or last.group(self.group) is None:
             return None
         return last.group(self.group).strip() or None
+
+
+class WordChecker(Checker):
+    """The answer is the entry of a vocabulary that a text names last, as whole words.
+
+    The vocabulary is every alias of every reference given (a reference lists its
+    aliases separated by ``|``: ``Kyiv|Kiev``). An entry occurs where the text holds it,
+    compared case-insensitively (Python's ``re.IGNORECASE``), with no word character
+    (``\\w``) just before or after it. The answer is the entry whose occurrence ends last;
+    of two that end at the same place, the longer (``New Delhi`` before ``Delhi``). It is
+    returned as the vocabulary writes it. ``check(text, reference)``: the answer is one of
+    the reference's aliases (case-insensitively). No entry in the text: no answer."""
+
+    def __init__(self, references):
+        words: dict[str, str] = {}
+        for ref in references:
+            for alias in aliases(ref):
+                words.setdefault(alias.casefold(), alias)
+        if not words:
+            raise CheckerError.of("references", "no answer to look for; expected at least "
+                                  "one non-blank reference")
+        self.words = words
+        # every start position, the longest entry there (lookahead: overlapping matches)
+        alts = "|".join(re.escape(w) for w in sorted(words.values(), key=len, reverse=True))
+        self.regex = re.compile(rf"(?=(?<!\w)({alts})(?!\w))", re.IGNORECASE)
+
+    def extract(self, text: str) -> str | None:
+        best = None
+        for m in self.regex.finditer(text):
+            key = (m.end(1), m.end(1) - m.start(1))
+            if best is None or key > best[0]:
+                best = (key, m.group(1))
+        if best is None:
+            return None
+        return self.words.get(best[1].casefold(), best[1])
+
+    def check(self, text: str, reference: str) -> bool:
+        answer = self.extract(text)
+        return answer is not None and answer.casefold() in {
+            a.casefold() for a in aliases(reference)}
+
+
+def aliases(reference: str) -> list[str]:
+    """The accepted answers of a reference: its ``|``-separated parts, blank space
+    around each dropped, empty ones left out."""
+    return [a.strip() for a in reference.split("|") if a.strip()]

@@ -5,8 +5,9 @@ problems of a task file (``files``: JSON lines, ``prompt``, ``answer``, optional
 ``split``) decoded by the pair, greedily or by sampling, each until the target's
 end-of-text token or ``max_new_tokens`` generated tokens, and the final answer read
 from the generated text alone (never the prompt) by a checker (``checker``: the
-line after the last ``delimiter``, GSM8K's ``####``, or a regular expression's
-group). Problems without a split are dealt out train, valid, train, test after a
+line after the last ``delimiter``, GSM8K's ``####``, a regular expression's
+group, or with ``answer_words`` the answer of any problem of the file that the text
+names last, for answers written in a sentence). Problems without a split are dealt out train, valid, train, test after a
 seeded shuffle (2 : 1 : 1), as the Hugging Face prompts are.
 
 ``HFTaskPair`` has the built-in pair's interface (``pair.TaskPair``), so the
@@ -49,7 +50,7 @@ from evolve.data.sources.hf.cache import Cached, Layout
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf import models as HM
 from evolve.data.sources.task.checker import (CheckerError, DelimiterChecker, RegexChecker,
-                                              cut_at_stop, stop_problem)
+                                              cut_at_stop, stop_problem, WordChecker)
 from evolve.data.sources.task.files import by_split, read_tasks
 from evolve.data.tokens import SPLITS, DataError
 from evolve.io.atomic import sha256_file
@@ -72,7 +73,8 @@ class HFTaskConfig(ngram.ConfigFields):
     temperature: float = 1.0
     max_new_tokens: int = 256          # generated tokens per problem at most
     delimiter: str | None = "####"     # the answer: the line after the last delimiter,
-    answer_regex: str | None = None    # or a regular expression's group (not both)
+    answer_regex: str | None = None    # or a regular expression's group,
+    answer_words: bool = False         # or the task's answer named last (one of the three)
     train_prompts: int | None = None   # the first problems of each split (None: all)
     valid_prompts: int | None = None
     test_prompts: int | None = None
@@ -103,6 +105,8 @@ class HFTaskConfig(ngram.ConfigFields):
             elif f.name == "stop":
                 why = stop_problem(v)
                 need(not why, f.name, why)
+            elif f.name == "answer_words":
+                need(isinstance(v, bool), f.name, "expected true or false")
             else:
                 need((v is None and f.name.endswith("_prompts"))
                      or (isinstance(v, int) and not isinstance(v, bool)), f.name,
@@ -122,22 +126,31 @@ class HFTaskConfig(ngram.ConfigFields):
             v = getattr(self, f"{s}_prompts")
             need(v is None or 1 <= v <= ngram.MAX_PROMPTS, f"{s}_prompts",
                  f"expected 1..{ngram.MAX_PROMPTS:,} or none (every problem of the split)")
-        need((self.delimiter is None) != (self.answer_regex is None), "answer_regex",
-             "give a delimiter or an answer regex, one of the two")
-        self.checker()
+        given = [self.delimiter is not None, self.answer_regex is not None, self.answer_words]
+        need(sum(given) == 1, "answer_regex" if self.answer_regex is not None
+             else "answer_words", "give a delimiter, an answer regex or answer words, one "
+             "of the three")
+        if not self.answer_words:
+            self.checker()
 
-    def checker(self):
+    def checker(self, problems=()):
         """The answer checker the configuration names (TraceConfigError naming the
-        setting if it cannot work)."""
+        setting if it cannot work); answer words look for the answers of ``problems``
+        (every problem of the task file)."""
         try:
+            if self.answer_words:
+                return WordChecker(p.answer for p in problems)
             if self.answer_regex is not None:
                 return RegexChecker(self.answer_regex)
             return DelimiterChecker(self.delimiter)
         except CheckerError as e:
-            field = "answer_regex" if self.answer_regex is not None else "delimiter"
+            field = ("answer_words" if self.answer_words else "answer_regex"
+                     if self.answer_regex is not None else "delimiter")
             raise ngram.TraceConfigError(field, str(e).split(": ", 1)[-1]) from None
 
     def checker_text(self) -> str:
+        if self.answer_words:
+            return "words (the task's answer named last, as whole words)"
         return (f"regex {self.answer_regex!r}" if self.answer_regex is not None
                 else f"{self.delimiter} (the last delimiter's line)")
 
@@ -419,8 +432,8 @@ def build_pair(config: HFTaskConfig) -> HFTaskPair:
         config = replace(config, task_file=HM.absolute(config.task_file),
                          target=HM.absolute(config.target, local_only=True),
                          draft=HM.absolute(config.draft, local_only=True))
-    checker = config.checker()
     problems = read_tasks(config.task_file, config.delimiter)
+    checker = config.checker(problems)
     sha = sha256_file(config.task_file)
     if config.task_sha256 and config.task_sha256 != sha:
         raise DataError(f"{config.task_file}: the task file changed since these traces were "
