@@ -1,5 +1,5 @@
 """The task world end to end (evolve/data/sources/task/record.py,
-evolve/objectives/task_objectives.py, evolve/rules/judge.py, evolve/task_compare.py,
+evolve/objectives/task_objectives.py, evolve/rules/judge.py, evolve/freerun/task_compare.py,
 evolve/tasks/task.py, `evolve data task`, `evolve simulate-task`): recorded traces and
 labels round-trip and are refused when they do not belong together; the task
 objectives equal a slow per-block reference that reads every input by name; lossless
@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve import task_compare as TC
+from evolve.freerun import task_compare as TC
 from evolve.data import labels as LB
 from evolve.data.sources.task import greedy as GR
 from evolve.data.sources.task import pair as TP

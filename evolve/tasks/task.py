@@ -5,7 +5,7 @@ by the standard rule, greedy or sampled, and a label per draft the standard rule
 could reject); champions are scored by the task objectives
 (``evolve.objectives.task_objectives``), reported beside every rule family tuned to
 the run's critical budget on valid (``evolve.rules.task_tuning``), and judged by
-task accuracy free-running (``evolve.task_compare``). A champion is not written back:
+task accuracy free-running (``evolve.freerun.task_compare``). A champion is not written back:
 export it from its run (its scope records the decoding: a greedy champion exports to
 numpy and torch, whose ``acceptance`` keeps the target's argmax drafts).
 """

@@ -17,7 +17,7 @@ import contextlib
 import numpy as np
 
 from evolve.data.decode import clipped
-from evolve.paired import interval, mean_se, ratio_difference, ratio_se
+from evolve.freerun.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
 
 
