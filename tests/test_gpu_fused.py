@@ -1,7 +1,7 @@
 """The fused interpreter (``evolve.kernels.gpu.fused``, Triton) gives the Numba kernels'
 values, counts and 128-bit trace sums bit for bit. No GPU here: the kernels run in
 Triton's interpreter (``TRITON_INTERPRET=1``, numpy on the CPU, switched on by
-``gpu.fused_for`` on torch's CPU device); on a machine with a GPU the same tests run the
+``choice.fused_for`` on torch's CPU device); on a machine with a GPU the same tests run the
 compiled kernels on it. The interpreter runs a kernel instruction by instruction in
 Python, so sizes are small: a trace program costs about 0.1 s per drafted position."""
 
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 import evolve                                                             # noqa: E402
 from evolve.kernels import gpu                                            # noqa: E402
+from evolve.kernels.gpu import choice                                     # noqa: E402
 from evolve.kernels import speculative as spec_kernels                    # noqa: E402
 from evolve.kernels import tokens as tok_kernels                          # noqa: E402
 from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa: E402
@@ -49,7 +50,7 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 @pytest.fixture(scope="module")
 def fused():
     """The fused kernels: compiled on a GPU, else in Triton's interpreter."""
-    return gpu.fused_for(DEV, "fused")
+    return choice.fused_for(DEV, "fused")
 
 
 def primitive_programs():
@@ -225,24 +226,24 @@ def test_the_probe_passes_and_catches_other_bits(fused, monkeypatch):
 def test_the_kernel_is_chosen_once_and_can_be_forced(monkeypatch, fused):
     cpu = torch.device("cpu")
     monkeypatch.delenv(gpu.KERNEL, raising=False)
-    assert gpu.kernel_for(cpu) == "torch"             # the fused kernels need CUDA
+    assert choice.kernel_for(cpu) == "torch"             # the fused kernels need CUDA
     monkeypatch.setenv(gpu.KERNEL, "torch")
-    assert gpu.fused_for(cpu) is None
+    assert choice.fused_for(cpu) is None
     monkeypatch.setenv(gpu.KERNEL, "fused")
-    assert gpu.kernel_for(cpu) == "fused" and gpu.fused_for(cpu) is fused
+    assert choice.kernel_for(cpu) == "fused" and choice.fused_for(cpu) is fused
     monkeypatch.setenv(gpu.KERNEL, "numba")
     with pytest.raises(gpu.DeviceError, match="EVOLVE_GPU_KERNEL: 'numba' is invalid"):
-        gpu.kernel_for(cpu)
+        choice.kernel_for(cpu)
     with pytest.raises(ValueError, match="kernel: 'x'"):
-        gpu.fused_for(cpu, "x")
+        choice.fused_for(cpu, "x")
     # on CUDA, a failed probe is one warning and the torch kernels score
     monkeypatch.delenv(gpu.KERNEL)
-    monkeypatch.setattr(gpu, "_READY", {})
+    monkeypatch.setattr(choice, "_READY", {})
     monkeypatch.setattr(fused, "interpreted", lambda: False)
     monkeypatch.setattr(fused, "probe", lambda dev: "the fused kernels give other bits")
     with pytest.warns(RuntimeWarning, match="other bits.*torch kernels"):
-        assert gpu.kernel_for(torch.device("cuda")) == "torch"
-    assert gpu.kernel_for(torch.device("cuda")) == "torch"     # probed once
+        assert choice.kernel_for(torch.device("cuda")) == "torch"
+    assert choice.kernel_for(torch.device("cuda")) == "torch"     # probed once
 
 
 def test_forced_fused_without_triton_or_a_bad_kernel_is_one_line(tmp_path, small_data_dir,

@@ -62,7 +62,7 @@ def _median_time(fn, repeats: int, sync) -> float:
 
 
 def _trees(pset, n: int, seed: int):
-    from benchmarks.speed.harness import FULL, random_trees
+    from benchmarks.speed.sizes import FULL, random_trees
     from evolve.lang import treeio
     return treeio.linearise([treeio.from_deap(t) for t in random_trees(
         pset, n, FULL.pop_min_height, FULL.pop_max_height, seed)])
@@ -121,7 +121,7 @@ def token_inputs(rows: int, trees: int):
     from evolve.io.paths import DATA_DIR
     from evolve.kernels import tokens as tk
     from evolve.lang import primitives as P
-    from benchmarks.speed.harness import FULL
+    from benchmarks.speed.sizes import FULL
     ds = tokens.load_npz(DATA_DIR / "train.npz")
     reps = -(-rows // len(ds))
     cols = {f: np.ascontiguousarray(np.tile(v, reps)[:rows])

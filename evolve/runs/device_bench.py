@@ -1,6 +1,6 @@
 """`evolve benchmark --device cuda`: every heuristic's tree scored and timed by the
 device token kernel (``evolve.kernels.gpu.tokens``: the fused Triton kernel, or the
-torch one, as ``gpu.kernel_for`` chooses) on a torch device.
+torch one, as ``evolve.kernels.gpu.choice.kernel_for`` chooses) on a torch device.
 
 A baseline's tree comes from the rules table (``evolve.rules.table``); the
 installed ``heuristics/evolved.py``'s from its ``METADATA`` literal, used only when
@@ -26,6 +26,7 @@ import textwrap
 import time
 
 from evolve.kernels import gpu
+from evolve.kernels.gpu import choice
 from evolve.lang import codegen, treeio
 from evolve.objectives.metrics import Counts
 from evolve.rules import table
@@ -60,7 +61,7 @@ class DeviceBench:
         else:
             where = str(self.dev)
             name = f"{self.dev.type}, torch threads: {torch.get_num_threads()}"
-        out = {"device": self.device, "by": DEVICE_TIMING[gpu.kernel_for(self.dev)],
+        out = {"device": self.device, "by": DEVICE_TIMING[choice.kernel_for(self.dev)],
                "torch_device": where, "name": name, "fallback": self.fallback}
         if self.streamed:
             out["streamed"] = sorted(self.streamed)

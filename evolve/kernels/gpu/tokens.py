@@ -1,6 +1,6 @@
 """The token kernel on a device: ``evolve.kernels.tokens.population_counts``, bit for bit,
 by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in torch
-(``gpu.kernel_for`` chooses).
+(``choice.kernel_for`` chooses).
 
 A split's columns, and plog, pexp and psqrt of its inputs (as the Numba kernel's
 ``TokenArrays.derived``), are the split's device columns (``device_split``, made once
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from evolve.kernels import gpu
-from evolve.kernels.gpu import interp, stream
+from evolve.kernels.gpu import choice, interp, stream
 from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.kernels.tokens import _check_inputs
 
@@ -104,14 +104,14 @@ def _step(programs, ds: DeviceTokens, dev, chunk_rows) -> int:
 def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
                       kernel: str | None = None) -> np.ndarray:
     """Counts for every program, int64 (P, 6), as ``kernels.tokens.population_counts``;
-    by the fused kernels or the torch ones (``gpu.kernel_for``; ``kernel`` forces one)."""
+    by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel`` forces one)."""
     _check_inputs(programs, arrays)
     out = np.zeros((len(programs), 6), dtype=np.int64)
     if not len(programs):
         return out
     ds = device_split(arrays, dev)
     step = _step(programs, ds, dev, chunk_rows)
-    fused = gpu.fused_for(dev, kernel)
+    fused = choice.fused_for(dev, kernel)
     progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     acc = torch.zeros((len(programs), 6), dtype=torch.int64, device=dev)
     for r0 in range(0, ds.n, step):
@@ -135,7 +135,7 @@ def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None,
     if not len(programs):
         return out
     step = _step(programs, ds, dev, chunk_rows)
-    fused = gpu.fused_for(dev, kernel)
+    fused = choice.fused_for(dev, kernel)
     progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     for r0 in range(0, ds.n, step):
         r1 = min(ds.n, r0 + step)
