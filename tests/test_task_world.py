@@ -26,7 +26,7 @@ from evolve.data.tokens import DataError
 from evolve.lang import treeio
 from evolve.lang.features import SLOT_SIGNATURE
 from evolve.objectives import OBJECTIVES
-from evolve.objectives.task_objectives import TaskData, metrics_of
+from evolve.objectives.task_data import TaskData, metrics_of
 from evolve.rules import judge
 from evolve.rules.adapters import named_rule
 from evolve.rules.table import RATIO, RULES

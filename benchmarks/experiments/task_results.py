@@ -51,7 +51,7 @@ from evolve.data.sources.task import record  # noqa: E402
 from evolve.io import paths  # noqa: E402
 from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
-from evolve.objectives.task_objectives import TaskData, metrics_of  # noqa: E402
+from evolve.objectives.task_data import TaskData, metrics_of  # noqa: E402
 from evolve.rules import judge  # noqa: E402
 from benchmarks.experiments.trace_results import (  # noqa: E402  (one copy of each)
     _commit, _shown, quick_and_render_args, rendered)

@@ -7,8 +7,9 @@ goes through too.
     again = evolve.load_run(result.path)          # any run directory, read back
 
 ``run`` takes every option of ``evolve run`` as a keyword (``objective``,
-``tv_budget``, ``seed_baselines``, ...; their defaults are ``evolve.search.config.Config``'s,
-the one place they live) plus ``data_dir``, ``runs_dir``, ``name``, ``resume``,
+``tv_budget``, ``seed_baselines``, ...: the fields of ``evolve.search.config.Config``,
+whose declarations give its signature and the list of them in its docstring) plus
+``data_dir``, ``runs_dir``, ``name``, ``resume``,
 ``writeback``, ``force``, ``engine`` (only the inputs that engine's export computes),
 ``cluster``/``scheduler`` (sharded traces scored by Dask) and ``progress`` (a callable
 taking each generation's history record). It raises the same one-line errors the
@@ -24,8 +25,10 @@ which is not part of a run's identity.
 
 from __future__ import annotations
 
+import inspect
 import os
-from dataclasses import dataclass, fields
+import textwrap
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
 from evolve.api.acceptance_rule import Rule
@@ -172,6 +175,33 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     out = load_run(result["path"])
     return RunResult(out.name, out.path, out.status, out.champion, out.history, out.config,
                      result.get("writeback"))
+
+
+def _options_signature(fn) -> inspect.Signature:
+    """``fn``'s signature with ``**options`` spelled out: every field of ``Config`` as a
+    keyword with its default (what ``inspect.signature(evolve.run)`` and ``help`` show)."""
+    sig = inspect.signature(fn)
+    named = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    taken = {p.name for p in named}
+    options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                 annotation=f.type)
+               for f in fields(Config) if f.default is not MISSING and f.name not in taken]
+    return sig.replace(parameters=named + options)
+
+
+def _options_doc() -> str:
+    """The search options of ``run``, each with its default and help, from ``Config``."""
+    lines = ["", "Search options: the fields of ``evolve.search.config.Config``, each",
+             "declared once there or, for an objective's settings, by the objective that",
+             "reads it (``evolve.objectives.settings``):", ""]
+    for f in fields(Config):
+        lines += textwrap.wrap(f"``{f.name}={f.default!r}``: {Config.help_of(f.name, False)}",
+                               84, initial_indent="- ", subsequent_indent="  ")
+    return "\n".join("    " + line if line else "" for line in lines)
+
+
+run.__signature__ = _options_signature(run)
+run.__doc__ = (run.__doc__ or "") + "\n" + _options_doc()
 
 
 def load_run(path) -> RunResult:

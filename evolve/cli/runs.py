@@ -8,16 +8,25 @@ import click
 
 from evolve.cli.common import data_option, default_data, friendly_errors, json_option, number, \
     runs_dir_option, term
+from evolve.objectives import OBJECTIVES, SETTINGS
+from evolve.search.config import Config
 
-# The objectives as --help lists them, spelled out so that `evolve --help` loads no
-# kernel (tests/test_cli_defaults.py holds them to evolve.objectives.OBJECTIVES).
-OBJECTIVE_HELP = ("expected: the seed metric with expected counts (noise-free; the default); "
-                  "seed: the original benchmark's metric; speed: tokens per target call "
-                  "within --budget-tv (traces); speed_kl: tokens per target call within "
-                  "--budget-kl (mean KL per token; traces); pareto: NSGA-II over tokens per "
-                  "call and TV (traces); task_speed: tokens per target call within "
-                  "--budget-critical (accepted critical tokens per answer; task traces); "
-                  "task_seed: the seed's metric on critical-token labels (task traces).")
+# The objectives as --help lists them, with their own help (evolve.objectives loads no
+# kernel: the command line lists them without loading Numba).
+OBJECTIVE_HELP = "; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) + "."
+
+
+def setting_options(command):
+    """The options of every objective's settings (``evolve.objectives.SETTINGS``), as the
+    objectives declare them: flag, help, default. A number is taken as text and read by
+    ``run_cmd`` (``common.number``), so that a value that is not one is one line naming
+    the option."""
+    for s in reversed(SETTINGS):
+        kind = {"bool": {"is_flag": True}, "int": {"type": int}}.get(
+            s.kind, {"type": str, "metavar": "FLOAT"})
+        command = click.option(s.flag, s.name, default=None, help=Config.help_of(s.name),
+                               **kind)(command)
+    return command
 
 
 @click.command("benchmark")
@@ -53,57 +62,29 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 # --------------------------------------------------------------------- run
 
 @click.command("run")
-@click.option("--generations", type=int, default=None, help="Generations [default: 100].")
-@click.option("--population", type=int, default=None, help="Population size [default: 1000].")
-@click.option("--seed", type=int, default=None, help="Random seed [default: 0].")
-@click.option("--objective", type=str, default=None,
-              help=OBJECTIVE_HELP)
-@click.option("--budget-tv", "tv_budget", type=float, default=None,
-              help="Objectives speed, pareto: mean TV per token allowed [0.02].")
-@click.option("--budget-kl", "kl_budget", type=float, default=None,
-              help="Objective speed_kl: mean KL per token allowed [0.01].")
-@click.option("--budget-critical", "critical_budget", type=float, default=None,
-              help="Objective task_speed: accepted critical tokens per answer allowed (about "
-                   "the accuracy drop) [0.01].")
-@click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
-              help="Objectives speed, speed_kl: mean slot TV allowed at any block "
-                   "position [1, no cap].")
-@click.option("--cap-tv-p99", "tv_p99_cap", type=float, default=None,
-              help="Objectives speed, speed_kl: 99th percentile of slot TV allowed "
-                   "(reach-weighted) [1, no cap].")
-@click.option("--tournament", type=int, default=None, help="Tournament size [default: 7].")
-@click.option("--cx-prob", type=float, default=None, help="Crossover probability [0.7].")
-@click.option("--mut-prob", type=float, default=None, help="Mutation probability [0.25].")
-@click.option("--max-height", type=int, default=None, help="Tree height limit [10].")
-@click.option("--max-size", type=int, default=None, help="Tree size limit (nodes) [60].")
+@click.option("--generations", type=int, default=None, help=Config.help_of("generations"))
+@click.option("--population", type=int, default=None, help=Config.help_of("population"))
+@click.option("--seed", type=int, default=None, help=Config.help_of("seed"))
+@click.option("--objective", type=str, default=None, help=OBJECTIVE_HELP)
+@setting_options
+@click.option("--tournament", type=int, default=None, help=Config.help_of("tournament"))
+@click.option("--cx-prob", type=float, default=None, help=Config.help_of("cx_prob"))
+@click.option("--mut-prob", type=float, default=None, help=Config.help_of("mut_prob"))
+@click.option("--max-height", type=int, default=None, help=Config.help_of("max_height"))
+@click.option("--max-size", type=int, default=None, help=Config.help_of("max_size"))
 @click.option("--init-max-height", type=int, default=None,
-              help="Height limit of the first population's trees [4].")
-@click.option("--elitism", type=int, default=None, help="Elites kept each generation [2].")
+              help=Config.help_of("init_max_height"))
+@click.option("--elitism", type=int, default=None, help=Config.help_of("elitism"))
 @click.option("--seed-baselines", is_flag=True, default=None,
-              help="Put the baselines (as trees) into the first population; with "
-                   "--lookahead, the value gate on ahead too.")
-@click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
-@click.option("--device", type=str, default=None,
-              help="Evaluate populations on cpu (the Numba kernels) or cuda (torch, the "
-                   "same results bit for bit; pip install '.[gpu]') [cpu].")
-@click.option("--starts", type=int, default=None,
-              help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
-                   "valid [1].")
-@click.option("--batch-blocks", type=int, default=None,
-              help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
-@click.option("--trajectory", is_flag=True, default=None,
-              help="Objective speed: score every rule on its own trajectory (importance-"
-                   "weighted free-running estimate) on train, valid and test.")
-@click.option("--ess-floor", "ess_floor", type=str, default=None, metavar="FLOAT",
-              help="With --trajectory: least effective number of sequences, as a fraction "
-                   "of the split's sequences, below which a rule is infeasible [0.1].")
-@click.option("--lookahead", is_flag=True, default=None,
-              help="Trace objectives: also offer next_tv and ahead, what verification knows "
-                   "of the block's later drafted slots (such rules are scored by an "
-                   "estimate; compare them free-running with evolve simulate --compare).")
+              help=Config.help_of("seed_baselines"))
+@click.option("--threads", type=int, default=None, help=Config.help_of("threads"))
+@click.option("--device", type=str, default=None, help=Config.help_of("device"))
+@click.option("--starts", type=int, default=None, help=Config.help_of("starts"))
+@click.option("--batch-blocks", type=int, default=None, help=Config.help_of("batch_blocks"))
+@click.option("--trajectory", is_flag=True, default=None, help=Config.help_of("trajectory"))
+@click.option("--lookahead", is_flag=True, default=None, help=Config.help_of("lookahead"))
 @click.option("--inputs", type=str, default=None, metavar="NAME,...",
-              help="Only these inputs (comma-separated) in the search, a subset of what the "
-                   "data offer (all of them by default).")
+              help=Config.help_of("inputs"))
 @click.option("--engine", type=str, default=None, metavar="vllm|transformers",
               help="Only the inputs that engine's export computes (vllm: draft_prob, "
                    "target_prob, block_position), so the champion exports there.")
@@ -121,15 +102,16 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(no_writeback, json_mode, ess_floor, **given):
+def run_cmd(no_writeback, json_mode, **given):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve.api import runs as api    # lazy: start-up (a command loads only what it runs)
     from evolve.cluster import ClusterInterrupted    # lazy: start-up (as above)
     from evolve.runs import runner    # lazy: start-up (a command loads only what it runs)
     # the options given, as the API's keywords: their defaults are Config's alone
     options = {k: v for k, v in given.items() if v is not None}
-    if ess_floor is not None:
-        options["ess_floor"] = number("--ess-floor", ess_floor)
+    for s in SETTINGS:
+        if s.kind == "float" and s.name in options:
+            options[s.name] = number(s.flag, options[s.name])
     out = term(json_mode)
     opts = api.run_options(writeback=not no_writeback, **options)
     try:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from evolve.kernels.gpu import DeviceError
 from evolve.kernels.layout import TAIL_OFF
-from evolve.objectives import on_device
 from evolve.objectives.base import Evaluator
-from evolve.objectives.splits import as_split
 
 CPU = "cpu"
 
@@ -34,6 +32,7 @@ def token_evaluator(split, name: str, config=None) -> Evaluator:
     arrays = TokenArrays(split)
     device = device_of(config)
     if device != CPU:
+        from evolve.objectives import on_device    # lazy: the device path only (torch)
         return on_device.token_evaluator(arrays, name, device)
     return Evaluator(name, lambda progs: population_counts(progs, arrays), arrays, arrays.n)
 
@@ -41,8 +40,10 @@ def token_evaluator(split, name: str, config=None) -> Evaluator:
 def trace_evaluator(split, name: str, config=None, tail_cap: float = TAIL_OFF,
                     with_kl: bool = False) -> Evaluator:
     """The evaluator of a trace split (in memory or sharded): its trace sums."""
+    from evolve.objectives.splits import as_split    # lazy: start-up (the trace schema)
     device = device_of(config)
     if device != CPU:
+        from evolve.objectives import on_device    # lazy: the device path only (torch)
         return on_device.trace_evaluator(as_split(split), name, device, tail_cap, with_kl)
     return as_split(split).evaluator(name, with_kl=with_kl, tail_cap=tail_cap)
 

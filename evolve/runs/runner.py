@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.lang import codegen, treeio
+from evolve.objectives.settings import champion_settings
 from evolve.runs import datasum
 from evolve.runs.finalise import champion_record, finalise
 from evolve.io.paths import runs_dir
@@ -343,7 +344,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     for name, doc in rep["files"].items():
         run.write_json(name, doc)
     champion = champion_record(champ.tree, nodes, champ.born, objective.name, metrics,
-                               **rep["champion"])
+                               champion_settings(objective, engine.config), **rep["champion"])
     wb = finalise(run, engine.config, opts, champion, engine.config.seed,
                   lambda: splits["valid"], {"generation": engine.generation},
                   evaluator=engine.valid)

@@ -20,7 +20,7 @@ from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.io.paths import DATA_DIR
 from evolve.objectives import bind
-from evolve.objectives.task_objectives import task_data
+from evolve.objectives.task_data import task_data
 from evolve.rules import task_tuning
 from evolve.standing import INFEASIBLE, LOSES, WINS
 from evolve.tasks.base import Task
@@ -83,7 +83,7 @@ class TaskTask(Task):
             verdict, why = WINS, (f"beats the lossless rule and every rule family tuned "
                                     f"to critical {cfg.critical_budget:g} on valid "
                                     f"({score:.4f} tokens per call)")
-        champion = {"critical_budget": cfg.critical_budget, "baselines_tuned_on_valid": tuned,
+        champion = {"baselines_tuned_on_valid": tuned,
                     "decoding": result.splits["valid"].meta["decoding"],
                     "scope": traces.scope_of(result.splits["valid"].meta),
                     "standing": {"verdict": verdict, "why": why, "valid_score": score,
