@@ -151,7 +151,7 @@ def token_section(args, dev, sync) -> dict:
     nodes = int(progs.lengths.sum())
 
     def run(kern):
-        return gt.population_counts(progs, split, dev, kernel=kern)
+        return gt.population_counts(progs, split, kernel=kern, device=dev)
     kernels, failed = _identical("token", args.kernels, run, tk.population_counts(progs, split),
                                  getattr(args, "strict", True))
     out = {"trees": len(progs), "nodes": nodes, "rows": split.n, "identical": True,
@@ -166,8 +166,8 @@ def token_section(args, dev, sync) -> dict:
         out[f"{kern}_over_numba"] = out["numba_s"] / sec
     if "torch" in kernels:
         out["torch_ops_per_node"] = ops_per_node(
-            lambda: gt.population_counts(progs, split, dev, chunk_rows=split.n,
-                                         kernel="torch"), nodes)
+            lambda: gt.population_counts(progs, split, chunk_rows=split.n,
+                                         kernel="torch", device=dev), nodes)
     return out
 
 
@@ -179,7 +179,7 @@ def trace_section(args, dev, sync) -> dict:
     rows = sa.n * sa.k
 
     def run(kern):
-        return gtr.population_sums(progs, sa, dev, kernel=kern)
+        return gtr.population_sums(progs, sa, with_kl=False, kernel=kern, device=dev)
     kernels, failed = _identical("trace", args.kernels, run,
                                  speculative.population_sums(progs, sa, with_kl=False),
                                  getattr(args, "strict", True))

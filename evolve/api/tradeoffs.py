@@ -27,7 +27,7 @@ from evolve.data import traces
 from evolve.errors import EvolveError, show
 from evolve.export.outfile import check_target
 from evolve.io import paths
-from evolve.kernels import gpu
+from evolve.objectives import placement
 from evolve.objectives import spec
 from evolve.objectives.trajectory import TraceBlocks
 from evolve.rules import tuning
@@ -154,7 +154,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(param, f"{show(flag)} is invalid; expected True or False")
     if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):
         runs = [runs]
-    gpu.check(device)                 # before any work: one line naming the device
+    placement.check(device)           # before any work: one line naming the device
     if png is not None:
         png = check_target("png", png)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR

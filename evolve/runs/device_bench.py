@@ -25,8 +25,8 @@ import sys
 import textwrap
 import time
 
-from evolve.kernels import gpu
 from evolve.kernels.gpu import choice
+from evolve.objectives import placement
 from evolve.lang import codegen, treeio
 from evolve.objectives.metrics import Counts
 from evolve.rules import table
@@ -44,10 +44,11 @@ class DeviceBench:
 
     def __init__(self, device: str):
         self.device = device
-        self.dev = gpu.torch_device(device)
+        resolved = placement.resolve(device)
+        self.dev = resolved.torch
         from evolve.kernels.gpu import tokens  # lazy: torch, only on the device path
         self._tokens = tokens
-        self._counts = gpu.guarded(tokens.population_counts, device)
+        self._kernel = resolved.guarded(tokens.population_counts)     # resolved once, above
         self.fallback: dict[str, str] = {}
         self.streamed: set[str] = set()     # splits too large to be resident (streamed)
 
@@ -85,7 +86,7 @@ class DeviceBench:
         return {split: self._score(progs, split, ps, repeats) for split, ps in prepared.items()}
 
     def _score(self, progs, split: str, ps, repeats: int) -> dict:
-        raw = self._counts(progs, ps.arrays, self.dev)     # also puts the columns on the device
+        raw = self._counts(progs, ps.arrays)     # also puts the columns on the device
         if getattr(self._tokens.device_split(ps.arrays, self.dev), "streaming", False):
             self.streamed.add(split)
         metrics = Counts.from_raw(ps.n, raw[0]).metrics()
@@ -93,11 +94,14 @@ class DeviceBench:
         for _ in range(max(1, repeats)):
             self._sync()
             t0 = time.perf_counter()
-            self._counts(progs, ps.arrays, self.dev)
+            self._counts(progs, ps.arrays)
             self._sync()
             times.append(time.perf_counter() - t0)
         metrics["eval_ms"] = statistics.median(times) * 1e3
         return metrics
+
+    def _counts(self, progs, arrays):
+        return self._kernel(progs, arrays, device=self.dev)
 
     def _sync(self) -> None:
         if self.dev.type == "cuda":

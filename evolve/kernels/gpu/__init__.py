@@ -33,7 +33,8 @@ kernels are first imported), which is how the tests check it without a GPU.
 This module is the device itself (its name checked, the torch device it stands for, the
 memory budget, out-of-memory errors); which kernels score on it is
 ``evolve.kernels.gpu.choice``, which imports the fused kernels, which import this
-module. It imports nothing heavy: the command line checks ``--device`` with it.
+module. It imports nothing heavy. Only ``evolve.objectives.placement`` resolves a run's
+``device`` with it (``torch_device``); the kernels take the torch device it gives.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from dataclasses import dataclass
 
 from evolve.errors import EvolveError, show
 
@@ -63,14 +65,6 @@ def check_name(device) -> None:
     if device not in DEVICES:
         raise DeviceError.of("device", f"{device!r} is invalid; expected one of "
                              f"{', '.join(DEVICES)}")
-
-
-def check(device) -> None:
-    """A one-line DeviceError naming ``device`` unless it can evaluate here: a known
-    name, and for "cuda" what ``torch_device`` checks (no torch import for "cpu")."""
-    check_name(device)
-    if device != "cpu":
-        torch_device(device)
 
 
 def torch_device(device: str):
@@ -166,6 +160,24 @@ def out_of_memory_types() -> tuple:
     types = [getattr(torch, "OutOfMemoryError", None),
              getattr(getattr(torch, "cuda", None), "OutOfMemoryError", None)]
     return tuple({t for t in types if isinstance(t, type)})
+
+
+@dataclass(frozen=True)
+class Device:
+    """A run's device resolved (``resolve``): ``name`` as the run names it ("cuda", in
+    its errors) and ``torch``, the torch device the kernels take (``device=``)."""
+    name: str
+    torch: object
+
+    def guarded(self, fn):
+        """``fn`` with torch's out-of-memory errors as one-line DeviceErrors."""
+        return guarded(fn, self.name)
+
+
+def resolve(device: str) -> Device:
+    """The ``Device`` that evaluates for ``device`` ("cuda"): ``torch_device``'s checks,
+    once (``evolve.objectives.placement.resolve`` is where a run's device is resolved)."""
+    return Device(device, torch_device(device))
 
 
 def guarded(fn, device: str):

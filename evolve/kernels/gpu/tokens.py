@@ -101,10 +101,13 @@ def _step(programs, ds: DeviceTokens, dev, chunk_rows) -> int:
     return chunk_size(programs, dev, chunk_rows, ds.bytes_per_row if ds.streaming else 0)
 
 
-def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
-                      kernel: str | None = None) -> np.ndarray:
-    """Counts for every program, int64 (P, 6), as ``kernels.tokens.population_counts``;
-    by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel`` forces one)."""
+def population_counts(programs, split, *, chunk_rows: int | None = None,
+                      kernel: str | None = None, device) -> np.ndarray:
+    """``kernels.tokens.population_counts`` on torch device ``device`` (resolved by
+    ``evolve.objectives.placement``): counts for every program, int64 (P, 6), the same
+    integers; by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel``
+    forces one; ``chunk_rows`` forces the rows a chunk holds)."""
+    arrays, dev = split, device
     _check_inputs(programs, arrays)
     out = np.zeros((len(programs), 6), dtype=np.int64)
     if not len(programs):
@@ -125,10 +128,12 @@ def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
     return out
 
 
-def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None,
-                          kernel: str | None = None) -> np.ndarray:
-    """Every program's thresholds, float64 (P, n), as ``kernels.tokens.population_thresholds``
-    (gathered on the host chunk by chunk); kernels as ``population_counts``."""
+def population_thresholds(programs, split, *, chunk_rows: int | None = None,
+                          kernel: str | None = None, device) -> np.ndarray:
+    """``kernels.tokens.population_thresholds`` on torch device ``device``: every
+    program's thresholds, float64 (P, n), gathered on the host chunk by chunk; kernels
+    as ``population_counts``."""
+    arrays, dev = split, device
     _check_inputs(programs, arrays)
     ds = device_split(arrays, dev)
     out = np.empty((len(programs), ds.n), dtype=np.float64)

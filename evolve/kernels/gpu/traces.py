@@ -269,13 +269,17 @@ def sizes(programs, d: DeviceTrace, dev, chunk_blocks, batch_programs) -> tuple:
     return nb, max(1, min(pb, len(programs)))
 
 
-def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = TAIL_OFF,
-                    blocks=None, chunk_blocks: int | None = None,
-                    batch_programs: int | None = None, kernel: str | None = None) -> np.ndarray:
-    """Exact sums for every program, int64 (P, layout.width(g), 2), as
-    ``kernels.speculative.population_sums`` (with ``with_kl=False`` the kl sum is 0 and
-    its logarithms are skipped), over every block of ``sa`` or over ``blocks``; by the
-    fused kernels or the torch ones (``choice.kernel_for``; ``kernel`` forces one)."""
+def population_sums(programs, sa, with_kl: bool = True, tail_cap: float = TAIL_OFF,
+                    blocks=None, *, chunk_blocks: int | None = None,
+                    batch_programs: int | None = None, kernel: str | None = None,
+                    device) -> np.ndarray:
+    """``kernels.speculative.population_sums`` on torch device ``device`` (resolved by
+    ``evolve.objectives.placement``), the same arguments and the same integers: exact sums
+    for every program, int64 (P, layout.width(g), 2), over every block of ``sa`` or over
+    ``blocks`` (with ``with_kl=False`` the kl sum is 0 and its logarithms are skipped);
+    by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel`` forces
+    one). ``chunk_blocks`` and ``batch_programs`` force sizes (else the memory budget's)."""
+    dev = device
     _check_inputs(programs, sa)
     d = device_split(sa, dev)
     if blocks is not None:
