@@ -33,14 +33,13 @@ from pathlib import Path
 
 from evolve.api.acceptance_rule import Rule
 from evolve.io import paths
-from evolve.objectives import OBJECTIVES
 from evolve.runs import multistart, runner
+from evolve.runs.lifecycle import OVERRIDES
 from evolve.runs.rundir import RunDir, RunError
 from evolve.search.config import Config, ConfigError, show
-from evolve.tasks import task_of
 
 # What may still be given when a run is resumed: the rest is the run's own.
-ON_RESUME = ("generations", "device")
+ON_RESUME = OVERRIDES
 
 
 @dataclass(frozen=True)
@@ -143,21 +142,19 @@ def run_options(*, data_dir=None, runs_dir=None, name=None, resume=None, writeba
     cfg = Config(**options)
     if resume is not None and "generations" not in options:
         cfg.generations = None              # keep the run's own
-    data_given = data_dir is not None
-    if data_dir is None:
-        known_objective = isinstance(cfg.objective, str) and cfg.objective in OBJECTIVES
-        data_dir = task_of(cfg.objective).default_data() if known_objective \
-            else paths.DATA_DIR
+    # data_dir None: the objective's own data (evolve.runs.lifecycle.begin)
     return runner.RunOptions(config=cfg, data_dir=data_dir,          # checks every value
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=writeback, force=force, data_given=data_given,
+                             writeback=writeback, force=force, data_given=data_dir is not None,
                              cluster=cluster, scheduler=scheduler)
 
 
-def execute(opts: runner.RunOptions, term) -> tuple[int, dict]:
-    """Run (or resume) a run of ``run_options`` with ``term`` (the command line's
-    terminal, or ``Quiet``): (exit code, the runner's result)."""
-    return multistart.execute_any(opts, term)
+def execute(term, **keywords) -> tuple[int, dict, runner.RunOptions]:
+    """Run (or resume) the run ``keywords`` ask for (those of ``run``, checked by
+    ``run_options``) with ``term`` (the command line's terminal, or ``Quiet``): (exit
+    code, the runner's result, the options as run: ``data_dir`` is the data it read)."""
+    opts = run_options(**keywords)
+    return (*multistart.execute_any(opts, term), opts)
 
 
 def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True, force=False,
@@ -168,10 +165,9 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     if progress is not None and not callable(progress):
         raise ConfigError.of("progress", f"{show(progress)} is invalid; expected a callable "
                                          "taking each generation's record, or None")
-    opts = run_options(data_dir=data_dir, runs_dir=runs_dir, name=name, resume=resume,
-                       writeback=writeback, force=force, engine=engine, cluster=cluster,
-                       scheduler=scheduler, **options)
-    _, result = execute(opts, Quiet(progress))
+    _, result, _ = execute(Quiet(progress), data_dir=data_dir, runs_dir=runs_dir, name=name,
+                           resume=resume, writeback=writeback, force=force, engine=engine,
+                           cluster=cluster, scheduler=scheduler, **options)
     out = load_run(result["path"])
     return RunResult(out.name, out.path, out.status, out.champion, out.history, out.config,
                      result.get("writeback"))

@@ -113,9 +113,8 @@ def run_cmd(no_writeback, json_mode, **given):
         if s.kind == "float" and s.name in options:
             options[s.name] = number(s.flag, options[s.name])
     out = term(json_mode)
-    opts = api.run_options(writeback=not no_writeback, **options)
     try:
-        code, result = api.execute(opts, out)
+        code, result, opts = api.execute(out, writeback=not no_writeback, **options)
     except ClusterInterrupted as e:        # stopped while reaching the cluster
         out.error(str(e))
         sys.exit(runner.EXIT_INTERRUPTED)

@@ -251,8 +251,10 @@ class Config:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
-        """A Config from a run's config.json; every value is type-checked first."""
+    def from_dict(cls, d: dict, validate: bool = True) -> "Config":
+        """A Config from a run's config.json; every value is type-checked first, then
+        (``validate``) every range: a resumed run validates once, after what it may
+        change is set (``evolve.runs.lifecycle``)."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected an object, got {type(d).__name__}")
         kinds = cls.kinds()
@@ -264,7 +266,8 @@ class Config:
                 raise ConfigError(f"config: {key!r} is {show(value)}; expected "
                                   f"{KINDS[kinds[key]]}")
         cfg = cls(**d)
-        cfg.validate()
+        if validate:
+            cfg.validate()
         return cfg
 
 

@@ -40,7 +40,8 @@ PARTS = ("selection", "variation", "evaluation", "hall_of_fame")
 
 class Evolution:
     def __init__(self, config: Config, train, valid):
-        config.validate()
+        """An engine on ``train`` and ``valid`` with ``config``, already validated (a run
+        validates its configuration once: ``evolve.runs.lifecycle``)."""
         self.config = config
         self.objective = bind(config)       # chosen once: the trajectory estimate too
         self.Individual = operators.individual_class(self.objective.weights)
