@@ -211,9 +211,9 @@ def test_speed_kl_run_on_the_torch_kernels_is_the_cpu_run(tmp_path, npz_dir, tor
     cpu = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **KL_RUN)
     real, flags = gpu_traces.population_sums, []
 
-    def spy(progs, sa, dev, with_kl=False, *a, **kw):
+    def spy(progs, sa, with_kl=True, *a, **kw):
         flags.append(with_kl)
-        return real(progs, sa, dev, with_kl, *a, **kw)
+        return real(progs, sa, with_kl, *a, **kw)
     monkeypatch.setattr(gpu_traces, "population_sums", spy)
     dev = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
                      device="cuda", **KL_RUN)
@@ -251,9 +251,9 @@ def test_tradeoff_on_the_device_is_the_cpu_tradeoff(tmp_path, small_dir, torch_o
     cpu = _tradeoff(small_dir, tmp_path, "--device", "cpu")
     real, calls = gpu_traces.population_sums, []
 
-    def spy(progs, sa, dev, with_kl=False, *a, **kw):
+    def spy(progs, sa, with_kl=True, *a, **kw):
         calls.append(bool(with_kl))
-        return real(progs, sa, dev, with_kl, *a, **kw)
+        return real(progs, sa, with_kl, *a, **kw)
     monkeypatch.setattr(gpu_traces, "population_sums", spy)
     monkeypatch.setattr(spec, "population_results", _numba_refused)
     dev = _tradeoff(small_dir, tmp_path, "--device", "cuda")
