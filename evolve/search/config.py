@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from evolve.errors import EvolveError, shorten, show  # noqa: F401 (re-exported)
 from evolve.objectives import ALL_OBJECTIVES, OBJECTIVES, SETTINGS
+from evolve.objectives.placement import DEVICES
 from evolve.objectives.settings import option_help
 from evolve.io.jsonio import MAX_INT_DIGITS
 from evolve.lang.features import ALL_INPUT_NAMES, INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
@@ -218,7 +219,7 @@ class Config:
         need(not self.lookahead or OBJECTIVES[self.objective].traces, "lookahead",
              f"the lookahead inputs exist on traces; objective {self.objective} "
              "scores tokens")
-        need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
+        need(self.device in DEVICES, "device", f"expected {' or '.join(DEVICES)}")
         if self.inputs:
             self._check_inputs()
         need(self.device == "cpu" or not self.trajectory,
