@@ -1,3 +1,4 @@
 from evolve.cli import main
 
-main()
+if __name__ == "__main__":       # python -m evolve (importing this module runs nothing)
+    main()

@@ -27,7 +27,7 @@ Each concern has its own subclass, defined next to the code that raises it:
 - ``evolve.rules.adapters.RuleError`` (and ``UnknownRule``): a rule of the table;
 - ``evolve.export.modules.ExportError``, ``evolve.export.outfile.OutputError``:
   exports and the files a command writes;
-- ``evolve.simulate.SizeError``: a simulation beyond its bounds;
+- ``evolve.freerun.simulate.SizeError``: a simulation beyond its bounds;
 - ``evolve.cluster.ClusterError``: a cluster that cannot be reached or used
   (also a ``RuntimeError``);
 - ``evolve.cli.common.BadOption``: an option a command checks itself;

@@ -34,7 +34,7 @@ import evolve.cli.trace_data as CT
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES, families
 from tests import rulefns
-from evolve import simulate as S
+from evolve.freerun import simulate as S
 from evolve.rules import adapters
 from evolve.objectives import spec
 from evolve.data import traces as T

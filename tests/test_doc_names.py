@@ -54,6 +54,7 @@ WRITTEN_AT_RUN_TIME = {
     "datasets/neural-traces-full",      # make results-engines-neural (top-k 256)
     "datasets/my-traces",               # an example of the user's own output
     "datasets/my-task",                 # an example of the user's own task traces
+    "evolve/objectives/toy.py",         # the scratch objective of docs/internals.md
     "datasets/task",                    # evolve data task (default output)
     "datasets/task-results",            # make results-task
     "datasets/pairs",                   # evolve data pair NAME (default folders)

@@ -155,7 +155,7 @@ def test_each_primitive_matches_the_kernel_on_edge_inputs():
         progs.append(list(reversed(args)) + [(p.opcode,)])
         progs.append([(C, 1e-300)] * (p.arity - 1) + [(3,), (p.opcode,)])
     programs = raw(progs)
-    same_bits(gpu_tokens.population_thresholds(programs, arrays, CPU),
+    same_bits(gpu_tokens.population_thresholds(programs, arrays, device=CPU),
               tok_kernels.population_thresholds(programs, arrays))
 
 
@@ -167,14 +167,14 @@ def test_token_counts_equal_the_numba_kernel(small_splits):
     programs = treeio.linearise(random_trees(60, 5))
     arrays = tok_kernels.TokenArrays(small_splits["valid"])
     want = tok_kernels.population_counts(programs, arrays)
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU), want)
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU, chunk_rows=97),
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, device=CPU), want)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, chunk_rows=97, device=CPU),
                           want)
-    same_bits(gpu_tokens.population_thresholds(programs, arrays, CPU),
+    same_bits(gpu_tokens.population_thresholds(programs, arrays, device=CPU),
               tok_kernels.population_thresholds(programs, arrays))
     edge = tok_kernels.TokenArrays(edge_dataset())
     for progs in (edge_programs(), programs):
-        assert np.array_equal(gpu_tokens.population_counts(progs, edge, CPU, chunk_rows=5),
+        assert np.array_equal(gpu_tokens.population_counts(progs, edge, chunk_rows=5, device=CPU),
                               tok_kernels.population_counts(progs, edge))
 
 
@@ -196,10 +196,10 @@ def test_trace_sums_equal_the_numba_kernel(sa, cap):
     chunk and in chunks of 150 blocks (the last one short) and batches of 8 programs."""
     programs = _trace_programs()
     want = spec_kernels.population_sums(programs, sa, with_kl=False, tail_cap=cap)
-    got = gpu_traces.population_sums(programs, sa, CPU, tail_cap=cap)
+    got = gpu_traces.population_sums(programs, sa, with_kl=False, tail_cap=cap, device=CPU)
     assert np.array_equal(got, want)
-    got = gpu_traces.population_sums(programs, sa, CPU, tail_cap=cap, chunk_blocks=150,
-                                     batch_programs=8)
+    got = gpu_traces.population_sums(programs, sa, with_kl=False, tail_cap=cap, chunk_blocks=150,
+                                     batch_programs=8, device=CPU)
     assert np.array_equal(got, want)
     same_bits(fixed.to_float(got), spec_kernels.population_objectives(programs, sa, False, cap))
 
@@ -221,8 +221,8 @@ def test_a_tail_cap_equal_to_a_slot_tv_counts_as_the_kernel(sa):
                                                  tail_cap=float(np.nextafter(cap, -1.0)))
             if not np.array_equal(want, below):           # a tie with a reached slot
                 ties += 1
-                assert np.array_equal(gpu_traces.population_sums(one, sa, CPU, tail_cap=cap),
-                                      want)
+                assert np.array_equal(gpu_traces.population_sums(
+                    one, sa, with_kl=False, tail_cap=cap, device=CPU), want)
                 break
     assert ties >= 2
 
@@ -232,14 +232,38 @@ def test_trace_edge_programs_and_minibatches(sa):
     inputs, and minibatches of blocks (gathered on the device) against the kernel on
     ``sa.blocks``."""
     programs = edge_programs(n_inputs=sa.X.shape[0])
-    assert np.array_equal(gpu_traces.population_sums(programs, sa, CPU, chunk_blocks=200),
+    assert np.array_equal(gpu_traces.population_sums(programs, sa, with_kl=False,
+                                                     chunk_blocks=200, device=CPU),
                           spec_kernels.population_sums(programs, sa, with_kl=False))
     rand = _trace_programs()
     for seed in (0, 1):
         blocks = np.sort(np.random.default_rng(seed).choice(sa.n_blocks, 40, replace=False))
         assert np.array_equal(
-            gpu_traces.population_sums(rand, sa, CPU, blocks=blocks, chunk_blocks=16),
+            gpu_traces.population_sums(rand, sa, False, blocks=blocks, chunk_blocks=16,
+                                       device=CPU),
             spec_kernels.population_sums(rand, sa.blocks(blocks), with_kl=False))
+        assert np.array_equal(spec_kernels.population_sums(rand, sa, False, blocks=blocks),
+                              spec_kernels.population_sums(rand, sa.blocks(blocks), False))
+
+
+def test_device_kernels_take_the_cpu_kernels_arguments_then_the_device():
+    """Each device kernel's signature is its CPU kernel's (names, order, defaults), then
+    keyword-only sizes a device chooses (``chunk_*``, ``batch_programs``, ``kernel``) and
+    ``device`` last, with no default: ``evolve.objectives.placement`` resolves it."""
+    import inspect
+    pairs = [(gpu_traces.population_sums, spec_kernels.population_sums),
+             (gpu_tokens.population_counts, tok_kernels.population_counts),
+             (gpu_tokens.population_thresholds, tok_kernels.population_thresholds)]
+    for on_device, on_cpu in pairs:
+        dev = list(inspect.signature(on_device).parameters.values())
+        cpu = list(inspect.signature(on_cpu).parameters.values())
+        assert [(p.name, p.default) for p in dev[:len(cpu)]] == \
+            [(p.name, p.default) for p in cpu], on_device.__name__
+        extra = dev[len(cpu):]
+        assert extra[-1].name == "device" and extra[-1].default is inspect.Parameter.empty
+        assert all(p.kind is p.KEYWORD_ONLY for p in extra)
+        assert {p.name for p in extra[:-1]} <= {"chunk_rows", "chunk_blocks", "batch_programs",
+                                                "kernel"}
 
 
 def test_fixed_point_limbs_add_like_the_kernel():

@@ -1,7 +1,7 @@
 """The fused interpreter (``evolve.kernels.gpu.fused``, Triton) gives the Numba kernels'
 values, counts and 128-bit trace sums bit for bit. No GPU here: the kernels run in
 Triton's interpreter (``TRITON_INTERPRET=1``, numpy on the CPU, switched on by
-``gpu.fused_for`` on torch's CPU device); on a machine with a GPU the same tests run the
+``choice.fused_for`` on torch's CPU device); on a machine with a GPU the same tests run the
 compiled kernels on it. The interpreter runs a kernel instruction by instruction in
 Python, so sizes are small: a trace program costs about 0.1 s per drafted position."""
 
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 import evolve                                                             # noqa: E402
 from evolve.kernels import gpu                                            # noqa: E402
+from evolve.kernels.gpu import choice                                     # noqa: E402
 from evolve.kernels import speculative as spec_kernels                    # noqa: E402
 from evolve.kernels import tokens as tok_kernels                          # noqa: E402
 from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa: E402
@@ -49,7 +50,7 @@ DEV = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 @pytest.fixture(scope="module")
 def fused():
     """The fused kernels: compiled on a GPU, else in Triton's interpreter."""
-    return gpu.fused_for(DEV, "fused")
+    return choice.fused_for(DEV, "fused")
 
 
 def primitive_programs():
@@ -73,10 +74,10 @@ def test_every_primitive_and_edge_program_gives_the_numba_values(fused):
     40 deep, which spill out of the registers)."""
     arrays = tok_kernels.TokenArrays(edge_dataset())
     for programs in (primitive_programs(), edge_programs()):
-        same_bits(gpu_tokens.population_thresholds(programs, arrays, DEV, kernel="fused"),
+        same_bits(gpu_tokens.population_thresholds(programs, arrays, kernel="fused", device=DEV),
                   tok_kernels.population_thresholds(programs, arrays))
-        assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV,
-                                                           kernel="fused"),
+        assert np.array_equal(gpu_tokens.population_counts(programs, arrays,
+                                                           kernel="fused", device=DEV),
                               tok_kernels.population_counts(programs, arrays))
 
 
@@ -114,10 +115,10 @@ def test_token_counts_equal_the_numba_kernel(small_splits, fused):
     programs = treeio.linearise(random_trees(40, 5))
     arrays = tok_kernels.TokenArrays(small_splits["valid"])
     want = tok_kernels.population_counts(programs, arrays)
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV, kernel="fused"),
-                          want)
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, DEV, chunk_rows=97,
-                                                       kernel="fused"), want)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, kernel="fused",
+                                                       device=DEV), want)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, chunk_rows=97,
+                                                       kernel="fused", device=DEV), want)
 
 
 def test_work_items_of_several_tiles_and_a_small_grid(small_splits, fused):
@@ -152,9 +153,9 @@ def test_trace_sums_with_kl_on_minibatches_in_chunks_and_batches(sa, fused):
     150 blocks in chunks of 100 (gathered on the device) and batches of 3 programs."""
     programs = _trace_programs(5)
     blocks = np.sort(np.random.default_rng(0).choice(sa.n_blocks, 150, replace=False))
-    got = gpu_traces.population_sums(programs, sa, DEV, with_kl=True, tail_cap=0.05,
+    got = gpu_traces.population_sums(programs, sa, with_kl=True, tail_cap=0.05,
                                      blocks=blocks, chunk_blocks=100, batch_programs=3,
-                                     kernel="fused")
+                                     kernel="fused", device=DEV)
     assert np.array_equal(got, spec_kernels.population_sums(programs, sa.blocks(blocks),
                                                             with_kl=True, tail_cap=0.05))
 
@@ -200,8 +201,8 @@ def test_a_tail_cap_equal_to_a_slot_tv_is_a_tie(sa, fused):
                                              tail_cap=float(np.nextafter(cap, -1.0)))
         if not np.array_equal(want, below):
             ties += 1
-            assert np.array_equal(gpu_traces.population_sums(one, part, DEV, tail_cap=cap,
-                                                             kernel="fused"), want)
+            assert np.array_equal(gpu_traces.population_sums(one, part, with_kl=False, tail_cap=cap,
+                                                             kernel="fused", device=DEV), want)
             if ties == 2:
                 break
     assert ties == 2
@@ -225,24 +226,24 @@ def test_the_probe_passes_and_catches_other_bits(fused, monkeypatch):
 def test_the_kernel_is_chosen_once_and_can_be_forced(monkeypatch, fused):
     cpu = torch.device("cpu")
     monkeypatch.delenv(gpu.KERNEL, raising=False)
-    assert gpu.kernel_for(cpu) == "torch"             # the fused kernels need CUDA
+    assert choice.kernel_for(cpu) == "torch"             # the fused kernels need CUDA
     monkeypatch.setenv(gpu.KERNEL, "torch")
-    assert gpu.fused_for(cpu) is None
+    assert choice.fused_for(cpu) is None
     monkeypatch.setenv(gpu.KERNEL, "fused")
-    assert gpu.kernel_for(cpu) == "fused" and gpu.fused_for(cpu) is fused
+    assert choice.kernel_for(cpu) == "fused" and choice.fused_for(cpu) is fused
     monkeypatch.setenv(gpu.KERNEL, "numba")
     with pytest.raises(gpu.DeviceError, match="EVOLVE_GPU_KERNEL: 'numba' is invalid"):
-        gpu.kernel_for(cpu)
+        choice.kernel_for(cpu)
     with pytest.raises(ValueError, match="kernel: 'x'"):
-        gpu.fused_for(cpu, "x")
+        choice.fused_for(cpu, "x")
     # on CUDA, a failed probe is one warning and the torch kernels score
     monkeypatch.delenv(gpu.KERNEL)
-    monkeypatch.setattr(gpu, "_READY", {})
+    monkeypatch.setattr(choice, "_READY", {})
     monkeypatch.setattr(fused, "interpreted", lambda: False)
     monkeypatch.setattr(fused, "probe", lambda dev: "the fused kernels give other bits")
     with pytest.warns(RuntimeWarning, match="other bits.*torch kernels"):
-        assert gpu.kernel_for(torch.device("cuda")) == "torch"
-    assert gpu.kernel_for(torch.device("cuda")) == "torch"     # probed once
+        assert choice.kernel_for(torch.device("cuda")) == "torch"
+    assert choice.kernel_for(torch.device("cuda")) == "torch"     # probed once
 
 
 def test_forced_fused_without_triton_or_a_bad_kernel_is_one_line(tmp_path, small_data_dir,

@@ -77,12 +77,12 @@ def test_kl_sums_equal_the_numba_kernel(sa, cap):
     want = spec_kernels.population_sums(programs, sa, with_kl=True, tail_cap=cap)
     L = layout.sums_layout(sa.g)
     assert (want[:, L.kl] != 0).any(axis=1).sum() >= len(programs) // 2
-    assert np.array_equal(gpu_traces.population_sums(programs, sa, CPU, True, cap), want)
-    got = gpu_traces.population_sums(programs, sa, CPU, True, cap, chunk_blocks=70,
-                                     batch_programs=5)
+    assert np.array_equal(gpu_traces.population_sums(programs, sa, True, cap, device=CPU), want)
+    got = gpu_traces.population_sums(programs, sa, True, cap, chunk_blocks=70,
+                                     batch_programs=5, device=CPU)
     assert np.array_equal(got, want)
     # without KL the other sums are the same integers and the kl sum is 0
-    no_kl = gpu_traces.population_sums(programs, sa, CPU, False, cap, chunk_blocks=70)
+    no_kl = gpu_traces.population_sums(programs, sa, False, cap, chunk_blocks=70, device=CPU)
     assert (no_kl[:, L.kl] == 0).all()
     other = [i for i in range(L.width) if i != L.kl]
     assert np.array_equal(no_kl[:, other], want[:, other])
@@ -91,12 +91,12 @@ def test_kl_sums_equal_the_numba_kernel(sa, cap):
 def test_kl_sums_of_edge_programs_and_minibatches(sa):
     """Edge programs (NaN, inf, thresholds at 0 and 1) and minibatches of blocks."""
     edge = edge_programs(n_inputs=sa.X.shape[0])
-    assert np.array_equal(gpu_traces.population_sums(edge, sa, CPU, True, chunk_blocks=90),
+    assert np.array_equal(gpu_traces.population_sums(edge, sa, True, chunk_blocks=90, device=CPU),
                           spec_kernels.population_sums(edge, sa, with_kl=True))
     programs = _programs()
     blocks = np.sort(np.random.default_rng(4).choice(sa.n_blocks, 40, replace=False))
     assert np.array_equal(
-        gpu_traces.population_sums(programs, sa, CPU, True, blocks=blocks, chunk_blocks=16),
+        gpu_traces.population_sums(programs, sa, True, blocks=blocks, chunk_blocks=16, device=CPU),
         spec_kernels.population_sums(programs, sa.blocks(blocks), with_kl=True))
 
 
@@ -129,7 +129,7 @@ def test_kl_sums_on_constants_no_trace_has():
         with np.errstate(divide="ignore", invalid="ignore"):    # q = 0: min(1, p/q) is inf
             want = spec_kernels.population_sums(programs, sa, with_kl=True)
         assert (want[:, L.kl] != 0).any()
-        got = gpu_traces.population_sums(programs, sa, CPU, True, chunk_blocks=16)
+        got = gpu_traces.population_sums(programs, sa, True, chunk_blocks=16, device=CPU)
         assert np.array_equal(got, want)
 
 
@@ -149,7 +149,7 @@ def test_an_accepted_candidate_the_target_never_emits_has_infinite_kl():
     assert ref.kl_per_token == np.inf
     from evolve.kernels import fixed
     assert fixed.to_float(want)[0, layout.KL] >= fixed.LIMIT        # saturated blocks
-    assert np.array_equal(gpu_traces.population_sums(programs, sa, CPU, True), want)
+    assert np.array_equal(gpu_traces.population_sums(programs, sa, True, device=CPU), want)
 
 
 def test_kl_terms_where_the_target_mass_is_zero():
@@ -174,7 +174,7 @@ def test_kl_matches_the_numpy_reference(sa):
                                                 for n in ("standard_rejection", "leniency")]
     progs = treeio.linearise(trees)
     rows = spec_kernels.population_objectives(progs, sa, with_kl=True)
-    dev = gpu_traces.population_sums(progs, sa, CPU, True)
+    dev = gpu_traces.population_sums(progs, sa, True, device=CPU)
     h_all = tok_kernels.matrix_thresholds(progs, sa.X)
     L = layout.sums_layout(sa.g)
     positive = 0
@@ -211,9 +211,9 @@ def test_speed_kl_run_on_the_torch_kernels_is_the_cpu_run(tmp_path, npz_dir, tor
     cpu = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **KL_RUN)
     real, flags = gpu_traces.population_sums, []
 
-    def spy(progs, sa, dev, with_kl=False, *a, **kw):
+    def spy(progs, sa, with_kl=True, *a, **kw):
         flags.append(with_kl)
-        return real(progs, sa, dev, with_kl, *a, **kw)
+        return real(progs, sa, with_kl, *a, **kw)
     monkeypatch.setattr(gpu_traces, "population_sums", spy)
     dev = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
                      device="cuda", **KL_RUN)
@@ -251,9 +251,9 @@ def test_tradeoff_on_the_device_is_the_cpu_tradeoff(tmp_path, small_dir, torch_o
     cpu = _tradeoff(small_dir, tmp_path, "--device", "cpu")
     real, calls = gpu_traces.population_sums, []
 
-    def spy(progs, sa, dev, with_kl=False, *a, **kw):
+    def spy(progs, sa, with_kl=True, *a, **kw):
         calls.append(bool(with_kl))
-        return real(progs, sa, dev, with_kl, *a, **kw)
+        return real(progs, sa, with_kl, *a, **kw)
     monkeypatch.setattr(gpu_traces, "population_sums", spy)
     monkeypatch.setattr(spec, "population_results", _numba_refused)
     dev = _tradeoff(small_dir, tmp_path, "--device", "cuda")
@@ -300,7 +300,9 @@ def test_kl_evaluators_on_the_device_in_memory_and_sharded(tmp_path, torch_on_cp
     from evolve.data import shards as S
     from evolve.data import traces
     from evolve.data.shard_writer import shard_dir
-    from evolve.objectives import on_device
+    from types import SimpleNamespace
+
+    from evolve.objectives import placement
     from evolve.objectives.splits import ArraySplit
     if budget:
         monkeypatch.setenv(gpu.MEMORY, budget)
@@ -315,7 +317,8 @@ def test_kl_evaluators_on_the_device_in_memory_and_sharded(tmp_path, torch_on_cp
     blocks = np.array([0, 3, 9, 10, 11, 19, 20, 23])
     for split in (memory, sharded):
         cpu = split.evaluator("valid", None, True, 0.05)
-        dev = on_device.trace_evaluator(split, "valid", "cuda", 0.05, with_kl=True)
+        dev = placement.trace_evaluator(split, "valid", SimpleNamespace(device="cuda"), 0.05,
+                                        with_kl=True)
         want = cpu.run(programs)
         assert (want[:, L.kl] > 0).any()
         assert np.array_equal(dev.run(programs).view(np.int64), want.view(np.int64))

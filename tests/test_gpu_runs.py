@@ -125,9 +125,9 @@ def test_trace_run_with_minibatches_and_a_tail_cap_is_the_cpu_run(tmp_path, npz_
     cpu = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="cpu", **TRACES)
     real, blocks = gpu_traces.population_sums, []
 
-    def spy(progs, sa, dev, with_kl=False, tail_cap=2.0, blocks_=None, **kw):
+    def spy(progs, sa, with_kl=True, tail_cap=2.0, blocks_=None, **kw):
         blocks.append(None if blocks_ is None else len(blocks_))
-        return real(progs, sa, dev, with_kl, tail_cap, blocks_, **kw)
+        return real(progs, sa, with_kl, tail_cap, blocks_, **kw)
     monkeypatch.setattr(gpu_traces, "population_sums", spy)
     dev = evolve.run(generations=3, data_dir=npz_dir, runs_dir=tmp_path, name="dev",
                      device="cuda", **TRACES)
@@ -164,12 +164,12 @@ def test_out_of_device_memory_is_one_line_and_the_run_resumes(tmp_path, small_da
     real = gpu_tokens.population_counts
     calls = []
 
-    def short_of_memory(progs, arrays, dev, chunk_rows=None):
+    def short_of_memory(progs, arrays, *, chunk_rows=None, kernel=None, device):
         calls.append(len(progs))
         if len(calls) == 5:          # train and valid of generations 0, 1; then train of 2
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB\n"
                                          "more lines")
-        return real(progs, arrays, dev, chunk_rows)
+        return real(progs, arrays, chunk_rows=chunk_rows, kernel=kernel, device=device)
     monkeypatch.setattr(gpu_tokens, "population_counts", short_of_memory)
     with pytest.raises(RunError) as e:
         evolve.run(generations=4, data_dir=small_data_dir, runs_dir=tmp_path, name="oom",

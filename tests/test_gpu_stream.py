@@ -13,6 +13,8 @@ results, bit for bit: see tests/test_gpu_runs.py.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,7 @@ from evolve.kernels.gpu import stream                                    # noqa:
 from evolve.kernels.gpu import tokens as gpu_tokens                       # noqa: E402
 from evolve.kernels.gpu import traces as gpu_traces                       # noqa: E402
 from evolve.lang import treeio                                           # noqa: E402
-from evolve.objectives import on_device                                  # noqa: E402
+from evolve.objectives import on_device, placement                       # noqa: E402
 from evolve.objectives.splits import ArraySplit                          # noqa: E402
 from evolve.objectives.spec import TraceArrays                            # noqa: E402
 from tests import tracekit                                               # noqa: E402
@@ -40,6 +42,7 @@ from tests.test_gpu_runs import view                                     # noqa:
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 CPU = torch.device("cpu")
+ON_CUDA = SimpleNamespace(device="cuda")        # a run's configuration on device "cuda"
 TINY_BUDGET = "20000"          # bytes: every split here streams, a block or two a chunk
 STREAM_BUDGET = "2000000"      # bytes: the tiny train and valid traces stream, ~16 blocks a chunk
 ROWS_PER_SHARD = 256           # train: 3 shards of 64 blocks; valid: 8
@@ -87,13 +90,13 @@ def test_streamed_token_split_counts_equal_the_numba_kernel(small_splits, small_
     want = tok_kernels.population_counts(programs, arrays)
     ds = gpu_tokens.device_split(arrays, CPU)
     assert ds.streaming and not hasattr(ds, "X")
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU, chunk_rows=97),
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, chunk_rows=97, device=CPU),
                           want)
     assert ds.chunks == -(-arrays.n // 97)
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU), want)
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, device=CPU), want)
     step = gpu_tokens.chunk_size(programs, CPU, None, ds.bytes_per_row)
     assert step < arrays.n and ds.chunks == -(-arrays.n // 97) + -(-arrays.n // step)
-    same_bits(gpu_tokens.population_thresholds(programs, arrays, CPU, chunk_rows=300),
+    same_bits(gpu_tokens.population_thresholds(programs, arrays, chunk_rows=300, device=CPU),
               tok_kernels.population_thresholds(programs, arrays))
 
 
@@ -104,7 +107,7 @@ def test_a_token_split_within_the_budget_stays_resident(small_splits, monkeypatc
     ds = gpu_tokens.device_split(arrays, CPU)
     assert not ds.streaming and ds.bytes_per_row * arrays.n == need
     programs = treeio.linearise(random_trees(10, 6))
-    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, CPU, chunk_rows=97),
+    assert np.array_equal(gpu_tokens.population_counts(programs, arrays, chunk_rows=97, device=CPU),
                           tok_kernels.population_counts(programs, arrays))
     assert ds.chunks == 0
     monkeypatch.setenv(gpu.MEMORY, str(int(need / stream.RESIDENT_SHARE) - 1))
@@ -148,13 +151,13 @@ def test_streamed_trace_sums_equal_the_numba_kernel(cap, small_budget):
     d = gpu_traces.device_split(sa, CPU)
     assert d.streaming and d.host is not None and not hasattr(d, "X")
     want = spec_kernels.population_sums(programs, sa, with_kl=False, tail_cap=cap)
-    got = gpu_traces.population_sums(programs, sa, CPU, tail_cap=cap, chunk_blocks=50,
-                                     batch_programs=5)
+    got = gpu_traces.population_sums(programs, sa, with_kl=False, tail_cap=cap, chunk_blocks=50,
+                                     batch_programs=5, device=CPU)
     assert np.array_equal(got, want)
     assert d.copies[0] == 4                                  # 192 blocks: 50, 50, 50, 42
     blocks = np.sort(np.random.default_rng(1).choice(sa.n_blocks, 40, replace=False))
-    got = gpu_traces.population_sums(programs, sa, CPU, tail_cap=cap, blocks=blocks,
-                                     chunk_blocks=16)
+    got = gpu_traces.population_sums(programs, sa, with_kl=False, tail_cap=cap, blocks=blocks,
+                                     chunk_blocks=16, device=CPU)
     assert np.array_equal(got, spec_kernels.population_sums(programs, sa.blocks(blocks),
                                                             with_kl=False, tail_cap=cap))
     assert d.copies[0] == 4 + 3
@@ -170,7 +173,7 @@ def test_the_budget_sizes_streamed_chunks(monkeypatch):
     nb, _ = gpu_traces.sizes(programs, d, CPU, None, None)
     assert d.streaming and 1 < nb < sa.n_blocks
     assert nb * d.bytes_per_block <= gpu.memory_budget(CPU) // 2
-    assert np.array_equal(gpu_traces.population_sums(programs, sa, CPU),
+    assert np.array_equal(gpu_traces.population_sums(programs, sa, with_kl=False, device=CPU),
                           spec_kernels.population_sums(programs, sa, with_kl=False))
     assert d.copies[0] == -(-sa.n_blocks // nb)
 
@@ -187,7 +190,7 @@ def test_sharded_traces_on_the_device_equal_the_cpu_paths(shard_data, torch_on_c
         monkeypatch.setenv(gpu.MEMORY, budget)
     split = attached(shard_data)["train"]
     programs = trace_programs(8)
-    dev = on_device.trace_evaluator(split, "train", "cuda", 0.05)
+    dev = placement.trace_evaluator(split, "train", ON_CUDA, 0.05)
     cpu = split.evaluator("train", None, False, 0.05)
     mem = ArraySplit(tracekit.split("train")).evaluator("train", None, False, 0.05)
     want = mem.run(programs)
@@ -199,7 +202,7 @@ def test_sharded_traces_on_the_device_equal_the_cpu_paths(shard_data, torch_on_c
     whole = spec_kernels.population_sums(programs, TraceArrays.from_split(tracekit.split(
         "train")), with_kl=False, tail_cap=0.05)
     shards = on_device.Shards(sas, CPU)
-    assert np.array_equal(shards.sums(programs, 0.05, None), whole)
+    assert np.array_equal(shards.sums(programs, False, 0.05), whole)
     blocks = np.array([0, 5, 63, 64, 65, 100, 127, 128, 191])     # edges of the shards
     same_bits(dev.batch(blocks).run(programs), cpu.batch(blocks).run(programs))
     inside = np.arange(70, 90)                                   # one shard only
@@ -216,8 +219,8 @@ def test_sharded_device_sums_miss_no_shard(shard_data, torch_on_cpu):
     split = attached(shard_data)["train"]
     programs = trace_programs(2)
     sas = [s.sa for s in split.backend.shards]
-    total = on_device.Shards(sas, CPU).sums(programs, spec_kernels.TAIL_OFF, None)
-    parts = [gpu_traces.population_sums(programs, sa, CPU) for sa in sas]
+    total = on_device.Shards(sas, CPU).sums(programs, False)
+    parts = [gpu_traces.population_sums(programs, sa, with_kl=False, device=CPU) for sa in sas]
     assert np.array_equal(fixed.total(parts), total)
     for i in range(len(parts)):
         assert not np.array_equal(fixed.total(parts[:i] + parts[i + 1:]), total)
@@ -230,18 +233,18 @@ def test_a_cluster_split_on_the_device_is_one_line(torch_on_cpu):
         def local_arrays(self):     # a ClusterSplit whose shards are on the workers
             return None
     with pytest.raises(gpu.DeviceError) as e:
-        on_device.trace_evaluator(Remote(), "train", "cuda")
+        placement.trace_evaluator(Remote(), "train", ON_CUDA)
     msg = str(e.value)
     assert msg.startswith("device: 'cuda' scores sharded traces in this process") and \
         "\n" not in msg and "'cpu'" in msg
     with pytest.raises(gpu.DeviceError) as e:
-        on_device.trace_evaluator(object(), "train", "cuda")
+        placement.trace_evaluator(object(), "train", ON_CUDA)
     assert str(e.value).startswith("device: 'cuda' scores trace splits in memory or sharded")
 
 
 def test_out_of_memory_on_shards_is_one_line(shard_data, torch_on_cpu, monkeypatch):
     split = attached(shard_data)["valid"]
-    ev = on_device.trace_evaluator(split, "valid", "cuda")
+    ev = placement.trace_evaluator(split, "valid", ON_CUDA)
 
     def short(*a, **k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB\nmore")

@@ -1,5 +1,5 @@
 """Free-running paired comparisons with a Hugging Face pair (evolve.data.sources.hf.free,
-evolve.paired, evolve simulate --compare) on the tiny random-init GPT-2 pair of
+evolve.freerun.paired, evolve simulate --compare) on the tiny random-init GPT-2 pair of
 tests/hfkit.py: the rule-aware decoder against the recorder, the tracked distortion
 against the offline exact slot TV, the log-likelihoods against a direct forward
 pass, pairing, determinism and the refusals."""
@@ -12,13 +12,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from evolve import paired  # noqa: E402
+from evolve.freerun import paired  # noqa: E402
 from evolve.data import traces as T  # noqa: E402
 from evolve.data.sources import hf# noqa: E402
 from evolve.data.sources.hf import decode as hf_decode, free as hf_free, prompts as hf_prompts  # noqa: E402
 from evolve.objectives import spec  # noqa: E402
 from evolve.rules.adapters import named_rule  # noqa: E402
-from evolve.simulate import offline_thresholds  # noqa: E402
+from evolve.freerun.simulate import offline_thresholds  # noqa: E402
 from tests import clikit, hfkit  # noqa: E402
 from tests.clikit import one_line_error  # noqa: E402
 

@@ -15,7 +15,7 @@ at most 10,000 (the bounds of a trace build), `--contexts` and `--reps` at most
 1,000,000 each, and for `--compare` at most 20,000,000 drafted positions per rule
 (prompts x blocks x block size, as a trace split). The memory the run would allocate
 is estimated from these options and the split's recorded configuration
-(`evolve.simulate.simulation_bytes`, `evolve.paired.comparison_bytes`: the decode
+(`evolve.freerun.simulate.simulation_bytes`, `evolve.freerun.paired.comparison_bytes`: the decode
 uniforms, the recorded columns, the decoded text, the output sample's draws) and a
 run that needs more than this machine's physical memory is refused (the physical
 memory, not what happens to be free, so the same command gets the same answer on a
@@ -81,8 +81,8 @@ from pathlib import Path
 
 import pytest
 
-from evolve import paired
-from evolve import simulate as S
+from evolve.freerun import paired
+from evolve.freerun import simulate as S
 from evolve.data.sources import ngram as NG
 from evolve.rules import adapters
 from tests import clikit, tracekit

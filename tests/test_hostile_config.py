@@ -78,6 +78,7 @@ import evolve
 from evolve.runs import runner, schema
 from evolve.io import jsonio
 from evolve.lang.features import ALL_INPUT_NAMES
+from evolve.objectives import SETTINGS
 from evolve.runs.rundir import RunDir, RunError
 from evolve.search.config import MAX_INT, MAX_POPULATION, Config, ConfigError
 from tests.clikit import invoke, isolated, one_line_error  # noqa: F401 (isolated: a fixture)
@@ -349,6 +350,17 @@ def test_cli_wrong_type_names_the_option_and_makes_nothing(tmp_path, small_data_
                "--no-writeback")
     assert r.exit_code == 2 and "Traceback" not in r.output, (r.output, r.exception)
     assert option in r.stderr and value in r.stderr
+    assert made(tmp_path) == []
+
+
+@pytest.mark.parametrize("flag", [s.flag for s in SETTINGS if s.kind == "float"])
+def test_cli_setting_that_is_not_a_number_is_one_line_naming_it(tmp_path, small_data_dir,
+                                                                flag):
+    """Every objective's setting, as declared (``evolve.objectives.SETTINGS``): a value
+    that is not a number is one line naming the option, as one out of range is."""
+    line = one_line_error(invoke("run", flag, "half", "--data", small_data_dir,
+                                 "--runs-dir", tmp_path / "runs", "--no-writeback"))
+    assert line == f"error: {flag}: 'half' is invalid; expected a number", line
     assert made(tmp_path) == []
 
 

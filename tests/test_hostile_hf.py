@@ -414,7 +414,7 @@ def test_out_of_memory_while_compare_loads_is_one_line(recorded, monkeypatch, ki
 
 @pytest.mark.parametrize("kind", ["oom", "accelerator"])
 def test_out_of_memory_while_compare_decodes_is_one_line(recorded, monkeypatch, kind):
-    from evolve import paired
+    from evolve.freerun import paired
 
     def decode(*args, **kwargs):
         if kind == "oom":

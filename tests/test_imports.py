@@ -21,10 +21,11 @@ PACKAGE = ROOT / "evolve"
 NESTED = ("evolve.data.sources",)
 
 
-def _modules() -> dict[str, Path]:
-    """Every module of ``evolve`` by dotted name (``pkg/__init__.py`` is ``pkg``)."""
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of ``package`` (``evolve``) by dotted name (``pkg/__init__.py`` is
+    ``pkg``)."""
     found = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(package.rglob("*.py")):
         parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
@@ -202,19 +203,30 @@ def test_every_function_local_import_says_why_it_is_lazy():
         "\n".join(bare)
 
 
-def module_graph() -> dict[str, dict[str, set[str]]]:
-    """``graph[a][b]``: module ``a`` imports module ``b`` (anywhere in its source); an
-    import of a module's own parent package is not an edge (see the module doc)."""
-    modules = _modules()
-    return {m: {t: {f"{m} -> {t}"} for t in _targets(m, p, modules)
-                if not m.startswith(t + ".")}
+def module_graph(package: Path = PACKAGE) -> dict[str, dict[str, set[str]]]:
+    """``graph[a][b]``: module ``a`` imports module ``b`` (anywhere in its source). An
+    explicit import of a module's own package (``from evolve.kernels import gpu`` in
+    ``evolve.kernels.gpu.fused``) is an edge to the package's ``__init__``; only the
+    implicit run of a parent ``__init__`` is not (see the module doc)."""
+    modules = _modules(package)
+    return {m: {t: {f"{m} -> {t}"} for t in _targets(m, p, modules)}
             for m, p in modules.items()}
 
 
 def test_no_module_import_cycle():
     """Not only packages: no two modules import each other, directly or around a
-    circle (a circle hides which one is built on which)."""
+    circle (a circle hides which one is built on which), a package's ``__init__`` and
+    its own modules included."""
     graph = module_graph()
     assert "evolve.objectives.trace_objectives" in graph
+    found = cycles(graph)
+    assert not found, "module import cycles:\n" + "\n".join(_describe(graph, c) for c in found)
+
+
+def test_no_benchmark_module_import_cycle():
+    """The scripts of benchmarks/ import one another without a circle either (what two
+    of them share lives in a third, such as ``benchmarks/speed/sizes.py``)."""
+    graph = module_graph(ROOT / "benchmarks")
+    assert "benchmarks.speed.harness" in graph and "benchmarks.speed.trace_speed" in graph
     found = cycles(graph)
     assert not found, "module import cycles:\n" + "\n".join(_describe(graph, c) for c in found)

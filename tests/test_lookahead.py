@@ -33,7 +33,7 @@ one line naming `lookahead`, exit code 2, before a run directory is made
 import numpy as np
 import pytest
 
-from evolve import paired
+from evolve.freerun import paired
 from evolve.data.sources import ngram as NG, ngram_free
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
@@ -319,7 +319,7 @@ def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
 
 
 def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):
-    from evolve import simulate as S
+    from evolve.freerun import simulate as S
     pair, ts = tracekit.pair(), tracekit.split("test")
     rule = tree_rule(AHEAD_TREE, "ahead")
     rows = S.trace_rows(ts, 30, seed=2)

@@ -56,3 +56,36 @@ def test_bad_starts_is_one_line(tmp_path, small_data_dir):
     assert r.exit_code == 2 and "--starts" in r.output
     assert not any(tmp_path.iterdir())
     assert paths.RUNS_DIR.name == "runs"
+
+
+def test_several_starts_record_the_datas_digests_and_refuse_changed_data(tmp_path,
+                                                                        small_data_dir):
+    """The parent directory of several starts is opened as every run directory is
+    (``evolve.runs.lifecycle``): its config.json records the splits' sha256 (its starts'
+    own), and a resume over data changed since is one line naming the split, before any
+    start runs again."""
+    import shutil
+
+    import numpy as np
+
+    from evolve.data import tokens as data
+    d = tmp_path / "data"
+    shutil.copytree(small_data_dir, d)
+    runs = tmp_path / "runs"
+    r = CliRunner().invoke(main, ["run", "--data", str(d), "--runs-dir", str(runs),
+                                  "--generations", "1", "--population", "12", "--seed", "11",
+                                  "--starts", "2", "--name", "ms", "--no-writeback", "--json"])
+    assert r.exit_code == 0, r.output
+    parent = json.loads((runs / "ms" / "config.json").read_text())["data"]["sha256"]
+    child = json.loads((runs / "ms" / "starts" / "seed12" / "config.json").read_text())
+    assert set(parent) == {"train", "valid", "test"} and parent == child["data"]["sha256"]
+    valid = data.load_npz(data.split_path(d, "valid"), "valid")
+    cols = {k: np.ascontiguousarray(v[::-1]) for k, v in valid.columns().items()}  # its rows
+    data.save_npz(data.Dataset(**cols, name="valid"), data.split_path(d, "valid"))
+    (runs / "ms" / "starts" / "seed12" / "summary.json").unlink()     # a start to run again
+    before = (runs / "ms" / "starts" / "seed12" / "history.jsonl").read_text()
+    r = CliRunner().invoke(main, ["run", "--resume", "ms", "--runs-dir", str(runs),
+                                  "--no-writeback"])
+    assert r.exit_code == 2 and "split 'valid'" in r.output and \
+        "has changed since run ms started" in r.output, r.output
+    assert (runs / "ms" / "starts" / "seed12" / "history.jsonl").read_text() == before

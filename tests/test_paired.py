@@ -1,11 +1,11 @@
-"""Paired free-running comparison (evolve.paired, evolve simulate --compare)."""
+"""Paired free-running comparison (evolve.freerun.paired, evolve simulate --compare)."""
 
 import json
 
 import numpy as np
 from click.testing import CliRunner
 
-from evolve import paired
+from evolve.freerun import paired
 from evolve.cli import main
 from evolve.data.sources import ngram as NG, ngram_free
 from evolve.rules.adapters import named_rule

@@ -20,7 +20,7 @@ Guarantee 11 of docs/reliability.md, A run continues only on the data it started
 
 `config.json` records the sha256 of every split the run uses (`data.sha256`; over
 each column's name, dtype, shape and bytes, so it follows the content whatever the
-file form, `evolve/runs/datasum.py`). `--resume` recomputes them and refuses data
+file form, `evolve/data/datasum.py`). `--resume` recomputes them and refuses data
 that changed with one line naming the split (`--resume: split 'valid' in DIR has
 changed since run NAME started ...`), exit code 2, the run's files unchanged. Runs
 made before checksums were recorded are resumed unchecked. `--data` on `--resume` is
@@ -135,7 +135,7 @@ def test_resume_is_exact_end_to_end(tmp_path, small_data_dir, k):
 # ------------------------------------------------------------------------------------
 
 def test_checksums_of_every_split_are_recorded(finished, data_copy):
-    from evolve.runs import datasum
+    from evolve.data import datasum
     meta = json.loads((finished / "config.json").read_text())
     want = datasum.digests(data.load_splits(data_copy))
     assert meta["data"]["sha256"] == want and set(want) == {"train", "valid", "test"}
@@ -192,3 +192,23 @@ def test_empty_run_options_are_errors(tmp_path, data_copy, option):
     line = one_line_error(invoke(*args, option, ""))
     assert option in line
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_run_validates_its_configuration_once(tmp_path, small_data_dir, monkeypatch):
+    """One lifecycle (``evolve.runs.lifecycle``): a new run validates its configuration
+    once (when its options are made), a resumed run once (its own values and what was
+    given, together), and a run of two starts once for itself and once for each start."""
+    import evolve
+    calls = []
+    real = Config.validate
+    monkeypatch.setattr(Config, "validate", lambda self: calls.append(self.seed) or real(self))
+    runs_dir = tmp_path / "runs"
+    common = dict(data_dir=small_data_dir, runs_dir=runs_dir, writeback=False)
+    evolve.run(generations=1, population=12, seed=3, name="one", **common)
+    assert calls == [3]
+    calls.clear()
+    evolve.run(resume="one", generations=2, runs_dir=runs_dir, writeback=False)
+    assert calls == [3]
+    calls.clear()
+    evolve.run(generations=1, population=12, seed=5, starts=2, name="two", **common)
+    assert calls == [5, 5, 6]

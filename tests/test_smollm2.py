@@ -113,7 +113,7 @@ def test_a_task_of_the_pair_is_recorded_and_checked_by_words(pair, tmp_path):
     assert ts.meta["config"]["answer_words"] is True
     # the recorded configuration rebuilds the pair, and the target's greedy answer to the
     # first train problem (France) is right
-    from evolve import task_compare
+    from evolve.freerun import task_compare
     from evolve.data.sources.task import pair as TP
     rebuilt = TP.rebuild(ts.meta)
     res = task_compare.compare(rebuilt, {"lossless": None}, "train", 1, True)

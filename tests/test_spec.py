@@ -11,7 +11,7 @@ from evolve.cli import views
 from evolve.rules import tuning as pareto
 from evolve.rules.table import RULES
 from tests import rulefns
-from evolve import simulate as S
+from evolve.freerun import simulate as S
 from evolve.objectives import spec
 from evolve.kernels import speculative as spec_kernels
 from evolve.data import decode as DEC

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from tests import rulefns
-from evolve import simulate as S
+from evolve.freerun import simulate as S
 from evolve.objectives import spec
 from heuristics import baselines as HB
 from tests import tracekit

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from evolve import task_compare as TC
+from evolve.freerun import task_compare as TC
 from evolve.data import label_plan as LP
 from evolve.data import labels as LB
 from evolve.data.sources.task import greedy as GR

@@ -1,5 +1,5 @@
 """The task world end to end (evolve/data/sources/task/record.py,
-evolve/objectives/task_objectives.py, evolve/rules/judge.py, evolve/task_compare.py,
+evolve/objectives/task_objectives.py, evolve/rules/judge.py, evolve/freerun/task_compare.py,
 evolve/tasks/task.py, `evolve data task`, `evolve simulate-task`): recorded traces and
 labels round-trip and are refused when they do not belong together; the task
 objectives equal a slow per-block reference that reads every input by name; lossless
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evolve import task_compare as TC
+from evolve.freerun import task_compare as TC
 from evolve.data import labels as LB
 from evolve.data.sources.task import greedy as GR
 from evolve.data.sources.task import pair as TP
@@ -35,9 +35,9 @@ from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.lang import treeio
 from evolve.lang.features import ALL_INPUT_NAMES, BY_NAME, SLOT_SIGNATURE
-from evolve.objectives import task_objectives as TO
+from evolve.objectives import task_data as TO
 from evolve.objectives import OBJECTIVES
-from evolve.objectives.task_objectives import TaskData, metrics_of
+from evolve.objectives.task_data import TaskData, metrics_of
 from evolve.rules import judge
 from evolve.rules.adapters import named_rule
 from evolve.rules.table import RATIO, RULES

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from evolve.data import tokens as data
 from evolve.data.decode import entropy
 from evolve.data.sources import ngram_lm as lm
-from evolve import simulate
+from evolve.freerun import simulate
 from evolve.data import decode as DEC
 from evolve.data import traces as T
 from evolve.data.sources import ngram as NG

@@ -13,7 +13,7 @@ from evolve.data.sources import ngram as NG
 from evolve.objectives import spec
 from evolve.objectives import trajectory as TR
 from evolve.rules.adapters import named_rule
-from evolve.simulate import offline_thresholds
+from evolve.freerun.simulate import offline_thresholds
 from tests import tracekit
 
 CFG = replace(tracekit.TINY, test_prompts=2048, blocks_per_prompt=8)

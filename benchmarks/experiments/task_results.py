@@ -7,18 +7,18 @@ lossless speculative decoding of the same pair):
 1. every rule family of the task world (``evolve.rules.table.families("task")``) and
    the learned judge (a logistic regression on the train labels,
    ``evolve.rules.judge``) is tuned on valid by free-running task accuracy
-   (``evolve.task_compare.tune``: every grid value decoded on the valid problems with
+   (``evolve.freerun.task_compare.tune``: every grid value decoded on the valid problems with
    the same uniforms as the lossless rule, the most tokens per call within the budget
    kept; lenient families bisected towards their first infeasible value);
 2. the search (``evolve run --objective task_speed``, multi-start) evolves a rule on
    the train labels with the critical budget per answer set to the accuracy budget,
    chosen on valid by the same objective; the champion then goes a fraction alpha of
-   the way from the standard rule to itself (``evolve.task_compare.between``), alpha
+   the way from the standard rule to itself (``evolve.freerun.task_compare.between``), alpha
    tuned on valid free-running like a family's parameter, since critical tokens per
    answer on the recorded path and the accuracy drop free-running are not the same
    number (the results say how far apart they are);
 3. every tuned rule, the champion and the lossless rule decode the test problems with
-   the same uniforms (``evolve.task_compare.compare``): accuracy, tokens per call,
+   the same uniforms (``evolve.freerun.task_compare.compare``): accuracy, tokens per call,
    and paired differences from the lossless rule and from the best tuned baseline,
    with 95% intervals.
 
@@ -44,14 +44,14 @@ from benchmarks.common import ROOT, write_section  # noqa: E402
 import numpy as np  # noqa: E402
 
 import evolve  # noqa: E402
-from evolve import task_compare as TC  # noqa: E402
+from evolve.freerun import task_compare as TC  # noqa: E402
 from evolve.data import traces  # noqa: E402
 from evolve.data.sources.task import pair as TP  # noqa: E402
 from evolve.data.sources.task import record  # noqa: E402
 from evolve.io import paths  # noqa: E402
 from evolve.kernels.tokens import matrix_thresholds  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
-from evolve.objectives.task_objectives import TaskData, metrics_of  # noqa: E402
+from evolve.objectives.task_data import TaskData, metrics_of  # noqa: E402
 from evolve.rules import judge  # noqa: E402
 from benchmarks.experiments.trace_results import (  # noqa: E402  (one copy of each)
     _commit, _shown, quick_and_render_args, rendered)

@@ -50,7 +50,7 @@ from pathlib import Path
 from benchmarks.common import ROOT, write_section  # noqa: E402
 
 import evolve  # noqa: E402
-from evolve import paired  # noqa: E402
+from evolve.freerun import paired  # noqa: E402
 from evolve.data import traces  # noqa: E402
 from evolve.data.sources import ngram  # noqa: E402
 from evolve.data.sources.registry import source_of_pair  # noqa: E402

@@ -38,7 +38,7 @@ from benchmarks.common import ROOT  # noqa: E402
 import numpy as np  # noqa: E402
 
 from benchmarks.experiments import trace_results as TR  # noqa: E402
-from evolve import paired  # noqa: E402
+from evolve.freerun import paired  # noqa: E402
 from evolve.io import paths  # noqa: E402
 from evolve.lang import treeio  # noqa: E402
 from evolve.objectives import spec  # noqa: E402

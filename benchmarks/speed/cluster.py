@@ -83,7 +83,7 @@ def population(n: int):
     the trace primitives; seed 0), linearised."""
     from evolve.lang import primitives as P
     from evolve.lang import treeio
-    from benchmarks.speed.harness import random_trees
+    from benchmarks.speed.sizes import random_trees
     return treeio.linearise([treeio.from_deap(t)
                              for t in random_trees(P.make_pset(trace=True), n, 1, 4, 0)])
 

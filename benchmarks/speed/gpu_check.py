@@ -146,7 +146,8 @@ def device(smoke: bool):
 def probe(dev) -> str:
     """Why the fused kernels cannot be measured on ``dev`` ("" when they can): Triton
     cannot build them, or their compiled bits differ from the Numba interpreter's."""
-    from evolve.kernels.gpu import DeviceError, fused_for
+    from evolve.kernels.gpu import DeviceError
+    from evolve.kernels.gpu.choice import fused_for
     try:
         return fused_for(dev, "fused").probe(dev)
     except DeviceError as e:

@@ -62,7 +62,7 @@ def _median_time(fn, repeats: int, sync) -> float:
 
 
 def _trees(pset, n: int, seed: int):
-    from benchmarks.speed.harness import FULL, random_trees
+    from benchmarks.speed.sizes import FULL, random_trees
     from evolve.lang import treeio
     return treeio.linearise([treeio.from_deap(t) for t in random_trees(
         pset, n, FULL.pop_min_height, FULL.pop_max_height, seed)])
@@ -121,7 +121,7 @@ def token_inputs(rows: int, trees: int):
     from evolve.io.paths import DATA_DIR
     from evolve.kernels import tokens as tk
     from evolve.lang import primitives as P
-    from benchmarks.speed.harness import FULL
+    from benchmarks.speed.sizes import FULL
     ds = tokens.load_npz(DATA_DIR / "train.npz")
     reps = -(-rows // len(ds))
     cols = {f: np.ascontiguousarray(np.tile(v, reps)[:rows])
@@ -151,7 +151,7 @@ def token_section(args, dev, sync) -> dict:
     nodes = int(progs.lengths.sum())
 
     def run(kern):
-        return gt.population_counts(progs, split, dev, kernel=kern)
+        return gt.population_counts(progs, split, kernel=kern, device=dev)
     kernels, failed = _identical("token", args.kernels, run, tk.population_counts(progs, split),
                                  getattr(args, "strict", True))
     out = {"trees": len(progs), "nodes": nodes, "rows": split.n, "identical": True,
@@ -166,8 +166,8 @@ def token_section(args, dev, sync) -> dict:
         out[f"{kern}_over_numba"] = out["numba_s"] / sec
     if "torch" in kernels:
         out["torch_ops_per_node"] = ops_per_node(
-            lambda: gt.population_counts(progs, split, dev, chunk_rows=split.n,
-                                         kernel="torch"), nodes)
+            lambda: gt.population_counts(progs, split, chunk_rows=split.n,
+                                         kernel="torch", device=dev), nodes)
     return out
 
 
@@ -179,7 +179,7 @@ def trace_section(args, dev, sync) -> dict:
     rows = sa.n * sa.k
 
     def run(kern):
-        return gtr.population_sums(progs, sa, dev, kernel=kern)
+        return gtr.population_sums(progs, sa, with_kl=False, kernel=kern, device=dev)
     kernels, failed = _identical("trace", args.kernels, run,
                                  speculative.population_sums(progs, sa, with_kl=False),
                                  getattr(args, "strict", True))

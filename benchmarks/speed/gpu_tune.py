@@ -115,7 +115,7 @@ def run(args, save=lambda doc: None) -> dict:
         doc["token"] = {"trees": len(progs), "rows": split.n, "configs": sweep(
             "token", token_configs,
             ("TOKEN_BLOCK", "TILES_PER_ITEM", "WARPS", "BLOCKS_PER_SM"),
-            lambda: gt.population_counts(progs, split, dev, kernel="fused"),
+            lambda: gt.population_counts(progs, split, kernel="fused", device=dev),
             tk.population_counts(progs, split), float(progs.lengths.sum()) * split.n,
             args.repeats, sync, left, np.array_equal)}
         doc["seconds"] = time.perf_counter() - t0
@@ -124,7 +124,7 @@ def run(args, save=lambda doc: None) -> dict:
         progs, sa, _ = gpu_eval.trace_inputs(args.drafted, args.population)
         doc["trace"] = {"population": len(progs), "drafted_tokens": sa.n, "configs": sweep(
             "trace", trace_configs, ("TRACE_BLOCK", "WARPS", "BLOCKS_PER_SM"),
-            lambda: gtr.population_sums(progs, sa, dev, kernel="fused"),
+            lambda: gtr.population_sums(progs, sa, with_kl=False, kernel="fused", device=dev),
             speculative.population_sums(progs, sa, with_kl=False),
             float(progs.lengths.sum()) * sa.n * sa.k, args.repeats, sync, left,
             np.array_equal)}

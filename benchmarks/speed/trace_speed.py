@@ -49,7 +49,7 @@ def progs_nodes(n: int) -> list:
     node lists."""
     from evolve.lang import primitives as P
     from evolve.lang import treeio
-    from benchmarks.speed.harness import FULL, random_trees
+    from benchmarks.speed.sizes import FULL, random_trees
     return [treeio.from_deap(t) for t in random_trees(
         P.make_pset(), n, FULL.pop_min_height, FULL.pop_max_height, FULL.pop_seed)]
 

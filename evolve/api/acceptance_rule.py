@@ -36,6 +36,7 @@ from evolve.api.rule_inputs import RuleInputError
 from evolve.errors import show
 from evolve.lang import codegen, numpy_eval, treeio
 from evolve.lang import primitives as P
+from evolve.objectives import SETTING_KEYS
 
 
 class Rule:
@@ -72,7 +73,7 @@ class Rule:
         """The rule of a ``champion.json`` record (its tree, scope and metrics)."""
         return cls(champion["tree"], scope=champion.get("scope"),
                    metrics=champion.get("metrics"), name=name,
-                   meta={k: champion[k] for k in ("objective", "tv_budget", "generation",
+                   meta={k: champion[k] for k in ("objective", *SETTING_KEYS, "generation",
                                                    "standing") if k in champion})
 
     @classmethod

@@ -1,6 +1,6 @@
 """``evolve.compare``: rules decoded free-running on the same prompts with the same
 uniforms, each from its own trajectory, against the first (what ``evolve simulate
---compare`` prints; the numerics are ``evolve.paired``'s).
+--compare`` prints; the numerics are ``evolve.freerun.paired``'s).
 
     import evolve
     c = evolve.compare(["leniency:0.94", "run:my-run", evolve.Rule.named("ears", 0.05)],
@@ -19,7 +19,7 @@ import functools
 import time
 from dataclasses import dataclass
 
-from evolve import paired, simulate
+from evolve.freerun import paired, simulate
 from evolve.api.named import in_scope, rule_of
 from evolve.api.progress import LineMeter
 from evolve.data import traces

@@ -7,8 +7,9 @@ goes through too.
     again = evolve.load_run(result.path)          # any run directory, read back
 
 ``run`` takes every option of ``evolve run`` as a keyword (``objective``,
-``tv_budget``, ``seed_baselines``, ...; their defaults are ``evolve.search.config.Config``'s,
-the one place they live) plus ``data_dir``, ``runs_dir``, ``name``, ``resume``,
+``tv_budget``, ``seed_baselines``, ...: the fields of ``evolve.search.config.Config``,
+whose declarations give its signature and the list of them in its docstring) plus
+``data_dir``, ``runs_dir``, ``name``, ``resume``,
 ``writeback``, ``force``, ``engine`` (only the inputs that engine's export computes),
 ``cluster``/``scheduler`` (sharded traces scored by Dask), ``progress`` and
 ``on_generation``. ``progress`` says how the run goes, in the lines `evolve run` prints
@@ -30,22 +31,23 @@ which is not part of a run's identity.
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
-from dataclasses import dataclass, field, fields, replace
+import textwrap
+from dataclasses import MISSING, dataclass, field, fields, replace
 from pathlib import Path
 
 from evolve.api.acceptance_rule import Rule
 from evolve.io import paths
-from evolve.objectives import OBJECTIVES
 from evolve.runs import multistart, runner
 from evolve.runs import schema
+from evolve.runs.lifecycle import OVERRIDES
 from evolve.runs.rundir import RunDir, RunError, checked
 from evolve.search.config import Config, ConfigError, show
-from evolve.tasks import task_of
 
 # What may still be given when a run is resumed: the rest is the run's own.
-ON_RESUME = ("generations", "device")
+ON_RESUME = OVERRIDES
 
 
 @dataclass(frozen=True)
@@ -205,21 +207,19 @@ def run_options(*, data_dir=None, runs_dir=None, name=None, resume=None, writeba
     cfg = Config(**options)
     if resume is not None and "generations" not in options:
         cfg.generations = None              # keep the run's own
-    data_given = data_dir is not None
-    if data_dir is None:
-        known_objective = isinstance(cfg.objective, str) and cfg.objective in OBJECTIVES
-        data_dir = task_of(cfg.objective).default_data() if known_objective \
-            else paths.DATA_DIR
+    # data_dir None: the objective's own data (evolve.runs.lifecycle.begin)
     return runner.RunOptions(config=cfg, data_dir=data_dir,          # checks every value
                              runs_parent=paths.runs_dir(runs_dir), name=name, resume=resume,
-                             writeback=writeback, force=force, data_given=data_given,
+                             writeback=writeback, force=force, data_given=data_dir is not None,
                              cluster=cluster, scheduler=scheduler)
 
 
-def execute(opts: runner.RunOptions, term) -> tuple[int, dict]:
-    """Run (or resume) a run of ``run_options`` with ``term`` (the command line's
-    terminal, or ``Quiet``): (exit code, the runner's result)."""
-    return multistart.execute_any(opts, term)
+def execute(term, **keywords) -> tuple[int, dict, runner.RunOptions]:
+    """Run (or resume) the run ``keywords`` ask for (those of ``run``, checked by
+    ``run_options``) with ``term`` (the command line's terminal, or ``Quiet``): (exit
+    code, the runner's result, the options as run: ``data_dir`` is the data it read)."""
+    opts = run_options(**keywords)
+    return (*multistart.execute_any(opts, term), opts)
 
 
 def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True, force=False,
@@ -234,11 +234,38 @@ def run(*, data_dir=None, runs_dir=None, name=None, resume=None, writeback=True,
     if on_generation is not None and not callable(on_generation):
         raise ConfigError.of("on_generation", f"{show(on_generation)} is invalid; expected "
                                               "a callable taking each generation's record")
-    opts = run_options(data_dir=data_dir, runs_dir=runs_dir, name=name, resume=resume,
-                       writeback=writeback, force=force, engine=engine, cluster=cluster,
-                       scheduler=scheduler, **options)
-    _, result = execute(opts, terminal_of(progress, on_generation))
+    _, result, _ = execute(terminal_of(progress, on_generation), data_dir=data_dir,
+                           runs_dir=runs_dir, name=name, resume=resume, writeback=writeback,
+                           force=force, engine=engine, cluster=cluster, scheduler=scheduler,
+                           **options)
     return replace(load_run(result["path"]), writeback=result.get("writeback"))
+
+
+def _options_signature(fn) -> inspect.Signature:
+    """``fn``'s signature with ``**options`` spelled out: every field of ``Config`` as a
+    keyword with its default (what ``inspect.signature(evolve.run)`` and ``help`` show)."""
+    sig = inspect.signature(fn)
+    named = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    taken = {p.name for p in named}
+    options = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                                 annotation=f.type)
+               for f in fields(Config) if f.default is not MISSING and f.name not in taken]
+    return sig.replace(parameters=named + options)
+
+
+def _options_doc() -> str:
+    """The search options of ``run``, each with its default and help, from ``Config``."""
+    lines = ["", "Search options: the fields of ``evolve.search.config.Config``, each",
+             "declared once there or, for an objective's settings, by the objective that",
+             "reads it (``evolve.objectives.settings``):", ""]
+    for f in fields(Config):
+        lines += textwrap.wrap(f"``{f.name}={f.default!r}``: {Config.help_of(f.name, False)}",
+                               84, initial_indent="- ", subsequent_indent="  ")
+    return "\n".join("    " + line if line else "" for line in lines)
+
+
+run.__signature__ = _options_signature(run)
+run.__doc__ = (run.__doc__ or "") + "\n" + _options_doc()
 
 
 def load_run(path) -> RunResult:

@@ -30,8 +30,8 @@ from evolve.data import shards, traces
 from evolve.errors import EvolveError, show
 from evolve.export.outfile import check_target
 from evolve.io import paths
-from evolve.kernels import gpu
 from evolve.lang import treeio
+from evolve.objectives import placement
 from evolve.objectives import spec
 from evolve.objectives.trajectory import TraceBlocks
 from evolve.rules import tuning
@@ -121,7 +121,7 @@ class Tradeoff:
 @dataclass(frozen=True)
 class TaskTradeoff:
     """A trade-off on a task: ``report`` is what ``evolve tradeoff --json`` prints on task
-    traces (``evolve.task_compare.tradeoff``'s report, with the data's name and sizes)."""
+    traces (``evolve.freerun.task_compare.tradeoff``'s report, with the data's name and sizes)."""
     report: dict
     png: Path | None = None
 
@@ -263,7 +263,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     On task traces (``evolve data task``; a ``TaskTradeoff``) ``budgets`` are accuracy
     drops from lossless decoding, every rule family, the learned judge and the
     ``runs``' champions are tuned on valid by free-running decoding to the fewest
-    target calls per correct answer within each (``evolve.task_compare.tradeoff``),
+    target calls per correct answer within each (``evolve.freerun.task_compare.tradeoff``),
     and reported on test, paired; ``prompts`` caps the problems of valid and test,
     ``agreement_budget`` also bounds the share of answers changed from lossless."""
     budgets = check_budgets(budgets)
@@ -289,7 +289,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(param, f"{show(flag)} is invalid; expected True or False")
     if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):
         runs = [runs]
-    gpu.check(device)                 # before any work: one line naming the device
+    placement.check(device)           # before any work: one line naming the device
     if png is not None:
         png = check_target("png", png)
     t0 = time.perf_counter()
@@ -380,10 +380,10 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
                   progress=None) -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
-    from evolve import task_compare                   # lazy: the task world on use
+    from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
     from evolve.data.sources.task import record       # lazy: as above
-    from evolve.objectives.task_objectives import TaskData    # lazy: as above
+    from evolve.objectives.task_data import TaskData    # lazy: as above
     for b in budgets:
         _share("budgets", b, optional=False)
     agreement_budget = _share("agreement_budget", agreement_budget)

@@ -1,9 +1,20 @@
 """The `evolve` command: one function per command, no numerics here.
 
-Commands live in ``data`` (token splits), ``traces`` (traces, simulation,
-trade-off), ``tasks`` (task traces, task accuracy) and ``runs`` (run, inspect, runs,
-benchmark); ``render`` owns the terminal. Heavy modules (numba, deap) are imported inside commands so that
-``evolve --help`` starts fast.
+Commands, one module each:
+
+- ``data``: ``evolve data`` on token splits (generate, import, export, describe);
+- ``trace_data``: ``evolve data trace``, recording speculative-decoding traces;
+- ``shards``: ``evolve data shard``, trace splits as memory-mapped shards;
+- ``tasks``: ``evolve data task`` (task traces with critical-token labels) and
+  ``evolve simulate-task``;
+- ``runs``: ``evolve run``, ``inspect``, ``runs`` and ``benchmark``;
+- ``traces``: ``evolve simulate`` and ``evolve tradeoff``;
+- ``export``: ``evolve export``.
+
+What they share is in ``common`` (one-line errors, the terminal, common options);
+what they print in ``views`` (runs, benchmark, inspect) and ``trace_views``
+(simulate, tradeoff); ``render`` is the one module that owns rich. Heavy modules
+(numba, deap) are imported inside commands so that ``evolve --help`` starts fast.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``evolve data``: generate, import, export and describe token splits (``data
-trace``, which records speculative-decoding traces, is in ``evolve.cli.traces``)."""
+trace``, which records speculative-decoding traces, is in ``evolve.cli.trace_data``)."""
 
 from __future__ import annotations
 

@@ -8,16 +8,44 @@ import click
 
 from evolve.cli.common import Stated, data_option, default_data, friendly_errors, \
     interrupted, json_option, number, option_message, runs_dir_option, term
+from evolve.objectives import OBJECTIVES, SETTINGS
+from evolve.search.config import Config
 
-# The objectives as --help lists them, spelled out so that `evolve --help` loads no
-# kernel (tests/test_cli_defaults.py holds them to evolve.objectives.OBJECTIVES).
-OBJECTIVE_HELP = ("expected: the seed metric with expected counts (noise-free; the default); "
-                  "seed: the original benchmark's metric; speed: tokens per target call "
-                  "within --budget-tv (traces); speed_kl: tokens per target call within "
-                  "--budget-kl (mean KL per token; traces); pareto: NSGA-II over tokens per "
-                  "call and TV (traces); task_speed: tokens per target call within "
-                  "--budget-critical (accepted critical tokens per answer; task traces); "
-                  "task_seed: the seed's metric on critical-token labels (task traces).")
+# The objectives as --help lists them, with their own help (evolve.objectives loads no
+# kernel: the command line lists them without loading Numba).
+OBJECTIVE_HELP = "; ".join(f"{o.name}: {o.help}" for o in OBJECTIVES.values()) + "."
+
+
+def _stated(name: str) -> str | None:
+    """The default ``--help`` states for Config field ``name`` (click's ``[default: X]``,
+    ``common.Stated``): an objective's setting as it declares it, none for a flag or an
+    empty default."""
+    f = next(f for f in Config.__dataclass_fields__.values() if f.name == name)
+    setting = f.metadata.get("setting")
+    if setting is not None:
+        return setting.stated_default()[1:-1]
+    if isinstance(f.default, bool) or f.default in ("", None):
+        return None
+    return str(f.default)
+
+
+def config_option(flag: str, name: str, **kwargs):
+    """The ``evolve run`` option of Config field ``name``: its help and default as
+    declared (``Config.help_of``), the default applied by Config (the option's is None)."""
+    return click.option(flag, name, default=None, cls=Stated, stated=_stated(name),
+                        help=Config.help_of(name, False), **kwargs)
+
+
+def setting_options(command):
+    """The options of every objective's settings (``evolve.objectives.SETTINGS``), as the
+    objectives declare them: flag, help, default. A number is taken as text and read by
+    ``run_cmd`` (``common.number``), so that a value that is not one is one line naming
+    the option."""
+    for s in reversed(SETTINGS):
+        kind = {"bool": {"is_flag": True}, "int": {"type": int}}.get(
+            s.kind, {"type": str, "metavar": "FLOAT"})
+        command = config_option(s.flag, s.name, **kind)(command)
+    return command
 
 
 @click.command("benchmark")
@@ -53,75 +81,27 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 # --------------------------------------------------------------------- run
 
 @click.command("run")
-@click.option("--generations", type=int, default=None, cls=Stated, stated="100",
-              help="Generations.")
-@click.option("--population", type=int, default=None, cls=Stated, stated="1000",
-              help="Population size.")
-@click.option("--seed", type=int, default=None, cls=Stated, stated="0",
-              help="Random seed.")
-@click.option("--objective", type=str, default=None,
-              help=OBJECTIVE_HELP)
-@click.option("--budget-tv", "tv_budget", type=float, default=None,
-              cls=Stated, stated="0.02",
-              help="Objectives speed, pareto: mean TV per token allowed.")
-@click.option("--budget-kl", "kl_budget", type=float, default=None,
-              cls=Stated, stated="0.01",
-              help="Objective speed_kl: mean KL per token allowed.")
-@click.option("--budget-critical", "critical_budget", type=float, default=None,
-              cls=Stated, stated="0.01",
-              help="Objective task_speed: accepted critical tokens per answer allowed (about "
-                   "the accuracy drop).")
-@click.option("--cap-tv-position", "tv_position_cap", type=float, default=None,
-              cls=Stated, stated="1, no cap",
-              help="Objectives speed, speed_kl: mean slot TV allowed at any block "
-                   "position.")
-@click.option("--cap-tv-p99", "tv_p99_cap", type=float, default=None,
-              cls=Stated, stated="1, no cap",
-              help="Objectives speed, speed_kl: 99th percentile of slot TV allowed "
-                   "(reach-weighted).")
-@click.option("--tournament", type=int, default=None, cls=Stated, stated="7",
-              help="Tournament size.")
-@click.option("--cx-prob", type=float, default=None, cls=Stated, stated="0.7",
-              help="Crossover probability.")
-@click.option("--mut-prob", type=float, default=None, cls=Stated, stated="0.25",
-              help="Mutation probability.")
-@click.option("--max-height", type=int, default=None, cls=Stated, stated="10",
-              help="Tree height limit.")
-@click.option("--max-size", type=int, default=None, cls=Stated, stated="60",
-              help="Tree size limit (nodes).")
-@click.option("--init-max-height", type=int, default=None,
-              cls=Stated, stated="4",
-              help="Height limit of the first population's trees.")
-@click.option("--elitism", type=int, default=None, cls=Stated, stated="2",
-              help="Elites kept each generation.")
-@click.option("--seed-baselines", is_flag=True, default=None,
-              help="Put the baselines (as trees) into the first population; with "
-                   "--lookahead, the value gate on ahead too.")
-@click.option("--threads", type=int, default=None, help="Kernel threads (0 = all cores).")
-@click.option("--device", type=str, default=None,
-              cls=Stated, stated="cpu",
-              help="Evaluate populations on cpu (the Numba kernels) or cuda (torch, the "
-                   "same results bit for bit; pip install '.[gpu]').")
-@click.option("--starts", type=int, default=None,
-              cls=Stated, stated="1",
-              help="Independent starts (seeds seed..seed+N-1); the champion is the best on "
-                   "valid.")
-@click.option("--batch-blocks", type=int, default=None,
-              help="Train fitness on N sampled draft blocks a generation (speed; 0 = all).")
-@click.option("--trajectory", is_flag=True, default=None,
-              help="Objective speed: score every rule on its own trajectory (importance-"
-                   "weighted free-running estimate) on train, valid and test.")
-@click.option("--ess-floor", "ess_floor", type=str, default=None, metavar="FLOAT",
-              cls=Stated, stated="0.1",
-              help="With --trajectory: least effective number of sequences, as a fraction "
-                   "of the split's sequences, below which a rule is infeasible.")
-@click.option("--lookahead", is_flag=True, default=None,
-              help="Trace objectives: also offer next_tv and ahead, what verification knows "
-                   "of the block's later drafted slots (such rules are scored by an "
-                   "estimate; compare them free-running with evolve simulate --compare).")
+@config_option("--generations", "generations", type=int)
+@config_option("--population", "population", type=int)
+@config_option("--seed", "seed", type=int)
+@click.option("--objective", type=str, default=None, help=OBJECTIVE_HELP)
+@setting_options
+@config_option("--tournament", "tournament", type=int)
+@config_option("--cx-prob", "cx_prob", type=float)
+@config_option("--mut-prob", "mut_prob", type=float)
+@config_option("--max-height", "max_height", type=int)
+@config_option("--max-size", "max_size", type=int)
+@config_option("--init-max-height", "init_max_height", type=int)
+@config_option("--elitism", "elitism", type=int)
+@config_option("--seed-baselines", "seed_baselines", is_flag=True)
+@config_option("--threads", "threads", type=int)
+@config_option("--device", "device", type=str)
+@config_option("--starts", "starts", type=int)
+@config_option("--batch-blocks", "batch_blocks", type=int)
+@config_option("--trajectory", "trajectory", is_flag=True)
+@config_option("--lookahead", "lookahead", is_flag=True)
 @click.option("--inputs", type=str, default=None, metavar="NAME,...",
-              help="Only these inputs (comma-separated) in the search, a subset of what the "
-                   "data offer (all of them by default).")
+              help=Config.help_of("inputs"))
 @click.option("--engine", type=str, default=None, metavar="vllm|transformers",
               help="Only the inputs that engine's export computes (vllm: draft_prob, "
                    "target_prob, block_position), so the champion exports there.")
@@ -139,19 +119,19 @@ def benchmark_cmd(data_dir, heuristics, repeats, device, json_mode):
 @runs_dir_option
 @json_option
 @friendly_errors
-def run_cmd(no_writeback, json_mode, ess_floor, **given):
+def run_cmd(no_writeback, json_mode, **given):
     """Evolve an acceptance heuristic; the champion is written back to heuristics/."""
     from evolve.api import runs as api    # lazy: start-up (a command loads only what it runs)
     from evolve.cluster import ClusterInterrupted    # lazy: start-up (as above)
     from evolve.runs import runner    # lazy: start-up (a command loads only what it runs)
     # the options given, as the API's keywords: their defaults are Config's alone
     options = {k: v for k, v in given.items() if v is not None}
-    if ess_floor is not None:
-        options["ess_floor"] = number("--ess-floor", ess_floor)
+    for s in SETTINGS:
+        if s.kind == "float" and s.name in options:
+            options[s.name] = number(s.flag, options[s.name])
     out = term(json_mode)
-    opts = api.run_options(writeback=not no_writeback, **options)
     try:
-        code, result = api.execute(opts, out)
+        code, result, opts = api.execute(out, writeback=not no_writeback, **options)
     except ClusterInterrupted as e:        # stopped while reaching the cluster
         interrupted(option_message(e))
     if json_mode:

@@ -282,7 +282,7 @@ def compare_task_cmd(rules, data_dir, split, prompts, decoding, runs_dir, any_sc
     """Paired free-running task accuracy: every rule decodes the same problems with the
     same uniforms up to the answer; accuracy, tokens per call, and differences from the
     first rule with 95% intervals."""
-    from evolve import task_compare    # lazy: start-up (a command loads only what it runs)
+    from evolve.freerun import task_compare    # lazy: start-up (a command loads only what it runs)
     from evolve.cli import views    # lazy: start-up (a command loads only what it runs)
     from evolve.data import traces    # lazy: start-up (a command loads only what it runs)
     # lazy: start-up (a command loads only what it runs)

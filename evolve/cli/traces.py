@@ -3,7 +3,7 @@ trace`` is in ``evolve.cli.trace_data``).
 
 One function per command, heavy modules imported inside commands, known errors
 as one line on stderr and exit code 2, ``--json`` prints one JSON document on
-stdout. The numerics live in ``evolve.data.sources.ngram``, ``evolve.simulate``
+stdout. The numerics live in ``evolve.data.sources.ngram``, ``evolve.freerun.simulate``
 and ``evolve.rules.tuning``; the views in ``evolve.cli.views``.
 """
 
@@ -88,7 +88,7 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
     rule's paired difference from the first, with 95% intervals (standard
     errors by sequence). --compare also works on traces recorded with
     --backend hf: it loads the models and prompt source named in the split."""
-    from evolve import simulate    # lazy: start-up (a command loads only what it runs)
+    from evolve.freerun import simulate    # lazy: start-up (a command loads only what it runs)
     # lazy: start-up (a command loads only what it runs)
     from evolve.rules.adapters import RuleError, named_rule
     from evolve.io import paths    # lazy: start-up (a command loads only what it runs)

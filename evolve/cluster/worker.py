@@ -48,7 +48,7 @@ class Shard:
     @property
     def task(self):
         if self._task is None:
-            from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
+            from evolve.objectives.task_data import TaskData   # lazy: task shards only
             ts = map_shard(self.path, self.meta)
             self._task = TaskData.of_columns(ts.columns, ts.meta)
         return self._task
@@ -112,7 +112,7 @@ def warm(ts) -> None:
     for with_kl in (False, True):
         population_sums(progs, sa, with_kl)
     if "labels" in ts.meta:
-        from evolve.objectives.task_objectives import TaskData   # lazy: task shards only
+        from evolve.objectives.task_data import TaskData   # lazy: task shards only
         TaskData.of_columns(one.columns, one.meta).sums(progs)
 
 

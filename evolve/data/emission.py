@@ -23,7 +23,7 @@ token judged at the slot: the caller that has the block passes them per slot
 later slots along another draft would differ). A rule that reads them where the
 caller passed none is refused (``EvolveError`` naming ``lookahead``), never fed zeros.
 Pair-independent: the n-gram simulation and paired comparison
-(``evolve.simulate``, ``evolve.paired``) and the Hugging Face decoder
+(``evolve.freerun.simulate``, ``evolve.freerun.paired``) and the Hugging Face decoder
 (``evolve.data.sources.hf.decode``) all use these functions.
 """
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from evolve.lang import treeio
+from evolve.objectives import SETTING_KEYS, recorded_settings
 from evolve.runs.rundir import RunDir, RunError
 from evolve.runs.schema import SchemaError, check_scope
 from evolve.tasks import TASKS, champion_task
@@ -18,7 +19,7 @@ from heuristics import registry
 from evolve.tasks.writeback import module_metadata
 
 INSTALLED = {t.installed: f"{t.module}.py" for t in TASKS.values() if t.module}
-META_KEYS = ("run", "seed", "date", "objective", "tv_budget", "tree", "generation", "scope",
+META_KEYS = ("run", "seed", "date", "objective", *SETTING_KEYS, "tree", "generation", "scope",
              "standing")
 
 
@@ -33,8 +34,7 @@ def from_run(parent: Path, run: str) -> tuple[list, dict, str]:
     seed = (rd.meta().get("config") or {}).get("seed")
     meta = {"run": rd.name, "seed": seed, "objective": champ.get("objective"),
             "tree": champ["tree"], "generation": champ.get("generation")}
-    if champ.get("tv_budget") is not None:
-        meta["tv_budget"] = champ["tv_budget"]
+    meta.update({k: v for k, v in recorded_settings(champ).items() if v is not None})
     task = champion_task(champ)
     meta["metrics"] = {k: _header_metrics(task, m)
                        for k, m in (champ.get("metrics") or {}).items() if isinstance(m, dict)}

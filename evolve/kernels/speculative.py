@@ -344,15 +344,19 @@ def new_sums(shape, g: int) -> np.ndarray:
     return np.zeros((*shape, layout.width(g), 2), dtype=np.int64)
 
 
-def population_sums(programs, sa, with_kl: bool = True,
-                    tail_cap: float = TAIL_OFF) -> np.ndarray:
+def population_sums(programs, sa, with_kl: bool = True, tail_cap: float = TAIL_OFF,
+                    blocks=None) -> np.ndarray:
     """Exact sums for every program, int64 (P, layout.width(g), 2): 128-bit fixed point
-    (``kernels.fixed``), in the order of ``evolve.kernels.layout``; the sums of shards
-    add up to the sums of their union.
+    (``kernels.fixed``), in the order of ``evolve.kernels.layout``, over every block of
+    ``sa`` or over ``blocks``; the sums of shards add up to the sums of their union.
+    ``evolve.kernels.gpu.traces.population_sums`` is this on a device (the same
+    arguments, and the device last).
 
     ``with_kl=False`` skips the KL terms (with them a call takes about 1.3 to 1.6 times
     as long; docs/performance.md); the kl sum is then 0. The tail sum is the reach of
     the slots with TV > tail_cap."""
+    if blocks is not None:
+        sa = sa.blocks(blocks)
     _check_inputs(programs, sa)
     check_compiled_layout()
     P = len(programs)
@@ -366,11 +370,11 @@ def population_sums(programs, sa, with_kl: bool = True,
     return out
 
 
-def population_objectives(programs, sa, with_kl: bool = True,
-                          tail_cap: float = TAIL_OFF) -> np.ndarray:
+def population_objectives(programs, sa, with_kl: bool = True, tail_cap: float = TAIL_OFF,
+                          blocks=None) -> np.ndarray:
     """Sums for every program, float64 (P, layout.width(g)); see
     ``spec.objectives_from_sums``."""
-    return fixed.to_float(population_sums(programs, sa, with_kl, tail_cap))
+    return fixed.to_float(population_sums(programs, sa, with_kl, tail_cap, blocks))
 
 
 def threshold_sums(h, sa, with_kl: bool = True) -> np.ndarray:

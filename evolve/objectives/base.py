@@ -4,8 +4,9 @@ An ``Objective`` names what a run maximises and on which data: its DEAP fitness
 weights (one objective, or several for NSGA-II), an evaluator for a split (a
 population kernel over linearised trees), the fitness values of trees, one
 score per individual (for the hall of fame, elites and history), and the
-metrics of a champion on every split. ``evolve.objectives.OBJECTIVES`` holds
-every objective by name; a new objective is one module here and one line there.
+metrics of a champion on every split, and the settings it reads (budgets, caps:
+``evolve.objectives.settings``, declared in its module). ``evolve.objectives.OBJECTIVES``
+holds every objective by name; a new objective is one module here and one line there.
 
 Objective modules import numpy only; the language, kernels and DEAP are
 imported where they are used, so the command line can list the objectives
@@ -19,7 +20,6 @@ from collections import OrderedDict
 from typing import Callable
 
 import numpy as np
-from evolve.lang import treeio
 
 TOKENS = "tokens"      # data kinds: token splits (datasets/), or speculative-decoding traces
 TRACES = "traces"
@@ -66,6 +66,7 @@ class Evaluator:
             if s not in cache and s not in todo:
                 todo[s] = i
         if todo:
+            from evolve.lang import treeio    # lazy: start-up (the primitive table loads Numba)
             node_lists = [treeio.from_deap(deap_trees[i]) if deap_trees is not None
                           else treeio.parse(s) for s, i in todo.items()]
             rows = self.run(treeio.linearise(node_lists))
@@ -85,6 +86,7 @@ class Objective:
     data: str = TOKENS              # its data world: a key of evolve.tasks.TASKS
     weights: tuple = (1.0,)         # DEAP fitness weights
     help: str = ""
+    settings: tuple = ()            # the settings it reads (evolve.objectives.settings)
 
     @property
     def multi(self) -> bool:

@@ -4,7 +4,7 @@ A rule gives a threshold ``h`` for every candidate row (a drafted position of a
 trace and one of the draft's top-k bytes ``x`` there); its acceptance
 probability is ``a(x) = clip(h, 0, 1)`` (NaN -> 0, as in ``evolve.objectives.metrics``).
 
-Decoder (the algorithm whose numbers these are; ``evolve.simulate`` runs the same):
+Decoder (the algorithm whose numbers these are; ``evolve.freerun.simulate`` runs the same):
 draft ``x ~ q``; accept with ``a(x)`` if ``x`` is one of the draft's top-k bytes at
 that position, else with the standard ``min(1, p(x)/q(x))`` (the "top-k
 restricted" rule; with k = 256 there is no tail); on rejection resample from

@@ -10,7 +10,6 @@ import numpy as np
 
 from evolve.data.traces import TraceSplit
 from evolve.kernels.layout import TAIL_OFF
-from evolve.kernels.speculative import population_objectives
 from evolve.objectives.base import Evaluator
 from evolve.objectives.spec import TraceArrays
 
@@ -58,6 +57,7 @@ class ArraySplit:
 
     def sums(self, progs, with_kl: bool = True, blocks=None,
              tail_cap: float = TAIL_OFF) -> np.ndarray:
+        from evolve.kernels.speculative import population_objectives  # lazy: start-up (Numba)
         sa = self.spec_arrays()
         return population_objectives(progs, sa if blocks is None else sa.blocks(blocks),
                                      with_kl, tail_cap)
@@ -80,8 +80,10 @@ def array_evaluator(sa, name: str, with_kl: bool = False,
                     tail_cap: float = TAIL_OFF) -> Evaluator:
     """An evaluator over TraceArrays in this process; ``batch(blocks)`` gives one over
     some of its blocks (``--batch-blocks``)."""
-    return Evaluator(name, lambda progs: population_objectives(progs, sa, with_kl, tail_cap),
-                     sa, sa.n * sa.k,
+    def kernel(progs):
+        from evolve.kernels.speculative import population_objectives  # lazy: start-up (Numba)
+        return population_objectives(progs, sa, with_kl, tail_cap)
+    return Evaluator(name, kernel, sa, sa.n * sa.k,
                      batch=lambda blocks: array_evaluator(sa.blocks(blocks), f"{name} batch",
                                                           with_kl, tail_cap))
 

@@ -16,7 +16,6 @@ import numpy as np
 from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.objectives import metrics as M
 from evolve.objectives.base import TOKENS, Evaluator, Objective
-from evolve.lang import treeio
 from evolve.objectives import placement
 
 
@@ -51,6 +50,7 @@ class TokenObjective(Objective):
 def champion_counts(nodes, ds) -> M.Counts:
     """Counts of a parsed tree on a token split, from the kernel's thresholds."""
     from evolve.kernels.tokens import TokenArrays, population_thresholds  # lazy: start-up
+    from evolve.lang import treeio    # lazy: start-up (the primitive table loads Numba)
     arrays = TokenArrays(ds)
     h = population_thresholds(treeio.linearise([nodes]), arrays)[0]
     return threshold_counts(h, arrays)

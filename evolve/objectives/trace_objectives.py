@@ -36,13 +36,24 @@ import numpy as np
 
 from evolve.kernels import layout
 from evolve.objectives.base import TRACES, Evaluator, Objective
+from evolve.objectives.settings import Setting
 from evolve.objectives.fitness import speed_fitness, tail_cap
-from evolve.objectives.spec import TAIL_SHARE, population_results
-from evolve.objectives.splits import as_split, spec_arrays
-from evolve.lang import codegen, treeio
-from evolve.kernels.tokens import matrix_thresholds
-from evolve.objectives import placement, spec
-from evolve.objectives.spec import objectives_from_sums
+from evolve.objectives import placement
+
+
+# The settings of the trace objectives. Every trace run records the TV budget: a trace
+# champion is written back by its speed score at that budget (evolve.tasks.writeback),
+# whichever objective made it.
+TV_BUDGET = Setting("tv_budget", 0.02, 0.0, 1.0, "--budget-tv", "mean TV per token allowed",
+                    "a TV per token in [0, 1]", meta="tv_budget")
+KL_BUDGET = Setting("kl_budget", 0.01, 0.0, 100.0, "--budget-kl", "mean KL per token allowed",
+                    "a KL per token in [0, 100]", meta="kl_budget")
+TV_POSITION_CAP = Setting("tv_position_cap", 1.0, 0.0, 1.0, "--cap-tv-position",
+                          "mean slot TV allowed at any block position", "a TV in [0, 1]",
+                          meta="tv_position_cap", off=1.0, off_text="no cap")
+TV_P99_CAP = Setting("tv_p99_cap", 1.0, 0.0, 1.0, "--cap-tv-p99",
+                     "99th percentile of slot TV allowed (reach-weighted)", "a TV in [0, 1]",
+                     meta="tv_p99_cap", off=1.0, off_text="no cap")
 
 
 class TraceObjective(Objective):
@@ -53,6 +64,19 @@ class TraceObjective(Objective):
         self.weights = weights
         self.help = help
         self.kl = kl          # the budget is on KL per token (--budget-kl), not TV
+        self.measure = "kl" if kl else "tv"      # what its budget bounds, per token
+        self.budget = KL_BUDGET if kl else TV_BUDGET
+        caps = () if self.multi else (TV_POSITION_CAP, TV_P99_CAP)
+        self.settings = tuple(dict.fromkeys((self.budget, TV_BUDGET, *caps)))
+
+    def budget_of(self, config) -> tuple[str, float]:
+        """(the measure its budget bounds, ``tv`` or ``kl``; the budget) in ``config``."""
+        return self.measure, getattr(config, self.budget.name)
+
+    def front(self, population, sas: dict) -> list | None:
+        """The final population's non-dominated front on every split (``evolved_front``)
+        for an objective of several values (NSGA-II), else None."""
+        return evolved_front(population, sas) if self.multi else None
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
@@ -82,7 +106,9 @@ class TraceObjective(Objective):
         m = self.measures(ev, trees, deap_trees)
         if self.multi:
             return np.column_stack([m["tokens"], m["tv"]])
-        dist, budget = (m["kl"], config.kl_budget) if self.kl else (m["tv"], config.tv_budget)
+        from evolve.objectives.spec import TAIL_SHARE    # lazy: start-up (the trace schema)
+        measure, budget = self.budget_of(config)
+        dist = m[measure]
         tail = m["tail_share"] - TAIL_SHARE if config.tv_p99_cap < 1.0 else None
         return np.atleast_1d(speed_fitness(m["tokens"], dist, budget, m["tv_pos"],
                                            config.tv_position_cap, tail))[:, None]
@@ -98,12 +124,16 @@ class TraceObjective(Objective):
         """Exact objectives per split (kernel; on a sharded split, summed where the
         shards are), with the 99th percentile of slot TV from the reference on the
         kernel's thresholds (which needs the split's rows in this process)."""
+        from evolve.kernels.tokens import matrix_thresholds  # lazy: start-up (Numba)
+        from evolve.objectives import spec    # lazy: start-up (the trace schema)
+        from evolve.objectives.splits import as_split, spec_arrays  # lazy: as above
+        from evolve.lang import treeio    # lazy: start-up (the primitive table loads Numba)
         progs = treeio.linearise([nodes])
         out = {}
         for k, split in splits.items():
             sa = spec_arrays(k, splits, evaluators)
             split = as_split(split, sa)      # sharded: summed where the shards are
-            m = objectives_from_sums(split.sums(progs, with_kl=True)[0],
+            m = spec.objectives_from_sums(split.sums(progs, with_kl=True)[0],
                                      split.shape.n_blocks, split.shape.g).to_dict()
             h = matrix_thresholds(progs, sa.X)[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
@@ -116,10 +146,8 @@ class TraceObjective(Objective):
         return {}
 
     def split_score(self, m: dict, config) -> float:
-        if self.kl:
-            dist, budget = m["kl_per_token"], config.kl_budget
-        else:
-            dist, budget = m["tv_per_token"], config.tv_budget
+        measure, budget = self.budget_of(config)
+        dist = m[f"{measure}_per_token"]
         cap = 1.0 if self.multi else config.tv_position_cap
         p99 = 1.0 if self.multi else config.tv_p99_cap
         tail = m["tv_p99"] - p99 if p99 < 1.0 and m.get("tv_p99") is not None else None
@@ -131,6 +159,8 @@ def evolved_front(population, sas: dict) -> list[dict]:
     """The final population's non-dominated trees on train (tokens per call up,
     TV down), each scored exactly on train, valid and test."""
     from deap import tools    # lazy: start-up (DEAP loads only where it is used)
+    from evolve.lang import codegen, treeio    # lazy: start-up (the primitive table loads Numba)
+    from evolve.objectives.spec import population_results    # lazy: start-up (trace schema)
 
     first = tools.sortNondominated(population, len(population),
                                    first_front_only=True)[0]
@@ -145,7 +175,8 @@ def evolved_front(population, sas: dict) -> list[dict]:
     return sorted(out, key=lambda f: (f["train"]["tv_per_token"], f["tree"]))
 
 
-SPEED = TraceObjective("speed", (1.0,), "tokens per target call within --budget-tv (traces)")
-SPEED_KL = TraceObjective("speed_kl", (1.0,), "tokens per target call within --budget-kl "
+SPEED = TraceObjective("speed", (1.0,), f"tokens per target call within {TV_BUDGET.flag} "
+                       "(traces)")
+SPEED_KL = TraceObjective("speed_kl", (1.0,), f"tokens per target call within {KL_BUDGET.flag} "
                           "(mean KL per token; traces)", kl=True)
 PARETO = TraceObjective("pareto", (1.0, -1.0), "NSGA-II over tokens per call and TV (traces)")

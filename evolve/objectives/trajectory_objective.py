@@ -30,14 +30,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from evolve.data.tokens import DataError
 from evolve.kernels import layout
 from evolve.kernels.layout import TAIL_OFF
-from evolve.objectives import trajectory
 from evolve.objectives.base import Evaluator
 from evolve.objectives.fitness import speed_fitness, tail_cap
-from evolve.objectives.splits import as_split
-from evolve.objectives.spec import TAIL_SHARE
+from evolve.objectives.settings import Setting
 from evolve.objectives.trace_objectives import TraceObjective
 
 class SplitBlocks:
@@ -54,6 +51,7 @@ class SplitBlocks:
 def _blocks_of(ts, where: str, g: int):
     """(n_std, index, first, sequence ids) of a split's blocks, checked to hold every
     sequence consecutively with block indices 0, 1, ..."""
+    from evolve.data.tokens import DataError    # lazy: start-up (the token schema)
     c = ts.columns
     acc = np.asarray(c["baseline_accepts"], dtype=bool).reshape(-1, g)
     n_std = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1)).astype(np.int64)
@@ -80,6 +78,7 @@ def _blocks_of(ts, where: str, g: int):
 def split_blocks(split) -> SplitBlocks:
     """The block information of a split in memory (``ArraySplit``) or sharded
     (``ClusterSplit``); DataError if a sequence is not consecutive or spans shards."""
+    from evolve.data.tokens import DataError    # lazy: start-up (the token schema)
     g = int(split.meta["block_size"])
     inner = getattr(split, "split", split)
     if not hasattr(inner, "shards"):            # a TraceSplit held in this process
@@ -208,9 +207,10 @@ def values(objective, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarr
         plain = objective.measures(ev, trees, deap_trees)
         tv_pos = plain["tv_pos"]
         if config.tv_p99_cap < 1.0:
+            from evolve.objectives.spec import TAIL_SHARE  # lazy: start-up (trace schema)
             tail = plain["tail_share"] - TAIL_SHARE
-    dist = m["kl"] if objective.kl else m["tv"]
-    budget = config.kl_budget if objective.kl else config.tv_budget
+    measure, budget = objective.budget_of(config)
+    dist = m[measure]
     return fitness(m["tokens"], dist, budget, m["ess"], ev.trajectory.sequences,
                    config.ess_floor, m["undefined"], tv_pos, config.tv_position_cap,
                    tail)[:, None]
@@ -219,6 +219,7 @@ def values(objective, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarr
 def split_metrics(sa, split, h) -> dict:
     """The trajectory estimate of the thresholds ``h`` on one split (TraceArrays ``sa``),
     by the numpy reference (``trajectory.estimate``), JSON-safe (non-finite: None)."""
+    from evolve.objectives import trajectory    # lazy: start-up (the trace schema)
     inner = getattr(split, "split", split)
     ts = inner.concat() if hasattr(inner, "shards") else inner
     est = trajectory.estimate(sa, trajectory.TraceBlocks.from_split(ts), h)
@@ -241,11 +242,22 @@ def split_score(m: dict, config) -> float:
                          config.tv_position_cap, tail))
 
 
+ESS_FLOOR = Setting("ess_floor", 0.1, 0.0, 1.0, "--ess-floor",
+                    "with --trajectory, the least effective number of sequences, as a "
+                    "fraction of the split's sequences, below which a rule is infeasible",
+                    "a fraction of the sequences in [0, 1]")
+
+
 class TrajectoryObjective(TraceObjective):
     """``speed`` scored by the trajectory estimate (see the module doc): its evaluator,
     values, the ``trajectory`` metrics of a champion and the score of a split."""
 
+    def __init__(self, name: str, weights: tuple, help: str, kl: bool = False):
+        super().__init__(name, weights, help, kl)
+        self.settings = (*self.settings, ESS_FLOOR)
+
     def evaluator(self, split, name: str, config=None) -> Evaluator:
+        from evolve.objectives.splits import as_split    # lazy: start-up (the trace schema)
         return evaluator(as_split(split), name, self.kl, tail_cap(config))
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:

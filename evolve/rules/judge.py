@@ -3,7 +3,7 @@ labels on the rule inputs, fit on train, that accepts a draft the standard rule 
 reject when its predicted probability of being critical is below a threshold λ.
 
 AutoJudge's classifier reads the models' hidden states; this one reads the twelve
-probability features every rule here reads (``evolve.objectives.task_objectives``:
+probability features every rule here reads (``evolve.objectives.task_data.drafted_matrix``:
 draft and target probability, position, entropies, top-token match, block position,
 p_max, q_max and the slot's TV and KLs), standardised, with an intercept. The fit is
 Newton's method on the L2-regularised log-likelihood (a few dozen features: a small

@@ -7,17 +7,12 @@ same ``spec.Objectives`` bit for bit; ``evolve.rules.tuning`` and
 
 from __future__ import annotations
 
-from evolve.kernels import gpu
-from evolve.objectives import spec
+from evolve.objectives import placement, spec
 
 
 def results(programs, sa: spec.TraceArrays, with_kl: bool = True, device: str = "cpu") -> list:
     """``spec.Objectives`` of every program of ``programs`` on ``sa``, from the kernel
-    sums computed on ``device``."""
-    if device == "cpu":
-        return spec.population_results(programs, sa, with_kl)
-    dev = gpu.torch_device(device)
+    sums computed on ``device`` (``evolve.objectives.placement.trace_sums``)."""
     from evolve.kernels import fixed  # lazy: Numba, only when scoring
-    from evolve.kernels.gpu import traces  # lazy: torch, only on the device path
-    sums = gpu.guarded(traces.population_sums, device)(programs, sa, dev, with_kl)
+    sums = placement.trace_sums(programs, sa, with_kl, device=device)
     return [spec.objectives_from_sums(row, sa.n_blocks, sa.g) for row in fixed.to_float(sums)]

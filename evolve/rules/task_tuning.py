@@ -18,7 +18,7 @@ import numpy as np
 
 from evolve.lang import treeio
 from evolve.objectives import task_labels as TL
-from evolve.objectives.task_objectives import metrics_of
+from evolve.objectives.task_data import metrics_of
 from evolve.rules import judge
 from evolve.rules.table import RATIO, RULES, families
 
@@ -86,7 +86,7 @@ def tune(name: str, td, budget: float):
 def tuned_all(tds: dict, budget: float) -> dict:
     """Every task family (and the learned judge, fit on ``tds["train"]``) tuned on
     valid to ``budget``, reported on test: name -> {rule, param, budget, valid, test}
-    (metrics of ``task_objectives.metrics_of``), or None when nothing fits."""
+    (metrics of ``task_data.metrics_of``), or None when nothing fits."""
     out = {STANDARD: {"rule": STANDARD, "param": None, "budget": budget, **{
         k: metrics_of(tds[k].thresholds_sums(standard_thresholds(tds[k])))
         for k in ("valid", "test")}}}

@@ -36,7 +36,7 @@ from evolve.lang import numpy_eval, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import spec
 from evolve.rules.table import RULES, families
-from evolve.kernels import gpu
+from evolve.objectives import placement
 from evolve.rules import headroom, kernel, value_gate
 from evolve.objectives import trajectory
 
@@ -266,7 +266,7 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
     and again every few seconds inside one (each point the numpy reference scores), so
     that a caller can say what is being done. Arguments of the wrong type or range
     are a one-line ``EvolveError`` naming the parameter."""
-    gpu.check(device)
+    placement.check(device)
     budgets = check_tradeoff_args(sa_valid, sa_test, budgets, extra, blocks_test)
     names = check_names(names)
     gates = headroom and not (sa_valid.missing or sa_test.missing)

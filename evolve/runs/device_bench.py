@@ -1,6 +1,6 @@
 """`evolve benchmark --device cuda`: every heuristic's tree scored and timed by the
 device token kernel (``evolve.kernels.gpu.tokens``: the fused Triton kernel, or the
-torch one, as ``gpu.kernel_for`` chooses) on a torch device.
+torch one, as ``evolve.kernels.gpu.choice.kernel_for`` chooses) on a torch device.
 
 A baseline's tree comes from the rules table (``evolve.rules.table``); the
 installed ``heuristics/evolved.py``'s from its ``METADATA`` literal, used only when
@@ -25,7 +25,8 @@ import sys
 import textwrap
 import time
 
-from evolve.kernels import gpu
+from evolve.kernels.gpu import choice
+from evolve.objectives import placement
 from evolve.lang import codegen, treeio
 from evolve.objectives.metrics import Counts
 from evolve.rules import table
@@ -43,10 +44,11 @@ class DeviceBench:
 
     def __init__(self, device: str):
         self.device = device
-        self.dev = gpu.torch_device(device)
+        resolved = placement.resolve(device)
+        self.dev = resolved.torch
         from evolve.kernels.gpu import tokens  # lazy: torch, only on the device path
         self._tokens = tokens
-        self._counts = gpu.guarded(tokens.population_counts, device)
+        self._kernel = resolved.guarded(tokens.population_counts)     # resolved once, above
         self.fallback: dict[str, str] = {}
         self.streamed: set[str] = set()     # splits too large to be resident (streamed)
 
@@ -60,7 +62,7 @@ class DeviceBench:
         else:
             where = str(self.dev)
             name = f"{self.dev.type}, torch threads: {torch.get_num_threads()}"
-        out = {"device": self.device, "by": DEVICE_TIMING[gpu.kernel_for(self.dev)],
+        out = {"device": self.device, "by": DEVICE_TIMING[choice.kernel_for(self.dev)],
                "torch_device": where, "name": name, "fallback": self.fallback}
         if self.streamed:
             out["streamed"] = sorted(self.streamed)
@@ -84,7 +86,7 @@ class DeviceBench:
         return {split: self._score(progs, split, ps, repeats) for split, ps in prepared.items()}
 
     def _score(self, progs, split: str, ps, repeats: int) -> dict:
-        raw = self._counts(progs, ps.arrays, self.dev)     # also puts the columns on the device
+        raw = self._counts(progs, ps.arrays)     # also puts the columns on the device
         if getattr(self._tokens.device_split(ps.arrays, self.dev), "streaming", False):
             self.streamed.add(split)
         metrics = Counts.from_raw(ps.n, raw[0]).metrics()
@@ -92,11 +94,14 @@ class DeviceBench:
         for _ in range(max(1, repeats)):
             self._sync()
             t0 = time.perf_counter()
-            self._counts(progs, ps.arrays, self.dev)
+            self._counts(progs, ps.arrays)
             self._sync()
             times.append(time.perf_counter() - t0)
         metrics["eval_ms"] = statistics.median(times) * 1e3
         return metrics
+
+    def _counts(self, progs, arrays):
+        return self._kernel(progs, arrays, device=self.dev)
 
     def _sync(self) -> None:
         if self.dev.type == "cuda":

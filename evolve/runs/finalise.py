@@ -11,17 +11,18 @@ directory is imported or run.
 from __future__ import annotations
 
 from evolve.lang import codegen, treeio
+from evolve.objectives import recorded_settings
 from evolve.runs.rundir import RunDir, now_iso
 from evolve.tasks import task_of
 
 
 def champion_record(tree: str, nodes, generation, objective: str, metrics: dict,
-                    **extra) -> dict:
-    """champion.json's content."""
+                    settings: dict, **extra) -> dict:
+    """champion.json's content (``settings``: what the objective records of the run's
+    configuration, ``evolve.objectives.settings.champion_settings``)."""
     return {"expression": codegen.infix(nodes), "tree": tree, "size": len(nodes),
             "depth": treeio.depth(nodes), "generation": generation, "objective": objective,
-            **({"tv_budget": extra.pop("tv_budget")} if "tv_budget" in extra else {}),
-            "metrics": metrics, **extra}
+            **settings, "metrics": metrics, **extra}
 
 
 def module_metadata(run_name: str, seed: int, champion: dict, **extra) -> dict:
@@ -30,7 +31,7 @@ def module_metadata(run_name: str, seed: int, champion: dict, **extra) -> dict:
     return {"run": run_name, "seed": seed, "objective": champion["objective"],
             "date": now_iso(), "tree": champion["tree"],
             "generation": champion.get("generation"),
-            **({"tv_budget": champion["tv_budget"]} if "tv_budget" in champion else {}),
+            **recorded_settings(champion),
             **{k: champion[k] for k in ("scope", "standing") if k in champion},
             **extra,
             "metrics": {k: task.header_metrics(champion["metrics"][k])

@@ -9,7 +9,9 @@ token splits; tokens per call within the budget on traces; ties: smaller tree,
 then lower seed), its ``champion.py`` and write-back, and in ``champion.json``
 every start's champion with its valid and test metrics and the distribution of
 the test figure over starts (median, min, max): test is never used to choose.
-``evolve run --resume <name>`` continues the unfinished starts, then chooses.
+``evolve run --resume <name>`` continues the unfinished starts, then chooses. The
+parent directory is opened, checked and written as every run directory is
+(``evolve.runs.lifecycle``): its data's digests are recorded, and compared on resume.
 """
 
 from __future__ import annotations
@@ -18,75 +20,36 @@ import statistics
 from dataclasses import replace
 from pathlib import Path
 
-from evolve.objectives import bind
+from evolve.objectives import bind, placement
+from evolve.runs import lifecycle, runner
 from evolve.runs.finalise import finalise
-from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
-from evolve.search.config import Config, ConfigError
+from evolve.runs.lifecycle import load_splits
+from evolve.runs.rundir import RunDir, now_iso
+from evolve.search.config import Config
 from evolve.tasks import task_of
-from evolve.runs import runner
-from evolve.runs.runner import check_writable, load_run_splits
-from evolve.kernels import gpu
 
 STARTS_DIR = "starts"
 
 
-def is_multistart(opts) -> bool:
-    """Whether ``opts`` start or resume a run of several starts."""
-    if opts.resume:
-        try:
-            meta = RunDir.open(opts.runs_parent, opts.resume).meta()
-        except RunError:
-            return False           # the runner reports it
-        starts = meta["config"].get("starts", 1)
-        return isinstance(starts, int) and starts > 1
-    return opts.config.starts > 1
-
-
 def execute_any(opts, term) -> tuple[int, dict]:
-    """``runner.execute``, or ``execute`` for a run of several starts."""
-    return execute(opts, term) if is_multistart(opts) else runner.execute(opts, term)
+    """Open the run ``opts`` asks for (``lifecycle.begin``), then run it: several
+    starts here, a single one by ``runner.execute``."""
+    with lifecycle.begin(opts) as begun:
+        if begun.config.starts > 1:
+            return execute(opts, term, begun)
+        return runner.execute(opts, term, begun)
 
 
-def _parent(opts):
-    """(parent RunDir, config, data directory), created or opened; checks first."""
-    if opts.resume:
-        try:
-            run = RunDir.open(opts.runs_parent, opts.resume)
-        except RunError as e:
-            raise RunError.of("resume", f"{opts.resume!r}: {e}") from None
-        run.lock()                     # refused (one line) while another process runs it
-        meta = run.meta()
-        try:
-            cfg = Config.from_dict(meta["config"])
-        except (ConfigError, TypeError) as e:
-            raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
-        cfg.device = opts.config.device     # not part of a run's identity
-        cfg.validate()
-        if opts.config.generations is not None:
-            cfg.generations = opts.config.generations
-            cfg.validate()
-            if cfg.to_dict() != meta["config"]:
-                run.update_config(cfg.to_dict())
-        return run, cfg, Path(meta.get("data", {}).get("dir") or opts.data_dir)
-    cfg = opts.config
-    cfg.validate()
-    if cfg.device != "cpu":                 # a device that cannot be used: nothing made
-        gpu.torch_device(cfg.device)
-    name = check_name(opts.name) if opts.name else default_name(cfg.seed)
-    check_writable(opts.runs_parent)
-    splits = load_run_splits(cfg, opts.data_dir)        # fail on bad data before creating
-    run = RunDir.create(opts.runs_parent, name, cfg.to_dict(), {
-        "dir": str(Path(opts.data_dir).resolve()),
-        "tokens": {k: len(v) for k, v in splits.items()}})
-    return run, cfg, Path(opts.data_dir)
-
-
-def execute(opts, term) -> tuple[int, dict]:
-    run, cfg, data_dir = _parent(opts)
-    try:
-        return _starts(opts, term, run, cfg, data_dir)
-    finally:
-        run.unlock()
+def execute(opts, term, begun: lifecycle.Begun | None = None) -> tuple[int, dict]:
+    """A run of several starts: its parent directory opened, its data checked (their
+    digests recorded, and on resume compared) and written by the lifecycle every run
+    goes through; then the starts, each a run of its own."""
+    if begun is None:
+        with lifecycle.begin(opts) as begun:
+            return execute(opts, term, begun)
+    # the data checked in this process, the device the starts will use, the parent written
+    begun.complete(prepare=lambda cfg, splits: placement.check(cfg.device))
+    return _starts(opts, term, begun.run, begun.config, begun.data_dir)
 
 
 def _starts(opts, term, run: RunDir, cfg: Config, data_dir: Path) -> tuple[int, dict]:
@@ -136,7 +99,7 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
                                 "median": statistics.median(values),
                                 "min": min(values), "max": max(values), "n": len(values)}}
     wb = finalise(run, cfg, opts, champion, best["seed"],
-                  lambda: load_run_splits(cfg, data_dir)["valid"],
+                  lambda: load_splits(cfg, data_dir)["valid"],
                   {"starts": cfg.starts, "chosen_seed": best["seed"]},
                   meta_extra={"starts": cfg.starts})
     return {"run": run.name, "path": str(run.path), "champion": champion, "writeback": wb,

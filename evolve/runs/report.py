@@ -9,7 +9,7 @@ from pathlib import Path
 
 from evolve.data import tokens as data
 from evolve.errors import UnknownName
-from evolve.kernels import gpu
+from evolve.objectives import placement
 from evolve.lang import codegen, treeio
 from evolve.lang.symbolic import sympy_expr
 from evolve.runs import device_bench
@@ -35,7 +35,7 @@ def benchmark(data_dir: Path, heuristics: list[str] | None, repeats: int,
     "cpu" each compiled per-rule function is timed; on "cuda" each tree is scored and
     timed by the device token kernel (``evolve.runs.device_bench``), the
     same metrics. ``timing`` says which device timed the rows."""
-    gpu.check_name(device)
+    placement.check(device)
     all_names = registry.names()
     names = heuristics or all_names
     unknown = [n for n in names if n not in all_names]

@@ -27,7 +27,8 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from evolve.runs import datasum, schema
+from evolve.runs import schema
+from evolve.data import datasum
 from evolve.io import jsonio
 from evolve.io.lock import Busy, DirLock
 from evolve.errors import shorten, show

@@ -2,8 +2,9 @@
 
 Reliability contract (docs/reliability.md; tests/test_config_errors.py,
 tests/test_interrupts.py, tests/test_crash_safety.py, tests/test_resume.py):
-- ``prepare`` validates every option, the runs directory and a resumed run's
-  files before anything is created; errors are one-line RunError/ConfigError.
+- every option, the runs directory, the data and a resumed run's files are checked
+  before anything is created (``evolve.runs.lifecycle``, the one way a run directory
+  is opened); errors are one-line RunError/ConfigError.
 - SIGINT/SIGTERM finish the current generation, save, and return exit code 130
   with the exact resume command; a second signal exits at once.
 - A write error (disk full) ends the run with RunError; the last checkpoint,
@@ -15,22 +16,21 @@ tests/test_interrupts.py, tests/test_crash_safety.py, tests/test_resume.py):
 from __future__ import annotations
 
 import os
-import shlex
 import signal
 from dataclasses import dataclass
 from pathlib import Path
 
 from evolve import errors
 from evolve.lang import codegen, treeio
-from evolve.runs import datasum
+from evolve.objectives.settings import champion_settings
+from evolve.runs import lifecycle
 from evolve.runs.finalise import champion_record, finalise
-from evolve.io.paths import check_creatable, runs_dir
-from evolve.runs.rundir import RunDir, RunError, check_name, default_name, now_iso
+from evolve.runs.lifecycle import resume_command
+from evolve.runs.rundir import RunDir, RunError, now_iso
 from evolve.search.config import Config, ConfigError, show
 from evolve.search.engine import Evolution
 from evolve.search.operators import fewer_collections
 from evolve.tasks import Finished, task_of
-from evolve.runs import schema
 from evolve.cluster import ClusterError, ClusterInterrupted
 from evolve.cluster.session import Session
 from evolve.kernels.gpu import DeviceError
@@ -41,7 +41,7 @@ EXIT_INTERRUPTED = errors.EXIT_INTERRUPTED       # 130, as every interrupted com
 @dataclass
 class RunOptions:
     config: Config
-    data_dir: Path
+    data_dir: Path | None          # None: the objective's default (lifecycle.begin)
     runs_parent: Path
     name: str | None = None
     resume: str | None = None
@@ -68,13 +68,13 @@ class RunOptions:
                  "a string or None")
         for param in ("data_dir", "runs_parent", "heuristics_dir"):
             value = getattr(self, param)
-            if value is None and param == "heuristics_dir":
+            if value is None and param != "runs_parent":   # data_dir: the task's default
                 continue
             need(isinstance(value, (str, os.PathLike)) and isinstance(os.fspath(value), str),
                  param, "a path")
             setattr(self, param, Path(value))
         if self.resume is None:
-            self.config.validate()
+            self.config.validate()      # once: a resumed run's, once read (lifecycle)
 
 
 class StopRequested:
@@ -107,147 +107,26 @@ class StopRequested:
                     b"(press Ctrl-C again to exit at once)\n")
 
 
-def check_writable(parent: Path) -> None:
-    """The runs directory exists or can be made, and we may create entries in it.
-    Creates nothing: RunDir.create makes it once everything else has been checked."""
-    check_creatable(parent, "runs_dir", RunError)
-
-
-def load_run_splits(cfg: Config, data_dir: Path, session=None) -> dict:
-    """The splits a run evolves on, loaded and checked by its objective's task
-    (sharded traces are evaluated through ``session``, in-process by default)."""
-    return task_of(cfg.objective).load_splits(cfg, data_dir, session)
-
-
-def prepare(opts: RunOptions, session=None):
-    """Validate everything and load data before any work; returns (run, splits, engine, state).
-
-    Nothing is created or changed on disk until every check has passed.
-    """
-    if opts.resume is not None:            # an empty name is an error, not "no resume"
-        return _prepare_resume(opts, session)
-    opts.config.validate()
-    name = check_name(opts.name) if opts.name is not None else default_name(opts.config.seed)
-    check_writable(opts.runs_parent)
-    if os.path.lexists(opts.runs_parent / name):
-        raise RunError(f"{opts.runs_parent / name}: a run of that name exists "
-                       f"(use --resume {name} or another --name)")
-    check_resume_fits(opts, name)
-    splits = load_run_splits(opts.config, opts.data_dir, session)
-    engine = Evolution(opts.config, splits["train"], splits["valid"])
-    run = RunDir.create(opts.runs_parent, name, opts.config.to_dict(), {
-        "dir": str(opts.data_dir.resolve()),
-        "tokens": {k: len(v) for k, v in splits.items()},
-        "sha256": datasum.digests(splits),
-    })
-    return run, splits, engine, opts.data_dir
-
-
-def check_resume_fits(opts: RunOptions, name: str) -> None:
-    """The resume command the run would print is one its own reader accepts
-    (``schema.check_resume_command``, which bounds its length): checked at the start."""
-    cmd = resume_command(opts, name)
-    try:
-        schema.check_resume_command(cmd, "summary.json", name)
-    except schema.SchemaError:
-        raise RunError.of("runs_dir", f"{show(str(opts.runs_parent))}: the command that "
-                          f"resumes run {name} would be {len(cmd)} characters, more than a "
-                          f"run's summary may hold ({schema.MAX_RESUME_CHARS}); use a shorter "
-                          "--runs-dir, --cluster or --scheduler") from None
-
-
-def _prepare_resume(opts: RunOptions, session=None):
-    if not isinstance(opts.resume, str) or not opts.resume.strip():
-        raise RunError.of("resume", f"{opts.resume!r} is not a run name")
-    try:
-        run = RunDir.open(opts.runs_parent, opts.resume)
-    except RunError as e:
-        raise RunError.of("resume", f"{opts.resume!r}: {e}") from None
-    check_resume_fits(opts, run.name)
-    run.lock()          # held until the run ends: a live run owns its directory
-    try:
-        return _prepare_locked(opts, run, session)
-    except BaseException:
-        run.unlock()
-        raise
-
-
-def _prepare_locked(opts: RunOptions, run: RunDir, session=None):
-    meta = run.meta()
-    state = run.checkpoint() if run.has_checkpoint() else None   # None: killed before gen 0 was saved
-    try:
-        cfg = Config.from_dict(meta["config"])
-    except (ConfigError, TypeError) as e:
-        raise RunError(f"{run.file('config.json')}: bad config ({e})") from None
-    if opts.config.generations is not None:      # None: keep the run's own
-        cfg.generations = opts.config.generations
-        cfg.validate()
-    cfg.device = opts.config.device     # not part of a run's identity: resumes on any device
-    cfg.validate()
-    at = state["generation"] if state else -1
-    if isinstance(at, int) and cfg.generations < at:
-        raise ConfigError.of("generations", f"{cfg.generations!r} is invalid; the run is "
-                             f"already at generation {at}")
-    data_dir = Path(meta.get("data", {}).get("dir") or opts.data_dir)
-    if opts.data_given and Path(opts.data_dir).resolve() != data_dir.resolve():
-        raise RunError.of("data_dir", f"{str(opts.data_dir)!r} cannot be changed on "
-                          f"--resume (run {run.name} evolves on {data_dir})")
-    opts.data_dir = data_dir          # what the run and its final report use
-    splits = load_run_splits(cfg, data_dir, session)
-    changed = datasum.changed_split(meta.get("data", {}).get("sha256") or {}, splits)
-    if changed:
-        raise RunError.of("resume", f"split '{changed}' in {data_dir} has changed since run "
-                          f"{run.name} started (its sha256 differs from the one in "
-                          f"{run.file('config.json')}); resume on the data the run started on")
-    engine = Evolution(cfg, splits["train"], splits["valid"])
-    if state is not None:
-        try:
-            engine.restore(state)
-        except (treeio.TreeError, KeyError, TypeError, ValueError) as e:
-            if isinstance(e, ClusterError):      # the cluster failed, not the checkpoint
-                raise
-            raise RunError(f"{run.file('checkpoint.json')}: cannot restore ({e})") from None
-    check_writable(opts.runs_parent)
-    run.remove_stale_temporaries()
-    if cfg.to_dict() != meta["config"]:
-        run.update_config(cfg.to_dict())
-    run.truncate_history(engine.generation)
-    return run, splits, engine, data_dir
-
-
-def resume_command(opts: RunOptions, run: RunDir | str) -> str:
-    """The exact command that continues this run (``run``: the run or its name)."""
-    parts = ["evolve", "run", "--resume", run if isinstance(run, str) else run.name]
-    if Path(opts.runs_parent).resolve() != runs_dir(None).resolve():
-        parts += ["--runs-dir", str(opts.runs_parent)]
-    if not opts.writeback:
-        parts.append("--no-writeback")
-    if opts.force:
-        parts.append("--force")
-    for opt, value in (("--cluster", opts.cluster), ("--scheduler", opts.scheduler)):
-        if value:
-            parts += [opt, value]
-    if opts.config.device != "cpu":
-        parts += ["--device", opts.config.device]
-    return " ".join(shlex.quote(p) for p in parts)
-
-
-def execute(opts: RunOptions, term) -> tuple[int, dict]:
-    """Run (or resume) evolution; returns (exit code, result dict). Several starts
-    (``--starts``) are run by ``evolve.runs.multistart.execute_any``."""
+def execute(opts: RunOptions, term, begun: lifecycle.Begun | None = None) -> tuple[int, dict]:
+    """Run (or resume) evolution; returns (exit code, result dict). ``begun``: the run
+    as ``lifecycle.begin`` opened it (``evolve.runs.multistart.execute_any``, which runs
+    several starts, ``--starts``, itself); opened here when not given."""
+    if begun is None:
+        with lifecycle.begin(opts) as begun:
+            return execute(opts, term, begun)
     with StopRequested(term) as stop, Session(opts.cluster, opts.scheduler,
                                               opts.config.threads or 0,
                                               stop=lambda: stop.requested) as session:
         try:
-            run, splits, engine, data_dir = prepare(opts, session)
+            splits, engine = begun.complete(session, lambda cfg, splits: Evolution(
+                cfg, splits["train"], splits["valid"]))
         except ClusterInterrupted:
             raise           # a stop while reaching the cluster: nothing was made (exit 130)
         except ClusterError as e:
             raise RunError(str(e)) from None
-        try:
-            return _evolve(opts, term, stop, run, splits, engine)
-        finally:
-            run.unlock()
+        if begun.meta is not None:
+            begun.run.truncate_history(engine.generation)
+        return _evolve(opts, term, stop, begun.run, splits, engine)
 
 
 def _evolve(opts: RunOptions, term, stop, run: RunDir, splits, engine) -> tuple[int, dict]:
@@ -335,7 +214,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     for name, doc in rep["files"].items():
         run.write_json(name, doc)
     champion = champion_record(champ.tree, nodes, champ.born, objective.name, metrics,
-                               **rep["champion"])
+                               champion_settings(objective, engine.config), **rep["champion"])
     wb = finalise(run, engine.config, opts, champion, engine.config.seed,
                   lambda: splits["valid"], {"generation": engine.generation},
                   evaluator=engine.valid)

@@ -133,11 +133,14 @@ def check_champion(doc, where: str, metrics_needed: bool = True) -> dict:
         _check_metrics(m, where, f"metrics.{split}", keys)
     g = doc.get("generation")
     _need(g is None or (is_int(g) and g >= 0), where, "generation", g, "a whole number >= 0")
-    if "tv_budget" in doc or "baselines_tuned_on_valid" in doc:
-        for name in ("tv_budget", "critical_budget"):
-            budget = doc.get(name)
-            _need(budget is None or is_number(budget), where, name, budget,
-                  "a finite number")
+    from evolve.objectives import SETTINGS    # lazy: start-up (numpy)
+    for setting in SETTINGS:          # what the objectives record (evolve.objectives)
+        if setting.meta is not None:
+            value = doc.get(setting.meta)
+            _need(value is None or (isinstance(value, bool) if setting.kind == "bool"
+                                    else is_number(value)), where, setting.meta, value,
+                  "True or False" if setting.kind == "bool" else "a finite number")
+    if "baselines_tuned_on_valid" in doc:
         tuned_keys = champion_task(doc).tuned_metric_keys
         tuned = doc.get("baselines_tuned_on_valid") or {}
         _need(isinstance(tuned, dict), where, "baselines_tuned_on_valid", tuned, "an object")

@@ -18,10 +18,12 @@ or ``export`` would refuse.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from evolve.errors import EvolveError, shorten, show  # noqa: F401 (re-exported)
-from evolve.objectives import OBJECTIVES
+from evolve.objectives import ALL_OBJECTIVES, OBJECTIVES, SETTINGS
+from evolve.objectives.placement import DEVICES
+from evolve.objectives.settings import option_help
 from evolve.io.jsonio import MAX_INT_DIGITS
 from evolve.lang.features import ALL_INPUT_NAMES, INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
 
@@ -63,77 +65,100 @@ def is_kind(kind: str, value) -> bool:
     raise AssertionError(kind)
 
 
-@dataclass
+def option(default, help: str):
+    """A field of ``Config`` with its ``help``: what ``help(evolve.run)`` and ``evolve run
+    --help`` say of it (``Config.help_of``)."""
+    return field(default=default, metadata={"help": help})
+
+
+def _with_objective_settings(cls):
+    """``Config`` as a dataclass: the fields written in its body, and after ``objective``
+    every objective's settings (``evolve.objectives.SETTINGS``: name, kind, default and
+    help as the objectives declare them)."""
+    annotations = {}
+    for name, kind in cls.__annotations__.items():
+        annotations[name] = kind
+        if name == "objective":
+            for s in SETTINGS:
+                annotations[s.name] = s.kind
+                setattr(cls, s.name, field(default=s.default, metadata={"help": s.help,
+                                                                           "setting": s}))
+    cls.__annotations__ = annotations
+    return dataclass(cls)
+
+
+@_with_objective_settings
 class Config:
     """A run's settings: the keyword arguments of ``evolve.run`` and the options of
-    ``evolve run``. The defaults are the values in the signature.
+    ``evolve run``; each field is declared once, with its default and help, below or
+    (the objectives' settings: budgets, caps, floors) by the objective that reads it
+    (``evolve.objectives.settings``).
 
-    - Search: ``generations``, ``population``, ``seed`` (the run's whole history
-      follows from it), ``tournament`` and ``parsimony`` (the fitness and size
-      tournaments of DEAP's double tournament), ``cx_prob`` and ``mut_prob``
-      (crossover and mutation probabilities), ``max_height`` and ``max_size``
-      (tree limits), ``init_min_height`` and ``init_max_height`` (the first
-      population's trees), ``elitism`` (elites kept each generation), ``hof_size``
-      (the hall of fame), ``seed_baselines`` (the baselines, as trees, in the
-      first population; with ``lookahead`` also the value gate's form on ``ahead``,
-      ``evolve.rules.table.gate_tree``).
-    - Objective: ``objective`` (a name of ``evolve.objectives.OBJECTIVES``) and its
-      limits on traces: ``tv_budget`` (``speed``, ``pareto``: mean TV per token
-      allowed), ``kl_budget`` (``speed_kl``: mean KL per token allowed),
-      ``tv_position_cap`` and ``tv_p99_cap`` (``speed``, ``speed_kl``: mean slot TV
-      at any block position, and the reach-weighted 99th percentile of slot TV;
-      1 is no cap); on task traces ``critical_budget`` (``task_speed``: accepted
-      critical tokens per answer allowed).
-    - Execution: ``threads`` (kernel threads; 0: all cores), ``starts``
-      (independent starts with seeds ``seed`` .. ``seed + starts - 1``; the
-      champion is the best on valid), ``checkpoint_every`` (generations between
-      checkpoints), ``batch_blocks`` (train fitness on that many sampled draft
-      blocks a generation; 0: all).
-    - Trajectory (``speed`` only; ``evolve.objectives.trajectory_objective``):
-      ``trajectory`` scores every individual by the importance-weighted estimate of
-      its free-running numbers; ``ess_floor`` is its guard, the least effective
-      number of sequences allowed, as a fraction of the split's sequences.
-    - Lookahead (trace objectives; ``evolve.lang.features``): ``lookahead`` offers
-      the search the lookahead inputs (``next_tv``, ``ahead``: the block's later
-      slots, known to verification); a rule that reads them is scored by an estimate.
-    - Inputs: ``inputs``, the input names (comma-separated) the search may use, a
-      subset of what the data offers (``""``: every input offered), e.g. the inputs an
-      engine holds so that the champion exports there (``evolve run --engine vllm``).
-    - Device: ``device`` (``cpu``: the Numba kernels; ``cuda``: the torch kernels of
-      ``evolve.kernels.gpu``, the same results bit for bit). It is not part of a
-      run's identity: a run may be resumed on the other device.
+    - Search: the size of the run and DEAP's double tournament, variation, tree
+      limits, elitism, hall of fame, and ``seed``: the run's whole history follows
+      from it.
+    - Objective: ``objective`` (a name of ``evolve.objectives.OBJECTIVES``) and the
+      settings of every objective (``evolve.objectives.SETTINGS``), each read by the
+      objectives that declare it; ``trajectory`` binds ``speed`` scored on each rule's
+      own trajectory (``evolve.objectives.trajectory_objective``).
+    - Execution: ``threads``, ``starts`` (independent starts with seeds ``seed`` ..
+      ``seed + starts - 1``; the champion is the best on valid), ``checkpoint_every``,
+      ``batch_blocks``, ``device`` (``cpu``: the Numba kernels; ``cuda``: the kernels of
+      ``evolve.kernels.gpu``, the same results bit for bit; not part of a run's
+      identity: a run may be resumed on the other device).
+    - Inputs: ``lookahead`` (``evolve.lang.features``) and ``inputs``, the input names
+      the search may use (e.g. the inputs an engine holds, ``evolve run --engine``).
 
-    ``validate`` checks every type and range and raises ``ConfigError`` naming
-    the parameter."""
-    generations: int = 100
-    population: int = 1000
-    seed: int = 0
-    objective: str = "expected"
-    tournament: int = 7
-    parsimony: float = 1.4
-    cx_prob: float = 0.7
-    mut_prob: float = 0.25
-    max_height: int = 10
-    max_size: int = 60
-    init_min_height: int = 1
-    init_max_height: int = 4
-    elitism: int = 2
-    hof_size: int = 20
-    seed_baselines: bool = False
-    tv_budget: float = 0.02     # objective "speed": mean TV per token allowed
-    kl_budget: float = 0.01     # objective "speed_kl": mean KL per token allowed
-    tv_position_cap: float = 1.0    # speed, speed_kl: mean slot TV at any block position
-    tv_p99_cap: float = 1.0     # speed, speed_kl: reach-weighted 99th percentile of slot TV
-    threads: int = 0            # 0: Numba's default (all cores)
-    starts: int = 1             # independent runs (seeds seed..seed+starts-1), best on valid
-    checkpoint_every: int = 1
-    batch_blocks: int = 0       # train fitness on N sampled draft blocks a generation (0: all)
-    trajectory: bool = False    # speed: score on the rule's own trajectory (importance weights)
-    ess_floor: float = 0.1      # trajectory: effective sequences / sequences at least this
-    lookahead: bool = False     # traces: offer next_tv and ahead (scored by an estimate)
-    inputs: str = ""            # comma-separated input names the search may use ("": all offered)
-    critical_budget: float = 0.01   # task_speed: accepted critical tokens per answer allowed
-    device: str = "cpu"         # where populations are evaluated (not part of a run's identity)
+    ``help_of(name)`` is a field's help; ``validate`` checks every type and range and
+    raises ``ConfigError`` naming the parameter."""
+    generations: int = option(100, "Generations")
+    population: int = option(1000, "Population size")
+    seed: int = option(0, "Random seed (the run's whole history follows from it)")
+    objective: str = option("expected", "What the run maximises: one of "
+                                        f"{', '.join(OBJECTIVES)} (evolve.objectives)")
+    tournament: int = option(7, "Tournament size (the fitness tournament of DEAP's "
+                                "double tournament)")
+    parsimony: float = option(1.4, "Size tournament of DEAP's double tournament (1..2)")
+    cx_prob: float = option(0.7, "Crossover probability")
+    mut_prob: float = option(0.25, "Mutation probability")
+    max_height: int = option(10, "Tree height limit")
+    max_size: int = option(60, "Tree size limit (nodes)")
+    init_min_height: int = option(1, "Least height of the first population's trees")
+    init_max_height: int = option(4, "Height limit of the first population's trees")
+    elitism: int = option(2, "Elites kept each generation")
+    hof_size: int = option(20, "Trees in the hall of fame")
+    seed_baselines: bool = option(False, "Put the baselines (as trees) into the first "
+                                         "population; with lookahead, the value gate on "
+                                         "ahead too")
+    threads: int = option(0, "Kernel threads (0 = all cores)")
+    starts: int = option(1, "Independent starts (seeds seed..seed+N-1); the champion is "
+                            "the best on valid")
+    checkpoint_every: int = option(1, "Generations between checkpoints")
+    batch_blocks: int = option(0, "Train fitness on N sampled draft blocks a generation "
+                                  "(speed; 0 = all)")
+    trajectory: bool = option(False, "Objective speed: score every rule on its own "
+                                     "trajectory (importance-weighted free-running "
+                                     "estimate) on train, valid and test")
+    lookahead: bool = option(False, "Trace objectives: also offer next_tv and ahead, what "
+                                    "verification knows of the block's later drafted "
+                                    "slots (such rules are scored by an estimate; compare "
+                                    "them free-running with evolve simulate --compare)")
+    inputs: str = option("", "Only these inputs (comma-separated) in the search, a subset "
+                             "of what the data offer (all of them by default)")
+    device: str = option("cpu", "Evaluate populations on cpu (the Numba kernels) or cuda "
+                                "(the same results bit for bit; pip install '.[gpu]')")
+
+    @classmethod
+    def help_of(cls, name: str, default: bool = True) -> str:
+        """The help of field ``name``, with its default as ``--help`` shows it
+        (``default``), as declared (an objective's setting: by the objective)."""
+        f = next(f for f in fields(cls) if f.name == name)
+        setting = f.metadata.get("setting")
+        if setting is not None:
+            return option_help(setting, ALL_OBJECTIVES, default)
+        if not default or isinstance(f.default, bool) or f.default == "":
+            return f"{f.metadata['help']}."
+        return f"{f.metadata['help']} [{f.default}]."
 
     @classmethod
     def kinds(cls) -> dict:
@@ -152,12 +177,9 @@ class Config:
              f"expected a whole number 2..{MAX_POPULATION}")
         need(0 <= self.seed <= MAX_INT, "seed", f"expected {whole(0)}")
         need(self.objective in OBJECTIVES, "objective", f"expected one of {', '.join(OBJECTIVES)}")
-        need(0.0 <= self.kl_budget <= 100.0, "kl_budget", "expected a KL per token in [0, 100]")
-        need(0.0 <= self.tv_position_cap <= 1.0, "tv_position_cap", "expected a TV in [0, 1]")
-        need(0.0 <= self.tv_p99_cap <= 1.0, "tv_p99_cap", "expected a TV in [0, 1]")
-        need(0.0 <= self.tv_budget <= 1.0, "tv_budget", "expected a TV per token in [0, 1]")
-        need(0.0 <= self.critical_budget <= 100.0, "critical_budget",
-             "expected accepted critical tokens per answer, in [0, 100]")
+        for setting in SETTINGS:        # as the objectives declare them
+            need(setting.in_range(getattr(self, setting.name)), setting.name,
+                 f"expected {setting.expect}")
         need(not OBJECTIVES[self.objective].multi or self.population % 4 == 0, "population",
              f"objective {self.objective} (NSGA-II) needs a multiple of 4")
         need(1 <= self.tournament <= self.population, "tournament",
@@ -197,7 +219,7 @@ class Config:
         need(not self.lookahead or OBJECTIVES[self.objective].traces, "lookahead",
              f"the lookahead inputs exist on traces; objective {self.objective} "
              "scores tokens")
-        need(self.device in ("cpu", "cuda"), "device", "expected cpu or cuda")
+        need(self.device in DEVICES, "device", f"expected {' or '.join(DEVICES)}")
         if self.inputs:
             self._check_inputs()
         need(self.device == "cpu" or not self.trajectory,
@@ -230,8 +252,10 @@ class Config:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Config":
-        """A Config from a run's config.json; every value is type-checked first."""
+    def from_dict(cls, d: dict, validate: bool = True) -> "Config":
+        """A Config from a run's config.json; every value is type-checked first, then
+        (``validate``) every range: a resumed run validates once, after what it may
+        change is set (``evolve.runs.lifecycle``)."""
         if not isinstance(d, dict):
             raise ConfigError(f"config: expected an object, got {type(d).__name__}")
         kinds = cls.kinds()
@@ -243,7 +267,8 @@ class Config:
                 raise ConfigError(f"config: {key!r} is {show(value)}; expected "
                                   f"{KINDS[kinds[key]]}")
         cfg = cls(**d)
-        cfg.validate()
+        if validate:
+            cfg.validate()
         return cfg
 
 

@@ -40,7 +40,8 @@ PARTS = ("selection", "variation", "evaluation", "hall_of_fame")
 
 class Evolution:
     def __init__(self, config: Config, train, valid):
-        config.validate()
+        """An engine on ``train`` and ``valid`` with ``config``, already validated (a run
+        validates its configuration once: ``evolve.runs.lifecycle``)."""
         self.config = config
         self.objective = bind(config)       # chosen once: the trajectory estimate too
         self.Individual = operators.individual_class(self.objective.weights)
@@ -224,6 +225,27 @@ class Evolution:
         return self._finish_generation(pop, t0, mark, stats, parts)
 
     def step(self) -> dict:
+        """One generation; returns its history record. With ``initialise`` (generation
+        0) and the loop that calls both (``evolve.runs.runner``: a checkpoint every
+        ``checkpoint_every`` generations, a stop asked by a signal honoured between
+        generations), a run is DEAP's ``eaSimple`` with elitism, in pseudo-code::
+
+            population = evaluate(random trees [+ the baselines])         # initialise
+            for generation in 1 .. generations:                           # step
+                chosen    = double_tournament(population, size - elitism)
+                offspring = varAnd(chosen, cx_prob, mut_prob)    # crossover, then mutation
+                offspring += the elitism best of population (score, then size)
+                evaluate(offspring whose fitness is invalid)     # train, by the kernel
+                population = offspring
+                hall_of_fame.update(population); valid_hof.add(hall_of_fame on valid)
+            champion = valid_hof.best                             # the best on valid
+
+        ``evaluate`` scores each tree text once (the others from the cache), on this
+        generation's sample of train blocks with ``batch_blocks`` (then every fitness,
+        the elites' included, is of this sample). With an objective of several values
+        (NSGA-II), ``chosen`` are crowded tournaments (``selTournamentDCD``) of the whole
+        population, there is no elitism, and the new population is the best ``size`` of
+        population + offspring by ``selNSGA2``."""
         from deap import algorithms, tools    # lazy: start-up (DEAP loads only where it is used)
         c = self.config
         t0, mark = time.perf_counter(), self._counters()

@@ -5,7 +5,7 @@ by the standard rule, greedy or sampled, and a label per draft the standard rule
 could reject); champions are scored by the task objectives
 (``evolve.objectives.task_objectives``), reported beside every rule family tuned to
 the run's critical budget on valid (``evolve.rules.task_tuning``), and judged by
-task accuracy free-running (``evolve.task_compare``). A champion is not written back:
+task accuracy free-running (``evolve.freerun.task_compare``). A champion is not written back:
 export it from its run (its scope records the decoding: a greedy champion exports to
 numpy and torch, whose ``acceptance`` keeps the target's argmax drafts).
 """
@@ -20,7 +20,7 @@ from evolve.data.sources.task import record
 from evolve.data.tokens import DataError
 from evolve.io.paths import DATA_DIR
 from evolve.objectives import bind
-from evolve.objectives.task_objectives import task_data
+from evolve.objectives.task_data import task_data
 from evolve.rules import task_tuning
 from evolve.standing import INFEASIBLE, LOSES, WINS
 from evolve.tasks.base import Task
@@ -83,7 +83,7 @@ class TaskTask(Task):
             verdict, why = WINS, (f"beats the lossless rule and every rule family tuned "
                                     f"to critical {cfg.critical_budget:g} on valid "
                                     f"({score:.4f} tokens per call)")
-        champion = {"critical_budget": cfg.critical_budget, "baselines_tuned_on_valid": tuned,
+        champion = {"baselines_tuned_on_valid": tuned,
                     "decoding": result.splits["valid"].meta["decoding"],
                     "scope": traces.scope_of(result.splits["valid"].meta),
                     "standing": {"verdict": verdict, "why": why, "valid_score": score,

@@ -20,7 +20,6 @@ from evolve.search.config import ConfigError
 from evolve.lang import codegen, treeio
 from evolve.lang import primitives as P
 from evolve.objectives import bind
-from evolve.objectives.trace_objectives import evolved_front
 from evolve.objectives.splits import spec_arrays
 from evolve.rules import tuning
 from evolve.rules.table import RULES
@@ -50,11 +49,11 @@ def standing(objective, cfg, valid: dict, sa_valid, tuned: dict) -> dict:
            "best_tuned": None if best is None else
            {"rule": best[0], "param": best[1]["param"],
             "tokens_per_call": best[1]["valid"]["tokens_per_call"]}}
-    dist = f"KL {cfg.kl_budget:g}" if objective.kl else f"TV {cfg.tv_budget:g}"
+    measure, budget = objective.budget_of(cfg)
+    dist = f"{measure.upper()} {budget:g}"
     if score < 1.0:       # speed_fitness: a rule over its budget or a cap scores below 1
         m = (valid.get("trajectory") or {}) if cfg.trajectory else valid
-        key, budget = ("kl_per_token", cfg.kl_budget) if objective.kl else \
-            ("tv_per_token", cfg.tv_budget)
+        key = f"{measure}_per_token"
         got = m.get(key)
         what = (f"{key.replace('_per_token', '').upper()} per token {got:.5f} > {budget:g}"
                 if isinstance(got, float) and got > budget else
@@ -113,8 +112,8 @@ class TraceTask(Task):
         cfg, metrics = result.config, result.metrics
         sas = {k: spec_arrays(k, result.splits, result.evaluators)
                for k in ("train", "valid", "test")}
-        budget = cfg.tv_budget
-        measure, tuned_budget = ("kl", cfg.kl_budget) if objective.kl else ("tv", budget)
+        budget = cfg.tv_budget          # the trade-off's: TV per token is its axis
+        measure, tuned_budget = objective.budget_of(cfg)
         tuned = {name: tuning.tuned_report(name, sas["valid"], sas["test"], tuned_budget,
                                            measure=measure)
                  for name in tuning.families()
@@ -125,8 +124,8 @@ class TraceTask(Task):
         series = tuning.series_of(sweep)
         series["hall of fame"] = sorted(zip(hof_tv.tolist(), hof_tok.tolist()))
         files = {}
-        if objective.multi:
-            front = evolved_front(result.population, sas)
+        front = objective.front(result.population, sas)
+        if front is not None:
             files["pareto_front.json"] = front
             series["evolved front (NSGA-II)"] = sorted(
                 (f["valid"]["tv_per_token"], f["valid"]["tokens_per_call"]) for f in front)
@@ -140,13 +139,7 @@ class TraceTask(Task):
                              for t, a, b in zip(hof_trees, hof_tok, hof_tv)],
             "series": {k: [list(xy) for xy in v] for k, v in series.items()},
         }
-        champion = {"tv_budget": budget, "baselines_tuned_on_valid": tuned}
-        if objective.kl:
-            champion["kl_budget"] = tuned_budget
-        if cfg.tv_position_cap < 1.0:
-            champion["tv_position_cap"] = cfg.tv_position_cap
-        if cfg.tv_p99_cap < 1.0:
-            champion["tv_p99_cap"] = cfg.tv_p99_cap
+        champion = {"baselines_tuned_on_valid": tuned}
         if P.uses_lookahead_inputs(result.nodes):
             champion["estimate"] = ESTIMATE
         champion["scope"] = traces.scope_of(result.splits["valid"].meta)

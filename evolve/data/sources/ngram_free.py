@@ -1,4 +1,4 @@
-"""Free-running decoding with the n-gram pair: what ``evolve.paired`` compares.
+"""Free-running decoding with the n-gram pair: what ``evolve.freerun.paired`` compares.
 
 ``free_running`` decodes ``n`` prompts of a split from a seeded draw of the split's
 prompt pool (the same prompts and uniforms for every rule of a comparison) with a

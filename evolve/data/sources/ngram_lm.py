@@ -212,10 +212,6 @@ class NGramLM:
             raise ValueError(f"temperature must be > 0, got {temperature!r}")
         return NGramLM(self.order, self.orders, float(temperature), self.train_bytes)
 
-    @property
-    def discounts(self) -> list[float]:
-        return [o.discount for o in self.orders]
-
     def probs(self, history) -> np.ndarray:
         """Next-byte distributions, float64 (B, 256), for a (B, L) uint8 history matrix.
 

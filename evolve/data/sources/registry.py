@@ -68,7 +68,7 @@ class Source:
 
     def free_running(self, pair, rule, split: str, prompts: int, blocks: int, seed: int,
                      lookahead=None, meter=None) -> dict:
-        """One rule decoded free-running (``evolve.paired.run_rule`` reads the result);
+        """One rule decoded free-running (``evolve.freerun.paired.run_rule`` reads the result);
         ``lookahead``: (slots, futures) for a rule that reads the lookahead inputs;
         ``meter``: counts the progress (``evolve.cli.render``), where given."""
         raise NotImplementedError

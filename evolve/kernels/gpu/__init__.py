@@ -2,7 +2,8 @@
 kernels (``evolve.kernels.tokens``, ``evolve.kernels.speculative``).
 
 ``device="cpu"`` (the default everywhere) never imports torch or Triton;
-``device="cuda"`` evaluates every population with one of two kernels (``kernel_for``):
+``device="cuda"`` evaluates every population with one of two kernels
+(``evolve.kernels.gpu.choice.kernel_for``):
 
 - ``fused``: the fused interpreter in Triton (``evolve.kernels.gpu.fused``), one
   launch per population and chunk of rows, each thread interpreting the programs on
@@ -29,7 +30,11 @@ are checked by ``torch_device``, so a bad value is one line before any work.
 device runs it in Triton's interpreter (``TRITON_INTERPRET=1``, set here before the
 kernels are first imported), which is how the tests check it without a GPU.
 
-This module imports nothing heavy: the command line checks ``--device`` with it.
+This module is the device itself (its name checked, the torch device it stands for, the
+memory budget, out-of-memory errors); which kernels score on it is
+``evolve.kernels.gpu.choice``, which imports the fused kernels, which import this
+module. It imports nothing heavy. Only ``evolve.objectives.placement`` resolves a run's
+``device`` with it (``torch_device``); the kernels take the torch device it gives.
 """
 
 from __future__ import annotations
@@ -37,8 +42,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import sys
-import warnings
+from dataclasses import dataclass
 
 from evolve.errors import EvolveError, show
 
@@ -63,14 +67,6 @@ def check_name(device) -> None:
                              f"{', '.join(DEVICES)}")
 
 
-def check(device) -> None:
-    """A one-line DeviceError naming ``device`` unless it can evaluate here: a known
-    name, and for "cuda" what ``torch_device`` checks (no torch import for "cpu")."""
-    check_name(device)
-    if device != "cpu":
-        torch_device(device)
-
-
 def torch_device(device: str):
     """The torch device that evaluates for ``device`` ("cuda"): checked once here,
     with a one-line DeviceError when torch or a CUDA device is missing, or
@@ -82,7 +78,7 @@ def torch_device(device: str):
         import torch  # lazy: torch is an optional dependency (the gpu extra)
     except ImportError:
         raise DeviceError.of("device", "'cuda' needs torch (pip install '.[gpu]')") from None
-    _forced_kernel()
+    forced_kernel()
     override = os.environ.get(OVERRIDE)
     dev = _override(torch, override) if override else None
     if dev is None or dev.type == "cuda":
@@ -131,7 +127,7 @@ def memory_setting() -> int | None:
     return value
 
 
-def _forced_kernel() -> str:
+def forced_kernel() -> str:
     """EVOLVE_GPU_KERNEL ("" when unset), checked: one of KERNELS, and Triton installed
     when it forces "fused" (without importing it)."""
     forced = os.environ.get(KERNEL, "")
@@ -166,6 +162,24 @@ def out_of_memory_types() -> tuple:
     return tuple({t for t in types if isinstance(t, type)})
 
 
+@dataclass(frozen=True)
+class Device:
+    """A run's device resolved (``resolve``): ``name`` as the run names it ("cuda", in
+    its errors) and ``torch``, the torch device the kernels take (``device=``)."""
+    name: str
+    torch: object
+
+    def guarded(self, fn):
+        """``fn`` with torch's out-of-memory errors as one-line DeviceErrors."""
+        return guarded(fn, self.name)
+
+
+def resolve(device: str) -> Device:
+    """The ``Device`` that evaluates for ``device`` ("cuda"): ``torch_device``'s checks,
+    once (``evolve.objectives.placement.resolve`` is where a run's device is resolved)."""
+    return Device(device, torch_device(device))
+
+
 def guarded(fn, device: str):
     """``fn`` with torch's out-of-memory errors turned into one-line DeviceErrors."""
     def call(*args, **kwargs):
@@ -176,66 +190,3 @@ def guarded(fn, device: str):
             raise DeviceError.of("device", f"{device!r} ran out of memory ({line[:160]}); "
                                  f"set {MEMORY} lower, or resume on 'cpu'") from None
     return call
-
-
-_READY: dict = {}       # str(torch device) -> whether the fused kernels passed their probe
-
-
-def kernel_for(dev) -> str:
-    """Which kernels score populations on torch device ``dev``: "fused" (Triton,
-    ``evolve.kernels.gpu.fused``) on a CUDA device where Triton imports and the compiled
-    kernels pass ``fused.probe`` (checked once per process and device; a failed probe
-    is one warning, and the torch kernels score), else "torch". ``EVOLVE_GPU_KERNEL``
-    forces either; forced "fused" without Triton is a one-line DeviceError."""
-    forced = _forced_kernel()
-    if forced == "torch":
-        return "torch"
-    if forced == "fused":
-        _fused(dev)
-        return "fused"
-    if dev.type != "cuda":
-        return "torch"
-    key = str(dev)
-    if key not in _READY:
-        _READY[key] = _probe(dev)
-    return "fused" if _READY[key] else "torch"
-
-
-def fused_for(dev, kernel: str | None = None):
-    """The module of the fused kernels (``evolve.kernels.gpu.fused``) when they score on
-    torch device ``dev`` (``kernel_for``, or ``kernel``: "fused" or "torch"), else None."""
-    if kernel not in (None,) + KERNELS:
-        raise ValueError(f"kernel: {kernel!r} is invalid; expected one of {', '.join(KERNELS)}")
-    return _fused(dev) if (kernel or kernel_for(dev)) == "fused" else None
-
-
-def _fused(dev):
-    """The module of the fused kernels; on a device other than CUDA in Triton's
-    interpreter, switched on here when Triton is not yet imported (Triton decides it
-    for every function, its own included, when it is imported)."""
-    if dev.type != "cuda" and "triton" not in sys.modules:
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        from evolve.kernels.gpu import fused  # lazy: triton, only where the fused kernels run
-    except ImportError as e:
-        raise DeviceError.of("device", f"'cuda' with {KERNEL}=fused needs triton ({e}; pip "
-                             f"install triton), or set {KERNEL}=torch") from None
-    if dev.type != "cuda" and not fused.interpreted():
-        raise DeviceError.of("device", f"the fused kernels run on torch device {dev.type!r} "
-                             "only in Triton's interpreter: set TRITON_INTERPRET=1 before "
-                             "Triton is imported")
-    return fused
-
-
-def _probe(dev) -> bool:
-    try:
-        from evolve.kernels.gpu import fused  # lazy: triton, only on a CUDA device
-    except ImportError:
-        return False                            # no Triton: the torch kernels, silently
-    if fused.interpreted():
-        return False                            # TRITON_INTERPRET=1: far slower than torch
-    why = fused.probe(dev)
-    if why:
-        warnings.warn(f"device 'cuda': {why}; populations are scored by the torch kernels",
-                      RuntimeWarning, stacklevel=2)
-    return not why

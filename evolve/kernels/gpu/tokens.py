@@ -1,6 +1,6 @@
 """The token kernel on a device: ``evolve.kernels.tokens.population_counts``, bit for bit,
 by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in torch
-(``gpu.kernel_for`` chooses).
+(``choice.kernel_for`` chooses).
 
 A split's columns, and plog, pexp and psqrt of its inputs (as the Numba kernel's
 ``TokenArrays.derived``), are the split's device columns (``device_split``, made once
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from evolve.kernels import gpu
-from evolve.kernels.gpu import interp, stream
+from evolve.kernels.gpu import choice, interp, stream
 from evolve.kernels.layout import EXPECTED_SCALE
 from evolve.kernels.tokens import _check_inputs
 
@@ -101,17 +101,20 @@ def _step(programs, ds: DeviceTokens, dev, chunk_rows) -> int:
     return chunk_size(programs, dev, chunk_rows, ds.bytes_per_row if ds.streaming else 0)
 
 
-def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
-                      kernel: str | None = None) -> np.ndarray:
-    """Counts for every program, int64 (P, 6), as ``kernels.tokens.population_counts``;
-    by the fused kernels or the torch ones (``gpu.kernel_for``; ``kernel`` forces one)."""
+def population_counts(programs, split, *, chunk_rows: int | None = None,
+                      kernel: str | None = None, device) -> np.ndarray:
+    """``kernels.tokens.population_counts`` on torch device ``device`` (resolved by
+    ``evolve.objectives.placement``): counts for every program, int64 (P, 6), the same
+    integers; by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel``
+    forces one; ``chunk_rows`` forces the rows a chunk holds)."""
+    arrays, dev = split, device
     _check_inputs(programs, arrays)
     out = np.zeros((len(programs), 6), dtype=np.int64)
     if not len(programs):
         return out
     ds = device_split(arrays, dev)
     step = _step(programs, ds, dev, chunk_rows)
-    fused = gpu.fused_for(dev, kernel)
+    fused = choice.fused_for(dev, kernel)
     progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     acc = torch.zeros((len(programs), 6), dtype=torch.int64, device=dev)
     for r0 in range(0, ds.n, step):
@@ -125,17 +128,19 @@ def population_counts(programs, arrays, dev, chunk_rows: int | None = None,
     return out
 
 
-def population_thresholds(programs, arrays, dev, chunk_rows: int | None = None,
-                          kernel: str | None = None) -> np.ndarray:
-    """Every program's thresholds, float64 (P, n), as ``kernels.tokens.population_thresholds``
-    (gathered on the host chunk by chunk); kernels as ``population_counts``."""
+def population_thresholds(programs, split, *, chunk_rows: int | None = None,
+                          kernel: str | None = None, device) -> np.ndarray:
+    """``kernels.tokens.population_thresholds`` on torch device ``device``: every
+    program's thresholds, float64 (P, n), gathered on the host chunk by chunk; kernels
+    as ``population_counts``."""
+    arrays, dev = split, device
     _check_inputs(programs, arrays)
     ds = device_split(arrays, dev)
     out = np.empty((len(programs), ds.n), dtype=np.float64)
     if not len(programs):
         return out
     step = _step(programs, ds, dev, chunk_rows)
-    fused = gpu.fused_for(dev, kernel)
+    fused = choice.fused_for(dev, kernel)
     progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     for r0 in range(0, ds.n, step):
         r1 = min(ds.n, r0 + step)

@@ -1,6 +1,6 @@
 """The trace kernel on a device: ``evolve.kernels.speculative.population_sums``, bit for
 bit, by the fused Triton kernels (``evolve.kernels.gpu.fused``) or, as a fallback, in
-torch (``gpu.kernel_for`` chooses; what follows is the torch one's way, and where a
+torch (``choice.kernel_for`` chooses; what follows is the torch one's way, and where a
 split's columns live for both).
 
 A split's candidate inputs and per-candidate and per-row constants (the kernel's own
@@ -30,7 +30,7 @@ import torch
 
 from evolve.kernels import gpu, layout
 from evolve.kernels.fixed import HI_SHIFT, LIMIT
-from evolve.kernels.gpu import interp, stream
+from evolve.kernels.gpu import choice, interp, stream
 from evolve.kernels.layout import (M_TAIL, P_TMINUS, P_TPLUS, Q_STD, Q_SUM, Q_TAIL, Q_TPLUS,
                                    R_TMINUS, R_TPLUS, TAIL_OFF, Z_RES)
 from evolve.kernels.speculative import _check_inputs, lane_major, prepared
@@ -269,13 +269,17 @@ def sizes(programs, d: DeviceTrace, dev, chunk_blocks, batch_programs) -> tuple:
     return nb, max(1, min(pb, len(programs)))
 
 
-def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = TAIL_OFF,
-                    blocks=None, chunk_blocks: int | None = None,
-                    batch_programs: int | None = None, kernel: str | None = None) -> np.ndarray:
-    """Exact sums for every program, int64 (P, layout.width(g), 2), as
-    ``kernels.speculative.population_sums`` (with ``with_kl=False`` the kl sum is 0 and
-    its logarithms are skipped), over every block of ``sa`` or over ``blocks``; by the
-    fused kernels or the torch ones (``gpu.kernel_for``; ``kernel`` forces one)."""
+def population_sums(programs, sa, with_kl: bool = True, tail_cap: float = TAIL_OFF,
+                    blocks=None, *, chunk_blocks: int | None = None,
+                    batch_programs: int | None = None, kernel: str | None = None,
+                    device) -> np.ndarray:
+    """``kernels.speculative.population_sums`` on torch device ``device`` (resolved by
+    ``evolve.objectives.placement``), the same arguments and the same integers: exact sums
+    for every program, int64 (P, layout.width(g), 2), over every block of ``sa`` or over
+    ``blocks`` (with ``with_kl=False`` the kl sum is 0 and its logarithms are skipped);
+    by the fused kernels or the torch ones (``choice.kernel_for``; ``kernel`` forces
+    one). ``chunk_blocks`` and ``batch_programs`` force sizes (else the memory budget's)."""
+    dev = device
     _check_inputs(programs, sa)
     d = device_split(sa, dev)
     if blocks is not None:
@@ -285,7 +289,7 @@ def population_sums(programs, sa, dev, with_kl: bool = False, tail_cap: float = 
     if not P_ or not d.shape.n_blocks:
         return out
     nb, pb = sizes(programs, d, dev, chunk_blocks, batch_programs)
-    fused = gpu.fused_for(dev, kernel)
+    fused = choice.fused_for(dev, kernel)
     progs = interp.program_lists(programs) if fused is None else fused.Programs(programs, dev)
     acc = torch.zeros((4, P_, layout.width(g)), dtype=torch.int64, device=dev)
     zero = torch.zeros((), dtype=torch.float64, device=dev)

@@ -1,4 +1,4 @@
-"""Free-running decoding with a Hugging Face pair: what ``evolve.paired`` compares.
+"""Free-running decoding with a Hugging Face pair: what ``evolve.freerun.paired`` compares.
 
 A split recorded by the hf backend names its models and prompt source in its
 meta.json; ``load`` rebuilds them (the same models, the same prompt pools), and

@@ -11,7 +11,7 @@ names last, for answers written in a sentence). Problems without a split are dea
 seeded shuffle (2 : 1 : 1), as the Hugging Face prompts are.
 
 ``HFTaskPair`` has the built-in pair's interface (``pair.TaskPair``), so the
-recorder, label miner and arbiter (``evolve.task_compare``) run on it. Each model is
+recorder, label miner and arbiter (``evolve.freerun.task_compare``) run on it. Each model is
 a ``ModelView``: ``probs(H)`` on (B, C) int32 histories, left-padded with ``PAD`` =
 -1 (no token), is the model's next-token distribution after each history's tokens,
 padding masked (attention mask and positions counted from the first token), softmax

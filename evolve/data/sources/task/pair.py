@@ -16,7 +16,7 @@ pair's ``config`` (``TaskPairConfig``) holds ``block_size``, ``top_k``,
 decodes with the pair as it is.
 
 The pair is also what the recorder (``record``) and the arbiter
-(``evolve.task_compare``) ask of a task, the interface the Hugging Face task pair
+(``evolve.freerun.task_compare``) ask of a task, the interface the Hugging Face task pair
 (``hf_pair``) has too: ``prompts(split, n)`` (padded prompts and their generators),
 ``decode(prompts, rngs, blocks, advance=..., ...)`` (``evolve.data.decode.decode``'s
 decoding, with progress counted in problems),

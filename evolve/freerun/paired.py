@@ -41,8 +41,8 @@ from evolve.data import emission as EM
 from evolve.data.sources import ngram as NG
 from evolve.data.sources.registry import source_of_pair
 from evolve.rules.adapters import as_rule
-from evolve.simulate import decoding_bytes
-from evolve.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
+from evolve.freerun.simulate import decoding_bytes
+from evolve.freerun.simulate import MAX_BLOCKS, MAX_PROMPTS, SizeError, check_bound, check_memory
 
 Z95 = 1.959963984540054
 
@@ -79,7 +79,7 @@ def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
     }
 
 
-# The statistics of a paired comparison (also the task world's, evolve.task_compare):
+# The statistics of a paired comparison (also the task world's, evolve.freerun.task_compare):
 # one value per sequence (or problem), standard errors by sequence.
 
 def mean_se(x) -> tuple[float, float]:
@@ -164,7 +164,7 @@ def comparison_bytes(prompts: int, blocks: int, rules: int, block_size: int, top
 
 def check_comparison(prompts: int, blocks: int, rules: int, block_size: int, top_k: int,
                      context_len: int, prompt_len: int) -> None:
-    """``evolve.simulate.SizeError`` for settings beyond the bounds (prompts and blocks
+    """``evolve.freerun.simulate.SizeError`` for settings beyond the bounds (prompts and blocks
     as for a simulation, at most ``MAX_ROWS`` drafted positions per rule) or this
     machine's memory."""
     check_bound("prompts", prompts, MAX_PROMPTS)
@@ -186,7 +186,7 @@ def compare(pair, rules: dict, split: str = "test", prompts: int = 4096,
     """Every rule of ``rules`` (label -> rule) decoded free-running on the same
     prompts and uniforms; summaries, and paired differences from the first.
     Settings beyond the bounds or this machine's memory raise
-    ``evolve.simulate.SizeError`` before any decoding (``check_comparison``)."""
+    ``evolve.freerun.simulate.SizeError`` before any decoding (``check_comparison``)."""
     say = progress or (lambda text: None)
     g = pair.config.block_size
     cfg = pair.config

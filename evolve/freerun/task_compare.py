@@ -21,7 +21,7 @@ import contextlib
 import numpy as np
 
 from evolve.data.decode import clipped
-from evolve.paired import interval, mean_se, ratio_difference, ratio_se
+from evolve.freerun.paired import interval, mean_se, ratio_difference, ratio_se
 from evolve.rules.adapters import as_rule, vector_rule
 
 
@@ -225,7 +225,7 @@ def between(rule, alpha: float, greedy: bool):
 
 def between_thresholds(h, X: np.ndarray, alpha: float, greedy: bool) -> np.ndarray:
     """``between``'s thresholds offline, from a rule's thresholds ``h`` of the drafted
-    rows of an input matrix ``X`` (``task_objectives.drafted_matrix``)."""
+    rows of an input matrix ``X`` (``task_data.drafted_matrix``)."""
     std = np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
     return std + alpha * (clipped(h) - std)
 

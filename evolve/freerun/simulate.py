@@ -45,7 +45,7 @@ from evolve.rules.adapters import as_rule
 
 # What one simulation may ask for. Prompts and blocks per prompt are bounded as in a
 # trace build (``evolve.data.sources.ngram``); every allocation that grows with the
-# options is estimated (``simulation_bytes``, ``evolve.paired.comparison_bytes``) and
+# options is estimated (``simulation_bytes``, ``evolve.freerun.paired.comparison_bytes``) and
 # a run that would need more memory than this machine has is refused before any
 # work.
 MAX_PROMPTS = NG.MAX_PROMPTS
