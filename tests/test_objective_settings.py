@@ -65,7 +65,7 @@ try:
 except ConfigError as e:
     out["range"] = str(e)
 option = next(p for p in run_cmd.params if p.name == "toy_budget")
-out["option"] = [option.opts, option.help]
+out["option"] = [option.opts, option.help, option.stated]
 out["objective_help"] = next(p for p in run_cmd.params if p.name == "objective").help
 r = CliRunner().invoke(main, ["run", "--budget-toy", "2", "--no-writeback"])
 out["cli"] = [r.exit_code, r.output.strip()]
@@ -108,8 +108,8 @@ def test_a_new_objective_with_a_budget_is_one_module_and_one_registry_line(tmp_p
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["default"] == 0.05
     assert out["range"] == "toy_budget: 2.0 is invalid; expected toy errors per token in [0, 1]"
-    assert out["option"] == [["--budget-toy"], "Objective toy: toy errors per token allowed "
-                                                "[0.05]."]
+    assert out["option"] == [["--budget-toy"], "Objective toy: toy errors per token allowed.",
+                             "0.05"]
     assert "toy: the expected metric within --budget-toy" in out["objective_help"]
     assert out["cli"][0] == 2 and out["cli"][1] == \
         "error: --budget-toy: 2.0 is invalid; expected toy errors per token in [0, 1]"
@@ -135,7 +135,7 @@ def test_evolve_run_names_every_search_option_with_its_default():
     params = inspect.signature(evolve.run).parameters
     options = {n: p for n, p in params.items()
                if n not in ("data_dir", "runs_dir", "name", "resume", "writeback", "force",
-                            "progress", "engine", "cluster", "scheduler")}
+                            "progress", "on_generation", "engine", "cluster", "scheduler")}
     assert list(options) == [f.name for f in fields(Config)]
     assert all(p.kind is p.KEYWORD_ONLY and p.default == getattr(Config(), n)
                for n, p in options.items())
@@ -149,7 +149,8 @@ def test_the_command_line_offers_every_setting_and_lists_every_objective():
     by_name = {p.name: p for p in run_cmd.params}
     for s in SETTINGS:
         assert by_name[s.name].opts == [s.flag], s.name
-        assert by_name[s.name].help.endswith(f"{s.help} {s.stated_default()}.")
+        assert by_name[s.name].help.endswith(f"{s.help}.")
+        assert f"[{by_name[s.name].stated}]" == s.stated_default()    # [default: ...]
     objective_help = by_name["objective"].help
     assert all(f"{o.name}: {o.help}" in objective_help for o in OBJECTIVES.values())
 

@@ -187,7 +187,7 @@ def test_evolve_tradeoff_prints_the_gates_and_marks_the_estimate(tiny_dir):
     marked an estimate; the Python API's best rule is never an estimate."""
     import evolve
     from tests.clikit import invoke
-    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03)
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, env={"COLUMNS": "240"})
     assert r.exit_code == 0, r.output
     lines = {ln.split()[0]: ln for ln in r.stdout.splitlines() if ln.startswith("value_gate")}
     assert set(lines) == set(tuning.GATES)

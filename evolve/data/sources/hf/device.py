@@ -236,8 +236,11 @@ def slot_distortion(Pg, Qg, F: dict, idx, rule):
         elif name in F and F[name].dim() == 1:
             v = F[name][idx].unsqueeze(1).expand(M, k)
         else:
-            return None
+            continue                     # not computed here (an input of another world)
         host[name] = v.reshape(-1).cpu().numpy()
+    if {n.name for n in getattr(rule, "nodes", ()) if n.kind == "input"} - set(host) or \
+            getattr(rule, "nodes", None) is None and len(host) < len(ALL_INPUT_NAMES):
+        return None                      # the rule may read one: the numpy path decides
     a_c = torch.from_numpy(np.ascontiguousarray(clipped(rule.many(host)))).to(p.device)
     a = (p / q).clamp_max(1.0).scatter_(1, cand, a_c.reshape(M, k))
     beta = (q * a).sum(dim=1, keepdim=True)
