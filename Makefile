@@ -35,11 +35,14 @@ run: $(STAMP)
 	$(BIN)/evolve run --generations 500
 	$(BIN)/evolve benchmark
 
+# tests on $(JOBS) processes (pytest-xdist); a module's costly fixtures stay on one
+# (the xdist_group marks, --dist loadgroup)
+JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q --durations=25 -n $(JOBS) --dist loadgroup
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" -n $(JOBS) --dist loadgroup
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -184,6 +184,16 @@ def test_an_engine_run_exports_to_that_engine(data, tmp_path):
     assert "+++ b/vllm/v1/sample/rejection_sampler.py" in r.output
 
 
+def test_an_engine_run_on_traces_offers_what_the_traces_and_the_engine_both_hold(data, tmp_path):
+    """``--engine transformers`` on traces: the drop-in computes inputs the traces do not
+    offer (the task world's answer inputs); the run offers only what both hold."""
+    from evolve.lang.features import offered as offered_by
+    npz, _ = data["v3"]
+    run = _run(("--objective", "speed", "--engine", "transformers", "--generations", "2"),
+               npz, tmp_path, "transformers")
+    assert offered(run) == set(offered_by(True, True, False))
+
+
 # ------------------------------------------------------------ the task world
 
 @pytest.fixture(scope="module")

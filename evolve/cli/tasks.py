@@ -186,6 +186,9 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
             if why:
                 fail(f"--resume: {path} was recorded with other settings ({why}); pass "
                      "--force to record again")
+    recording = ("recording and mining {}; the splits and label parts written so far stay "
+                 "in place: continue with --resume")
+    doing(recording.format("train"))       # before the note: from it on, train is recorded
     tm.note(f"{what} ({time.perf_counter() - t0:.1f} s); recording {decoding} "
             "decoding and mining labels ...")
     session = backend = None
@@ -196,8 +199,7 @@ def data_task(out, decoding, seed, block_size, top_k, temperature, train_prompts
         backend = DaskMining(session)
     try:
         for split in ("train", "valid", "test"):
-            doing(f"recording and mining {split}; the splits and label parts written so far "
-                  "stay in place: continue with --resume")
+            doing(recording.format(split))
             _record_and_mine(pair, out, split, decoding, seed, resume, memory, part, backend,
                              tm)
     finally:

@@ -45,14 +45,17 @@ def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
     """The inputs (comma-separated, for ``Config.inputs``) a search for ``engine`` may
     use: those its export format computes (``PROVIDES``), the token features only when
     the run's ``objective`` scores token splits, the lookahead inputs only with
-    ``lookahead`` (the run offers them)."""
+    ``lookahead`` (the run offers them), and an input of another world's own group
+    (the task world's answer inputs) only where the objective's data offer it."""
+    from evolve.lang.features import offered
     from evolve.objectives import OBJECTIVES     # lazy: start-up (export modules load alone)
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine {engine!r}")
     obj = OBJECTIVES.get(objective)
     traces = obj is None or obj.trace_inputs      # an unknown objective is refused by Config
+    data = offered(bool(traces), True, True, obj.extra_groups if obj is not None else ())
     names = PROVIDES[ENGINE_FORMATS[engine]]
-    return ",".join(n for n in names if (traces or n in INPUT_NAMES)
+    return ",".join(n for n in names if n in data and (traces or n in INPUT_NAMES)
                     and (lookahead or n not in LOOKAHEAD_INPUT_NAMES))
 
 

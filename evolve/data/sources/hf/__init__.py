@@ -137,7 +137,7 @@ class HFTraceConfig(ngram.ConfigFields):
         value = self.prompts_file if field == "prompts" else getattr(self, field)
         rows = prompts * self.blocks_per_prompt * self.block_size
         if rows > ngram.MAX_SPLIT_ROWS:
-            raise ngram.TraceConfigError(field, f"{value!r:.60} is invalid; expected prompts x "
+            raise ngram.TraceConfigError(field, f"{value!r} is invalid; expected prompts x "
                                          "blocks per prompt x block size <= "
                                          f"{ngram.MAX_SPLIT_ROWS:,} rows per split ({split}: "
                                          f"{prompts:,} prompts, {rows:,} rows)")

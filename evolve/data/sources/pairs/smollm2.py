@@ -74,12 +74,8 @@ def gguf_path() -> Path:
 
 def require_libs() -> None:
     """PairError with the install command unless torch, transformers and gguf import."""
-    missing = []
-    for name in ("torch", "transformers", "gguf"):
-        try:
-            __import__(name)
-        except ImportError:
-            missing.append(name)
+    import importlib.util        # lazy: only where the pair is built
+    missing = [n for n in ("torch", "transformers", "gguf") if importlib.util.find_spec(n) is None]
     if missing:
         raise PairError(f"smollm2: needs {', '.join(missing)} (not installed); install with: "
                         f"{INSTALL}")
