@@ -49,6 +49,8 @@ def next_steps(st: dict, world: str, run: str | None = None, cfg: dict | None = 
     seed = "" if seeded else "; or a new run that starts from the baselines (--seed-baselines)"
     rivals = RIVALS.get(world, "the baselines")
     tv = world == "traces" and cfg.get("objective") != "speed_kl" and budget is not None
+    if world == "task" and "recorded_path" in st:       # chosen free-running on valid
+        return _freerun_steps(verdict, run, cfg, seed)
     if verdict == WINS:
         check = {"traces": f"evolve simulate --compare standard_rejection --compare run:{run}",
                  "task": f"evolve simulate-task --compare lossless --compare run:{run}"
@@ -79,3 +81,23 @@ def next_steps(st: dict, world: str, run: str | None = None, cfg: dict | None = 
                 f"  next: search longer ({_longer(run, cfg)}){seed};{wider}"
                 .rstrip(";")]
     return []
+
+
+def _freerun_steps(verdict: str, run: str, cfg: dict, seed: str) -> list[str]:
+    """``next_steps`` of a task champion chosen free-running (``evolve.freerun.select``)."""
+    data = f" --data {cfg['data']}" if cfg.get("data") else ""
+    budget = cfg.get("critical_budget")
+    b = f" --budget {budget:g}" if isinstance(budget, (int, float)) else ""
+    if verdict == WINS:
+        return ["  what it means: free-running on valid, it takes fewer target calls per "
+                "correct answer than the lossless rule within the accuracy budget; the test "
+                "split, scored once, is the figure to quote",
+                f"  next: compare it with every rule family tuned free-running (evolve "
+                f"tradeoff{data}{b} --run {run}), then export it (evolve export {run} "
+                "--format numpy; or torch, hf where they compute its inputs)"]
+    return ["  what it means: free-running, no evolved rule nor any step towards one saves "
+            "target calls per correct answer within the budget: the champion is the "
+            "lossless rule, not worth deploying",
+            f"  next: search longer ({_longer(run, cfg)}){seed}; or a larger budget "
+            "(--budget-critical)"]
+

@@ -133,6 +133,7 @@ BOUNDARIES = {
     "kl_budget": [{"kl_budget": 0.0}, {"kl_budget": 100}, {"kl_budget": 1e-300}],
     "critical_budget": [{"critical_budget": 0.0}, {"critical_budget": 100},
                         {"critical_budget": 1e-300, "objective": "task_speed"}],
+    "select_problems": [{"select_problems": 0}, {"select_problems": 1_000_000}],
     "tv_position_cap": [{"tv_position_cap": 0}, {"tv_position_cap": 1.0}],
     "tv_p99_cap": [{"tv_p99_cap": 0.0}, {"tv_p99_cap": 1}],
     "threads": [{"threads": 0}, {"threads": MAX_INT}],

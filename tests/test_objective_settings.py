@@ -163,4 +163,4 @@ def test_a_champion_records_the_settings_its_objective_reads():
     assert champion_settings(OBJECTIVES["pareto"], cfg) == {"tv_budget": 0.02}
     assert champion_settings(OBJECTIVES["expected"], cfg) == {}
     assert json.dumps(champion_settings(OBJECTIVES["task_speed"], cfg)) == \
-        '{"critical_budget": 0.01}'
+        '{"critical_budget": 0.01, "select_problems": 64}'

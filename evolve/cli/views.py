@@ -86,8 +86,9 @@ def where_of_result(result: dict) -> dict:
     and configuration (read back from its directory: a resume keeps the run's own)."""
     from evolve.runs.rundir import RunDir    # lazy: start-up (as above)
     try:
-        config = RunDir(result["path"]).meta()["config"]
-    except (OSError, ValueError, KeyError):
+        meta = RunDir(result["path"]).meta()
+        config = dict(meta["config"], data=(meta.get("data") or {}).get("dir"))
+    except (OSError, ValueError, KeyError, TypeError):
         config = {}
     return {"run": result["run"], "config": config}
 

@@ -211,7 +211,10 @@ def tune(pair, make, params, budget: float, ref: dict, split: str = "valid",
 def _between(F: dict, h_rule, alpha: float, greedy: bool) -> np.ndarray:
     std = (np.zeros_like(np.asarray(F["draft_prob"], dtype=np.float64)) if greedy else
            np.minimum(1.0, np.asarray(F["target_prob"]) / np.asarray(F["draft_prob"])))
-    return std + alpha * (clipped(h_rule.many(F)) - std)
+    if alpha <= 0.0:                    # the ends exactly (their trees: select.between_tree)
+        return std
+    h = clipped(h_rule.many(F))
+    return h if alpha >= 1.0 else std + alpha * (h - std)
 
 
 def between(rule, alpha: float, greedy: bool):
@@ -227,7 +230,9 @@ def between_thresholds(h, X: np.ndarray, alpha: float, greedy: bool) -> np.ndarr
     """``between``'s thresholds offline, from a rule's thresholds ``h`` of the drafted
     rows of an input matrix ``X`` (``task_data.drafted_matrix``)."""
     std = np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
-    return std + alpha * (clipped(h) - std)
+    if alpha <= 0.0:
+        return std
+    return clipped(h) if alpha >= 1.0 else std + alpha * (clipped(h) - std)
 
 
 # ------------------------------------------------------------ the tuned comparison

@@ -32,12 +32,23 @@ CRITICAL_BUDGET = Setting("critical_budget", 0.01, 0.0, 100.0, "--budget-critica
                           "drop)", "accepted critical tokens per answer, in [0, 100]",
                           meta="critical_budget")
 
+# How a task run chooses its champion (evolve.freerun.select): free-running on this many
+# problems of valid, by target calls per correct answer within the critical budget taken
+# as an accuracy drop; 0 chooses on the recorded path only.
+SELECT_PROBLEMS = Setting("select_problems", 64, 0, 1_000_000, "--select-problems",
+                          "problems of valid on which the hall of fame's best rules, and "
+                          "steps from lossless towards them, decode free-running; the "
+                          "champion is the one with the fewest target calls per correct "
+                          "answer within --budget-critical as an accuracy drop",
+                          "a number of problems, in [0, 1000000]", meta="select_problems",
+                          off=0, off_text="0: chosen on the recorded path")
+
 
 class TaskObjective(Objective):
     data = TASK
     trace_inputs = True        # the inputs of traces with slot features
     extra_groups = ("answer", "verify")       # and the task world's own
-    settings = (CRITICAL_BUDGET,)
+    settings = (CRITICAL_BUDGET, SELECT_PROBLEMS)
 
     def __init__(self, name: str, help: str, seed_metric: bool):
         self.name = name

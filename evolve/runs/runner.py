@@ -199,7 +199,7 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
     objective, task = engine.objective, task_of(engine.objective)
     term.step("scoring the champion on train, valid and test, and writing the report ...")
     champ = engine.champion()
-    nodes = treeio.parse(champ.tree)
+    tree, born = champ.tree, champ.born
     hof_trees = [e.tree for e in engine.hof.entries]
     hof_valid = engine.valid_scores(hof_trees)
     run.write_json("hall_of_fame.json", [
@@ -207,14 +207,26 @@ def finish(run: RunDir, engine: Evolution, splits, opts: RunOptions, term) -> di
          "born": e.born, "train_fitness": e.fitness, "valid_fitness": float(v)}
         for e, v in zip(engine.hof.entries, hof_valid)])
     evaluators = {"train": engine.train, "valid": engine.valid}
+    # the world's own choice (the task world's, free-running on valid), from the hall of
+    # fame ranked on train: its rule becomes the champion
+    # (candidates: the champion chosen on valid, then the hall of fame)
+    selection = task.select(Finished(engine.config, splits, evaluators, None, None,
+                                     [tree] + hof_trees, engine.population), term.step)
+    if selection is not None:
+        source = selection.get("source_tree")
+        born = next((e.born for e in engine.hof.entries if e.tree == source),
+                    born if source == tree else 0)
+        tree = selection["tree"]
+    nodes = treeio.parse(tree)
     metrics = objective.metrics(nodes, {k: splits[k] for k in ("train", "valid", "test")},
                                 evaluators)
     rep = task.report(Finished(engine.config, splits, evaluators, nodes, metrics, hof_trees,
-                               engine.population))
+                               engine.population, selection))
     for name, doc in rep["files"].items():
         run.write_json(name, doc)
-    champion = champion_record(champ.tree, nodes, champ.born, objective.name, metrics,
-                               champion_settings(objective, engine.config), **rep["champion"])
+    extra = dict(rep["champion"], **({"selection": selection} if selection else {}))
+    champion = champion_record(tree, nodes, born, objective.name, metrics,
+                               champion_settings(objective, engine.config), **extra)
     wb = finalise(run, engine.config, opts, champion, engine.config.seed,
                   lambda: splits["valid"], {"generation": engine.generation},
                   evaluator=engine.valid)

@@ -21,6 +21,7 @@ class Finished:
     metrics: dict
     hof_trees: list = field(default_factory=list)
     population: list = field(default_factory=list)
+    selection: dict | None = None   # how the champion was chosen, where the world says
 
 
 class Task:
@@ -46,6 +47,13 @@ class Task:
     def load_splits(self, config, data_dir: Path, session=None) -> dict:
         """train/valid/test, checked (``session``: a cluster session, or None)."""
         raise NotImplementedError
+
+    def select(self, result: Finished, say=None) -> dict | None:
+        """How the world chooses the champion beyond the run's valid score: a record
+        with the chosen rule's ``tree`` (it becomes the champion) and what it was
+        judged on, or None (the run's champion stands; ``result.metrics`` is not yet
+        set). ``say(text)`` reports progress."""
+        return None
 
     def report(self, result: Finished) -> dict:
         """What a finished run adds: ``{"champion": fields added to champion.json,

@@ -56,6 +56,30 @@ class TaskTask(Task):
             raise DataError(f"{data_dir}: no task traces (record them with `evolve data task`)")
         return {s: record.load(data_dir, s) for s in ("train", "valid", "test")}
 
+    def select(self, result, say=None) -> dict | None:
+        """The champion chosen free-running on valid (``evolve.freerun.select``) when
+        the run's ``select_problems`` is above 0: by target calls per correct answer,
+        within the critical budget taken as an accuracy drop. A pair that cannot be
+        rebuilt (its models are gone) leaves the choice on the recorded path, and the
+        record says why."""
+        cfg = result.config
+        problems = int(getattr(cfg, "select_problems", 0) or 0)
+        if problems <= 0:
+            return None
+        from evolve.data.sources.task import pair as TP     # lazy: the decoder on use
+        from evolve.errors import EvolveError
+        from evolve.freerun import select
+        meta = result.splits["valid"].meta
+        try:
+            pair = TP.rebuild(meta)
+        except (KeyError, TypeError, ValueError, EvolveError) as e:
+            return {"skipped": f"the pair that recorded these traces cannot be rebuilt "
+                               f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"}
+        (say or (lambda text: None))(
+            f"choosing the champion free-running on {problems} valid problems ...")
+        return select.select(pair, result.hof_trees, cfg.critical_budget,
+                             meta["decoding"] == "greedy", problems, say)
+
     def report(self, result) -> dict:
         """The rule families tuned on valid to the run's critical budget (reported on
         test), and where the champion stands against them and the standard rule."""
@@ -83,6 +107,12 @@ class TaskTask(Task):
             verdict, why = WINS, (f"beats the lossless rule and every rule family tuned "
                                     f"to critical {cfg.critical_budget:g} on valid "
                                     f"({score:.4f} tokens per call)")
+        sel = result.selection
+        recorded = {"verdict": verdict, "why": why}
+        if sel is not None and "tree" in sel:
+            verdict, why = freerun_verdict(sel)
+        elif sel is not None:
+            why += f"; on the recorded path only: {sel['skipped']}"
         champion = {"baselines_tuned_on_valid": tuned,
                     "decoding": result.splits["valid"].meta["decoding"],
                     "scope": traces.scope_of(result.splits["valid"].meta),
@@ -90,9 +120,33 @@ class TaskTask(Task):
                                  "standard_rejection": std["tokens_per_call"],
                                  "best_tuned": None if best is None else
                                  {"rule": best[0], "param": best[1]["param"],
-                                  "tokens_per_call": best[1]["valid"]["tokens_per_call"]}}}
+                                  "tokens_per_call": best[1]["valid"]["tokens_per_call"]},
+                                 **({"recorded_path": recorded} if sel and "tree" in sel
+                                    else {})}}
         return {"champion": champion, "files": {}}
 
     def runs_text(self, row: dict, split: str) -> str:
         return (f"{row[f'{split}_tokens_per_call']:.3f} tok/call, "
                 f"critical/answer {row[f'{split}_critical_per_answer']:.4f}")
+
+
+def freerun_verdict(sel: dict) -> tuple[str, str]:
+    """(verdict, why) of a champion chosen free-running (``evolve.freerun.select``): it
+    wins when it takes fewer target calls per correct answer than the lossless rule on
+    the same valid problems, within the budget; where the choice is the lossless rule,
+    no rule of the hall of fame nor any step towards one did."""
+    n, b, ls, s = sel["problems"], sel["budget"], sel["lossless"], sel["valid"]
+    where = f"free-running on {n} valid problems ({sel['decoding']})"
+
+    def calls(x):
+        return "no right answer" if x is None else f"{x:.2f}"
+    if sel["source"] is None:
+        return LOSES, (f"{where}, no rule of the hall of fame, nor any step from lossless "
+                       f"towards one, takes fewer target calls per correct answer than the "
+                       f"lossless rule ({calls(ls['calls_per_correct'])}) within an accuracy "
+                       f"drop of {b:g}: the champion is the lossless rule")
+    return WINS, (f"{where}: {calls(s['calls_per_correct'])} target calls per correct answer "
+                  f"vs the lossless rule's {calls(ls['calls_per_correct'])}, accuracy drop "
+                  f"{sel['drop']:+.3f} within {b:g} (hall-of-fame rule {sel['source'] + 1}, "
+                  f"{sel['alpha']:g} of the way from lossless)")
+

@@ -38,6 +38,7 @@ VOCAB = 256
 NEWLINE = ord("\n")
 MAX_LINE = 200
 CACHE_ENTRIES = 100_000     # prompts and states kept; the caches are cleared beyond
+MASS_ENTRIES = 20_000       # next-byte masses kept (2 KB each)
 _PROMPT_END = PROMPT_END.encode("ascii")
 
 
@@ -106,6 +107,7 @@ class GrammarTarget:
         self.floor = float(floor)
         self._stories: dict = {}
         self._lines: dict = {}
+        self._masses: dict = {}
 
     def probs(self, history) -> np.ndarray:
         """Next-byte distributions, float64 (B, 256), of a (B, L) uint8 history."""
@@ -120,8 +122,19 @@ class GrammarTarget:
         return self._smooth(M)
 
     def mass(self, row: bytes) -> np.ndarray:
-        """The grammar's unnormalised next-byte mass after one history (steps 1-3)."""
+        """The grammar's unnormalised next-byte mass after one history (steps 1-3);
+        kept per text (rules decoding the same problems share most of their histories,
+        and the alignment off the grammar's path is the costly step)."""
         text = row.lstrip(bytes([G.PAD]))
+        kept = self._masses.get(text)
+        if kept is None:
+            if len(self._masses) >= MASS_ENTRIES:
+                self._masses.clear()
+            kept = self._masses[text] = self._mass(text)
+            kept.flags.writeable = False
+        return kept
+
+    def _mass(self, text: bytes) -> np.ndarray:
         if bytes([G.PAD]) in text:
             return _one_hot(G.PAD)
         cut = text.find(_PROMPT_END)

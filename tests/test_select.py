@@ -1,0 +1,90 @@
+"""A task run's champion chosen free-running (evolve.freerun.select): the tree written
+is the rule that was judged, the choice and the verdict come from free-running
+decoding on valid, and the lossless rule is chosen where nothing saves calls."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from evolve.data.sources.task import record
+from evolve.freerun import select
+from evolve.freerun import task_compare as TC
+from evolve.lang import treeio
+from evolve.lang.features import ALL_INPUT_NAMES
+from evolve.objectives.task_data import task_data
+from evolve.rules.adapters import TreeRule
+from evolve.standing import LOSES, WINS
+from evolve.tasks.task import freerun_verdict
+from tests.clikit import invoke
+
+# rules whose thresholds run below 0 and above 1 (the clip matters)
+TREES = ("sub(mul(3.0, target_prob), draft_entropy)",
+         "pdiv(target_prob, sub(draft_prob, q_max))")
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("tree", TREES)
+def test_the_written_tree_is_the_step_from_lossless_that_was_decoded(task_greedy_small,
+                                                                    tree, alpha, greedy):
+    """``between_tree`` gives, on every drafted row of a recorded split, the thresholds
+    the decoders clip (``task_compare.between``)."""
+    from evolve.lang.numpy_eval import evaluate
+    X = task_data(record.load(task_greedy_small, "valid")).X
+    assert X.shape[0] == len(ALL_INPUT_NAMES)
+    F = {n: X[i] for i, n in enumerate(ALL_INPUT_NAMES)}
+    want = TC.between(TreeRule(treeio.parse(tree)), alpha, greedy).many(F)
+    got = evaluate(treeio.parse(select.between_tree(tree, alpha, greedy)), F)
+    from evolve.data.decode import clipped
+    assert np.array_equal(clipped(np.broadcast_to(got, want.shape)), clipped(want))
+
+
+@pytest.fixture(scope="module")
+def chosen(task_greedy_small, tmp_path_factory):
+    runs = tmp_path_factory.mktemp("select-runs")
+    r = invoke("run", "--objective", "task_speed", "--data", task_greedy_small,
+               "--generations", 2, "--population", 20, "--seed", 3, "--budget-critical",
+               0.05, "--select-problems", 12, "--runs-dir", runs, "--name", "sel")
+    assert r.exit_code == 0, r.output
+    return r.output, json.loads((runs / "sel" / "champion.json").read_text())
+
+
+def test_a_task_run_chooses_and_judges_its_champion_free_running(chosen, task_pair_small):
+    output, ch = chosen
+    sel = ch["selection"]
+    assert ch["tree"] == sel["tree"] and sel["problems"] == 12 and sel["budget"] == 0.05
+    # the champion, decoded again free-running, is what the choice saw
+    raw = TC.run_rule(task_pair_small, TreeRule(treeio.parse(ch["tree"])), "valid", 12, True)
+    ref = TC.run_rule(task_pair_small, None, "valid", 12, True)
+    s = TC.summary(raw, ref)
+    assert s["calls_per_correct"] == pytest.approx(sel["valid"]["calls_per_correct"])
+    assert TC.drop_of(raw, ref) == pytest.approx(sel["drop"]) and sel["drop"] <= 0.05
+    st = ch["standing"]
+    assert st["verdict"] == (WINS if sel["source"] is not None else LOSES)
+    assert "recorded_path" in st and f"free-running on 12 valid problems" in st["why"]
+    assert "free-running on 12 valid problems" in output
+    assert "evolve tradeoff --data" in output or st["verdict"] != WINS
+
+
+def test_without_selection_the_champion_is_chosen_on_the_recorded_path(task_greedy_small,
+                                                                       tmp_path):
+    r = invoke("run", "--objective", "task_speed", "--data", task_greedy_small,
+               "--generations", 1, "--population", 20, "--seed", 3, "--select-problems", 0,
+               "--runs-dir", tmp_path, "--name", "rec")
+    assert r.exit_code == 0, r.output
+    ch = json.loads((tmp_path / "rec" / "champion.json").read_text())
+    assert "selection" not in ch and "recorded_path" not in ch["standing"]
+    assert "free-running" not in ch["standing"]["why"]
+
+
+def test_where_nothing_saves_calls_the_lossless_rule_is_chosen(task_pair_small):
+    """A rule that accepts nothing beyond lossless decodes exactly as lossless at every
+    alpha: no choice saves a call, so the champion is the lossless rule."""
+    sel = select.select(task_pair_small, ["0.0"], 0.05, True, 6)
+    assert sel["source"] is None and sel["alpha"] == 0.0 and sel["tree"] == "0.0"
+    assert sel["valid"] == sel["lossless"]
+    verdict, why = freerun_verdict(sel)
+    assert verdict == LOSES and "the champion is the lossless rule" in why
