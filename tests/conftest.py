@@ -120,3 +120,12 @@ def task_greedy_small(task_pair_small, tmp_path_factory):
     for split in ("train", "valid", "test"):
         record.save(record.record_split(task_pair_small, split, "greedy", 0), d)
     return d
+
+
+def pytest_collection_modifyitems(config, items):
+    """The modules with a long test (marked slow) first, each kept whole (its module
+    fixtures are made once): on several processes (make test) the short tests then fill
+    in around the long ones, and no process is left running a long test at the end."""
+    slow = {it.module.__name__ for it in items if it.get_closest_marker("slow")}
+    order = {id(it): i for i, it in enumerate(items)}
+    items.sort(key=lambda it: (it.module.__name__ not in slow, order[id(it)]))

@@ -18,7 +18,7 @@ from evolve.objectives.task_data import task_data
 from evolve.rules.adapters import TreeRule
 from evolve.standing import LOSES, WINS
 from evolve.tasks.task import freerun_verdict
-from tests.clikit import invoke
+from tests.clikit import invoke, one_line_error
 
 # rules whose thresholds run below 0 and above 1 (the clip matters)
 TREES = ("sub(mul(3.0, target_prob), draft_entropy)",
@@ -88,3 +88,36 @@ def test_where_nothing_saves_calls_the_lossless_rule_is_chosen(task_pair_small):
     assert sel["valid"] == sel["lossless"]
     verdict, why = freerun_verdict(sel)
     assert verdict == LOSES and "the champion is the lossless rule" in why
+
+
+def test_the_task_tradeoff_reports_per_answer_with_the_oracle_headroom(task_greedy_small,
+                                                                      tmp_path):
+    """`evolve tradeoff --data TASK --oracle`: sizes from the data, every rule's calls per
+    correct answer, the oracle's row (greedy: every answer the lossless one) and each
+    rule's share of the oracle's saving."""
+    r = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 6,
+               "--oracle", "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["sizes"] == {"train": 60, "valid": 24, "test": 24}
+    assert doc["problems"] == {"valid": 6, "test": 6}
+    rows = doc["budgets"][0]["rows"]
+    (oracle,) = [x for x in rows if x["kind"] == "oracle"]
+    assert oracle["test"]["agreement"] == 1.0 and oracle["oracle_share"] is None
+    lossless = doc["lossless"]["test"]["calls_per_correct"]
+    room = lossless - oracle["test"]["calls_per_correct"]
+    for x in rows:
+        if x["kind"] != "oracle" and x["test"] is not None and room > 0:
+            assert x["oracle_share"] == pytest.approx(
+                (lossless - x["test"]["calls_per_correct"]) / room)
+    text = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 2,
+                  "--oracle")
+    assert text.exit_code == 0 and "of oracle" in text.output and "calls/correct" in text.output
+    plain = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 2,
+                   "--json")
+    assert not any(x["kind"] == "oracle" for x in json.loads(plain.stdout)["budgets"][0]["rows"])
+
+
+def test_the_oracle_is_refused_on_traces_in_one_line(tmp_path):
+    one_line_error(invoke("tradeoff", "--data", tmp_path, "--oracle"), "--oracle",
+                   "only on task traces")

@@ -132,14 +132,16 @@ class TaskTradeoff:
     @property
     def rows(self) -> list[dict]:
         """One flat record per rule and budget (``pandas.DataFrame(t.rows)``): budget,
-        rule, kind (family, judge or run), param, fits_valid, then valid_* and test_* of
-        calls_per_problem (target calls per answer), calls_per_correct, accuracy,
-        agreement, answer_tokens and tokens_per_call (None where a row has none)."""
+        rule, kind (family, judge, run or oracle), param, fits_valid, oracle_share (with
+        the oracle), then valid_* and test_* of calls_per_problem (target calls per
+        answer), calls_per_correct, accuracy, agreement, answer_tokens and
+        tokens_per_call (None where a row has none)."""
         out = []
         for entry in self.report["budgets"]:
             for r in entry["rows"]:
                 rec = {"budget": entry["budget"], "rule": r["rule"], "kind": r["kind"],
-                       "param": r["param"], "fits_valid": r["fits_valid"]}
+                       "param": r["param"], "fits_valid": r["fits_valid"],
+                       "oracle_share": r.get("oracle_share")}
                 for split in ("valid", "test"):
                     m = r.get(split) or {}
                     rec.update({f"{split}_{k}": m.get(k) for k in TASK_FLAT})
@@ -242,7 +244,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              trajectory: bool = False, engine: str | None = None, device: str = "cpu",
              installed: bool = True, progress=None, meter=None,
              any_scope: bool = False, prompts: int | None = None,
-             agreement_budget: float | None = None):
+             agreement_budget: float | None = None, oracle: bool = False):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
@@ -265,7 +267,9 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     ``runs``' champions are tuned on valid by free-running decoding to the fewest
     target calls per correct answer within each (``evolve.freerun.task_compare.tradeoff``),
     and reported on test, paired; ``prompts`` caps the problems of valid and test,
-    ``agreement_budget`` also bounds the share of answers changed from lossless."""
+    ``agreement_budget`` also bounds the share of answers changed from lossless, and
+    ``oracle`` adds the answer oracle's row (the headroom any judge has, decoded on test)
+    and each rule's share of its saving."""
     budgets = check_budgets(budgets)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     if is_task(data_dir):
@@ -276,10 +280,13 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(bad, "not on task traces (their rules are compared by "
                                         "free-running decoding, on the CPU)")
         return task_tradeoff(data_dir, budgets, runs, runs_dir, engine, prompts,
-                             agreement_budget, any_scope, progress)
-    if prompts is not None or agreement_budget is not None:
-        raise TradeoffError.of("prompts" if prompts is not None else "agreement_budget",
-                               "only on task traces (evolve data task)")
+                             agreement_budget, any_scope, progress, oracle)
+    task_only = next((p for p, v in (("prompts", prompts), ("agreement_budget",
+                      agreement_budget), ("oracle", oracle or None)) if v is not None), None)
+    if task_only is not None:
+        raise TradeoffError.of(task_only, "only on task traces (evolve data task)"
+                               + ("; on traces every table has its knapsack oracle"
+                                  if task_only == "oracle" else ""))
     if engine is not None and engine not in ENGINES:
         raise TradeoffError.of("engine", f"{show(engine)} is invalid; expected one of "
                                          f"{', '.join(ENGINES)}")
@@ -378,7 +385,7 @@ def _share(param: str, value, optional: bool = True):
 
 def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
-                  progress=None) -> TaskTradeoff:
+                  progress=None, oracle=False) -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
     from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
@@ -387,6 +394,8 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     for b in budgets:
         _share("budgets", b, optional=False)
     agreement_budget = _share("agreement_budget", agreement_budget)
+    if not isinstance(oracle, bool):
+        raise TradeoffError.of("oracle", f"{show(oracle)} is invalid; expected True or False")
     if prompts is not None and not (isinstance(prompts, int) and not isinstance(prompts, bool)
                                     and prompts >= 2):
         raise TradeoffError.of("prompts", f"{show(prompts)} is invalid; expected a whole "
@@ -413,7 +422,7 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     pair = TP.rebuild(meta)
     say = progress or (lambda text: None)
     res = task_compare.tradeoff(pair, TaskData(splits["train"]), budgets, champions, greedy,
-                                names, prompts, agreement_budget, say)
+                                names, prompts, agreement_budget, say, oracle)
     sizes = {s: len(pair.problems[s]) for s in ("train", "valid", "test")}
     report = {"data": str(data_dir), "task": True, "sizes": sizes, **res, "runs": infos,
               "engine": engine, "agreement_budget": agreement_budget,

@@ -197,11 +197,15 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @click.option("--agreement-budget", type=str, default=None, metavar="FLOAT",
               help="Task traces: also at most this share of answers changed from lossless "
                    "decoding.")
+@click.option("--oracle", is_flag=True,
+              help="Task traces: also decode test with the answer oracle (it keeps exactly "
+                   "the drafts that keep the answer): the headroom any judge has, and each "
+                   "rule's share of it.")
 @any_scope_option
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine, device,
-                 prompts, agreement_budget, any_scope, json_mode):
+                 prompts, agreement_budget, oracle, any_scope, json_mode):
     """Every rule tuned to budgets on valid, reported on test (traces: TV; tasks: accuracy).
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -225,7 +229,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     res = api.tradeoff(data_dir, [number("--budget", b) for b in budgets] or None, runs,
                        runs_dir, png, trajectory, engine, device, progress=out.note,
                        meter=out.meter, any_scope=any_scope, prompts=prompts,
-                       agreement_budget=number("--agreement-budget", agreement_budget))
+                       agreement_budget=number("--agreement-budget", agreement_budget),
+                       oracle=oracle)
     if json_mode:
         out.print_json(views.jsonable(res.report))
     elif isinstance(res, api.TaskTradeoff):

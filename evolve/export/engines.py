@@ -47,7 +47,7 @@ def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
     the run's ``objective`` scores token splits, the lookahead inputs only with
     ``lookahead`` (the run offers them), and an input of another world's own group
     (the task world's answer inputs) only where the objective's data offer it."""
-    from evolve.lang.features import offered
+    from evolve.lang.features import offered    # lazy: start-up (as below)
     from evolve.objectives import OBJECTIVES     # lazy: start-up (export modules load alone)
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine {engine!r}")

@@ -252,7 +252,8 @@ def _family(name: str, greedy: bool):
 
 def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool = True,
              families=None, prompts: int | None = None,
-             agreement_budget: float | None = None, progress=None) -> dict:
+             agreement_budget: float | None = None, progress=None,
+             oracle: bool = False) -> dict:
     """Every rule tuned on valid free-running to each accuracy budget and reported once
     on test, paired, as a user would compare rules on their own task.
 
@@ -262,7 +263,10 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
     label -> parsed tree of run champions, each taken a fraction alpha of the way from
     the lossless rule (``between``), alpha tuned like a family's parameter;
     ``prompts``: at most this many problems of valid and of test; ``agreement_budget``:
-    also at most this share of answers changed from lossless. A rule is tuned to the
+    also at most this share of answers changed from lossless; ``oracle``: the answer
+    oracle (``evolve.rules.oracle``, a bound, not tuned) decodes test too, and every
+    row gets ``oracle_share``, the share of the oracle's saving in target calls per
+    correct answer against lossless that the rule achieves. A rule is tuned to the
     fewest target calls per correct answer within the budget (``tune``); on test every
     tuned rule and the lossless rule decode the same problems with the same uniforms.
     Returns {decoding, problems, lossless: {valid, test}, budgets: [{budget, rows,
@@ -304,6 +308,12 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
             say(f"{label} ({t['param']:g}) decodes test")
             test_raw[key] = run_rule(pair, candidates[label][3](t["param"]), "test", prompts,
                                      greedy)
+    oracle_raw = None
+    if oracle:
+        from evolve.rules.oracle import AnswerOracle    # lazy: on use
+        say("the oracle decodes test (a bound: it keeps exactly the drafts that keep the "
+            "answer and do not lengthen it)")
+        oracle_raw = run_rule(pair, AnswerOracle(), "test", prompts, greedy)
     out = []
     for b in budgets:
         rows = []
@@ -326,8 +336,32 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
                 if r["kind"] == "run" and r["test"] is not None:
                     r["versus_best"] = paired(test_raw[r["rule"], r["param"]], braw,
                                               ref["test"])
+        if oracle_raw is not None:
+            _add_oracle(rows, oracle_raw, ref["test"])
         out.append({"budget": b, "rows": rows, "best": None if best is None else best["rule"]})
     return {"decoding": decoding, "problems": {s: int(ref[s]["correct"].size)
                                                for s in ("valid", "test")},
             "lossless": {s: summary(ref[s], ref[s]) for s in ("valid", "test")},
             "budgets": out, "judge": model.to_dict()}
+
+
+ORACLE = "oracle"
+
+
+def _add_oracle(rows: list, raw: dict, lossless: dict) -> None:
+    """The oracle's row (``tradeoff(oracle=True)``), and each row's share of its saving in
+    target calls per correct answer against lossless (None where the oracle saves
+    nothing or a row has no test figures)."""
+    o = summary(raw, lossless)
+    ls = summary(lossless, lossless)["calls_per_correct"]
+    room = ls - o["calls_per_correct"]
+    rows.append({"rule": ORACLE, "kind": "oracle", "param": None, "fits_valid": False,
+                 "valid": None, "valid_drop": None, "tried": [], "test": o,
+                 "versus_lossless": paired(raw, lossless, lossless)})
+    for r in rows:
+        t = r["test"]
+        r["oracle_share"] = (None if t is None or r["kind"] == "oracle" or room <= 0
+                             or not np.isfinite(room)
+                             or not np.isfinite(t["calls_per_correct"])
+                             else float((ls - t["calls_per_correct"]) / room))
+
