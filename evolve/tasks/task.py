@@ -67,8 +67,8 @@ class TaskTask(Task):
         if problems <= 0:
             return None
         from evolve.data.sources.task import pair as TP     # lazy: the decoder on use
-        from evolve.errors import EvolveError
-        from evolve.freerun import select
+        from evolve.errors import EvolveError              # lazy: as above
+        from evolve.freerun import select                  # lazy: as above
         meta = result.splits["valid"].meta
         try:
             pair = TP.rebuild(meta)
