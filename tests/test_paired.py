@@ -92,3 +92,29 @@ def test_cli_compare_json_and_bad_rules(tmp_path):
                        (["--compare", "leniency"], "at least two")):
         r = CliRunner().invoke(main, ["simulate", *bad, "--data", str(d)])
         assert r.exit_code == 2 and words in r.output, r.output
+
+
+def test_tv_by_distance_from_the_prompt_reads_each_slot_s_place_in_its_answer():
+    """A slot's distance from the prompt, from the accepted counts, is the decoder's own
+    record of the tokens generated before it (its ``position`` column); the bins' TV are
+    the slots' mean, and together they hold every reached slot."""
+    from evolve.data import decode as DEC
+    pair = tracekit.pair()
+    rule = named_rule("leniency", 0.9)[0]
+    pr, rngs = NG.prompt_starts(ngram_free.seeded_pair(pair, 4), "test", 12)
+    cols, accepted, _, _ = DEC.decode(pair, pr, rngs, BLOCKS, DEC.BATCH, rule=rule,
+                                      record=True, history=True)
+    reached = cols["block_position"] <= np.repeat(accepted.reshape(-1), pair.config.block_size)
+    d = paired.distance_from_prompt(accepted, cols["sequence"][reached],
+                                    cols["block_index"][reached],
+                                    cols["block_position"][reached])
+    assert np.array_equal(d, cols["position"][reached]) and d.min() == 0
+    raw = paired.run_rule(pair, rule, "test", 12, BLOCKS, 4)
+    bins = paired.tv_by_distance(raw)
+    assert sum(b["slots"] for b in bins.values()) == raw["slot_tv"].size
+    first = raw["slot_distance"] == 0
+    assert bins["0"]["tv"] == raw["slot_tv"][first].mean() and bins["0"]["slots"] == 12
+    r = paired.compare(pair, {"std": named_rule("standard_rejection")[0], "len": rule},
+                       "test", 12, BLOCKS, seed=4)
+    assert all(v["tv"] < 1e-12 for v in r["rules"]["std"]["tv_by_distance"].values())
+    assert r["rules"]["len"]["tv_by_distance"] == bins

@@ -198,6 +198,13 @@ def show_comparison(doc: dict, term) -> None:
                          pm(d["draft_loglik_per_token"]["difference"],
                              d["draft_loglik_per_token"]["se"], "+.4f")])
         term.table("paired differences (standard errors by sequence)", cols, rows)
+    first = next(iter(rules.values()), {}).get("tv_by_distance")
+    if first:
+        cols = [("rule", "left")] + [(f"{k}", "right") for k in first]
+        term.table("mean slot TV by distance from the prompt (0: the answer's first token)",
+                   cols, [[name] + ["-" if v["tv"] is None else f"{v['tv']:.4f}"
+                                    for v in r["tv_by_distance"].values()]
+                          for name, r in rules.items()])
     for line in notes:
         term.result(line)
     term.result(f"({doc['seconds']:.1f} s)")

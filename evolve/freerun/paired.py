@@ -13,7 +13,9 @@ traces: the n-gram pair (``evolve.data.decode``) or a Hugging Face pair
   ``out = q a + (1 - beta) r`` is computed over the full vocabulary and its TV
   and KL from the target's ``p`` are summed; per emitted token (the bonus token
   comes from ``p``: no distortion), per block position, and the 99th
-  percentile of the per-position (slot) TV. A rule that reads the lookahead
+  percentile of the per-position (slot) TV, and the mean slot TV by distance from
+  the prompt (``tv_by_distance``: the first token of the answer, the next, ...). A
+  rule that reads the lookahead
   inputs decides at a slot by the drafts after it, so its emission there is
   estimated (``evolve.data.lookahead_emission``: every candidate, sampled later
   drafts, the tilt of reaching the slot) at a random sample of the reached slots,
@@ -71,12 +73,45 @@ def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
         "calls": float(blocks),
         "tv": np.bincount(seq, raw["tv"] * w, minlength=n),
         "kl": np.bincount(seq, raw["kl"] * w, minlength=n),
-        "slot_tv": raw["tv"], "slot_bpos": raw["block_position"],
+        "slot_tv": raw["tv"], "slot_bpos": raw["block_position"], "slot_w": w,
+        "slot_distance": distance_from_prompt(accepted, seq, raw["block"],
+                                              raw["block_position"]),
         "distortion": raw.get("distortion", {"kind": "exact"}),
         "logp": raw["logp"], "logq": raw["logq"], "emitted": raw["emitted"],
         "acceptance": [float((accepted >= j + 1).sum() / max(1, (accepted >= j).sum()))
                        for j in range(pair.config.block_size)],
     }
+
+
+# Distance from the prompt: the slots' TV where the answer starts (the first tokens after
+# the prompt, which matter most to an instruction model) apart from the rest.
+DISTANCE_BINS = ((0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, None))
+
+
+def distance_from_prompt(accepted: np.ndarray, seq, block, block_position) -> np.ndarray:
+    """Each slot's distance from the prompt: the tokens its sequence emitted before its
+    block (each block emits its accepted drafts and one more token) plus its position
+    in the block; 0 is the first token after the prompt."""
+    emitted = np.asarray(accepted, dtype=np.int64) + 1
+    before = np.cumsum(emitted, axis=1) - emitted           # exclusive, per sequence
+    return before[np.asarray(seq), np.asarray(block)] + np.asarray(block_position)
+
+
+def bin_label(lo: int, hi) -> str:
+    return f"{lo}+" if hi is None else str(lo) if lo == hi else f"{lo}-{hi}"
+
+
+def tv_by_distance(r: dict) -> dict:
+    """The mean TV of the reached slots (weighted, for an estimate) in each bin of
+    ``DISTANCE_BINS`` (None where no slot falls), with the slots counted."""
+    d, tv, w = r["slot_distance"], r["slot_tv"], r["slot_w"]
+    out = {}
+    for lo, hi in DISTANCE_BINS:
+        m = (d >= lo) & (d <= (hi if hi is not None else d.max(initial=0)))
+        out[bin_label(lo, hi)] = {"tv": float((tv[m] * w[m]).sum() / w[m].sum())
+                                  if m.any() and w[m].sum() > 0 else None,
+                                  "slots": int(m.sum())}
+    return out
 
 
 # The statistics of a paired comparison (also the task world's, evolve.freerun.task_compare):
@@ -125,6 +160,7 @@ def summary(r: dict, g: int) -> dict:
             "slot_tv_by_position": [float(slot[r["slot_bpos"] == j].mean())
                                     if (r["slot_bpos"] == j).any() else 0.0 for j in range(g)],
             "slot_tv_p99": float(np.quantile(slot, 0.99)) if slot.size else 0.0,
+            "tv_by_distance": tv_by_distance(r),
             "target_loglik_per_token": lp, "target_loglik_se": lp_se,
             "draft_loglik_per_token": lq, "draft_loglik_se": lq_se,
             "acceptance": r["acceptance"]}

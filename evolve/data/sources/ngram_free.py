@@ -117,8 +117,8 @@ def free_running(pair: NG.LMPair, rule, split: str, prompts: int, blocks: int, s
     if lookahead is not None:
         rows, tv, kl, weight, note = lookahead_distortion(pair, cols, reached, rule, seed,
                                                           *lookahead)
-        return {**out, "sequence": cols["sequence"][rows],
+        return {**out, "sequence": cols["sequence"][rows], "block": cols["block_index"][rows],
                 "block_position": cols["block_position"][rows], "tv": tv, "kl": kl,
                 "weight": weight, "distortion": note}
-    return {**out, "sequence": cols["sequence"][reached],
+    return {**out, "sequence": cols["sequence"][reached], "block": cols["block_index"][reached],
             "block_position": cols["block_position"][reached], "tv": tv, "kl": kl}

@@ -105,15 +105,15 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
     lp, lq, emitted = loglik(fp.pair, tr["history"], lens)
     out = {"accepted": accepted, "logp": lp, "logq": lq, "emitted": emitted}
     if lookahead is None:
-        return {**out, "sequence": tr["sequence"], "block_position": tr["block_position"],
-                "tv": tr["tv"], "kl": tr["kl"]}
+        return {**out, "sequence": tr["sequence"], "block": tr["block"],
+                "block_position": tr["block_position"], "tv": tr["tv"], "kl": tr["kl"]}
     slots, futures = lookahead
     with (fp.meter(f"{label}: TV estimate", min(slots, tr["sequence"].size), "slots")
           if fp.meter else contextlib.nullcontext()) as m:
         rows, tv, kl, tv_half = HL.estimate(fp, rule, lens, accepted, tr, seed, slots, futures,
                                             progress=m.advance if m else None)
     note, weight = LE.estimate_note(tr["sequence"].size, futures, tv, tv_half)
-    return {**out, "sequence": tr["sequence"][rows],
+    return {**out, "sequence": tr["sequence"][rows], "block": tr["block"][rows],
             "block_position": tr["block_position"][rows], "tv": tv, "kl": kl,
             "weight": weight, "distortion": note}
 
