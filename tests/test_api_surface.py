@@ -271,6 +271,9 @@ def test_compare_takes_names_and_rules_and_gives_paired_records(tiny_dir):
     assert rows["min(1, (t / (0.8 * d)))"]["tokens_per_call"] == d["tokens_per_call"]
     assert c.difference("leniency(l=0.8)")["tokens_per_call"]["difference"] == \
         d["tokens_difference"]
+    # where the distortion falls: by distance from the prompt, none for the standard rule
+    assert list(d["tv_by_distance"]) == ["0", "1", "2-3", "4-7", "8-15", "16+"]
+    assert d["tv_by_distance"]["0"] > 0.01 and rows[ref.name]["tv_by_distance"]["0"] < 1e-12
 
 
 @pytest.mark.parametrize("kwargs, param", [

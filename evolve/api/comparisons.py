@@ -38,7 +38,8 @@ class CompareError(EvolveError):
 class Comparison:
     """A paired free-running comparison: ``report`` is what ``evolve simulate --compare
     --json`` prints (per rule: tokens per call, TV and KL per token with standard errors
-    by sequence, slot TV by position and its 99th percentile, the text's
+    by sequence, slot TV by position and its 99th percentile, the mean slot TV by
+    distance from the prompt (``tv_by_distance``: 0 the answer's first token), the text's
     log-likelihoods; and each rule minus the first, paired by sequence)."""
     report: dict
 
@@ -56,6 +57,8 @@ class Comparison:
             out.append({"rule": label, **{k: v for k, v in r.items()
                                           if not isinstance(v, (list, dict))},
                         "slot_tv_by_position": r.get("slot_tv_by_position"),
+                        "tv_by_distance": {k: v["tv"] for k, v in
+                                           (r.get("tv_by_distance") or {}).items()},
                         "tokens_difference": None if d is None else d["difference"],
                         "tokens_difference_se": None if d is None else d["se"],
                         "tokens_difference_ci95": None if d is None else d["ci95"]})
