@@ -121,3 +121,16 @@ def test_the_task_tradeoff_reports_per_answer_with_the_oracle_headroom(task_gree
 def test_the_oracle_is_refused_on_traces_in_one_line(tmp_path):
     one_line_error(invoke("tradeoff", "--data", tmp_path, "--oracle"), "--oracle",
                    "only on task traces")
+
+
+def test_the_start_kept_is_the_free_running_choice_not_the_recorded_one():
+    from evolve.runs.multistart import best_start
+
+    def start(seed, score, calls):
+        sel = {"valid": {"calls_per_correct": calls}} if calls != "none" else None
+        return {"seed": seed, "valid_score": score, "size": 5,
+                "champion": {"selection": sel} if sel else {}}
+    # recorded path prefers seed 1; free-running, seed 2 takes fewer calls per answer
+    assert best_start([start(1, 3.0, 21.0), start(2, 2.5, 20.0)])["seed"] == 2
+    assert best_start([start(1, 3.0, None), start(2, 2.5, 30.0)])["seed"] == 2  # no right answer
+    assert best_start([start(1, 3.0, "none"), start(2, 2.5, "none")])["seed"] == 1

@@ -90,7 +90,7 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
     for r in records:
         r["valid_score"] = objective.split_score(r["valid"], cfg)
         r["test_score"] = objective.split_score(r["test"], cfg)
-    best = max(records, key=lambda r: (r["valid_score"], -r["size"], -r["seed"]))
+    best = best_start(records)
     values = [r["test"][task.figure] for r in records]
     champion = {**best["champion"], "starts": [{k: v for k, v in r.items() if k != "champion"}
                                                for r in records],
@@ -104,3 +104,24 @@ def _choose(run: RunDir, cfg: Config, data_dir: Path, records: list, opts) -> di
                   meta_extra={"starts": cfg.starts})
     return {"run": run.name, "path": str(run.path), "champion": champion, "writeback": wb,
             "status": "finished"}
+
+
+def best_start(records: list) -> dict:
+    """The start whose champion is kept: the fewest target calls per correct answer on
+    valid free-running where the starts were judged so (``_freerun_cost``), then the
+    best valid score, the smaller tree, the smaller seed."""
+    return max(records, key=lambda r: (-_freerun_cost(r), r["valid_score"], -r["size"],
+                                       -r["seed"]))
+
+
+def _freerun_cost(record: dict) -> float:
+    """A start's target calls per correct answer on valid, free-running, where its
+    champion was chosen so (a task run: ``evolve.freerun.select``; every start decodes
+    the same problems with the same uniforms); 0 for every other start (the recorded
+    score decides)."""
+    sel = record["champion"].get("selection") or {}
+    if "valid" not in sel:
+        return 0.0
+    c = sel["valid"].get("calls_per_correct")
+    return float("inf") if c is None else float(c)
+
