@@ -134,3 +134,15 @@ def test_the_start_kept_is_the_free_running_choice_not_the_recorded_one():
     assert best_start([start(1, 3.0, 21.0), start(2, 2.5, 20.0)])["seed"] == 2
     assert best_start([start(1, 3.0, None), start(2, 2.5, 30.0)])["seed"] == 2  # no right answer
     assert best_start([start(1, 3.0, "none"), start(2, 2.5, "none")])["seed"] == 1
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_step_of_0_decodes_as_the_lossless_rule(task_pair_small, greedy):
+    """Why tuning takes alpha 0 from the lossless run (``task_compare.lossless_step``)
+    instead of decoding it again: on the same problems and uniforms it is that run."""
+    rule = TreeRule(treeio.parse(TREES[0]))
+    a = TC.run_rule(task_pair_small, None, "valid", 6, greedy)
+    b = TC.run_rule(task_pair_small, TC.between(rule, 0.0, greedy), "valid", 6, greedy)
+    assert all(np.array_equal(a[k], b[k]) for k in ("correct", "tokens", "calls"))
+    assert a["answers"] == b["answers"]
+    assert TC.lossless_step(a)[0.0] == (TC.summary(b, a), TC.drop_of(b, a))

@@ -76,7 +76,7 @@ def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None
         rule = TreeRule(treeio.parse(tree), f"hall of fame {rank + 1}")
         t = TC.tune(pair, lambda a, rule=rule: TC.between(rule, a, greedy), list(TC.ALPHAS),
                     budget, ref, "valid", greedy, lenient=True, prompts=problems,
-                    bisect_steps=BISECT_STEPS)
+                    bisect_steps=BISECT_STEPS, cache=TC.lossless_step(ref))
         tried.append([list(map(_finite, row)) for row in t["tried"]])
         if t["param"] is None:
             continue

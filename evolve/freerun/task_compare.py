@@ -241,6 +241,13 @@ ALPHAS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)   # a champion's step from lo
 JUDGE = "learned judge"
 
 
+def lossless_step(ref: dict) -> dict:
+    """A ``tune`` cache holding a champion's step alpha 0 (``between``): the lossless
+    rule, whose decoding ``ref`` already is (the same problems and uniforms decode to
+    the same text), so it is not decoded again."""
+    return {0.0: (summary(ref, ref), 0.0)}
+
+
 def _family(name: str, greedy: bool):
     """(params in tuning order, lenient, the decoder rule of a param) of a rule family."""
     from evolve.rules.adapters import named_rule    # lazy: the rules table on use
@@ -295,7 +302,7 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
                              lambda al, rule=rule: between(rule, al, greedy))
     tuned = {}
     for label, (kind, params, lenient, make) in candidates.items():
-        cache: dict = {}
+        cache = lossless_step(ref["valid"]) if kind == "run" else {}
         for b in budgets:
             say(f"tuning {label} on valid to an accuracy drop of {b:g}")
             tuned[label, b] = tune(pair, make, params, b, ref["valid"], "valid", greedy,
