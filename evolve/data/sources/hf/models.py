@@ -214,14 +214,21 @@ def load_model(option: str, name: str, device: str, dtype: str):
 
 
 def load_tokenizer(option: str, name: str):
+    return _pretrained(option, name, "AutoTokenizer", "load its tokenizer")
+
+
+def _pretrained(option: str, name: str, auto: str, what: str):
+    """``transformers.<auto>.from_pretrained`` of a folder or hub name, quietly, no
+    remote code; HFTraceError (one line: the option, the name, ``what`` failed) on any
+    failure (as load_model: any failure means the model's files are unusable)."""
     _, transformers = require_libs()
     try:
         path = Path(name).expanduser()
         with quiet_transformers(transformers):
-            return transformers.AutoTokenizer.from_pretrained(
+            return getattr(transformers, auto).from_pretrained(
                 str(path) if path.exists() else name, trust_remote_code=False)
-    except Exception as e:        # as above: any failure means the tokenizer is unusable
-        raise HFTraceError(f"{option} {name}: cannot load its tokenizer "
+    except Exception as e:
+        raise HFTraceError(f"{option} {name}: cannot {what} "
                            f"({type(e).__name__}: {first_line(e, 300)})") from None
 
 
@@ -235,16 +242,9 @@ def logits_size(model) -> int:
 def load_config(option: str, name: str):
     """A model's configuration alone (its config.json; no weight is read), to check
     what it can hold before the model loads; HFTraceError (one line) if unreadable."""
-    _, transformers = require_libs()
+    require_libs()
     _check_source(option, name)
-    path = Path(name).expanduser()
-    try:
-        with quiet_transformers(transformers):
-            return transformers.AutoConfig.from_pretrained(
-                str(path) if path.exists() else name, trust_remote_code=False)
-    except Exception as e:        # as load_model: any failure means the model is unusable
-        raise HFTraceError(f"{option} {name}: cannot read its configuration "
-                           f"({type(e).__name__}: {first_line(e, 300)})") from None
+    return _pretrained(option, name, "AutoConfig", "read its configuration")
 
 
 def max_positions(model) -> int | None:
