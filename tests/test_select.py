@@ -118,6 +118,44 @@ def test_the_task_tradeoff_reports_per_answer_with_the_oracle_headroom(task_gree
     assert not any(x["kind"] == "oracle" for x in json.loads(plain.stdout)["budgets"][0]["rows"])
 
 
+def test_the_oracle_on_fewer_test_problems_measures_every_share_on_them(task_greedy_small,
+                                                                      task_pair_small):
+    """`--oracle-prompts N`: the oracle decodes the first N test problems only (it costs
+    many decodings), and its row and every rule's share are measured on those N
+    problems, paired: the shares are those of decoding each rule on the N problems."""
+    from evolve.rules.adapters import named_rule
+    from evolve.rules.oracle import AnswerOracle
+    r = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 6,
+               "--oracle-prompts", 3, "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["oracle_problems"] == 3 and doc["problems"]["test"] == 6
+    rows = doc["budgets"][0]["rows"]
+    (oracle,) = [x for x in rows if x["kind"] == "oracle"]
+    ref = TC.run_rule(task_pair_small, None, "test", 3, True)
+    got = TC.run_rule(task_pair_small, AnswerOracle(), "test", 3, True)
+    assert oracle["test"]["problems"] == 3
+    assert oracle["test"]["calls_per_correct"] == pytest.approx(
+        TC.summary(got, ref)["calls_per_correct"])
+    lossless = TC.summary(ref, ref)["calls_per_correct"]
+    room = lossless - oracle["test"]["calls_per_correct"]
+    checked = 0
+    for x in rows:
+        if x["kind"] == "family" and x["test"] is not None and room > 0:
+            mine = TC.run_rule(task_pair_small, named_rule(x["rule"], x["param"], True)[0],
+                               "test", 3, True)
+            assert x["oracle_share"] == pytest.approx(
+                (lossless - TC.summary(mine, ref)["calls_per_correct"]) / room)
+            checked += 1
+    assert checked or room <= 0
+    text = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 4,
+                  "--oracle-prompts", 2)
+    assert text.exit_code == 0, text.output
+    assert "on the first 2 test problems" in " ".join(text.output.split())
+    one_line_error(invoke("tradeoff", "--data", task_greedy_small, "--oracle-prompts", 1),
+                   "--oracle-prompts", "a whole number >= 2")
+
+
 def test_the_oracle_is_refused_on_traces_in_one_line(tmp_path):
     one_line_error(invoke("tradeoff", "--data", tmp_path, "--oracle"), "--oracle",
                    "only on task traces")

@@ -244,7 +244,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              trajectory: bool = False, engine: str | None = None, device: str = "cpu",
              installed: bool = True, progress=None, meter=None,
              any_scope: bool = False, prompts: int | None = None,
-             agreement_budget: float | None = None, oracle: bool = False):
+             agreement_budget: float | None = None, oracle: bool | int = False):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
@@ -268,8 +268,9 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     target calls per correct answer within each (``evolve.freerun.task_compare.tradeoff``),
     and reported on test, paired; ``prompts`` caps the problems of valid and test,
     ``agreement_budget`` also bounds the share of answers changed from lossless, and
-    ``oracle`` adds the answer oracle's row (the headroom any judge has, decoded on test)
-    and each rule's share of its saving."""
+    ``oracle`` adds the answer oracle's row (the headroom any judge has, decoded on test;
+    a whole number: on that many test problems, every share measured on them) and each
+    rule's share of its saving."""
     budgets = check_budgets(budgets)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     if is_task(data_dir):
@@ -385,7 +386,7 @@ def _share(param: str, value, optional: bool = True):
 
 def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
-                  progress=None, oracle=False) -> TaskTradeoff:
+                  progress=None, oracle: bool | int = False) -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
     from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
@@ -394,8 +395,9 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     for b in budgets:
         _share("budgets", b, optional=False)
     agreement_budget = _share("agreement_budget", agreement_budget)
-    if not isinstance(oracle, bool):
-        raise TradeoffError.of("oracle", f"{show(oracle)} is invalid; expected True or False")
+    if not (isinstance(oracle, bool) or isinstance(oracle, int) and oracle >= 2):
+        raise TradeoffError.of("oracle", f"{show(oracle)} is invalid; expected True, False "
+                                         "or a whole number of test problems >= 2")
     if prompts is not None and not (isinstance(prompts, int) and not isinstance(prompts, bool)
                                     and prompts >= 2):
         raise TradeoffError.of("prompts", f"{show(prompts)} is invalid; expected a whole "

@@ -252,7 +252,11 @@ def show_task_tradeoff(doc: dict, term) -> None:
         term.table(f"accuracy budget {b:g}: tuned on valid (drop <= {b:g}), test (* the best "
                    "baseline: fewest calls per correct answer"
                    + ("; the oracle is a bound, not a rule: of oracle is the share of its "
-                      "saving in calls per correct answer" if oracle else "") + ")",
+                      "saving in calls per correct answer" if oracle else "")
+                   + (f", the oracle's row and every share on the first "
+                      f"{doc['oracle_problems']:,} test problems"
+                      if oracle and (doc.get("oracle_problems") or 0)
+                      < doc["problems"]["test"] else "") + ")",
                    cols, rows)
         for r in entry["rows"]:
             if r.get("versus_best") is not None:

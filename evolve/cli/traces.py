@@ -201,11 +201,15 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
               help="Task traces: also decode test with the answer oracle (it keeps exactly "
                    "the drafts that keep the answer): the headroom any judge has, and each "
                    "rule's share of it.")
+@click.option("--oracle-prompts", type=int, default=None, cls=Stated, stated="all of test",
+              help="Task traces: the oracle decodes only this many test problems (it is "
+                   "many times a rule's cost), and every share is measured on them; "
+                   "implies --oracle.")
 @any_scope_option
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine, device,
-                 prompts, agreement_budget, oracle, any_scope, json_mode):
+                 prompts, agreement_budget, oracle, oracle_prompts, any_scope, json_mode):
     """Every rule tuned to budgets on valid, reported on test (traces: TV; tasks: accuracy).
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -225,12 +229,14 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
     agreement with lossless answers, answer length and tokens per call."""
     from evolve.api import tradeoffs as api    # lazy: start-up (a command loads only what it runs)
     need(max_tv is None or max_tv > 0, "--max-tv", max_tv, "a TV per token > 0")
+    need(oracle_prompts is None or oracle_prompts >= 2, "--oracle-prompts", oracle_prompts,
+         "a whole number >= 2")
     out = term(json_mode)
     res = api.tradeoff(data_dir, [number("--budget", b) for b in budgets] or None, runs,
                        runs_dir, png, trajectory, engine, device, progress=out.note,
                        meter=out.meter, any_scope=any_scope, prompts=prompts,
                        agreement_budget=number("--agreement-budget", agreement_budget),
-                       oracle=oracle)
+                       oracle=oracle_prompts if oracle_prompts is not None else oracle)
     if json_mode:
         out.print_json(views.jsonable(res.report))
     elif isinstance(res, api.TaskTradeoff):

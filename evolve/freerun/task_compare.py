@@ -260,7 +260,7 @@ def _family(name: str, greedy: bool):
 def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool = True,
              families=None, prompts: int | None = None,
              agreement_budget: float | None = None, progress=None,
-             oracle: bool = False) -> dict:
+             oracle: bool | int = False) -> dict:
     """Every rule tuned on valid free-running to each accuracy budget and reported once
     on test, paired, as a user would compare rules on their own task.
 
@@ -273,7 +273,10 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
     also at most this share of answers changed from lossless; ``oracle``: the answer
     oracle (``evolve.rules.oracle``, a bound, not tuned) decodes test too, and every
     row gets ``oracle_share``, the share of the oracle's saving in target calls per
-    correct answer against lossless that the rule achieves. A rule is tuned to the
+    correct answer against lossless that the rule achieves; a whole number instead of
+    True decodes only that many test problems with the oracle (it continues every
+    rejectable draft to the end of the answer, twice: many times a rule's cost) and
+    measures every share on those same problems. A rule is tuned to the
     fewest target calls per correct answer within the budget (``tune``); on test every
     tuned rule and the lossless rule decode the same problems with the same uniforms.
     Returns {decoding, problems, lossless: {valid, test}, budgets: [{budget, rows,
@@ -320,7 +323,9 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
         from evolve.rules.oracle import AnswerOracle    # lazy: on use
         say("the oracle decodes test (a bound: it keeps exactly the drafts that keep the "
             "answer and do not lengthen it)")
-        oracle_raw = run_rule(pair, AnswerOracle(), "test", prompts, greedy)
+        n = ref["test"]["correct"].size if oracle is True else min(int(oracle),
+                                                                   ref["test"]["correct"].size)
+        oracle_raw = run_rule(pair, AnswerOracle(), "test", n, greedy)
     out = []
     for b in budgets:
         rows = []
@@ -344,31 +349,39 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
                     r["versus_best"] = paired(test_raw[r["rule"], r["param"]], braw,
                                               ref["test"])
         if oracle_raw is not None:
-            _add_oracle(rows, oracle_raw, ref["test"])
+            _add_oracle(rows, oracle_raw, ref["test"], lambda r: test_raw[r["rule"], r["param"]])
         out.append({"budget": b, "rows": rows, "best": None if best is None else best["rule"]})
     return {"decoding": decoding, "problems": {s: int(ref[s]["correct"].size)
                                                for s in ("valid", "test")},
             "lossless": {s: summary(ref[s], ref[s]) for s in ("valid", "test")},
-            "budgets": out, "judge": model.to_dict()}
+            "budgets": out, "judge": model.to_dict(),
+            "oracle_problems": None if oracle_raw is None else int(oracle_raw["correct"].size)}
 
 
 ORACLE = "oracle"
 
 
-def _add_oracle(rows: list, raw: dict, lossless: dict) -> None:
-    """The oracle's row (``tradeoff(oracle=True)``), and each row's share of its saving in
+def _head(r: dict, n: int) -> dict:
+    """A decoding's record of its first ``n`` problems."""
+    return {k: (v[:n] if isinstance(v, (np.ndarray, list)) else v) for k, v in r.items()}
+
+
+def _add_oracle(rows: list, raw: dict, lossless: dict, raw_of) -> None:
+    """The oracle's row (``tradeoff(oracle=...)``), and each row's share of its saving in
     target calls per correct answer against lossless (None where the oracle saves
-    nothing or a row has no test figures)."""
-    o = summary(raw, lossless)
-    ls = summary(lossless, lossless)["calls_per_correct"]
+    nothing or a row has no test figures), both on the problems the oracle decoded
+    (``raw``: the first of the test problems; ``raw_of(row)``: a row's test decoding)."""
+    n = int(raw["correct"].size)
+    ll = _head(lossless, n)
+    o = summary(raw, ll)
+    ls = summary(ll, ll)["calls_per_correct"]
     room = ls - o["calls_per_correct"]
-    rows.append({"rule": ORACLE, "kind": "oracle", "param": None, "fits_valid": False,
-                 "valid": None, "valid_drop": None, "tried": [], "test": o,
-                 "versus_lossless": paired(raw, lossless, lossless)})
     for r in rows:
-        t = r["test"]
-        r["oracle_share"] = (None if t is None or r["kind"] == "oracle" or room <= 0
-                             or not np.isfinite(room)
+        t = None if r["test"] is None else summary(_head(raw_of(r), n), ll)
+        r["oracle_share"] = (None if t is None or room <= 0 or not np.isfinite(room)
                              or not np.isfinite(t["calls_per_correct"])
                              else float((ls - t["calls_per_correct"]) / room))
-
+    rows.append({"rule": ORACLE, "kind": "oracle", "param": None, "fits_valid": False,
+                 "valid": None, "valid_drop": None, "tried": [], "test": o,
+                 "versus_lossless": paired(raw, ll, ll), "oracle_share": None}
+                )
