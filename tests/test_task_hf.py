@@ -236,7 +236,7 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     valid = record.load(out, "valid")
     assert valid.meta["task"]["source"] == "hf" and valid.meta["decoding"] == "sample"
     r = hfkit.invoke("run", "--data", out, "--objective", "task_speed", "--generations", 1,
-                     "--population", 16, "--runs-dir", tmp_path / "runs")
+                     "--population", 16, "--select-problems", 2, "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 0, r.output
     r = hfkit.invoke("simulate-task", "--data", out, "--split", "valid", "--compare",
                      "lossless", "--compare", "leniency:0.5", "--json")
