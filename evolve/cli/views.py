@@ -148,6 +148,15 @@ def show_task_champion(ch: dict, term, where: dict | None = None) -> None:
     term.table(f"{ch.get('decoding', '')} decoding, critical budget {budget}: rule families "
                "tuned on valid, all reported on test", cols, order,
                ["bold"] + [None] * (len(order) - 1))
+    by = t.get("critical_by_distance")
+    if by:                       # (champions of earlier releases have none)
+        term.result("by distance from the prompt on test (0: the answer's first token), "
+                    "the champion's accepted critical tokens per answer and the critical "
+                    "share of the drafts the standard rule could reject: "
+                    + ", ".join(f"{k}: {v['critical_per_answer']:.4f} / "
+                                + ("-" if v["critical_rate"] is None
+                                   else f"{v['critical_rate']:.2f}")
+                                for k, v in by.items()))
     show_standing(ch, term, where)
 
 

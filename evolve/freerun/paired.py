@@ -40,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data import emission as EM
+from evolve.data.distance import DISTANCE_BINS, bin_label
 from evolve.data.sources import ngram as NG
 from evolve.data.sources.registry import source_of_pair
 from evolve.rules.adapters import as_rule
@@ -83,9 +84,6 @@ def run_rule(pair, rule, split: str, prompts: int, blocks: int, seed: int,
     }
 
 
-# Distance from the prompt: the slots' TV where the answer starts (the first tokens after
-# the prompt, which matter most to an instruction model) apart from the rest.
-DISTANCE_BINS = ((0, 0), (1, 1), (2, 3), (4, 7), (8, 15), (16, None))
 
 
 def distance_from_prompt(accepted: np.ndarray, seq, block, block_position) -> np.ndarray:
@@ -95,10 +93,6 @@ def distance_from_prompt(accepted: np.ndarray, seq, block, block_position) -> np
     emitted = np.asarray(accepted, dtype=np.int64) + 1
     before = np.cumsum(emitted, axis=1) - emitted           # exclusive, per sequence
     return before[np.asarray(seq), np.asarray(block)] + np.asarray(block_position)
-
-
-def bin_label(lo: int, hi) -> str:
-    return f"{lo}+" if hi is None else str(lo) if lo == hi else f"{lo}-{hi}"
 
 
 def tv_by_distance(r: dict) -> dict:

@@ -60,6 +60,7 @@ class TaskData:
         self.n = s.size
         self.g = g
         self.greedy = greedy
+        self.distance = np.asarray(c["position"])    # from the prompt (0: its first token)
         self.missing = ""         # task traces are schema v3: the slot features are there
         self._derived = None      # plog, pexp, psqrt of X: made on first use, kept
 
@@ -95,6 +96,10 @@ class TaskData:
     def thresholds_sums(self, h) -> np.ndarray:
         """The sums of thresholds already computed (a rule that is not a tree)."""
         return TL.sums(h, self.arrays)
+
+    def critical_by_distance(self, h) -> dict:
+        """``task_labels.critical_by_distance`` of one program's thresholds here."""
+        return TL.critical_by_distance(h, self.arrays, self.distance)
 
     def whole(self) -> "TaskData":
         """The whole split in this process: this one (``ShardedTaskData.whole`` loads it)."""

@@ -141,6 +141,35 @@ def _block_sums(a, s, crit, g):
     return out
 
 
+def critical_by_distance(h, ta: TaskArrays, distance) -> dict:
+    """Where on the recorded path a rule (thresholds ``h`` of one program, (N,) or (1, N))
+    changes answers, by distance from the prompt (``evolve.data.distance``; ``distance``:
+    each drafted row's, 0 the first token after the prompt): per bin, the drafts the
+    standard rule could reject that carry a label (``labelled``), the share of them that
+    are critical (``critical_rate``: the task's own, whatever the rule) and the rule's
+    accepted critical tokens per answer from that bin (``critical_per_answer``: the bins
+    add up to the objective's). Exact given the recorded blocks, as ``sums`` is."""
+    from evolve.data.distance import DISTANCE_BINS, bin_label
+    a = acceptance(np.atleast_2d(np.asarray(h, dtype=np.float64))[:1], ta)[0]
+    A = a.reshape(-1, ta.g)
+    reach = np.ones_like(A)
+    if ta.g > 1:
+        reach[:, 1:] = np.cumprod(A[:, :-1], axis=1)
+    extra = (reach * np.maximum(A - ta.s.reshape(-1, ta.g), 0.0)).reshape(-1)
+    d = np.asarray(distance)
+    could = (ta.s < 1.0) & (ta.critical != UNLABELED)
+    out = {}
+    for lo, hi in DISTANCE_BINS:
+        m = (d >= lo) & ((d <= hi) if hi is not None else True)
+        n = int((could & m).sum())
+        out[bin_label(lo, hi)] = {
+            "labelled": n,
+            "critical_rate": float((ta.critical[could & m] == 1).mean()) if n else None,
+            "critical_per_answer": float(extra[m & (ta.critical == 1)].sum()
+                                         / max(ta.answers, 1))}
+    return out
+
+
 def measures(rows: np.ndarray) -> dict:
     """Tokens per call, critical accepts per token (the rate a budget holds), false
     rejects per token, from ``sums`` rows."""

@@ -75,12 +75,16 @@ class TaskObjective(Objective):
     def metrics(self, nodes, splits: dict, evaluators: dict) -> dict:
         from evolve.lang import treeio  # lazy: start-up (the primitive table loads Numba)
         from evolve.objectives.task_data import metrics_of, task_data  # lazy: start-up (Numba)
+        from evolve.kernels.tokens import matrix_thresholds  # lazy: as above
         progs = treeio.linearise([nodes])
         out = {}
         for k, split in splits.items():
             ev = evaluators.get(k)
             td = ev.arrays if ev is not None else task_data(split)
             out[k] = metrics_of(td.sums(progs))
+            whole = td.whole()                # (a sharded split: loaded for this one rule)
+            out[k]["critical_by_distance"] = whole.critical_by_distance(
+                matrix_thresholds(progs, whole.X))
         return out
 
     def split_score(self, m: dict, config) -> float:
