@@ -204,18 +204,26 @@ def speed_figure(speed: dict, gpu: dict, path: Path, check: dict | None = None) 
 TASK_STYLES = {"lossless": "standard_rejection", "evolved": "champion"}
 
 
+def task_rows(pb: dict) -> list:
+    """The rows of one decoding and budget of the task results that have test figures
+    paired against lossless, sorted by the target calls per correct answer they save."""
+    rows = [r for r in pb["rows"] if r["versus_lossless"] is not None
+            and r["versus_lossless"]["calls_per_correct"] is not None]
+    return sorted(rows, key=lambda r: -r["versus_lossless"]["calls_per_correct"]["difference"])
+
+
 def task_figure(doc: dict, path: Path) -> None:
     """Per decoding and accuracy budget (a row), two panels sharing the rules (one line
-    each, sorted by their gain; no legend to look up: the names are the labels): the
-    tokens per call each rule gains over lossless speculative decoding, and the accuracy
-    it loses, both paired by problem on the test problems with 95% intervals, the budget
-    dashed. Rules that change no answer share the drop 0, where the old scatter piled
-    them into one mark."""
+    each, sorted by their saving; no legend to look up: the names are the labels): the
+    target calls per correct answer each rule saves against lossless speculative
+    decoding (the oracle's saving is the bound any judge has), and the accuracy it
+    loses, both paired by problem on the test problems with 95% intervals, the budget
+    dashed."""
     plt = pyplot()
     from matplotlib.ticker import MaxNLocator    # with matplotlib
-    panels = [(mode, pb) for mode, m in doc["modes"].items() for pb in m["budgets"]]
-    heights = [0.26 * len(pb["free_running_test"]["versus_reference"]) + 1.0
-               for _, pb in panels]
+    panels = [(mode, pb) for mode, m in doc["modes"].items()
+              for pb in m["tradeoff"]["budgets"]]
+    heights = [0.26 * len(task_rows(pb)) + 1.0 for _, pb in panels]
     # one row per decoding and budget: the page is narrow, so the rows stack
     fig, axes = plt.subplots(len(panels), 2, layout="constrained", squeeze=False,
                              figsize=(8.4, sum(heights)),
@@ -223,37 +231,34 @@ def task_figure(doc: dict, path: Path) -> None:
     champions: list = []
     for i, (mode, pb) in enumerate(panels):
         gain_ax, drop_ax = axes[i][0], axes[i][1]
-        vs = pb["free_running_test"]["versus_reference"]
-        rows = sorted(vs.items(), key=lambda kv: kv[1]["tokens_per_call"]["difference"])
-        for y, (label, d) in enumerate(rows):
-            name = label[:-len(" (tuned)")] if label.endswith(" (tuned)") else label
+        rows = task_rows(pb)
+        for y, r in enumerate(rows):
+            name = r["rule"]
             key = TASK_STYLES.get(name, name.replace(" ", "_"))
             st = STYLES[key] if key in STYLES else style_of(name, champions)[1]
-            big = 9 if name == "evolved" else 6
-            t, a = d["tokens_per_call"], d["accuracy"]
-            gain_ax.errorbar([t["difference"]], [y],
-                             xerr=[[max(0.0, t["difference"] - t["ci95"][0])],
-                                   [max(0.0, t["ci95"][1] - t["difference"])]],
+            big = 9 if r["kind"] in ("run", "oracle") else 6
+            c, a = r["versus_lossless"]["calls_per_correct"], r["versus_lossless"]["accuracy"]
+            save, lo, hi = -c["difference"] + 0.0, -c["ci95"][1], -c["ci95"][0]
+            gain_ax.errorbar([save], [y], xerr=[[max(0.0, save - lo)], [max(0.0, hi - save)]],
                              fmt=st.marker, color=st.colour, capsize=2, ms=big)
             drop = -a["difference"] + 0.0
             lo, hi = -a["ci95"][1], -a["ci95"][0]        # the drop's interval
             drop_ax.errorbar([drop], [y], xerr=[[max(0.0, drop - lo)],
                                                 [max(0.0, hi - drop)]],
                              fmt=st.marker, color=st.colour, capsize=2, ms=big)
-        names = [label for label, _ in rows]
         for ax in (gain_ax, drop_ax):
             ax.set_yticks(range(len(rows)))
             ax.set_ylim(-0.6, len(rows) - 0.4)
             ax.grid(alpha=0.3, axis="x")
             ax.axvline(0, color="0.3", lw=0.8)
-        gain_ax.set_yticklabels(names, fontsize=8)
+        gain_ax.set_yticklabels([r["rule"] for r in rows], fontsize=8)
         drop_ax.set_yticklabels([])
         drop_ax.axvline(pb["budget"], ls="--", color="0.5", lw=1)
         drop_ax.xaxis.set_major_locator(MaxNLocator(4))        # tick labels never touch
-        gain_ax.set_title(f"{mode} decoding, budget {pb['budget']:g}: tokens per call",
-                          fontsize=9)
+        gain_ax.set_title(f"{mode} decoding, budget {pb['budget']:g}: target calls per "
+                          "correct answer saved", fontsize=9)
         drop_ax.set_title("accuracy drop (dashed: budget)", fontsize=9)
-        gain_ax.set_xlabel("minus lossless (paired, 95%)", fontsize=8)
+        gain_ax.set_xlabel("lossless minus the rule (paired, 95%)", fontsize=8)
         drop_ax.set_xlabel("against lossless (paired, 95%)", fontsize=8)
     save_png(fig, path)
 

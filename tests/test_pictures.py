@@ -158,8 +158,8 @@ def test_every_figure_of_the_docs_is_drawn_by_the_committed_script(tmp_path):
 
 def test_the_task_figure_gives_each_rule_a_line_of_its_own(monkeypatch, tmp_path):
     """docs/img/task_results.png: per decoding and budget, every rule on a line of its own
-    (named on the axis: no legend), sorted by its gain over lossless, so rules with the
-    same accuracy drop (many at 0) no longer pile up on one mark."""
+    (named on the axis: no legend), the oracle's bound among them, sorted by the target
+    calls per correct answer it saves against lossless."""
     import json
     from pathlib import Path
     from benchmarks import figures
@@ -170,12 +170,14 @@ def test_the_task_figure_gives_each_rule_a_line_of_its_own(monkeypatch, tmp_path
     figures.task_figure(doc, tmp_path / "t.png")
     (fig,) = shown
     assert not fig.legends
-    panels = [(m, pb) for m in doc["modes"].values() for pb in m["budgets"]]
+    panels = [pb for m in doc["modes"].values() for pb in m["tradeoff"]["budgets"]]
     gains = fig.axes[::2]
     assert len(gains) == len(panels)
-    for ax, (_, pb) in zip(gains, panels):
-        vs = pb["free_running_test"]["versus_reference"]
-        want = sorted(vs, key=lambda k: vs[k]["tokens_per_call"]["difference"])
+    for ax, pb in zip(gains, panels):
+        rows = [r for r in pb["rows"] if r["versus_lossless"] is not None]
+        assert any(r["kind"] == "oracle" for r in rows)
+        want = [r["rule"] for r in sorted(
+            rows, key=lambda r: -r["versus_lossless"]["calls_per_correct"]["difference"])]
         assert [t.get_text() for t in ax.get_yticklabels()] == want
     import matplotlib.pyplot as plt
     plt.close(fig)

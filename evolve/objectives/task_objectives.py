@@ -96,6 +96,8 @@ class TaskObjective(Objective):
 
 TASK_SPEED = TaskObjective("task_speed", f"tokens per target call within "
                            f"{CRITICAL_BUDGET.flag} (accepted critical tokens per answer; "
-                           "task traces)", False)
+                           "task traces) on the labels, the champion then chosen per "
+                           "answer: the fewest target calls per correct answer "
+                           f"free-running on valid ({SELECT_PROBLEMS.flag})", False)
 TASK_SEED = TaskObjective("task_seed", "the seed's metric on critical-token labels (task "
                           "traces)", True)
