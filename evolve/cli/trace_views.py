@@ -110,6 +110,15 @@ def show_tradeoff(doc: dict, series: dict, term, max_tv: float | None) -> None:
                    [cols[i] for i in keep], rows, styles)
         for line in engine_settings(entry["rows"]):
             term.result(line)
+        by = [r for r in entry["rows"] if (r["test"] or {}).get("tv_by_distance")]
+        if by:
+            first = by[0]["test"]["tv_by_distance"]
+            term.table(f"TV budget {b:g}: mean slot TV on test by distance from the prompt "
+                       "(0: the answer's first token)",
+                       [("rule", "left")] + [(k, "right") for k in first],
+                       [[r["rule"]] + ["-" if v["tv"] is None else f"{v['tv']:.4f}"
+                                       for v in r["test"]["tv_by_distance"].values()]
+                        for r in by])
         term.result("")
     term.result("to deploy a row: an engine setting above (no patch); a run, evolve export "
                 "RUN;\nany other rule but the oracle (a bound), from Python: "

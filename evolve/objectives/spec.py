@@ -328,6 +328,24 @@ def objectives_from_terms(sa: TraceArrays, terms: PositionTerms) -> Objectives:
         tv_p99=weighted_quantile(terms.tv, b["W"].reshape(-1), 0.99))
 
 
+def tv_by_distance(sa: TraceArrays, h) -> dict:
+    """Where a rule (thresholds ``h``) puts its distortion on the recorded path: per bin
+    of distance from the prompt (``evolve.data.distance``; 0 is the first token after
+    the prompt), the mean slot TV of the reached slots (weighted by reach, as
+    ``tv_by_position`` is by block position; None where no slot falls) and the slots."""
+    from evolve.data.distance import DISTANCE_BINS, bin_label
+    terms = position_terms(sa, h)
+    W = block_sums(sa, terms)["W"].reshape(-1)
+    d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
+    out = {}
+    for lo, hi in DISTANCE_BINS:
+        m = (d >= lo) & ((d <= hi) if hi is not None else True)
+        w = W[m].sum()
+        out[bin_label(lo, hi)] = {"tv": float((W[m] * terms.tv[m]).sum() / w) if w > 0
+                                  else None, "slots": int(m.sum())}
+    return out
+
+
 def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
     """Objectives from one kernel row (see kernels.speculative.population_objectives),
     read through ``evolve.kernels.layout``."""

@@ -326,6 +326,8 @@ def tradeoff(sa_valid: spec.TraceArrays, sa_test: spec.TraceArrays, budgets,
             position = next(r for r in rows if r["rule"] == "position_leniency")
             rows.extend(value_gate_rows(sa_valid, sa_test, b, values,
                                         position_p99(position, sa_valid), device))
+        for r in rows:
+            _add_tv_by_distance(r, sa_test, extra or {})
         if blocks_test is not None:
             tick = steps.next(f"trajectory estimates at TV {b:g} on test")
             for r in rows:
@@ -515,6 +517,18 @@ def _row_tree(r: dict, extra: dict):
     if r["kind"] == "extra":
         return extra[r["rule"]]
     return None
+
+
+def _add_tv_by_distance(r: dict, sa_test: spec.TraceArrays, extra: dict) -> None:
+    """A row's test TV by distance from the prompt (``spec.tv_by_distance``), for a rule
+    of the top-k scope and the standard residual (the numpy reference's); None else."""
+    nodes = None if r["test"] is None else _row_tree(r, extra)
+    if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
+                                  or RULES[r["rule"]].scope != "top_k"):
+        nodes = None
+    r["test"] = r["test"] if r["test"] is None else {
+        **r["test"], "tv_by_distance": None if nodes is None else
+        spec.tv_by_distance(sa_test, tree_thresholds(nodes, sa_test))}
 
 
 def _add_trajectory(r: dict, sa_test: spec.TraceArrays, blocks_test, extra: dict) -> None:
