@@ -1,10 +1,19 @@
 import os
 
-import pytest
+# Under pytest-xdist (make test: a process per core) torch computes on one thread in each
+# process. Its OpenMP threads spin while they wait, so two processes' thread pools on the
+# same two cores slow each other several times over: recording a task on the real pair
+# took 196 s with torch's two threads beside another busy process, 41 s with one. Set
+# before anything imports torch; the tests' subprocesses inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-from evolve.data import tokens as data
-from evolve.io.paths import DATA_DIR
-from evolve.data.sources import synthetic as synth
+import pytest  # noqa: E402
+
+from evolve.data import tokens as data  # noqa: E402
+from evolve.io.paths import DATA_DIR  # noqa: E402
+from evolve.data.sources import synthetic as synth  # noqa: E402
 
 # Tiny budgets for unit tests, kept in one place.
 TINY = {"generations": 4, "population": 40}
