@@ -108,9 +108,10 @@ results-lookahead-neural: $(STAMP)
 results-value-gate: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.value_gate --page
 
-# The task world: the built-in arithmetic task recorded greedy and sampled with critical-token
-# labels, every rule family and the learned judge tuned on valid by free-running task accuracy
-# to accuracy drops of 1% and 3%, the evolved champion, all decoded paired on test
+# The task world, judged per answer: the built-in arithmetic task recorded greedy and sampled
+# with critical-token labels, a champion evolved per accuracy budget (1%, 3%), then evolve
+# tradeoff: every rule family, the learned judge and the champions tuned on valid to the
+# fewest target calls per correct answer, decoded paired on test, with the answer oracle
 results-task: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.task_results --page
 	$(BIN)/python -m benchmarks.figures

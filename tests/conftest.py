@@ -3,7 +3,7 @@ import os
 # Under pytest-xdist (make test: a process per core) torch computes on one thread in each
 # process. Its OpenMP threads spin while they wait, so two processes' thread pools on the
 # same two cores slow each other several times over: recording a task on the real pair
-# took 196 s with torch's two threads beside another busy process, 41 s with one. Set
+# took 196 s (profiled) with two threads beside another busy process, 41 s with one. Set
 # before anything imports torch; the tests' subprocesses inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")

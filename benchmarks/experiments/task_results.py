@@ -7,15 +7,17 @@ lossless speculative decoding of the same pair):
 1. the search (``evolve run --objective task_speed``, multi-start) evolves a rule on
    the train labels with the critical budget per answer set to the accuracy budget;
    the run itself chooses its champion free-running on valid (``--select-problems``);
-2. ``evolve tradeoff --data DIR --budget 0.01 --budget 0.03 --run RUN... --oracle-prompts 200``
+2. ``evolve tradeoff --data DIR --budget 0.01 --budget 0.03 --run RUN... --prompts 200
+   --oracle-prompts 100``
    (``evolve.tradeoff``) does the rest: every rule family of the task world and the
    learned judge tuned on valid free-running to the fewest target calls per correct
    answer within the budget, each champion stepped a fraction alpha of the way from
    the lossless rule with alpha tuned the same way, everything decoded once on the
-   test problems with the same uniforms, paired with 95% intervals, and the answer
-   oracle's row on the first 200 test problems (it continues every rejectable draft
-   to the end of the answer, twice) with every rule's share of its saving measured
-   on those problems: the saving any judge could have.
+   test problems with the same uniforms (the first 200 of valid and of test), paired
+   with 95% intervals, and the answer oracle's row on the first 100 test problems (it
+   continues every rejectable draft to the end of the answer, twice) with every
+   rule's share of its saving measured on those problems: the saving any judge could
+   have.
 
 This script only records (or reuses) the traces, runs the searches and calls the
 trade-off; the figures are the trade-off's report. They go to
@@ -60,12 +62,13 @@ def recorded(data: Path, mode: str, sizes, seed: int) -> dict:
     """The task traces of ``data`` (the built-in task recorded there first when
     missing; traces of your own task and pair, ``evolve data task --task-file``, are
     used as they are)."""
-    if not all((data / f"{s}.npz").exists() for s in ("train", "valid", "test")):
+    missing = [s for s in ("train", "valid", "test") if not (data / f"{s}.npz").exists()]
+    if missing:
         cfg = TP.TaskPairConfig(seed=seed, train_prompts=sizes[0], valid_prompts=sizes[1],
                                 test_prompts=sizes[2])
         pair = TP.build_pair(cfg)
         data.mkdir(parents=True, exist_ok=True)
-        for split in ("train", "valid", "test"):
+        for split in missing:                  # (a split recorded before is kept)
             t = time.perf_counter()
             record.save(record.record_split(pair, split, mode, seed), data)
             print(f"{mode}: recorded {split} ({time.perf_counter() - t:.0f} s)",
@@ -81,8 +84,12 @@ def evolve_champion(data: Path, runs_dir: Path, budget: float, a, mode: str) -> 
     opts = dict(objective="task_speed", critical_budget=budget, starts=a.starts, seed=a.seed,
                 population=a.population, generations=a.generations, seed_baselines=True,
                 tournament=3)
-    res = evolve.run(data_dir=data, runs_dir=runs_dir, name=name, writeback=False,
-                     force=True, **opts)
+    done = runs_dir / name / "summary.json"
+    if a.reuse_runs and done.exists() and json.loads(done.read_text()).get("status") == "finished":
+        res = evolve.load_run(runs_dir / name)      # the same command, run before
+    else:
+        res = evolve.run(data_dir=data, runs_dir=runs_dir, name=name, writeback=False,
+                         force=True, **opts)
     ch = res.champion
     cmd = (f"evolve run --objective task_speed --budget-critical {budget:g} --starts "
            f"{a.starts} --seed {a.seed} --population {a.population} --generations "
@@ -111,10 +118,12 @@ def run_mode(mode: str, a, sizes: dict) -> tuple:
         champions.append(evolve_champion(data, a.runs_dir, b, a, mode))
     say("the trade-off: every rule tuned on valid, decoded on test, and the oracle")
     t = evolve.tradeoff(data, budgets=list(BUDGETS), runs=[c.pop("path") for c in champions],
-                        runs_dir=a.runs_dir, oracle=a.oracle_prompts, progress=say)
+                        runs_dir=a.runs_dir, oracle=a.oracle_prompts, prompts=a.prompts,
+                        progress=say)
     cmd = (f"evolve tradeoff --data {_shown(data)} "
            + " ".join(f"--budget {b:g}" for b in BUDGETS) + " "
            + " ".join(f"--run {c['name']}" for c in champions)
+           + ("" if a.prompts is None else f" --prompts {a.prompts}")
            + f" --oracle-prompts {a.oracle_prompts}")
     report = {k: v for k, v in t.report.items() if k not in ("runs",)}
     for e in report["budgets"]:
@@ -143,9 +152,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true",
                     help="rewrite the section of docs/results/task-world.md and its picture")
-    ap.add_argument("--oracle-prompts", type=int, default=200,
+    ap.add_argument("--prompts", type=int, default=200,
+                    help="valid problems each rule is tuned on and test problems it is "
+                         "reported on (the first of each split) [200]")
+    ap.add_argument("--oracle-prompts", type=int, default=100,
                     help="test problems the answer oracle decodes (every share is measured "
-                         "on them) [200]")
+                         "on them) [100]")
+    ap.add_argument("--reuse-runs", action="store_true",
+                    help="keep a finished search of the same name under --runs-dir")
     ap.add_argument("--jobs", type=int, default=2,
                     help="decodings run at once, each in its own process [2]")
     quick_and_render_args(ap)
@@ -154,7 +168,7 @@ def main(argv=None) -> int:
         return 0
     sizes = dict(SIZES)
     if a.quick:
-        a.starts, a.population, a.generations, a.oracle_prompts = 2, 30, 2, 10
+        a.starts, a.population, a.generations, a.oracle_prompts, a.prompts = 2, 30, 2, 10, None
         sizes = {m: (60, 30, 30) for m in MODES}
     t0 = time.perf_counter()
     doc = {"commit": _commit(),
