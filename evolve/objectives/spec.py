@@ -74,6 +74,7 @@ import numpy as np
 
 from evolve.data import inputs
 from evolve.data.decode import RESIDUAL_EPS, slots_missing
+from evolve.data.distance import DISTANCE_BINS, bin_label
 from evolve.errors import EvolveError
 from evolve.kernels import layout
 from evolve.lang.features import names_of
@@ -333,7 +334,6 @@ def tv_by_distance(sa: TraceArrays, h) -> dict:
     of distance from the prompt (``evolve.data.distance``; 0 is the first token after
     the prompt), the mean slot TV of the reached slots (weighted by reach, as
     ``tv_by_position`` is by block position; None where no slot falls) and the slots."""
-    from evolve.data.distance import DISTANCE_BINS, bin_label
     terms = position_terms(sa, h)
     W = block_sums(sa, terms)["W"].reshape(-1)
     d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]

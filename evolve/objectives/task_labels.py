@@ -41,6 +41,7 @@ import numpy as np
 from numba import njit
 
 from evolve.data.decode import clipped
+from evolve.data.distance import DISTANCE_BINS, bin_label
 from evolve.kernels import fixed
 
 UNLABELED = -1
@@ -149,7 +150,6 @@ def critical_by_distance(h, ta: TaskArrays, distance) -> dict:
     are critical (``critical_rate``: the task's own, whatever the rule) and the rule's
     accepted critical tokens per answer from that bin (``critical_per_answer``: the bins
     add up to the objective's). Exact given the recorded blocks, as ``sums`` is."""
-    from evolve.data.distance import DISTANCE_BINS, bin_label
     a = acceptance(np.atleast_2d(np.asarray(h, dtype=np.float64))[:1], ta)[0]
     A = a.reshape(-1, ta.g)
     reach = np.ones_like(A)
