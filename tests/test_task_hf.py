@@ -238,6 +238,9 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     r = hfkit.invoke("run", "--data", out, "--objective", "task_speed", "--generations", 1,
                      "--population", 16, "--select-problems", 2, "--runs-dir", tmp_path / "runs")
     assert r.exit_code == 0, r.output
+    # the answer oracle decodes with the built-in pair's decoder only: one line, no work
+    one_line_error(hfkit.invoke("tradeoff", "--data", out, "--oracle-prompts", 2), "--oracle",
+                   "built-in task pair only")
     r = hfkit.invoke("simulate-task", "--data", out, "--split", "valid", "--compare",
                      "lossless", "--compare", "leniency:0.5", "--json")
     assert r.exit_code == 0, r.output

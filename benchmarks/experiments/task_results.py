@@ -235,8 +235,9 @@ def markdown(doc: dict) -> str:
              "(../img/task_results.png)", "",
              "*Every rule on the test problems, the same uniforms for all, one line each: "
              "the target calls per correct answer it saves against lossless speculative "
-             "decoding of the same pair (left; the oracle's saving is the bound any judge "
-             "has) and the accuracy it loses (right), one row of panels per decoding and "
+             "decoding of the same pair (left; the oracle, decoded on the first test "
+             "problems, is what a judge of a draft could save) and the accuracy it loses "
+             "(right), one row of panels per decoding and "
              "budget, both paired by problem with 95% intervals; the dashed line is the "
              "budget each rule was tuned to on valid. Drawn by `make figures` from "
              "`benchmarks/experiments/task_results.json`.*", ""]
@@ -244,8 +245,14 @@ def markdown(doc: dict) -> str:
         rep = m["tradeoff"]
         sz = rep["sizes"]
         ll = rep["lossless"]["test"]
+        on = rep.get("oracle_problems")
         lines += [f"**{mode.capitalize()} decoding** ({sz['train']:,} train / {sz['valid']:,} "
-                  f"valid / {sz['test']:,} test problems; lossless on test: accuracy "
+                  f"valid / {sz['test']:,} test problems; rules tuned on the first "
+                  f"{rep['problems']['valid']:,} of valid and decoded on the first "
+                  f"{rep['problems']['test']:,} of test"
+                  + (f", the oracle on the first {on:,} of those, its row and every rule's "
+                     "share of its saving measured on them" if on else "")
+                  + "; lossless on test: accuracy "
                   f"{ll['accuracy']:.3f}, {ll['calls_per_correct']:.2f} target calls per "
                   f"correct answer, {ll['calls_per_problem']:.2f} per answer, "
                   f"{ll['tokens_per_call']:.3f} tokens per call). The trade-off: "
