@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -108,10 +109,17 @@ def proc_env(tmp_path: Path) -> dict:
             "EVOLVE_HEURISTICS_DIR": str(tmp_path / "default-heuristics")}
 
 
+def default_sigint() -> None:
+    """In a child before it runs: Ctrl-C as a user at a terminal has it. A test suite
+    started in the background by a shell without job control inherits SIGINT ignored,
+    and Python then never turns it into KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def start(tmp_path, *args) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "evolve", *map(str, args)], cwd=tmp_path,
                             env=proc_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
 def history_lines(run_dir: Path) -> int:

@@ -48,8 +48,8 @@ import pytest
 
 from evolve.runs import runner
 from tests.clikit import isolated  # noqa: F401 (a fixture)
-from tests.runkit import (POP, assert_loadable, proc_env, read_history, reference_run,
-                          start, strip_timing, wait_for_history)
+from tests.runkit import (POP, assert_loadable, default_sigint, proc_env, read_history,
+                          reference_run, start, strip_timing, wait_for_history)
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -201,7 +201,7 @@ def start_patched(tmp_path, patch: str, *args) -> subprocess.Popen:
     code = f"{patch}\nfrom evolve.cli import main\nmain()\n"
     return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], cwd=tmp_path,
                             env=proc_env(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
 
 
 @pytest.mark.slow
