@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.data import emission as EM
-from evolve.data.distance import DISTANCE_BINS, bin_label
+from evolve.data.distance import bins
 from evolve.data.sources import ngram as NG
 from evolve.data.sources.registry import source_of_pair
 from evolve.rules.adapters import as_rule
@@ -98,13 +98,11 @@ def distance_from_prompt(accepted: np.ndarray, seq, block, block_position) -> np
 def tv_by_distance(r: dict) -> dict:
     """The mean TV of the reached slots (weighted, for an estimate) in each bin of
     ``DISTANCE_BINS`` (None where no slot falls), with the slots counted."""
-    d, tv, w = r["slot_distance"], r["slot_tv"], r["slot_w"]
+    tv, w = r["slot_tv"], r["slot_w"]
     out = {}
-    for lo, hi in DISTANCE_BINS:
-        m = (d >= lo) & (d <= (hi if hi is not None else d.max(initial=0)))
-        out[bin_label(lo, hi)] = {"tv": float((tv[m] * w[m]).sum() / w[m].sum())
-                                  if m.any() and w[m].sum() > 0 else None,
-                                  "slots": int(m.sum())}
+    for label, m in bins(r["slot_distance"]):
+        out[label] = {"tv": float((tv[m] * w[m]).sum() / w[m].sum())
+                      if m.any() and w[m].sum() > 0 else None, "slots": int(m.sum())}
     return out
 
 

@@ -383,5 +383,4 @@ def _add_oracle(rows: list, raw: dict, lossless: dict, raw_of) -> None:
                              else float((ls - t["calls_per_correct"]) / room))
     rows.append({"rule": ORACLE, "kind": "oracle", "param": None, "fits_valid": False,
                  "valid": None, "valid_drop": None, "tried": [], "test": o,
-                 "versus_lossless": paired(raw, ll, ll), "oracle_share": None}
-                )
+                 "versus_lossless": paired(raw, ll, ll), "oracle_share": None})

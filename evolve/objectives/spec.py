@@ -74,7 +74,7 @@ import numpy as np
 
 from evolve.data import inputs
 from evolve.data.decode import RESIDUAL_EPS, slots_missing
-from evolve.data.distance import DISTANCE_BINS, bin_label
+from evolve.data import distance
 from evolve.errors import EvolveError
 from evolve.kernels import layout
 from evolve.lang.features import names_of
@@ -338,11 +338,10 @@ def tv_by_distance(sa: TraceArrays, h) -> dict:
     W = block_sums(sa, terms)["W"].reshape(-1)
     d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
     out = {}
-    for lo, hi in DISTANCE_BINS:
-        m = (d >= lo) & ((d <= hi) if hi is not None else True)
+    for label, m in distance.bins(d):
         w = W[m].sum()
-        out[bin_label(lo, hi)] = {"tv": float((W[m] * terms.tv[m]).sum() / w) if w > 0
-                                  else None, "slots": int(m.sum())}
+        out[label] = {"tv": float((W[m] * terms.tv[m]).sum() / w) if w > 0 else None,
+                      "slots": int(m.sum())}
     return out
 
 

@@ -41,7 +41,7 @@ import numpy as np
 from numba import njit
 
 from evolve.data.decode import clipped
-from evolve.data.distance import DISTANCE_BINS, bin_label
+from evolve.data.distance import bins
 from evolve.kernels import fixed
 
 UNLABELED = -1
@@ -156,13 +156,11 @@ def critical_by_distance(h, ta: TaskArrays, distance) -> dict:
     if ta.g > 1:
         reach[:, 1:] = np.cumprod(A[:, :-1], axis=1)
     extra = (reach * np.maximum(A - ta.s.reshape(-1, ta.g), 0.0)).reshape(-1)
-    d = np.asarray(distance)
     could = (ta.s < 1.0) & (ta.critical != UNLABELED)
     out = {}
-    for lo, hi in DISTANCE_BINS:
-        m = (d >= lo) & ((d <= hi) if hi is not None else True)
+    for label, m in bins(distance):
         n = int((could & m).sum())
-        out[bin_label(lo, hi)] = {
+        out[label] = {
             "labelled": n,
             "critical_rate": float((ta.critical[could & m] == 1).mean()) if n else None,
             "critical_per_answer": float(extra[m & (ta.critical == 1)].sum()

@@ -519,23 +519,27 @@ def _row_tree(r: dict, extra: dict):
     return None
 
 
+def _top_k_tree(r: dict, extra: dict):
+    """The parsed tree of a row's rule with test figures when it is a top-k rule with the
+    standard tail and residual, which the numpy reference and the trajectory estimate
+    model; None else."""
+    if r["test"] is None or r["kind"] == "family" and (
+            RULES[r["rule"]].residual != "standard" or RULES[r["rule"]].scope != "top_k"):
+        return None
+    return _row_tree(r, extra)
+
+
 def _add_tv_by_distance(r: dict, sa_test: spec.TraceArrays, extra: dict) -> None:
-    """A row's test TV by distance from the prompt (``spec.tv_by_distance``), for a rule
-    of the top-k scope and the standard residual (the numpy reference's); None else."""
-    nodes = None if r["test"] is None else _row_tree(r, extra)
-    if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
-                                  or RULES[r["rule"]].scope != "top_k"):
-        nodes = None
-    r["test"] = r["test"] if r["test"] is None else {
-        **r["test"], "tv_by_distance": None if nodes is None else
-        spec.tv_by_distance(sa_test, tree_thresholds(nodes, sa_test))}
+    """A row's test TV by distance from the prompt (``spec.tv_by_distance``; None for a
+    rule the numpy reference does not model)."""
+    if r["test"] is not None:
+        nodes = _top_k_tree(r, extra)
+        r["test"] = {**r["test"], "tv_by_distance": None if nodes is None else
+                     spec.tv_by_distance(sa_test, tree_thresholds(nodes, sa_test))}
 
 
 def _add_trajectory(r: dict, sa_test: spec.TraceArrays, blocks_test, extra: dict) -> None:
-    nodes = None if r["test"] is None else _row_tree(r, extra)
-    if r["kind"] == "family" and (RULES[r["rule"]].residual != "standard"
-                                  or RULES[r["rule"]].scope != "top_k"):
-        nodes = None      # the trajectory estimate assumes the top-k rule, standard tail
+    nodes = _top_k_tree(r, extra)
     if nodes is not None:
         est = trajectory.estimate(sa_test, blocks_test, tree_thresholds(nodes, sa_test))
         r["test"] = {**r["test"], "trajectory": est.to_dict()}
