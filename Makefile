@@ -19,7 +19,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: docs figures run test test-fast test-slow test-triton-releases bench bench-smoke data traces results results-neural results-lookahead results-lookahead-neural results-value-gate results-engines results-engines-neural results-task neural-pair neural-traces install clean
+.PHONY: docs figures run test test-fast test-slow test-triton-releases bench bench-smoke data traces results results-real results-neural results-lookahead results-lookahead-neural results-value-gate results-engines results-engines-neural results-task neural-pair neural-traces install clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -115,6 +115,13 @@ results-value-gate: $(STAMP)
 results-task: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.task_results --page
 	$(BIN)/python -m benchmarks.figures
+
+# The studies on a real model, SmolLM2-135M-Instruct and the draft distilled from it here
+# (docs/results/real-pair.md): the pair got and built (evolve data pair smollm2), its traces
+# and task recordings, the TV world and the task world judged per answer; every step keeps
+# what a run before it left
+results-real: $(STAMP)
+	$(BIN)/python -m benchmarks.experiments.real_results --page --reuse-runs
 
 # The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
 # on traces whose candidates hold the whole byte vocabulary (top-k 256), where every

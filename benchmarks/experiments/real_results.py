@@ -1,0 +1,107 @@
+"""The studies on a real model: SmolLM2-135M-Instruct and the draft distilled from it
+(`make results-real`, docs/results/real-pair.md).
+
+1. ``evolve data pair smollm2`` gets the pair (kept when it is there: the conversion
+   and the draft are built once);
+2. the TV world: traces of its instruction prompts, sampled at temperature 1
+   (``evolve data trace --backend hf``, 240 / 120 / 120 prompts, 16 blocks of 4),
+   then ``benchmarks.experiments.trace_results`` on them: a champion evolved per TV
+   budget (multi-start; the spread over starts is reported), every rule family tuned
+   on valid, everything on test exactly, and the champions against the best tuned
+   baseline decoded free-running with the two models, paired;
+3. the task world, judged per answer: the capitals task recorded greedy and sampled
+   with critical-token labels (``evolve data task --answer-words``), then
+   ``benchmarks.experiments.task_results`` on them: a champion evolved per accuracy
+   budget, chosen free-running on valid, and ``evolve tradeoff`` (every rule tuned on
+   valid free-running to the fewest target calls per correct answer, decoded paired
+   on test). The answer oracle needs the built-in decoder and is not run here.
+
+Each step keeps what an earlier run left (the traces, the task recordings, finished
+searches with ``--reuse-runs``), so an interrupted run continues. The figures go to
+``benchmarks/experiments/real_trace_results.json`` and ``real_task_results.json``;
+``--page`` writes their sections of docs/results/real-pair.md and its picture.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.common import ROOT  # noqa: E402
+
+from evolve.io import paths  # noqa: E402
+
+PAIR = paths.DATA_DIR / "pairs" / "smollm2"
+EXP = ROOT / "benchmarks" / "experiments"
+KIND = "capitals"
+# problems of the task's train, valid and test splits (the task file's first of each)
+TASK_SIZES = (16, 8, 16)
+MODES = ("greedy", "sample")
+
+
+def _evolve(*args) -> None:
+    """``evolve ARGS`` in a process of its own (the command a user would type)."""
+    cmd = [sys.executable, "-c", "from evolve.cli import main; main()", *map(str, args)]
+    print("$ evolve " + " ".join(map(str, args)), file=sys.stderr, flush=True)
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pair", type=Path, default=PAIR, help="the pair's folder")
+    ap.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES),
+                    help="the task world's decodings [greedy sample]")
+    ap.add_argument("--skip", nargs="*", choices=("traces", "task"), default=[],
+                    help="leave out the TV world (traces) or the task world")
+    ap.add_argument("--starts", type=int, default=5)
+    ap.add_argument("--prompts", type=int, default=48,
+                    help="test prompts decoded free-running in the TV world [48]")
+    ap.add_argument("--reuse-runs", action="store_true",
+                    help="keep finished task-world searches of the same name")
+    ap.add_argument("--page", action="store_true",
+                    help="write the sections of docs/results/real-pair.md and its picture")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    P = a.pair
+    _evolve("data", "pair", "smollm2", "--out", P)
+    page = ["--page"] if a.page else []
+    if "traces" not in a.skip:
+        traces = P / "results" / "traces"
+        if not (traces / "test.npz").exists():
+            _evolve("data", "trace", "--backend", "hf", "--target", P / "target", "--draft",
+                    P / "draft", "--prompts", P / "prompts.jsonl", "--out", traces)
+        from benchmarks.experiments import trace_results
+        trace_results.main(["--data", str(traces), "--starts", str(a.starts), "--population",
+                            "300", "--generations", "30", "--variants", "plain", "p99",
+                            "--prompts", str(a.prompts),
+                            "--out", str(EXP / "real_trace_results.json"),
+                            "--runs-dir", str(paths.RUNS_DIR / "real-trace-results"),
+                            "--section", "real-trace-results", *page])
+    if "task" not in a.skip and a.modes:
+        task = P / "results" / "task"
+        for mode in a.modes:
+            if not (task / mode / "test.npz").exists():
+                _evolve("data", "task", "--task-file", P / "tasks" / f"{KIND}.jsonl",
+                        "--target", P / "target", "--draft", P / "draft", "--answer-words",
+                        "--max-new-tokens", 48, "--decoding", mode,
+                        "--train-prompts", TASK_SIZES[0], "--valid-prompts", TASK_SIZES[1],
+                        "--test-prompts", TASK_SIZES[2], "--out", task / mode,
+                        *(["--resume"] if (task / mode).exists() else []))
+        from benchmarks.experiments import task_results
+        task_results.main(["--data", str(task), "--modes", *a.modes, "--budgets", "0.01",
+                           "--oracle-prompts", "0", "--starts", str(a.starts),
+                           "--population", "200", "--generations", "20", "--jobs", "1",
+                           "--out", str(EXP / "real_task_results.json"),
+                           "--runs-dir", str(paths.RUNS_DIR / "real-task-results"),
+                           "--section", "real-task-results",
+                           "--picture", str(ROOT / "docs" / "img" / "real_task_results.png"),
+                           *(["--reuse-runs"] if a.reuse_runs else []), *page])
+    print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
