@@ -214,9 +214,7 @@ def _dropin_trajectories(mod, target, draft, prompts, blocks: int, seed: int):
     import numpy as np
     import torch
     from evolve.data import emission as EM
-    from evolve.lang import treeio
-    from evolve.rules.adapters import tree_rule
-    rule = tree_rule(treeio.parse(LENIENT))
+    from tests.test_faithful import project_acceptance
     top_k = mod.TOP_K
     calls, inner = [], mod.speculative_sampling
 
@@ -225,9 +223,8 @@ def _dropin_trajectories(mod, target, draft, prompts, blocks: int, seed: int):
         p = new[0, :int(n)].softmax(-1).double().numpy()
         q = logits[0, :int(n)].softmax(-1).double().numpy()
         reached = min(int(n_matches) + 1, int(n))
-        F = EM.vocab_features(p[:reached], q[:reached], np.zeros(reached), np.zeros(reached))
-        a = EM.acceptance(p[:reached], q[:reached], F, rule,
-                          p.shape[1] if top_k is None else K)
+        a = project_acceptance(p[:reached], q[:reached], LENIENT,
+                               p.shape[1] if top_k is None else K)
         e = EM.exact_output(p[:reached], q[:reached], a)
         calls.append((int(n), int(n_matches), float(0.5 * np.abs(e - p[:reached]).sum())))
         return tokens, n_matches
@@ -263,8 +260,7 @@ def test_an_exported_rule_inside_generate_decodes_as_simulate_compare_scores_it(
     import numpy as np
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from evolve.data import traces as T
-    from evolve.export import modules
-    from evolve.lang import treeio
+    from evolve.freerun import paired
     from tests.clikit import fake_trace_run, invoke
     from tests.test_faithful import load
     out, record = pair
@@ -296,10 +292,8 @@ def test_an_exported_rule_inside_generate_decodes_as_simulate_compare_scores_it(
     tok = AutoTokenizer.from_pretrained(out / "target")
     d = _dropin_trajectories(mod, target, draft, [tok(r["text"])["input_ids"] for r in test],
                              FAITH_BLOCKS, seed=5)
-    per = d["tokens"] / FAITH_BLOCKS
-    tokens, tokens_se = per.mean(), per.std(ddof=1) / np.sqrt(per.size)
-    n, tv = per.size, d["tv"].sum() / d["tokens"].sum()      # as evolve.freerun.paired
-    tv_se = np.sqrt(((d["tv"] - tv * d["tokens"]) ** 2).sum() * n / (n - 1)) / d["tokens"].sum()
+    tokens, tokens_se = paired.mean_se(d["tokens"] / FAITH_BLOCKS)   # as simulate --compare
+    tv, tv_se = paired.ratio_se(d["tv"], d["tokens"])
     print(f"generate {tokens:.3f} ± {tokens_se:.3f} tokens/call, TV {tv:.4f} ± {tv_se:.4f}; "
           f"simulate {sim['tokens_per_call']:.3f} ± {sim['tokens_se']:.3f}, TV "
           f"{sim['tv_per_token']:.4f} ± {sim['tv_se']:.4f}")
