@@ -241,11 +241,31 @@ def test_tradeoff_of_an_engine_sweeps_its_knobs_and_standard_rejection(tiny_dir)
     assert any("sweeping 2 rule families" in s for s in seen)
 
 
+def test_tradeoff_of_named_families_tunes_those_and_standard_rejection(tiny_dir):
+    """``families`` (``--family``): those rule families and the reference, the same rows
+    as the whole table gives them."""
+    t = evolve.tradeoff(tiny_dir, budgets=0.03, families=["fuzzy_sd", "leniency"])
+    assert set(t.series) == {"fuzzy_sd", "leniency", "standard_rejection"}
+    whole = evolve.tradeoff(tiny_dir, budgets=0.03)
+    for name in ("fuzzy_sd", "leniency", "standard_rejection"):
+        (mine,) = [r for r in t.rows if r["rule"] == name]
+        (same,) = [r for r in whole.rows if r["rule"] == name]
+        assert mine == same
+    r = invoke("tradeoff", "--data", tiny_dir, "--budget", 0.03, "--family", "leniency",
+               "--json")
+    assert r.exit_code == 0, r.output
+    assert {x["rule"] for x in json.loads(r.stdout)["budgets"][0]["rows"]} >= {"leniency"}
+    assert set(json.loads(r.stdout)["series"]) == {"leniency", "standard_rejection"}
+    one_line_error(invoke("tradeoff", "--data", tiny_dir, "--family", "no_such_rule"),
+                   "no_such_rule", "fuzzy_sd")
+
+
 @pytest.mark.parametrize("kwargs, param", [
     ({"budgets": ["0.01"]}, "budgets"), ({"budgets": [-1]}, "budgets"),
     ({"budgets": [float("nan")]}, "budgets"), ({"budgets": []}, "budgets"),
     ({"engine": "vllm"}, "engine"), ({"trajectory": "yes"}, "trajectory"),
     ({"device": "tpu"}, None), ({"png": ""}, "png"), ({"runs": ["no-such-run"]}, None),
+    ({"families": ["no_such_rule"]}, "families"), ({"families": []}, "families"),
 ])
 def test_tradeoff_refuses_bad_arguments_in_one_line(tiny_dir, tmp_path, kwargs, param):
     with pytest.raises(EvolveError) as e:

@@ -243,7 +243,7 @@ def test_infeasible_champions_are_not_exported_unless_asked(tmp_path):
 # ------------------------------------------------- inside transformers' generate
 
 G = 4
-DRAWS = 600
+DRAWS = 400
 Z = 4.0                                  # acceptance within Z standard errors
 
 

@@ -111,12 +111,29 @@ def test_the_task_tradeoff_reports_per_answer_with_the_oracle_headroom(task_gree
             assert x["oracle_share"] == pytest.approx(
                 (lossless - x["test"]["calls_per_correct"]) / room)
     text = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 3,
-                  "--oracle-prompts", 2)
+                  "--oracle-prompts", 2, "--family", "leniency")
     assert text.exit_code == 0 and "of oracle" in text.output and "calls/correct" in text.output
     assert "on the first 2 test problems" in " ".join(text.output.split())
     plain = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 2,
-                   "--json")
+                   "--family", "leniency", "--json")
     assert not any(x["kind"] == "oracle" for x in json.loads(plain.stdout)["budgets"][0]["rows"])
+
+
+def test_the_task_tradeoff_of_named_families_tunes_only_those(task_greedy_small):
+    """`--family` on task traces: only the named families (and the learned judge only when
+    `learned_judge` is named); a family of the other decoding is a one-line error."""
+    r = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 3,
+               "--family", "leniency", "--json")
+    assert r.exit_code == 0, r.output
+    assert [x["rule"] for x in json.loads(r.stdout)["budgets"][0]["rows"]] == ["leniency"]
+    assert json.loads(r.stdout)["judge"] is None
+    r = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 3,
+               "--family", "learned_judge", "--family", "leniency", "--json")
+    assert r.exit_code == 0, r.output
+    assert [x["kind"] for x in json.loads(r.stdout)["budgets"][0]["rows"]] == ["family",
+                                                                               "judge"]
+    bad = invoke("tradeoff", "--data", task_greedy_small, "--family", "sglang_acc")
+    one_line_error(bad, "sglang_acc", "decoded greedy")
 
 
 def test_the_oracle_on_fewer_test_problems_measures_every_share_on_them(task_greedy_small,

@@ -35,7 +35,8 @@ from evolve.objectives import placement
 from evolve.objectives import spec
 from evolve.objectives.trajectory import TraceBlocks
 from evolve.rules import tuning
-from evolve.rules.table import ENGINES, engine_families, families
+from evolve.rules.table import ENGINES, engine_families
+from evolve.rules.table import families as table_families
 from evolve.runs import pictures
 
 DEFAULT_BUDGETS = (0.01, 0.03)
@@ -244,7 +245,8 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              trajectory: bool = False, engine: str | None = None, device: str = "cpu",
              installed: bool = True, progress=None, meter=None,
              any_scope: bool = False, prompts: int | None = None,
-             agreement_budget: float | None = None, oracle: bool | int = False):
+             agreement_budget: float | None = None, oracle: bool | int = False,
+             families=None):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
@@ -255,7 +257,11 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     estimate too; ``engine`` (transformers or sglang): sweep only that engine's knobs
     and standard rejection; ``device``: where the kernel sums run (cpu or cuda, the same
     report). ``progress``: a callable given a line at most every 10 s of a long step
-    (``print``); ``meter``: the command line's bar instead.
+    (``print``); ``meter``: the command line's bar instead. ``families``: tune only
+    these rule families (names of the rules table; standard rejection, the reference,
+    is always swept on traces; on task traces ``learned_judge`` names the learned
+    judge, which is tuned only when named), with ``engine`` those of them that are
+    its knobs.
 
     A champion is tuned and reported only on traces of the scope it was scored in
     (``evolve.api.named.in_scope``): a run of another scope is a one-line ScopeError
@@ -281,7 +287,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(bad, "not on task traces (their rules are compared by "
                                         "free-running decoding, on the CPU)")
         return task_tradeoff(data_dir, budgets, runs, runs_dir, engine, prompts,
-                             agreement_budget, any_scope, progress, oracle)
+                             agreement_budget, any_scope, progress, oracle, families)
     task_only = next((p for p, v in (("prompts", prompts), ("agreement_budget",
                       agreement_budget), ("oracle", oracle or None)) if v is not None), None)
     if task_only is not None:
@@ -297,6 +303,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(param, f"{show(flag)} is invalid; expected True or False")
     if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):
         runs = [runs]
+    chosen = chosen_families(families, table_families())
     placement.check(device)           # before any work: one line naming the device
     if png is not None:
         png = check_target("png", png)
@@ -321,8 +328,11 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
                 extra[found["label"]] = nodes
                 infos.append(found)
     sas = {s: spec.TraceArrays.from_split(ts) for s, ts in splits.items()}
-    names = families() if engine is None else \
+    names = table_families() if engine is None else \
         ["standard_rejection"] + engine_families(engine)
+    if chosen is not None:
+        names = ["standard_rejection"] + [n for n in names if n in chosen
+                                          and n != "standard_rejection"]
     say = progress or (lambda text: None)
     for why in left_out:
         say(f"the installed rule is left out: {why}")
@@ -337,7 +347,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
                               device, scope, names=names,
                               headroom=engine is None, progress=step)
     # standard last among the families: drawn over leniency l=1 and ears beta=0 (same point)
-    order = [k for k in res["series"] if k in families() and k != "standard_rejection"]
+    order = [k for k in res["series"] if k in table_families() and k != "standard_rejection"]
     order += [k for k in res["series"] if k not in order]
     series = {k: [tuple(xy) for xy in res["series"][k]] for k in order}
     if png is not None:
@@ -365,6 +375,26 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     return Tradeoff(report, series, png)
 
 
+JUDGE_FAMILY = "learned_judge"      # the learned judge, as --family names it (task traces)
+
+
+def chosen_families(chosen, known: list, where: str = "of traces") -> list | None:
+    """``chosen`` (names of rule families, or None: every one) checked against
+    ``known``: a TradeoffError naming the first unknown one and what is known."""
+    if chosen is None:
+        return None
+    if isinstance(chosen, (str, bytes)) or not hasattr(chosen, "__iter__"):
+        chosen = [chosen]
+    chosen = list(dict.fromkeys(chosen))
+    if not chosen:
+        raise TradeoffError.of("families", "is empty; name at least one rule family")
+    bad = next((c for c in chosen if c not in known), None)
+    if bad is not None:
+        raise TradeoffError.of("families", f"{show(bad)} is not a rule family {where}; "
+                                           f"expected one of {', '.join(known)}")
+    return chosen
+
+
 def is_task(data_dir: Path) -> bool:
     """Whether a directory holds task traces (``evolve data task``)."""
     path = Path(data_dir) / "valid.npz"
@@ -386,7 +416,7 @@ def _share(param: str, value, optional: bool = True):
 
 def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
-                  progress=None, oracle: bool | int = False) -> TaskTradeoff:
+                  progress=None, oracle: bool | int = False, chosen=None) -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
     from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
@@ -422,13 +452,18 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
         rule, info = in_scope(*run_rule(parent, r), scope, any_scope, "runs")
         champions[info["label"]] = rule.nodes
         infos.append(info)
-    names = families("task", meta["decoding"])
+    names = table_families("task", meta["decoding"])
+    picked = chosen_families(chosen, names + [JUDGE_FAMILY],
+                             f"of task traces decoded {meta['decoding']}")
     if engine is not None:
         names = [n for n in engine_families(engine, "task") if n in names]
+    if picked is not None:
+        names = [n for n in names if n in picked]
     pair = TP.rebuild(meta)
     say = progress or (lambda text: None)
     res = task_compare.tradeoff(pair, TaskData(splits["train"]), budgets, champions, greedy,
-                                names, prompts, agreement_budget, say, oracle)
+                                names, prompts, agreement_budget, say, oracle,
+                                judge=picked is None or JUDGE_FAMILY in picked)
     sizes = {s: len(pair.problems[s]) for s in ("train", "valid", "test")}
     report = {"data": str(data_dir), "task": True, "sizes": sizes, **res, "runs": infos,
               "engine": engine, "agreement_budget": agreement_budget,

@@ -189,6 +189,10 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
               help="Sweep and tune only this engine's own knobs (transformers, sglang) and "
                    "standard rejection, each knob with the flags or keyword arguments to "
                    "paste.")
+@click.option("--family", "families", multiple=True, metavar="NAME",
+              help="Tune only this rule family (repeatable; standard rejection is always "
+                   "swept on traces); on task traces learned_judge names the learned "
+                   "judge, tuned only when named.")
 @click.option("--device", default="cpu", show_default=True, metavar="DEVICE",
               help="Where the kernel sums run (sweeps, tuning, fixed rules, headroom): cpu "
                    "(Numba) or cuda (torch); the same report bit for bit.")
@@ -208,8 +212,8 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
 @any_scope_option
 @json_option
 @friendly_errors
-def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine, device,
-                 prompts, agreement_budget, oracle, oracle_prompts, any_scope, json_mode):
+def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine,
+                 families, device, prompts, agreement_budget, oracle, oracle_prompts, any_scope, json_mode):
     """Every rule tuned to budgets on valid, reported on test (traces: TV; tasks: accuracy).
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -236,7 +240,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
                        runs_dir, png, trajectory, engine, device, progress=out.note,
                        meter=out.meter, any_scope=any_scope, prompts=prompts,
                        agreement_budget=number("--agreement-budget", agreement_budget),
-                       oracle=oracle_prompts if oracle_prompts is not None else oracle)
+                       oracle=oracle_prompts if oracle_prompts is not None else oracle,
+                       families=list(families) or None)
     if json_mode:
         out.print_json(views.jsonable(res.report))
     elif isinstance(res, api.TaskTradeoff):

@@ -260,13 +260,14 @@ def _family(name: str, greedy: bool):
 def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool = True,
              families=None, prompts: int | None = None,
              agreement_budget: float | None = None, progress=None,
-             oracle: bool | int = False) -> dict:
+             oracle: bool | int = False, judge: bool = True) -> dict:
     """Every rule tuned on valid free-running to each accuracy budget and reported once
     on test, paired, as a user would compare rules on their own task.
 
     ``pair``: the task pair (``pair.rebuild``); ``train``: the train split's
     ``TaskData`` (the learned judge is fit on its labels); ``families``: the rule
-    families to tune (default: the task world's of this decoding); ``champions``:
+    families to tune (default: the task world's of this decoding); ``judge``: also
+    the learned judge; ``champions``:
     label -> parsed tree of run champions, each taken a fraction alpha of the way from
     the lossless rule (``between``), alpha tuned like a family's parameter;
     ``prompts``: at most this many problems of valid and of test; ``agreement_budget``:
@@ -284,7 +285,7 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
     test summary, paired difference from lossless and, for a champion, from the best
     tuned baseline), ``best`` the baseline with the fewest test calls per correct
     answer among those that fit on valid."""
-    from evolve.rules import judge                   # lazy: the learned judge on use
+    from evolve.rules import judge as learned        # lazy: the learned judge on use
     from evolve.rules.adapters import TreeRule       # lazy: the rules table on use
     from evolve.rules.table import families as task_families    # lazy: as above
     say = progress or (lambda text: None)
@@ -296,9 +297,10 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
     for name in names:
         params, lenient, make = _family(name, greedy)
         candidates[name] = ("family", params, lenient, make)
-    model = judge.fit(train)
-    candidates[JUDGE] = ("judge", list(judge.GRID), True,
-                         lambda lam: judge.rule(model, lam, greedy))
+    if judge:
+        model = learned.fit(train)
+        candidates[JUDGE] = ("judge", list(learned.GRID), True,
+                             lambda lam: learned.rule(model, lam, greedy))
     for label, nodes in (champions or {}).items():
         rule = TreeRule(nodes, label)
         candidates[label] = ("run", list(ALPHAS), True,
@@ -354,7 +356,7 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
     return {"decoding": decoding, "problems": {s: int(ref[s]["correct"].size)
                                                for s in ("valid", "test")},
             "lossless": {s: summary(ref[s], ref[s]) for s in ("valid", "test")},
-            "budgets": out, "judge": model.to_dict(),
+            "budgets": out, "judge": model.to_dict() if judge else None,
             "oracle_problems": None if oracle_raw is None else int(oracle_raw["correct"].size)}
 
 
