@@ -35,14 +35,15 @@ run: $(STAMP)
 	$(BIN)/evolve run --generations 500
 	$(BIN)/evolve benchmark
 
-# tests on $(JOBS) processes (pytest-xdist); a module's costly fixtures stay on one
-# (the xdist_group marks, --dist loadgroup)
+# tests on $(JOBS) processes (pytest-xdist), each test file kept whole on one so that
+# its module fixtures (a wheel and its venv, a converted model, recorded traces) are made
+# once (--dist loadfile; xdist_group marks are not honoured under pytest 9)
 JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest -q --durations=25 -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q --durations=25 -n $(JOBS) --dist loadfile
 
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" -n $(JOBS) --dist loadgroup
+	$(BIN)/python -m pytest -q -m "not slow" -n $(JOBS) --dist loadfile
 
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow

@@ -21,8 +21,8 @@ from evolve.data.sources.task.files import read_tasks
 
 # transformers' own GGUF loader (from_pretrained(folder, gguf_file=...)) tokenises the
 # rendered question "What is the capital of France?" into these ids
-# the converted pair is built once per test process: its tests run on one (make test)
-pytestmark = pytest.mark.xdist_group("smollm2")
+# the converted pair is built once per test process: its tests run on one (make test
+# keeps each file on one process)
 
 FRANCE_IDS = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28,
               7018, 411, 407, 19712, 8182, 2, 198, 1, 4093, 198, 1780, 314, 260, 3575, 282,
