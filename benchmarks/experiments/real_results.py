@@ -12,8 +12,9 @@
 3. the task world, judged per answer: the capitals task recorded greedy and sampled
    with critical-token labels (``evolve data task --answer-words``), then
    ``benchmarks.experiments.task_results`` on them: a champion evolved per accuracy
-   budget, chosen free-running on valid, and ``evolve tradeoff`` (every rule tuned on
-   valid free-running to the fewest target calls per correct answer, decoded paired
+   budget, chosen free-running on valid, and ``evolve tradeoff`` (the rules of
+   ``FAMILIES`` tuned on valid free-running to the fewest target calls per correct
+   answer, decoded paired
    on test). The answer oracle needs the built-in decoder and is not run here.
 
 Each step keeps what an earlier run left (the traces, the task recordings, finished
@@ -40,6 +41,12 @@ KIND = "capitals"
 # problems of the task's train, valid and test splits (the task file's first of each)
 TASK_SIZES = (16, 8, 16)
 MODES = ("greedy", "sample")
+# the rules the task world's trade-off tunes here: every candidate costs a free-running
+# decoding of valid per grid value with the two models (minutes each on 2 cores), so the
+# published lossy rules of each decoding (those of another decoding are left out there)
+# and the learned judge, not the whole table
+FAMILIES = ("fuzzy_sd", "trtllm_relaxed", "kl_judge", "fly", "typical_acceptance",
+            "learned_judge")
 
 
 def _evolve(*args) -> None:
@@ -94,6 +101,7 @@ def main(argv=None) -> int:
         task_results.main(["--data", str(task), "--modes", *a.modes, "--budgets", "0.01",
                            "--oracle-prompts", "0", "--starts", str(a.starts),
                            "--population", "200", "--generations", "20", "--jobs", "1",
+                           "--families", *FAMILIES,
                            "--out", str(EXP / "real_task_results.json"),
                            "--runs-dir", str(paths.RUNS_DIR / "real-task-results"),
                            "--section", "real-task-results",

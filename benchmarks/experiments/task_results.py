@@ -46,6 +46,7 @@ from evolve.data import traces  # noqa: E402
 from evolve.data.sources.task import pair as TP  # noqa: E402
 from evolve.data.sources.task import record  # noqa: E402
 from evolve.io import paths  # noqa: E402
+from evolve.rules.table import families  # noqa: E402
 from benchmarks.experiments.trace_results import (  # noqa: E402  (one copy of each)
     _commit, _shown, quick_and_render_args, rendered)
 
@@ -117,14 +118,18 @@ def run_mode(mode: str, a, sizes: dict) -> tuple:
         say(f"budget {b:g}: evolving ({a.starts} starts)")
         champions.append(evolve_champion(data, a.runs_dir, b, a, mode))
     say("the trade-off: every rule tuned on valid, decoded on test, and the oracle")
+    fams = None if a.families is None else [   # those of this decoding (an engine's knob
+        f for f in a.families                  # exists in one)
+        if f == "learned_judge" or f in families("task", mode)]
     t = evolve.tradeoff(data, budgets=list(a.budgets), runs=[c.pop("path") for c in champions],
                         runs_dir=a.runs_dir, oracle=a.oracle_prompts or False,
-                        prompts=a.prompts, progress=say)
+                        prompts=a.prompts, progress=say, families=fams)
     cmd = (f"evolve tradeoff --data {_shown(data)} "
            + " ".join(f"--budget {b:g}" for b in a.budgets) + " "
            + " ".join(f"--run {c['name']}" for c in champions)
            + ("" if a.prompts is None else f" --prompts {a.prompts}")
-           + (f" --oracle-prompts {a.oracle_prompts}" if a.oracle_prompts else ""))
+           + (f" --oracle-prompts {a.oracle_prompts}" if a.oracle_prompts else "")
+           + "".join(f" --family {f}" for f in fams or ()))
     report = {k: v for k, v in t.report.items() if k not in ("runs",)}
     for e in report["budgets"]:
         for r in e["rows"]:
@@ -164,6 +169,9 @@ def main(argv=None) -> int:
                     help="the results page's section written with --page [task-results]")
     ap.add_argument("--picture", type=Path, default=PICTURE,
                     help="the picture written with --page [docs/img/task_results.png]")
+    ap.add_argument("--families", nargs="+", default=None,
+                    help="tune only these rule families (learned_judge: the learned judge) "
+                         "[every one of the decoding, and the learned judge]")
     ap.add_argument("--reuse-runs", action="store_true",
                     help="keep a finished search of the same name under --runs-dir")
     ap.add_argument("--jobs", type=int, default=2,

@@ -4,7 +4,7 @@ A script of the source checkout, not part of the ``evolve`` package::
 
     python -m benchmarks.speed.hf_speed [--smoke] [--json] [--lengths 64,1024] [--batch B]
                                   [--blocks N] [--device cpu|cuda] [--repeats R]
-                                  [--threads T]
+                                  [--threads T] [--pair DIR]
 
 For each prompt length, on random-init models of fixed shapes (no download),
 in one run:
@@ -32,8 +32,10 @@ length, and the steady cost per drafted token at the longest length over the
 shortest. Shapes: on CPU a GPT-2 pair (target 6 layers x 256, draft 1 x 64,
 byte vocabulary of 256, float32, batch 16, 16 blocks of g = 4); on CUDA
 (``torch.cuda.is_available()``) TinyLlama-1.1B-like and Llama-68M-like shapes
-(vocabulary 32,000, bf16, batch 32, 16 blocks of g = 4). ``--smoke``: tiny
-models and sizes, checks only that everything runs.
+(vocabulary 32,000, bf16, batch 32, 16 blocks of g = 4). ``--pair DIR``: a real
+pair instead, the models of ``DIR/target`` and ``DIR/draft`` as saved (``evolve data pair
+smollm2 --out DIR``: SmolLM2-135M-Instruct and its 8-layer draft, float32). ``--smoke``:
+tiny models and sizes, checks only that everything runs.
 """
 
 from __future__ import annotations
@@ -77,6 +79,14 @@ def _models(kind: str, device: str, max_len: int):
             initializer_range=0.15, bos_token_id=0, eos_token_id=0)) for L, E, H in dims)
     return (target.to(device=device, dtype=dtype).eval(),
             draft.to(device=device, dtype=dtype).eval())
+
+
+def load_models(folder, device: str):
+    """(target, draft) saved under ``folder/target`` and ``folder/draft``, in eval mode."""
+    from pathlib import Path
+    from transformers import AutoModelForCausalLM
+    return tuple(AutoModelForCausalLM.from_pretrained(Path(folder) / name).to(device).eval()
+                 for name in ("target", "draft"))
 
 
 def make_pair(target, draft, device: str, batch: int, blocks: int):
@@ -180,6 +190,9 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", type=int, default=16)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     ap.add_argument("--repeats", type=int, default=3, help="timed runs of each, the best kept")
+    ap.add_argument("--pair", default=None, metavar="DIR",
+                    help="the models of DIR/target and DIR/draft (a real pair) instead of "
+                         "random-init ones")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads (default on CPU: 1, steady on a shared machine)")
     a = ap.parse_args(argv)
@@ -188,10 +201,13 @@ def main(argv=None) -> int:
     if a.threads or device == "cpu":
         torch.set_num_threads(a.threads or 1)
     kind = "smoke" if a.smoke else ("llama" if device == "cuda" else "gpt2")
+    if a.pair:
+        kind = str(a.pair)
     lengths = [int(x) for x in (a.lengths or ("8,32" if a.smoke else "64,1024")).split(",")]
     batch = a.batch or (4 if a.smoke else (32 if device == "cuda" else 16))
     blocks = 3 if a.smoke and a.blocks == 16 else a.blocks
-    target, draft = build_models(kind, device, max(lengths) + blocks * (G + 1) + 8)
+    target, draft = (load_models(a.pair, device) if a.pair else
+                     build_models(kind, device, max(lengths) + blocks * (G + 1) + 8))
     pair = make_pair(target, draft, device, batch, blocks)
     doc = {"device": device, "models": kind, "batch": batch, "blocks": blocks, "g": G,
            "top_k": TOP_K, "torch_threads": torch.get_num_threads(), "lengths": {}}
