@@ -131,6 +131,7 @@ def run_mode(mode: str, a, sizes: dict) -> tuple:
            + (f" --oracle-prompts {a.oracle_prompts}" if a.oracle_prompts else "")
            + "".join(f" --family {f}" for f in fams or ()))
     report = {k: v for k, v in t.report.items() if k not in ("runs",)}
+    report["data"] = _shown(Path(report["data"]))
     for e in report["budgets"]:
         for r in e["rows"]:
             r.pop("tried", None)
@@ -188,7 +189,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     doc = {"commit": _commit(),
            "command": " ".join(["python -m benchmarks.experiments.task_results",
-                                *(argv if argv is not None else sys.argv[1:])]),
+                                *(_shown(Path(x)) if Path(x).is_absolute() else x
+                                  for x in (argv if argv is not None else sys.argv[1:]))]),
            "settings": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(a).items()},
            "modes": {}}
     a.runs_dir.mkdir(parents=True, exist_ok=True)
