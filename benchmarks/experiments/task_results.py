@@ -254,8 +254,11 @@ def markdown(doc: dict) -> str:
              f"lost, every rule tuned on valid]({img})]({img})", "",
              "*Every rule on the test problems, the same uniforms for all, one line each: "
              "the target calls per correct answer it saves against lossless speculative "
-             "decoding of the same pair (left; the oracle, decoded on the first test "
-             "problems, is what a judge of a draft could save) and the accuracy it loses "
+             "decoding of the same pair (left"
+             + ("; the oracle, decoded on the first test problems, is what a judge of a "
+                "draft could save" if any(m["tradeoff"].get("oracle_problems")
+                                          for m in doc["modes"].values()) else "")
+             + ") and the accuracy it loses "
              "(right), one row of panels per decoding and "
              "budget, both paired by problem with 95% intervals; the dashed line is the "
              "budget each rule was tuned to on valid. Drawn "
