@@ -46,6 +46,7 @@ from evolve.data import traces  # noqa: E402
 from evolve.data.sources.task import pair as TP  # noqa: E402
 from evolve.data.sources.task import record  # noqa: E402
 from evolve.io import paths  # noqa: E402
+from evolve.api.tradeoffs import JUDGE_FAMILY  # noqa: E402
 from evolve.rules.table import families  # noqa: E402
 from benchmarks.experiments.trace_results import (  # noqa: E402  (one copy of each)
     _commit, _shown, quick_and_render_args, rendered)
@@ -120,7 +121,7 @@ def run_mode(mode: str, a, sizes: dict) -> tuple:
     say("the trade-off: every rule tuned on valid, decoded on test, and the oracle")
     fams = None if a.families is None else [   # those of this decoding (an engine's knob
         f for f in a.families                  # exists in one)
-        if f == "learned_judge" or f in families("task", mode)]
+        if f == JUDGE_FAMILY or f in families("task", mode)]
     t = evolve.tradeoff(data, budgets=list(a.budgets), runs=[c.pop("path") for c in champions],
                         runs_dir=a.runs_dir, oracle=a.oracle_prompts or False,
                         prompts=a.prompts, progress=say, families=fams)
