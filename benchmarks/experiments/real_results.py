@@ -18,7 +18,8 @@
    on test). The answer oracle needs the built-in decoder and is not run here.
 
 Each step keeps what an earlier run left (the traces, the task recordings, finished
-searches with ``--reuse-runs``), so an interrupted run continues. The figures go to
+searches with ``--reuse-runs``), so an interrupted run continues, and the task world's
+results of a decoding not run this time (``--modes``) are kept in its figures. The figures go to
 ``benchmarks/experiments/real_trace_results.json`` and ``real_task_results.json``;
 ``--page`` writes their sections of docs/results/real-pair.md and its picture.
 """
@@ -104,7 +105,7 @@ def main(argv=None) -> int:
                            "--families", *FAMILIES,
                            "--out", str(EXP / "real_task_results.json"),
                            "--runs-dir", str(paths.RUNS_DIR / "real-task-results"),
-                           "--section", "real-task-results",
+                           "--section", "real-task-results", "--merge",
                            "--picture", str(ROOT / "docs" / "img" / "real_task_results.png"),
                            *(["--reuse-runs"] if a.reuse_runs else []), *page])
     print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)

@@ -176,6 +176,9 @@ def main(argv=None) -> int:
                          "[every one of the decoding, and the learned judge]")
     ap.add_argument("--reuse-runs", action="store_true",
                     help="keep a finished search of the same name under --runs-dir")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the results of the decodings not run here from --out (each "
+                         "one names the command and commit it came from)")
     ap.add_argument("--jobs", type=int, default=2,
                     help="decodings run at once, each in its own process [2]")
     quick_and_render_args(ap)
@@ -202,6 +205,8 @@ def main(argv=None) -> int:
     else:
         parts = [run_mode(mode, a, sizes) for mode in a.modes]
     doc["modes"] = dict(parts)
+    if a.merge and a.out.exists():
+        doc["modes"] = merged(json.loads(a.out.read_text()), doc["modes"])
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     a.out.write_text(json.dumps(doc, indent=1, default=_json) + "\n")
     print(f"{a.out}: written", file=sys.stderr)
@@ -209,6 +214,22 @@ def main(argv=None) -> int:
         write_page(doc, section=a.section, picture=a.picture)
     print(markdown(doc))
     return 0
+
+
+def merged(old: dict, new: dict) -> dict:
+    """The decodings of ``new``, with those only ``old`` has kept, each kept one naming
+    the command and commit it came from; in the order of MODES."""
+    out = {}
+    for mode in MODES:
+        if mode in new:
+            out[mode] = new[mode]
+        elif mode in old.get("modes", {}):
+            kept = dict(old["modes"][mode])
+            kept.setdefault("kept_from", {"command": old.get("command"),
+                                          "commit": old.get("commit"),
+                                          "seconds": old.get("seconds")})
+            out[mode] = kept
+    return out
 
 
 def _json(o):
@@ -279,7 +300,9 @@ def markdown(doc: dict) -> str:
                   f"{ll['accuracy']:.3f}, {ll['calls_per_correct']:.2f} target calls per "
                   f"correct answer, {ll['calls_per_problem']:.2f} per answer, "
                   f"{ll['tokens_per_call']:.3f} tokens per call). The trade-off: "
-                  f"`{m['tradeoff_command']}`.", ""]
+                  f"`{m['tradeoff_command']}`."
+                  + (f" Kept from an earlier run: `{m['kept_from']['command']}` at commit "
+                     f"{m['kept_from']['commit']}." if m.get("kept_from") else ""), ""]
         champs = {label: c for c in m["champions"] for label in (c["name"], f"run {c['name']}")}
         for entry in rep["budgets"]:
             b = entry["budget"]
