@@ -87,6 +87,8 @@ def test_champion_is_best_on_valid(small_splits):
     ({"population": 10, "elitism": 10}, "elitism"),
     ({"tv_position_cap": 1.5}, "tv_position_cap"),
     ({"tv_p99_cap": -0.1}, "tv_p99_cap"),
+    ({"tv_first_cap": 1.01}, "tv_first_cap"),
+    ({"first_tokens": 0}, "first_tokens"),
 ])
 def test_config_errors_name_the_parameter(kw, param):
     """The configuration names the parameter (the command line names its option:
@@ -250,6 +252,60 @@ def test_speed_kl_and_position_cap_hold_on_valid():
     capped = champion(objective="speed", tv_budget=0.05, tv_position_cap=cap)
     assert free["tv_pos"].max() > cap
     assert capped["tv_pos"].max() <= cap and capped["tv"] <= 0.05
+
+
+def test_first_tokens_tv_of_the_kernel_is_the_reference():
+    """The first-tokens TV the search scores by (the kernel over the blocks starting
+    within the first k tokens) is the numpy reference's reach-weighted mean slot TV over
+    the slots at distance < k, for several trees and k; at k = 1 it is the report's TV
+    of the answer's first token (``tv_by_distance``)."""
+    from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES
+    from evolve.objectives import spec
+    from evolve.objectives.trace_objectives import first_tv
+    from evolve.rules.tuning import tree_thresholds
+    from tests import tracekit
+    split = tracekit.split("valid")
+    ev = OBJECTIVES["speed"].evaluator(split, "valid")
+    sa = spec.TraceArrays.from_split(split)
+    trees = ["pdiv(target_prob, draft_prob)", "add(target_prob, 0.3)",
+             "mul(position, target_prob)", "sub(0.9, block_position)", "0.0"]
+    for k in (1, 2, 3, 6, 11):
+        got = first_tv(ev, trees, k)
+        for t, x in zip(trees, got):
+            h = tree_thresholds(treeio.parse(t), sa)
+            assert x == pytest.approx(spec.tv_first(sa, h, 11)[k - 1], rel=1e-9, abs=1e-12)
+            if k == 1:
+                assert x == pytest.approx(spec.tv_by_distance(sa, h)["0"]["tv"], abs=1e-12)
+    assert got[0] < 1e-9 < got[1]          # lossless does not distort, a lenient rule does
+
+
+def test_first_tokens_cap_holds_the_answers_first_tokens():
+    """--cap-tv-first: the champion (chosen on valid) keeps its mean slot TV over the
+    first two tokens after the prompt within the cap on valid, where the uncapped
+    champion's is above it; its report carries that TV by k and scores by it."""
+    from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES, spec
+    from evolve.rules.tuning import tree_thresholds
+    from tests import tracekit
+    va = tracekit.split("valid")
+    sa = spec.TraceArrays.from_split(va)
+
+    def first(tree):
+        return spec.tv_first(sa, tree_thresholds(treeio.parse(tree), sa), 2)[1]
+
+    free = _trace_champion(objective="speed", tv_budget=0.05)
+    cap = 0.5 * first(free)
+    capped = _trace_champion(objective="speed", tv_budget=0.05, tv_first_cap=cap,
+                             first_tokens=2)
+    assert first(free) > cap >= first(capped)
+    obj = OBJECTIVES["speed"]
+    cfg = Config(objective="speed", tv_budget=0.05, tv_first_cap=cap, first_tokens=2)
+    m = obj.metrics(treeio.parse(capped), {"valid": va}, {})["valid"]
+    assert m["tv_first"][1] == pytest.approx(first(capped))
+    assert obj.split_score(m, cfg) > 1.0
+    m_free = obj.metrics(treeio.parse(free), {"valid": va}, {})["valid"]
+    assert obj.split_score(m_free, cfg) < 1.0     # over the cap: below every feasible rule
 
 
 def test_p99_cap_holds_the_tail_of_slot_tv():

@@ -136,6 +136,8 @@ BOUNDARIES = {
     "select_problems": [{"select_problems": 0}, {"select_problems": 1_000_000}],
     "tv_position_cap": [{"tv_position_cap": 0}, {"tv_position_cap": 1.0}],
     "tv_p99_cap": [{"tv_p99_cap": 0.0}, {"tv_p99_cap": 1}],
+    "tv_first_cap": [{"tv_first_cap": 0.0}, {"tv_first_cap": 1}],
+    "first_tokens": [{"first_tokens": 1}, {"first_tokens": 16}],
     "threads": [{"threads": 0}, {"threads": MAX_INT}],
     "starts": [{"starts": 1}, {"starts": 1000}],
     "checkpoint_every": [{"checkpoint_every": 1}, {"checkpoint_every": MAX_INT}],

@@ -345,6 +345,20 @@ def tv_by_distance(sa: TraceArrays, h) -> dict:
     return out
 
 
+def tv_first(sa: TraceArrays, h, k_max: int) -> list:
+    """The mean slot TV (reach-weighted, on the recorded path) over the first k tokens
+    after the prompt, for k = 1 .. ``k_max`` (0 where no such slot is reached): what
+    ``--cap-tv-first`` caps (numpy reference)."""
+    terms = position_terms(sa, h)
+    W = block_sums(sa, terms)["W"].reshape(-1)
+    d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
+    num = np.bincount(np.minimum(d, k_max).astype(np.int64), weights=W * terms.tv,
+                      minlength=k_max + 1)[:k_max].cumsum()
+    den = np.bincount(np.minimum(d, k_max).astype(np.int64), weights=W,
+                      minlength=k_max + 1)[:k_max].cumsum()
+    return [float(a / b) if b > 0 else 0.0 for a, b in zip(num, den)]
+
+
 def objectives_from_sums(sums, n_blocks: int, g: int) -> Objectives:
     """Objectives from one kernel row (see kernels.speculative.population_objectives),
     read through ``evolve.kernels.layout``."""

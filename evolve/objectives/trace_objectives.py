@@ -18,6 +18,12 @@ rule cannot buy its tokens by spending all its distortion at one block position.
 ``--cap-tv-p99 C`` caps the tail instead: the reach-weighted 99th percentile of
 slot TV (``tv_p99`` of the reports) must be at most C, that is at most 1% of the
 reach may fall on slots with TV above C (the kernel sums that reach exactly).
+``--cap-tv-first C`` caps where an instruction model's answer starts: the mean slot TV
+(reach-weighted, as ``tv_by_distance`` of the reports) over the first ``--first-tokens
+K`` tokens after the prompt (default 1: the answer's first token) must be at most C,
+so a rule cannot keep its average by spending its distortion on the answer's first
+words. It is exact on the recorded path: the kernel sums the blocks that start at each
+distance s < K over their first K - s positions (``first_tv``).
 
 ``--trajectory`` (``Config.trajectory``, ``speed`` only) binds the run to another
 objective (``evolve.objectives.bind``): ``speed`` scored by the importance-weighted
@@ -35,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from evolve.kernels import layout
+from evolve.lang.features import REGISTRY
 from evolve.objectives.base import TRACES, Evaluator, Objective
 from evolve.objectives.settings import Setting
 from evolve.objectives.fitness import speed_fitness, tail_cap
@@ -55,6 +62,63 @@ TV_P99_CAP = Setting("tv_p99_cap", 1.0, 0.0, 1.0, "--cap-tv-p99",
                      "99th percentile of slot TV allowed (reach-weighted)", "a TV in [0, 1]",
                      meta="tv_p99_cap", off=1.0, off_text="no cap")
 
+TV_FIRST_CAP = Setting("tv_first_cap", 1.0, 0.0, 1.0, "--cap-tv-first",
+                       "mean slot TV allowed over the first tokens after the prompt "
+                       "(--first-tokens of them)", "a TV in [0, 1]",
+                       meta="tv_first_cap", off=1.0, off_text="no cap")
+MAX_FIRST = 16
+FIRST_TOKENS = Setting("first_tokens", 1, 1, MAX_FIRST, "--first-tokens",
+                       "the tokens after the prompt that --cap-tv-first caps (1: the "
+                       "answer's first)", f"a whole number in [1, {MAX_FIRST}]")
+POSITION = [i.name for i in REGISTRY].index("position")    # its row of an input matrix
+
+
+def first_parts(ev: Evaluator, k: int) -> list:
+    """(width, evaluator) of the blocks of ``ev`` that start s < ``k`` tokens after the
+    prompt, one per distance s (width: their first min(k - s, g) positions, those
+    within the first ``k`` tokens), scored by the Numba kernel in this process (they are
+    few); made once per evaluator. A one-line ``ConfigError`` where the split's rows are
+    not in this process."""
+    cache = ev.__dict__.setdefault("_first_parts", {})
+    if k not in cache:
+        from evolve.objectives.splits import array_evaluator  # lazy: start-up (trace schema)
+        sa = ev.arrays
+        if getattr(sa, "X", None) is None:
+            from evolve.search.config import ConfigError   # lazy: the config's module
+            raise ConfigError.of("tv_first_cap", f"{ev.name}: the first tokens' cap needs "
+                                 "the split's rows in this process, not a sharded split")
+        start = np.asarray(sa.X[POSITION]).reshape(sa.n, sa.k)[::sa.g, 0]
+        cache[k] = [(min(k - s, sa.g), array_evaluator(sa.blocks(np.flatnonzero(start == s)),
+                                                       f"{ev.name} first {k}"))
+                    for s in range(k) if (start == s).any()]
+    return cache[k]
+
+
+def first_tv(ev: Evaluator, trees, k: int, deap_trees=None) -> np.ndarray:
+    """The mean slot TV (reach-weighted) over the first ``k`` tokens after the prompt of
+    each tree on the recorded path, (n,), exact (0 where no such slot is reached)."""
+    L = layout.sums_layout(ev.arrays.g)
+    num = den = np.zeros(len(trees))
+    for width, sub in first_parts(ev, k):
+        rows = sub.rows(trees, deap_trees)
+        num = num + rows[:, L.tv_pos][:, :width].sum(axis=1)
+        den = den + rows[:, L.reach][:, :width].sum(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, num / den, 0.0)
+
+
+def first_excess(ev: Evaluator, trees, config, deap_trees=None):
+    """How far each tree's first-token TV is over ``--cap-tv-first`` (None: no cap)."""
+    if config.tv_first_cap >= 1.0:
+        return None
+    return first_tv(ev, trees, config.first_tokens, deap_trees) - config.tv_first_cap
+
+
+def worst(*excess):
+    """The largest of the excesses given (None: that cap is off), or None."""
+    given = [np.asarray(e, dtype=np.float64) for e in excess if e is not None]
+    return None if not given else np.maximum.reduce(given) if len(given) > 1 else given[0]
+
 
 class TraceObjective(Objective):
     data = TRACES
@@ -66,7 +130,8 @@ class TraceObjective(Objective):
         self.kl = kl          # the budget is on KL per token (--budget-kl), not TV
         self.measure = "kl" if kl else "tv"      # what its budget bounds, per token
         self.budget = KL_BUDGET if kl else TV_BUDGET
-        caps = () if self.multi else (TV_POSITION_CAP, TV_P99_CAP)
+        caps = () if self.multi else (TV_POSITION_CAP, TV_P99_CAP, TV_FIRST_CAP,
+                                      FIRST_TOKENS)
         self.settings = tuple(dict.fromkeys((self.budget, TV_BUDGET, *caps)))
 
     def budget_of(self, config) -> tuple[str, float]:
@@ -80,7 +145,10 @@ class TraceObjective(Objective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         cap = tail_cap(None if self.multi else config)
-        return placement.trace_evaluator(split, name, config, cap, self.kl)
+        ev = placement.trace_evaluator(split, name, config, cap, self.kl)
+        if not self.multi and config is not None and config.tv_first_cap < 1.0:
+            first_parts(ev, config.first_tokens)      # refused here, before any search
+        return ev
 
     @staticmethod
     def tokens_tv(ev: Evaluator, trees, deap_trees=None):
@@ -110,6 +178,7 @@ class TraceObjective(Objective):
         measure, budget = self.budget_of(config)
         dist = m[measure]
         tail = m["tail_share"] - TAIL_SHARE if config.tv_p99_cap < 1.0 else None
+        tail = worst(tail, first_excess(ev, trees, config, deap_trees))
         return np.atleast_1d(speed_fitness(m["tokens"], dist, budget, m["tv_pos"],
                                            config.tv_position_cap, tail))[:, None]
 
@@ -137,6 +206,7 @@ class TraceObjective(Objective):
                                      split.shape.n_blocks, split.shape.g).to_dict()
             h = matrix_thresholds(progs, sa.X)[0]
             m["tv_p99"] = spec.objectives(sa, h).tv_p99
+            m["tv_first"] = spec.tv_first(sa, h, MAX_FIRST)
             m.update(self.extra_metrics(sa, split, h))
             out[k] = m
         return out
@@ -151,8 +221,17 @@ class TraceObjective(Objective):
         cap = 1.0 if self.multi else config.tv_position_cap
         p99 = 1.0 if self.multi else config.tv_p99_cap
         tail = m["tv_p99"] - p99 if p99 < 1.0 and m.get("tv_p99") is not None else None
+        if not self.multi:
+            tail = worst(tail, first_split_excess(m, config))
         return float(speed_fitness(m["tokens_per_call"], dist, budget,
                                    np.asarray(m.get("tv_by_position") or [0.0]), cap, tail))
+
+
+def first_split_excess(m: dict, config):
+    """How far a champion's metrics ``m`` of a split are over ``--cap-tv-first``."""
+    if config.tv_first_cap >= 1.0 or not m.get("tv_first"):
+        return None
+    return m["tv_first"][config.first_tokens - 1] - config.tv_first_cap
 
 
 def evolved_front(population, sas: dict) -> list[dict]:

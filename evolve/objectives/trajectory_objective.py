@@ -35,6 +35,7 @@ from evolve.kernels.layout import TAIL_OFF
 from evolve.objectives.base import Evaluator
 from evolve.objectives.fitness import speed_fitness, tail_cap
 from evolve.objectives.settings import Setting
+from evolve.objectives import trace_objectives as TO
 from evolve.objectives.trace_objectives import TraceObjective
 
 class SplitBlocks:
@@ -209,6 +210,7 @@ def values(objective, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarr
         if config.tv_p99_cap < 1.0:
             from evolve.objectives.spec import TAIL_SHARE  # lazy: start-up (trace schema)
             tail = plain["tail_share"] - TAIL_SHARE
+    tail = TO.worst(tail, TO.first_excess(ev, trees, config, deap_trees))
     measure, budget = objective.budget_of(config)
     dist = m[measure]
     return fitness(m["tokens"], dist, budget, m["ess"], ev.trajectory.sequences,
@@ -236,6 +238,7 @@ def split_score(m: dict, config) -> float:
     tok, tv, ess = (0.0 if v is None else v for v in vals)
     p99 = config.tv_p99_cap
     tail = m["tv_p99"] - p99 if p99 < 1.0 and m.get("tv_p99") is not None else None
+    tail = TO.worst(tail, TO.first_split_excess(m, config))
     return float(fitness(tok, tv, config.tv_budget, ess, t.get("sequences") or 1,
                          config.ess_floor, undefined,
                          np.asarray(m.get("tv_by_position") or [0.0]),
@@ -258,7 +261,10 @@ class TrajectoryObjective(TraceObjective):
 
     def evaluator(self, split, name: str, config=None) -> Evaluator:
         from evolve.objectives.splits import as_split    # lazy: start-up (the trace schema)
-        return evaluator(as_split(split), name, self.kl, tail_cap(config))
+        ev = evaluator(as_split(split), name, self.kl, tail_cap(config))
+        if config is not None and config.tv_first_cap < 1.0:
+            TO.first_parts(ev, config.first_tokens)     # refused here, before any search
+        return ev
 
     def values(self, ev: Evaluator, trees, config, deap_trees=None) -> np.ndarray:
         return values(self, ev, trees, config, deap_trees)
