@@ -134,6 +134,7 @@ BOUNDARIES = {
     "critical_budget": [{"critical_budget": 0.0}, {"critical_budget": 100},
                         {"critical_budget": 1e-300, "objective": "task_speed"}],
     "select_problems": [{"select_problems": 0}, {"select_problems": 1_000_000}],
+    "agreement_budget": [{"agreement_budget": 0.0}, {"agreement_budget": 1}],
     "tv_position_cap": [{"tv_position_cap": 0}, {"tv_position_cap": 1.0}],
     "tv_p99_cap": [{"tv_p99_cap": 0.0}, {"tv_p99_cap": 1}],
     "tv_first_cap": [{"tv_first_cap": 0.0}, {"tv_first_cap": 1}],

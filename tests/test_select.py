@@ -47,7 +47,8 @@ def chosen(task_greedy_small, tmp_path_factory):
     runs = tmp_path_factory.mktemp("select-runs")
     r = invoke("run", "--objective", "task_speed", "--data", task_greedy_small,
                "--generations", 2, "--population", 20, "--seed", 3, "--budget-critical",
-               0.05, "--select-problems", 12, "--runs-dir", runs, "--name", "sel")
+               0.05, "--select-problems", 12, "--budget-agreement", 0.5, "--runs-dir", runs,
+               "--name", "sel")
     assert r.exit_code == 0, r.output
     return r.output, json.loads((runs / "sel" / "champion.json").read_text())
 
@@ -56,6 +57,7 @@ def test_a_task_run_chooses_and_judges_its_champion_free_running(chosen, task_pa
     output, ch = chosen
     sel = ch["selection"]
     assert ch["tree"] == sel["tree"] and sel["problems"] == 12 and sel["budget"] == 0.05
+    assert sel["agreement_budget"] == 0.5 and 1.0 - sel["valid"]["agreement"] <= 0.5
     # the champion, decoded again free-running, is what the choice saw
     raw = TC.run_rule(task_pair_small, TreeRule(treeio.parse(ch["tree"])), "valid", 12, True)
     ref = TC.run_rule(task_pair_small, None, "valid", 12, True)
@@ -88,6 +90,33 @@ def test_where_nothing_saves_calls_the_lossless_rule_is_chosen(task_pair_small):
     assert sel["valid"] == sel["lossless"]
     verdict, why = freerun_verdict(sel)
     assert verdict == LOSES and "the champion is the lossless rule" in why
+
+
+def test_an_agreement_budget_bounds_the_answers_the_choice_changes(monkeypatch):
+    """``--budget-agreement``: of the steps from lossless, the choice keeps the one with
+    the fewest calls per correct answer whose share of answers changed from lossless is
+    within the bound too; without it the steps that change more answers are allowed.
+    (A fake decoder: alpha a saves calls and changes a share a / 2 of the answers,
+    all still right.)"""
+    n = 40
+
+    def fake(pair, rule, split, prompts, greedy):
+        a = 0.0 if rule is None else rule
+        changed = int(round(n * a / 2))
+        return {"correct": np.ones(n, bool), "tokens": np.full(n, 20.0),
+                "calls": np.full(n, 10.0 / (1.0 + a)),
+                "answers": ["b"] * changed + ["a"] * (n - changed)}
+
+    monkeypatch.setattr(TC, "run_rule", fake)
+    monkeypatch.setattr(TC, "between", lambda rule, a, greedy: a)
+    free = select.select(None, ["target_prob"], 0.05, True, n)
+    assert free["alpha"] == 1.0 and free["valid"]["agreement"] == 0.5
+    assert free["agreement_budget"] is None
+    held = select.select(None, ["target_prob"], 0.05, True, n, agreement_budget=0.1)
+    assert 0.2 <= held["alpha"] < 0.25 and 1.0 - held["valid"]["agreement"] <= 0.1
+    assert held["valid"]["calls_per_correct"] > free["valid"]["calls_per_correct"]
+    verdict, why = freerun_verdict(held)
+    assert verdict == WINS and "(at least 0.9)" in why
 
 
 def test_the_task_tradeoff_reports_per_answer_with_the_oracle_headroom(task_greedy_small,

@@ -8,7 +8,8 @@ the hall of fame (``SELECT_TOP`` in all),
 each taken a fraction alpha of the way from the lossless rule (``between``; alpha in
 ``task_compare.ALPHAS``, the step to the first infeasible one bisected twice), and keeps the
 one with the fewest target calls per correct answer whose accuracy drop against the
-lossless rule, on the same problems and uniforms, is within the run's budget. alpha 0
+lossless rule, on the same problems and uniforms, is within the run's budget (and,
+with ``--budget-agreement``, whose share of answers changed from lossless is too). alpha 0
 is the lossless rule itself, so some choice always fits: where no step towards any of
 them saves target calls per correct answer, the choice is lossless and the run says
 so. The chosen rule is written as a tree (``between_tree``), so the champion a run
@@ -56,7 +57,8 @@ def _plain(summary: dict) -> dict:
     return {k: _finite(float(v)) if isinstance(v, float) else v for k, v in summary.items()}
 
 
-def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None) -> dict:
+def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None,
+           agreement_budget: float | None = None) -> dict:
     """The free-running choice among the first ``SELECT_TOP`` distinct trees of
     ``hof_trees`` (text, best first: the run's champion, then its hall of fame) and
     their steps from lossless, on ``problems``
@@ -64,7 +66,8 @@ def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None
     0 first; None for the lossless rule), alpha, valid (its summary), drop, lossless
     (the lossless rule's summary), problems, budget, decoding, tried: per rank the
     (alpha, tokens/call, drop, calls/answer, calls/correct answer, agreement) decoded;
-    source_tree: the tree it steps towards}."""
+    source_tree: the tree it steps towards; agreement_budget: with one, the share of
+    answers a choice may change from lossless as well (None: no bound)}."""
     from evolve.lang import treeio                  # lazy: the primitive table on use
     from evolve.rules.adapters import TreeRule      # lazy: as above
     say = say or (lambda text: None)
@@ -76,7 +79,8 @@ def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None
         rule = TreeRule(treeio.parse(tree), f"hall of fame {rank + 1}")
         t = TC.tune(pair, lambda a, rule=rule: TC.between(rule, a, greedy), list(TC.ALPHAS),
                     budget, ref, "valid", greedy, lenient=True, prompts=problems,
-                    bisect_steps=BISECT_STEPS, cache=TC.lossless_step(ref))
+                    bisect_steps=BISECT_STEPS, cache=TC.lossless_step(ref),
+                    agreement_budget=agreement_budget)
         tried.append([list(map(_finite, row)) for row in t["tried"]])
         if t["param"] is None:
             continue
@@ -95,4 +99,5 @@ def select(pair, hof_trees, budget: float, greedy: bool, problems: int, say=None
             "valid": _plain(s),
             "drop": drop, "lossless": _plain(lossless), "problems": int(ref["correct"].size),
             "budget": float(budget), "decoding": "greedy" if greedy else "sample",
+            "agreement_budget": None if agreement_budget is None else float(agreement_budget),
             "tried": tried}

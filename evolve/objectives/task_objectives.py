@@ -43,12 +43,20 @@ SELECT_PROBLEMS = Setting("select_problems", 64, 0, 1_000_000, "--select-problem
                           "a number of problems, in [0, 1000000]", meta="select_problems",
                           off=0, off_text="0: chosen on the recorded path")
 
+# And, optionally, a bound on the answers that choice may change from lossless decoding
+# (AutoJudge's criterion: it stays meaningful where the target itself is wrong).
+AGREEMENT_BUDGET = Setting("agreement_budget", 1.0, 0.0, 1.0, "--budget-agreement",
+                           "share of valid answers the free-running choice may change from "
+                           "lossless decoding (with --select-problems)",
+                           "a share of answers in [0, 1]", meta="agreement_budget", off=1.0,
+                           off_text="no bound")
+
 
 class TaskObjective(Objective):
     data = TASK
     trace_inputs = True        # the inputs of traces with slot features
     extra_groups = ("answer", "verify")       # and the task world's own
-    settings = (CRITICAL_BUDGET, SELECT_PROBLEMS)
+    settings = (CRITICAL_BUDGET, SELECT_PROBLEMS, AGREEMENT_BUDGET)
 
     def __init__(self, name: str, help: str, seed_metric: bool):
         self.name = name

@@ -77,8 +77,10 @@ class TaskTask(Task):
                                f"({str(e).splitlines()[0] if str(e) else type(e).__name__})"}
         (say or (lambda text: None))(
             f"choosing the champion free-running on {problems} valid problems ...")
+        agree = getattr(cfg, "agreement_budget", 1.0)
         return select.select(pair, result.hof_trees, cfg.critical_budget,
-                             meta["decoding"] == "greedy", problems, say)
+                             meta["decoding"] == "greedy", problems, say,
+                             agreement_budget=None if agree >= 1.0 else agree)
 
     def report(self, result) -> dict:
         """The rule families tuned on valid to the run's critical budget (reported on
@@ -137,16 +139,22 @@ def freerun_verdict(sel: dict) -> tuple[str, str]:
     no rule of the hall of fame nor any step towards one did."""
     n, b, ls, s = sel["problems"], sel["budget"], sel["lossless"], sel["valid"]
     where = f"free-running on {n} valid problems ({sel['decoding']})"
+    ab = sel.get("agreement_budget")
+    within = f"an accuracy drop of {b:g}" + (
+        "" if ab is None else f" and at most {ab:g} of the answers changed")
 
     def calls(x):
         return "no right answer" if x is None else f"{x:.2f}"
     if sel["source"] is None:
         return LOSES, (f"{where}, no rule of the hall of fame, nor any step from lossless "
                        f"towards one, takes fewer target calls per correct answer than the "
-                       f"lossless rule ({calls(ls['calls_per_correct'])}) within an accuracy "
-                       f"drop of {b:g}: the champion is the lossless rule")
+                       f"lossless rule ({calls(ls['calls_per_correct'])}) within {within}: "
+                       f"the champion is the lossless rule")
     return WINS, (f"{where}: {calls(s['calls_per_correct'])} target calls per correct answer "
                   f"vs the lossless rule's {calls(ls['calls_per_correct'])}, accuracy drop "
-                  f"{sel['drop']:+.3f} within {b:g} (hall-of-fame rule {sel['source'] + 1}, "
+                  f"{sel['drop']:+.3f} within {b:g}"
+                  + ("" if ab is None else f", agreement with lossless {s['agreement']:.3f}"
+                     f" (at least {1 - ab:.3g})")
+                  + f" (hall-of-fame rule {sel['source'] + 1}, "
                   f"{sel['alpha']:g} of the way from lossless)")
 
