@@ -469,3 +469,28 @@ def test_tradeoff_bad_budget_is_one_line(tiny_dir, value):
     error): one line naming --budget."""
     one_line_error(invoke("tradeoff", "--data", tiny_dir, "--budget", 0.01, "--budget", value),
                    "--budget")
+
+
+def test_a_first_tokens_cap_is_recorded_shown_and_named(tmp_path, tiny_dir):
+    """`evolve run --cap-tv-first C --first-tokens K`: the champion records both, its
+    first-tokens TV by k, the run prints it, and a champion over the cap on valid says
+    so in its verdict; sharded traces are refused in one line naming the option."""
+    from evolve.data import shard_writer
+    r = invoke("run", "--data", tiny_dir, "--objective", "speed", "--budget-tv", 0.05,
+               "--cap-tv-first", 0.001, "--first-tokens", 2, "--generations", 2,
+               "--population", 20, "--seed", 3, "--runs-dir", tmp_path, "--name", "cap",
+               "--no-writeback")
+    assert r.exit_code == 0, r.output
+    ch = json.loads((tmp_path / "cap" / "champion.json").read_text())
+    assert ch["tv_first_cap"] == 0.001 and ch["first_tokens"] == 2
+    first = ch["metrics"]["valid"]["tv_first"]
+    assert len(first) == 16 and "over the first 2 tokens after the prompt: test" in r.output
+    assert first[1] > 0.001 and ch["standing"]["verdict"] == "infeasible"
+    assert f"TV over the first 2 tokens after the prompt {first[1]:.5f} > 0.001" in \
+        ch["standing"]["why"]
+    shards = tmp_path / "shards"
+    shard_writer.shard_dir(tiny_dir, shards, len(tracekit.split("valid")) // 3)
+    r = invoke("run", "--data", shards, "--objective", "speed", "--cap-tv-first", 0.05,
+               "--generations", 1, "--population", 20, "--runs-dir", tmp_path, "--name",
+               "sharded", "--no-writeback")
+    one_line_error(r, "--cap-tv-first", "not a sharded split")

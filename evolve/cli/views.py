@@ -297,6 +297,12 @@ def show_trace_champion(ch: dict, term, where: dict | None = None) -> None:
                cols, order, ["bold"] + [None] * (len(order) - 1))
     if ch.get("estimate"):
         term.note(f"* an estimate: {ch['estimate']}")
+    if ch.get("tv_first_cap") is not None and t.get("tv_first"):
+        k = int(ch.get("first_tokens", 1))
+        first = "the first token" if k == 1 else f"the first {k} tokens"
+        term.note(f"champion's mean slot TV over {first} after the prompt: test "
+                  f"{t['tv_first'][k - 1]:.5f}, valid {v['tv_first'][k - 1]:.5f} (capped at "
+                  f"{ch['tv_first_cap']:g} on train)")
     show_standing(ch, term, where)
 
 

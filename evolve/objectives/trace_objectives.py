@@ -68,8 +68,9 @@ TV_FIRST_CAP = Setting("tv_first_cap", 1.0, 0.0, 1.0, "--cap-tv-first",
                        meta="tv_first_cap", off=1.0, off_text="no cap")
 MAX_FIRST = 16
 FIRST_TOKENS = Setting("first_tokens", 1, 1, MAX_FIRST, "--first-tokens",
-                       "the tokens after the prompt that --cap-tv-first caps (1: the "
-                       "answer's first)", f"a whole number in [1, {MAX_FIRST}]")
+                       "the tokens after the prompt that --cap-tv-first caps",
+                       f"a whole number in [1, {MAX_FIRST}]", meta="first_tokens", off=1,
+                       off_text="the answer's first token")
 POSITION = [i.name for i in REGISTRY].index("position")    # its row of an input matrix
 
 

@@ -55,9 +55,16 @@ def standing(objective, cfg, valid: dict, sa_valid, tuned: dict) -> dict:
         m = (valid.get("trajectory") or {}) if cfg.trajectory else valid
         key = f"{measure}_per_token"
         got = m.get(key)
-        what = (f"{key.replace('_per_token', '').upper()} per token {got:.5f} > {budget:g}"
-                if isinstance(got, float) and got > budget else
-                "a cap (--cap-tv-position, --cap-tv-p99) or the trajectory guard")
+        over = []
+        if isinstance(got, float) and got > budget:
+            over.append(f"{key.replace('_per_token', '').upper()} per token {got:.5f} > "
+                        f"{budget:g}")
+        k, first = cfg.first_tokens, valid.get("tv_first")
+        if cfg.tv_first_cap < 1.0 and first and first[k - 1] > cfg.tv_first_cap:
+            over.append(f"TV over the first {k} token{'s' if k > 1 else ''} after the "
+                        f"prompt {first[k - 1]:.5f} > {cfg.tv_first_cap:g}")
+        what = "; ".join(over) or ("a cap (--cap-tv-position, --cap-tv-p99) or the "
+                                   "trajectory guard")
         return {**out, "verdict": INFEASIBLE, "why": f"over the run's budget on valid ({what})"}
     if score < std:
         return {**out, "verdict": INFEASIBLE,
