@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.errors import EvolveError
 from evolve.kernels import layout
 from evolve.lang.features import REGISTRY
 from evolve.objectives.base import TRACES, Evaluator, Objective
@@ -78,15 +79,14 @@ def first_parts(ev: Evaluator, k: int) -> list:
     """(width, evaluator) of the blocks of ``ev`` that start s < ``k`` tokens after the
     prompt, one per distance s (width: their first min(k - s, g) positions, those
     within the first ``k`` tokens), scored by the Numba kernel in this process (they are
-    few); made once per evaluator. A one-line ``ConfigError`` where the split's rows are
-    not in this process."""
+    few); made once per evaluator. A one-line ``EvolveError`` naming ``tv_first_cap``
+    where the split's rows are not in this process."""
     cache = ev.__dict__.setdefault("_first_parts", {})
     if k not in cache:
         from evolve.objectives.splits import array_evaluator  # lazy: start-up (trace schema)
         sa = ev.arrays
         if getattr(sa, "X", None) is None:
-            from evolve.search.config import ConfigError   # lazy: the config's module
-            raise ConfigError.of("tv_first_cap", f"{ev.name}: the first tokens' cap needs "
+            raise EvolveError.of("tv_first_cap", f"{ev.name}: the first tokens' cap needs "
                                  "the split's rows in this process, not a sharded split")
         start = np.asarray(sa.X[POSITION]).reshape(sa.n, sa.k)[::sa.g, 0]
         cache[k] = [(min(k - s, sa.g), array_evaluator(sa.blocks(np.flatnonzero(start == s)),
