@@ -329,3 +329,37 @@ def test_p99_cap_holds_the_tail_of_slot_tv():
     m = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(tr, "train", Config(
         objective="speed", tv_p99_cap=cap)), [capped, free])
     assert m["tail_share"][0] <= 0.01 < m["tail_share"][1]
+
+def test_the_target_rank_is_offered_where_both_splits_record_it():
+    """Traces of schema v4 offer ``target_rank`` to a search, and the kernel scores a
+    rule that reads it as the numpy reference does (the candidates' recorded ranks);
+    traces without the ranks (schema v3) do not offer it, and asking for it there is
+    one ConfigError naming ``inputs``."""
+    from evolve.data.traces import V4_FIELDS, TraceSplit
+    from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES, spec
+    from evolve.rules.tuning import tree_thresholds
+    from tests import tracekit
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+    ev = Evolution(Config(objective="speed", generations=1, population=20), tr, va)
+    assert "target_rank" in ev.inputs
+    tree = "ite(lt(target_rank, 1.5), pmin(1.0, add(pdiv(target_prob, draft_prob), 0.4)), " \
+           "pdiv(target_prob, draft_prob))"
+    sa = spec.TraceArrays.from_split(va)
+    np.testing.assert_array_equal(sa.features()["target_rank"], va.columns["cand_target_rank"])
+    want = spec.objectives(sa, tree_thresholds(treeio.parse(tree), sa))
+    got = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(va, "valid"), [tree])
+    assert got["tokens"][0] == pytest.approx(want.tokens_per_call, rel=1e-12)
+    assert got["tv"][0] == pytest.approx(want.tv_per_token, rel=1e-9)
+    lossless = spec.objectives(sa, tree_thresholds(treeio.parse(
+        "pdiv(target_prob, draft_prob)"), sa))
+    assert want.tokens_per_call > lossless.tokens_per_call       # the rank matters here
+
+    def v3(ts):
+        return TraceSplit({f: v for f, v in ts.columns.items() if f not in V4_FIELDS},
+                          dict(ts.meta, format_version=3), ts.name)
+    ev = Evolution(Config(objective="speed", generations=1, population=20), v3(tr), v3(va))
+    assert "target_rank" not in ev.inputs and "slot_tv" in ev.inputs
+    with pytest.raises(ConfigError, match=r"inputs.*'target_rank' is not offered"):
+        Evolution(Config(objective="speed", generations=1, population=20,
+                         inputs="target_prob,target_rank"), v3(tr), v3(va))

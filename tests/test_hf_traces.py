@@ -96,7 +96,7 @@ def test_recorded_probabilities_are_the_models_softmax(models, traced):
         np.testing.assert_allclose(c["cand_target_prob"].sum(1) + c["tail_target_prob"], 1.0,
                                    rtol=0, atol=1e-12)
         # schema v3: the slot features of the full distributions
-        assert ts.meta["format_version"] == T.SLOT_VERSION and ts.has_slot_features
+        assert ts.meta["format_version"] == T.RANK_VERSION and ts.has_slot_features
         ref = slot_features(P, Q)
         for f in T.V3_FIELDS:
             assert c[f].dtype == T.V3_FIELDS[f][1], f

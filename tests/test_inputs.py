@@ -224,3 +224,62 @@ def test_every_exported_input_is_the_registry_s_computation(tmp_path, fmt):
     for name in names:
         np.testing.assert_allclose(np.asarray(f[name], dtype=np.float64), want[name],
                                    rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+# ------------------------------------------------------------ the target's rank
+
+def _tied(M, V, rng):
+    """Distributions with ties (probabilities on a coarse grid), where a rank counts
+    only the strictly more probable tokens."""
+    p, q = _dists(M, V, rng)
+    p = np.round(p * 8) + 1.0
+    return p / p.sum(axis=1, keepdims=True), q
+
+
+def test_target_rank_at_slots_and_recorded_equals_a_count():
+    """target_rank: how many tokens the target finds strictly more probable than the
+    drafted one, counted row by row; at slots for the drafted tokens, for candidates
+    and for the whole vocabulary, and in the recorder's columns (drafted and
+    candidates) of a block."""
+    from evolve.data import decode as DC
+    B, g, V, k = 6, 3, 11, 4
+    p, q = _tied(B * g, V, RNG)
+    X = RNG.integers(0, V, (B, g))
+    X[:, 0] = np.argmax(p.reshape(B, g, V)[:, 0], axis=1)
+    x = X.reshape(-1)
+
+    def slow(i, tok):
+        return sum(p[i, y] > p[i, tok] for y in range(V))
+    want = np.array([slow(i, x[i]) for i in range(B * g)], dtype=np.float64)
+    s = I.Slots(p, q, x, np.zeros(B * g), np.tile(np.arange(g), B), g=g)
+    np.testing.assert_array_equal(I.at_slots(s, ("target_rank",))["target_rank"], want)
+    assert (want[::g] == 0).all() and (want > 0).any() and len(np.unique(p)) < p.size
+    every = I.at_slots(I.Slots(p, q, None, np.zeros(B * g), np.tile(np.arange(g), B)),
+                       ("target_rank",))["target_rank"]
+    np.testing.assert_array_equal(every, [[slow(i, y) for y in range(V)]
+                                          for i in range(B * g)])
+    cs = DC.candidate_summary(p, q, k)
+    np.testing.assert_array_equal(cs["cand_target_rank"],
+                                  [[slow(i, int(t)) for t in cs["cand_token"][i]]
+                                   for i in range(B * g)])
+    px = np.take_along_axis(p, x[:, None], axis=1)[:, 0]
+    qx = np.take_along_axis(q, x[:, None], axis=1)[:, 0]
+    rec = DC.block_records(p, q, X, qx.reshape(B, g), px.reshape(B, g), np.zeros((B, g)),
+                           np.zeros((B, g), bool), cs, np.zeros(B, np.int64), np.arange(B), 0)
+    np.testing.assert_array_equal(rec["target_rank"], want)
+
+
+def test_target_rank_in_torch_is_the_numpy_bits():
+    torch = pytest.importorskip("torch")
+    from evolve.data import decode as DC
+    from evolve.data.sources.hf import device as DV
+    B, g, V, k = 5, 4, 17, 6
+    p, q = _tied(B * g, V, RNG)
+    X = RNG.integers(0, V, (B, g))
+    T = torch.from_numpy
+    F = DV.block_features(T(p), T(q), T(X), torch.zeros(B, dtype=torch.int64), k)
+    s = I.Slots(p, q, X.reshape(-1), np.zeros(B * g, np.int64), np.tile(np.arange(g), B), g=g)
+    np.testing.assert_array_equal(F["target_rank"].numpy(), I.at_slots(s)["target_rank"])
+    assert F["target_rank"].dtype == torch.int32
+    np.testing.assert_array_equal(F["cand_target_rank"].numpy(),
+                                  DC.candidate_summary(p, q, k)["cand_target_rank"])

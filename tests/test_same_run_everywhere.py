@@ -64,16 +64,17 @@ BASE = ("--generations", TINY["generations"], "--population", TINY["population"]
 SLOTS = set(FT.SLOT_INPUT_NAMES)
 LOOK = set(FT.LOOKAHEAD_INPUT_NAMES)
 TRACE = {"block_position", "p_max", "q_max"}
+RANK = set(FT.names_of("rank"))           # the target's ranks (the tiny traces record them)
 
 # name -> (options, the inputs the run must offer beyond the six of a token record)
 CASES = {
-    "speed": (("--objective", "speed"), TRACE | SLOTS),
-    "trajectory": (("--objective", "speed", "--trajectory"), TRACE | SLOTS),
-    "lookahead": (("--objective", "speed", "--lookahead"), TRACE | SLOTS | LOOK),
+    "speed": (("--objective", "speed"), TRACE | SLOTS | RANK),
+    "trajectory": (("--objective", "speed", "--trajectory"), TRACE | SLOTS | RANK),
+    "lookahead": (("--objective", "speed", "--lookahead"), TRACE | SLOTS | LOOK | RANK),
     "trajectory-lookahead": (("--objective", "speed", "--trajectory", "--lookahead"),
-                             TRACE | SLOTS | LOOK),
-    "speed_kl": (("--objective", "speed_kl"), TRACE | SLOTS),
-    "pareto": (("--objective", "pareto"), TRACE | SLOTS),
+                             TRACE | SLOTS | LOOK | RANK),
+    "speed_kl": (("--objective", "speed_kl"), TRACE | SLOTS | RANK),
+    "pareto": (("--objective", "pareto"), TRACE | SLOTS | RANK),
     "inputs": (("--objective", "speed", "--inputs", "draft_prob,target_prob,block_position"),
                {"block_position"}),
     "v2": (("--objective", "speed"), TRACE),
@@ -87,7 +88,7 @@ def offered(run_dir) -> set:
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """The tiny traces (v3, and v2 with the slot features dropped) as npz files and
+    """The tiny traces (v4, and v2 with the slot features and ranks dropped) as npz files and
     as shards of whole sequences (2 shards of train, so the trajectory runs too)."""
     root = tmp_path_factory.mktemp("everywhere")
     out = {}
@@ -97,7 +98,7 @@ def data(tmp_path_factory):
         for s in T.SPLITS:
             ts = tracekit.split(s)
             if kind == "v2":
-                cols = {f: v for f, v in ts.columns.items() if f not in T.V3_FIELDS}
+                cols = {f: v for f, v in ts.columns.items() if f not in T.V3_FIELDS and f not in T.V4_FIELDS}
                 ts = T.TraceSplit(cols, dict(ts.meta), ts.name)
             T.save(ts, d / f"{s}.npz")
         per_seq = tracekit.TINY.blocks_per_prompt * int(ts.meta["block_size"])
@@ -223,7 +224,7 @@ def test_task_traces_on_npz_and_shards_give_the_same_run(objective, task_data, t
     a = _run(opts, npz, tmp_path, "npz")
     b = _run(opts, sharded, tmp_path, "shards")
     own = set(FT.names_of("answer", "verify")) if objective.startswith("task") else set()
-    assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS | own
+    assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS | RANK | own
     assert run_files(b) == run_files(a)
 
 

@@ -61,11 +61,16 @@ def test_slot_features_match_a_per_slot_loop():
 def test_ngram_traces_record_the_slot_features_of_the_full_models():
     pair = tracekit.pair()
     ts = tracekit.split("valid")
-    assert ts.has_slot_features and ts.fields == T.V3_ALL_FIELDS
+    assert ts.has_slot_features and ts.has_ranks and ts.fields == T.V4_ALL_FIELDS
     rows = np.arange(0, len(ts), 11)
     P = pair.target.probs(ts.context[rows])
     Q = pair.draft.probs(ts.context[rows])
     for j, i in enumerate(rows[:40]):
+        # the target's ranks (schema v4): the tokens it finds strictly more probable
+        p = P[j].tolist()
+        assert ts.target_rank[i] == sum(v > p[ts.token[i]] for v in p)
+        assert ts.cand_target_rank[i].tolist() == [sum(v > p[t] for v in p)
+                                                   for t in ts.cand_token[i].tolist()]
         tv, kpq, kqp, n = _brute(P[j].tolist(), Q[j].tolist())
         assert ts.slot_tv[i] == pytest.approx(tv, abs=1e-13)
         assert ts.slot_kl_pq[i] == pytest.approx(kpq, rel=1e-11, abs=1e-13)
@@ -75,15 +80,20 @@ def test_ngram_traces_record_the_slot_features_of_the_full_models():
     assert np.allclose(ts.slot_tv[rows], 1.0 - np.minimum(P, Q).sum(axis=1), atol=1e-13)
 
 
-def test_v3_round_trip_and_v2_files_still_load(tmp_path):
+def test_v4_round_trip_and_v3_and_v2_files_still_load(tmp_path):
     ts = tracekit.split("test")
-    T.save(ts, tmp_path / "v3.npz")
-    with zipfile.ZipFile(tmp_path / "v3.npz") as zf:
-        assert {"v3/" + f for f in T.V3_FIELDS} <= set(zf.namelist())
-    back = T.load(tmp_path / "v3.npz")
-    assert back.meta["format_version"] == 3 and back.has_slot_features
-    for f in T.V3_ALL_FIELDS:
+    T.save(ts, tmp_path / "v4.npz")
+    with zipfile.ZipFile(tmp_path / "v4.npz") as zf:
+        assert {"v3/" + f for f in T.V3_FIELDS} | {"v4/" + f for f in T.V4_FIELDS} \
+            <= set(zf.namelist())
+    back = T.load(tmp_path / "v4.npz")
+    assert back.meta["format_version"] == 4 and back.has_slot_features and back.has_ranks
+    for f in T.V4_ALL_FIELDS:
         assert np.array_equal(back.columns[f], ts.columns[f]), f
+    v3 = T.TraceSplit({f: ts.columns[f] for f in T.V3_ALL_FIELDS}, dict(ts.meta), "v3")
+    T.save(v3, tmp_path / "v3.npz")
+    old = T.load(tmp_path / "v3.npz")
+    assert old.meta["format_version"] == 3 and old.has_slot_features and not old.has_ranks
     v2 = T.TraceSplit({f: ts.columns[f] for f in T.ALL_FIELDS}, dict(ts.meta), "v2")
     T.save(v2, tmp_path / "v2.npz")
     assert T.is_trace_file(tmp_path / "v2.npz")
@@ -380,9 +390,9 @@ def test_shards_keep_the_slot_features_and_a_sharded_search_is_offered_them(tmp_
         old = T.TraceSplit({f: ts.columns[f] for f in T.ALL_FIELDS}, dict(ts.meta), s)
         shard_writer.write_split(old, tmp_path / "v2" / s, 300)
     v3 = shards.open_split(tmp_path / "v3" / "valid")
-    assert len(v3.shards) > 1 and v3.meta["format_version"] == 3
+    assert len(v3.shards) > 1 and v3.meta["format_version"] == 4     # with the ranks
     back = v3.concat()
-    for f in T.V3_ALL_FIELDS:
+    for f in T.V4_ALL_FIELDS:
         assert np.array_equal(back.columns[f], tracekit.split("valid").columns[f]), f
     v2 = shards.open_split(tmp_path / "v2" / "valid")
     assert v2.meta["format_version"] == 2 and not v2.concat().has_slot_features
@@ -391,7 +401,7 @@ def test_shards_keep_the_slot_features_and_a_sharded_search_is_offered_them(tmp_
         sp = Session().attach({s: shards.open_split(tmp_path / kind / s)
                                for s in ("train", "valid")})
         args = set(Evolution(cfg, sp["train"], sp["valid"]).pset.arguments)
-        assert ("slot_tv" in args) == offered, kind
+        assert ("slot_tv" in args) == offered and ("target_rank" in args) == offered, kind
 
 
 def test_a_numpy_export_of_a_slot_rule_takes_the_slot_features():

@@ -229,7 +229,8 @@ def test_candidate_matrix_layout():
     ts = tracekit.split("valid")
     sa = spec.TraceArrays.from_split(ts)
     assert spec.FEATURES[:6] == P.INPUT_NAMES
-    assert sa.X.shape == (14, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
+    assert sa.X.shape == (15, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
+    assert not np.isnan(sa.X).any()            # the trace world's rows: no empty one
     F = sa.features()
     i = 37
     assert (F["slot_kl_qp"][i] == ts.slot_kl_qp[i]).all() and not sa.missing

@@ -144,7 +144,7 @@ def test_trace_shape_and_meaning():
     g, k, C = cfg.block_size, cfg.top_k, cfg.context_len
     assert len(ts) == cfg.valid_prompts * cfg.blocks_per_prompt * g
     assert ts.cand_token.shape == (len(ts), k) and ts.context.shape == (len(ts), C)
-    assert ts.meta["format_version"] == 3
+    assert ts.meta["format_version"] == 4 and ts.has_ranks
     assert ts.meta["models"]["python_version"] == lm.python_version()
     # within a block the context slides over the drafted bytes
     blk = ts.context.reshape(-1, g, C)
@@ -274,6 +274,13 @@ def _set(i, v, col=None):
     ("sequence", _set(1, 99), r"field 'sequence' row 0: differs within one block"),
     ("token", lambda a: a.astype(np.int32), r"field 'token' must be int64"),
     ("context", lambda a: a[:, :2], r"field 'context' has shape"),
+    ("target_rank", _set(4, -1), r"field 'target_rank' row 4: a rank must be 0\.\.255"),
+    ("cand_target_rank", _set(6, 256, 1), r"field 'cand_target_rank' row 6: a rank must be"),
+    ("target_rank", lambda a: np.where(a == 0, 1, a),
+     r"field 'target_rank' row \d+: rank 0 is the target's top token, and only it"),
+    ("cand_target_rank", lambda a: np.where(a > 0, a + 1, a),
+     r"field 'target_rank' row \d+: differs from its candidate's rank"),
+    ("cand_target_rank", lambda a: a.astype(np.int64), r"field 'cand_target_rank' must be int32"),
 ])
 def test_validation_names_file_field_and_row(tmp_path, field, fn, pattern):
     path = _corrupt(tmp_path, field, fn)
@@ -281,12 +288,44 @@ def test_validation_names_file_field_and_row(tmp_path, field, fn, pattern):
         T.load(path)
 
 
+def test_candidate_ranks_follow_the_target_s_probabilities(tmp_path):
+    """Two candidates' ranks swapped (neither the drafted token, the target prefers
+    one): the file is refused naming the field and the row."""
+    ts = tracekit.split("test")
+    c = ts.columns
+    cp, crk, dc = c["cand_target_prob"], c["cand_target_rank"], c["draft_cand"]
+    r, i, j = next((r, i, j) for r in range(len(dc)) for i in range(cp.shape[1])
+                   for j in range(cp.shape[1]) if i != dc[r] and j != dc[r]
+                   and cp[r, i] > cp[r, j] and crk[r, i] > 0)
+
+    def swap(a):
+        a[r, i], a[r, j] = a[r, j], a[r, i]
+        return a
+    with pytest.raises(DataError, match=rf"bad\.npz: field 'cand_target_rank' row {r}: a "
+                                        "candidate the target finds more probable"):
+        T.load(_corrupt(tmp_path, "cand_target_rank", swap))
+
+
+def test_a_split_without_ranks_is_schema_v3_and_loads(tmp_path):
+    """Traces recorded before the ranks (schema v3) still load, without them, and a
+    split with one rank field only is refused when it is written."""
+    ts = tracekit.split("test")
+    cols = {f: v for f, v in ts.columns.items() if f not in T.V4_FIELDS}
+    T.save(T.TraceSplit(cols, dict(ts.meta), "v3"), tmp_path / "v3.npz")
+    back = T.load(tmp_path / "v3.npz")
+    assert back.meta["format_version"] == 3 and not back.has_ranks
+    assert back.fields == T.V3_ALL_FIELDS
+    with pytest.raises(DataError, match="field 'cand_target_rank' is missing"):
+        T.save(T.TraceSplit({**cols, "target_rank": ts.columns["target_rank"]},
+                            dict(ts.meta), "half"), tmp_path / "half.npz")
+
+
 def test_missing_and_extra_members(tmp_path):
     path = _corrupt(tmp_path, "token", lambda a: a)
     with zipfile.ZipFile(path) as zf:
         members = {n: zf.read(n) for n in zf.namelist()}
     for drop, add, pattern in [("v2/p_max", None, "field 'p_max' is missing"),
-                               (None, "v2/extra", "member 'v2/extra' is not part of schema v3")]:
+                               (None, "v2/extra", "member 'v2/extra' is not part of schema v4")]:
         out = tmp_path / "m.npz"
         with zipfile.ZipFile(out, "w") as zf:
             for n, b in members.items():

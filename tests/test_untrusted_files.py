@@ -457,9 +457,9 @@ def test_trace_meta_hostile(tmp_path, case):
     assert not traces.is_trace_file(f)
 
 
-@pytest.mark.parametrize("version", ["4", "3.0", "true", '"3"', "1.0", "null"])
+@pytest.mark.parametrize("version", ["5", "3.0", "true", '"3"', "1.0", "null"])
 def test_an_unsupported_trace_version_is_named_as_such(tmp_path, data_copy, version):
-    """A trace file whose format_version is not 2 or 3 (4, 3.0, true, "3") was
+    """A trace file whose format_version is not 2, 3 or 4 (5, 3.0, true, "3") was
     described as "holds token splits": the line says the version is not supported.
     Token splits (format_version 1) are still named as such."""
     from tests import tracekit

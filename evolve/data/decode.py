@@ -27,7 +27,8 @@ import numpy as np
 
 # the elementary functions of the inputs, defined once with them (and read from here too)
 from evolve.data.inputs import (KL_FLOOR, Slots, at_slots, entropy,  # noqa: F401
-                                lookahead_features, slot_columns, slot_features, slots_missing)
+                                lookahead_features, ranks, slot_columns, slot_features,
+                                slots_missing)
 
 VOCAB = 256        # the byte vocabulary of the n-gram pair (evolve.data.sources.ngram_lm)
 
@@ -116,10 +117,11 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8
     np.put_along_axis(in_top, order, True, axis=1)
     tail = ~in_top
     plus = tail & (p > q)
+    cp = np.take_along_axis(p, order, axis=1)
     return {
         "cand_token": order.astype(token_dtype),
         "cand_draft_prob": np.take_along_axis(q, order, axis=1),
-        "cand_target_prob": np.take_along_axis(p, order, axis=1),
+        "cand_target_prob": cp, "cand_target_rank": ranks(p, cp).astype(np.int32),
         "tail_draft_prob": np.where(tail, q, 0.0).sum(axis=1),
         "tail_target_prob": np.where(tail, p, 0.0).sum(axis=1),
         "tail_excess_draft_prob": np.where(plus, q, 0.0).sum(axis=1),
@@ -375,11 +377,13 @@ def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: i
             "block_position": np.tile(np.arange(g), B), "token": x,
             "draft_cand": np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1),
             "target_top": top, "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **cs,
-            **slot_features(Pg, Qg)}
+            **slot_features(Pg, Qg),
+            "target_rank": ranks(Pg, px.reshape(-1)).astype(np.int32)}
 
 
 INT_COLUMNS = ("position", "sequence", "block_index", "block_position", "token", "draft_cand",
                "target_top", "slot_n_q_gt_p")
+RANK_COLUMNS = ("target_rank", "cand_target_rank")     # int32 (evolve.data.traces.V4_FIELDS)
 
 
 def sequence_major(rec: dict, blocks: int, B: int, g: int) -> dict:
@@ -392,4 +396,7 @@ def sequence_major(rec: dict, blocks: int, B: int, g: int) -> dict:
         out[f] = np.ascontiguousarray(a.reshape((blocks * B * g,) + a.shape[3:]))
     for f in INT_COLUMNS:
         out[f] = out[f].astype(np.int64)
+    for f in RANK_COLUMNS:
+        if f in out:
+            out[f] = out[f].astype(np.int32)
     return out

@@ -113,6 +113,21 @@ def slot_columns(columns: dict) -> dict | None:
     return None
 
 
+def rank_columns(columns: dict) -> dict | None:
+    """The target's ranks of a split's drafted tokens and candidates: recorded (schema
+    v4), else computed from the candidates where they hold all of both distributions'
+    mass (every other token has p = 0 and is below them), else None."""
+    names = ("target_rank", "cand_target_rank")
+    if all(f in columns for f in names):
+        return {f: columns[f] for f in names}
+    if (np.asarray(columns["tail_draft_prob"]) == 0.0).all() and \
+            (np.asarray(columns["tail_target_prob"]) == 0.0).all():
+        cp = np.asarray(columns["cand_target_prob"], dtype=np.float64)
+        return {"target_rank": ranks(cp, columns["target_prob"]),
+                "cand_target_rank": ranks(cp, cp)}
+    return None
+
+
 def slots_missing(columns: dict, source: str) -> str:
     """"" if ``slot_columns`` finds the slot features, else why not (one line)."""
     if slot_columns(columns) is not None:
@@ -144,6 +159,7 @@ class Ops:
     matches_ahead: Callable  # (match (M,), g) -> later drafts in a row that match
     count_before: Callable   # (flag (M,), g) -> earlier flagged slots of the block
     log: Callable            # element-wise natural log
+    rank: Callable           # (P (M, V), values (M,) or (M, T)) -> #{y: P[m, y] > value}
 
 
 def _np_take(P, x):
@@ -160,9 +176,24 @@ def _np_per_row(v, shape):
     return np.repeat(v[:, None], shape[1], axis=1)
 
 
+def ranks(P: np.ndarray, values) -> np.ndarray:
+    """How many entries of each row of P (M, V) are above each of its values, (M,) or
+    (M, T), int64: the target's rank of a token whose probability is the value (0: its
+    top token; ties share a rank)."""
+    v = np.asarray(values, dtype=np.float64)
+    one = v.ndim == 1
+    v = v[:, None] if one else v
+    S = np.sort(np.asarray(P, dtype=np.float64), axis=1)
+    out = np.empty(v.shape, dtype=np.int64)
+    for i in range(S.shape[0]):
+        out[i] = S.shape[1] - np.searchsorted(S[i], v[i], side="right")
+    return out[:, 0] if one else out
+
+
 NUMPY = Ops(_np_take, _np_per_row, entropy, lambda P: np.argmax(P, axis=1),
             lambda P: P.max(axis=1), slot_features, lookahead_features,
-            lambda V, P: np.arange(V)[None, :], matches_ahead, count_before, np.log)
+            lambda V, P: np.arange(V)[None, :], matches_ahead, count_before, np.log,
+            lambda P, v: ranks(P, v).astype(np.float64))
 
 
 class Slots:
@@ -274,6 +305,7 @@ AT_SLOTS: dict[str, Callable] = {
                               - s.ops.log(s.at(s.p))),
     "mismatches": _lookahead("mismatches"),
     "next_matches": _lookahead("next_matches"),
+    "target_rank": lambda s: s.ops.rank(s.p, s.at(s.p)),
 }
 
 
@@ -365,6 +397,7 @@ FROM_COLUMNS: dict[str, Columns] = {
         lambda c: _log(c["p_max"])[:, None] - _log(c["cand_target_prob"])),
     "mismatches": Columns(lambda c: _recorded_mismatches(c), lambda c: _recorded_mismatches(c)),
     "next_matches": Columns(lambda c: _next_matches(c), lambda c: _next_matches(c)),
+    "target_rank": Columns(lambda c: c["target_rank"], lambda c: c["cand_target_rank"]),
 }
 
 if set(AT_SLOTS) != set(BY_NAME) or set(FROM_COLUMNS) != set(BY_NAME):
@@ -375,20 +408,23 @@ if set(AT_SLOTS) != set(BY_NAME) or set(FROM_COLUMNS) != set(BY_NAME):
 def readable(columns: dict, meta: dict) -> dict:
     """A split's columns (``meta``: its meta.json) as ``FROM_COLUMNS`` reads them: with
     ``slots`` (the slot features, recorded or computed from full candidates) where it has
-    them, its block size (the lookahead inputs of the recorded drafts come from the slot
-    TVs of their blocks, on first use) and whether it was decoded greedily."""
+    them, the target's ranks where it has them (``rank_columns``), its block size (the
+    lookahead inputs of the recorded drafts come from the slot TVs of their blocks, on
+    first use) and whether it was decoded greedily."""
     slots = slot_columns(columns)
     out = {**columns, "block_size": int(meta["block_size"]),
            "greedy": meta.get("decoding") == "greedy"}
     if slots is not None:
         out["slots"] = slots
+    out.update(rank_columns(columns) or {})
     return out
 
 
 def available(cols: dict) -> set:
     """The groups a split's columns (``readable``) hold."""
     return {"token", "trace", "answer", "verify"} | (
-        {"slot", "lookahead"} if "slots" in cols else set())
+        {"slot", "lookahead"} if "slots" in cols else set()) | (
+        {"rank"} if "target_rank" in cols and "cand_target_rank" in cols else set())
 
 
 def input_matrix(cols: dict, at: str, groups=None) -> np.ndarray:

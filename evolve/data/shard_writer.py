@@ -75,7 +75,7 @@ def is_shard_set(directory: str | os.PathLike) -> bool:
                 continue
             if not (SHARD_NAME.fullmatch(name) and st_is_dir(path_stat(d / name))):
                 return False
-            fields = {f"{f}.npy" for f in T.V3_ALL_FIELDS + (LB.COLUMN,)}
+            fields = {f"{f}.npy" for f in T.V4_ALL_FIELDS + (LB.COLUMN,)}
             for inner in os.listdir(d / name):
                 if inner not in fields or not st_is_file(path_stat(d / name / inner)):
                     return False
@@ -259,8 +259,8 @@ class SplitWriter:
         if self.pending_rows:
             self._flush(self.pending_rows)
         manifest = {"format": FORMAT, "format_version": FORMAT_VERSION,
-                    "schema_version": (T.SLOT_VERSION if self.entries and "slot_tv" in
-                                       self.entries[0]["columns"] else T.FORMAT_VERSION),
+                    "schema_version": (T.version_of(self.entries[0]["columns"])
+                                       if self.entries else T.FORMAT_VERSION),
                     "meta": self.meta,
                     "rows": sum(e["rows"] for e in self.entries), "shards": self.entries}
         with open(self.tmp / MANIFEST, "w", encoding="utf-8") as fh:

@@ -260,9 +260,10 @@ def map_shard(path: str | os.PathLike, meta: dict, name: str = "") -> T.TraceSpl
 
 def shard_fields(meta: dict) -> tuple:
     """The columns of a split's shards: with the slot features where its manifest's
-    ``schema_version`` (copied into ``meta["format_version"]`` by ``open_split``) is 3,
+    ``schema_version`` (copied into ``meta["format_version"]`` by ``open_split``) is 3
+    or 4 (and the ranks where it is 4),
     and with the critical-token labels where its meta has ``labels`` (task traces)."""
-    base = T.V3_ALL_FIELDS if meta.get("format_version") == T.SLOT_VERSION else T.ALL_FIELDS
+    base = T.fields_for(meta.get("format_version"))
     return base + (LB.COLUMN,) if "labels" in meta else base
 
 
@@ -294,7 +295,7 @@ def _manifest(directory: Path) -> dict:
                         f"expected {FORMAT_VERSION}")
     if type(m.get("schema_version")) is not int or m["schema_version"] not in T.FORMAT_VERSIONS:
         raise DataError(f"{where}: field 'schema_version' is {m.get('schema_version')!r:.40}, "
-                        f"expected {T.FORMAT_VERSION} or {T.SLOT_VERSION}")
+                        f"expected one of {', '.join(map(str, T.FORMAT_VERSIONS))}")
     unknown = sorted(set(m) - {"format", "format_version", "schema_version", "meta", "rows",
                                "shards"})
     if unknown:
@@ -317,9 +318,10 @@ def _manifest(directory: Path) -> dict:
         raise DataError(f"{where}: field 'meta.vocab_size' must be a whole number >= 2, "
                         f"got {meta['vocab_size']!r:.40}")
     if "labels" in meta:
-        if m["schema_version"] != T.SLOT_VERSION:
+        if m["schema_version"] < T.SLOT_VERSION:
             raise DataError(f"{where}: field 'meta.labels': labelled task traces have schema "
-                            f"{T.SLOT_VERSION}, the manifest says {m['schema_version']}")
+                            f"{T.SLOT_VERSION} or {T.RANK_VERSION}, the manifest says "
+                            f"{m['schema_version']}")
         LB.check_version(meta["labels"], where, meta.get("decoding"), "meta.labels.")
     fields = set(shard_fields(dict(meta, format_version=m["schema_version"])))
     seen = set()

@@ -1,4 +1,4 @@
-"""Speculative-decoding traces, schema v2 and v3: one row per drafted position.
+"""Speculative-decoding traces, schema v2, v3 and v4: one row per drafted position.
 
 A split holds the eight v1 fields of every drafted position (so a v1 reader
 loads it as a token split) and the v2 fields below: where the position sits
@@ -20,6 +20,13 @@ Schema v3 = v2 + the four slot features of ``V3_FIELDS`` (stored under ``v3/``,
 ``format_version: 3``) of the full distributions p and q over the vocabulary
 (``evolve.data.decode.slot_features``). Version 2 files still load, without them
 (``TraceSplit.has_slot_features``; ``evolve.objectives.spec.TraceArrays.missing``).
+
+Schema v4 = v3 + the target's ranks of ``V4_FIELDS`` (stored under ``v4/``,
+``format_version: 4``): for the drafted token and for each of the draft's candidates,
+how many tokens of the vocabulary the target finds more probable (0: its top token;
+the condition of TensorRT-LLM's ``relaxed_topk``). Files of versions 2 and 3 still
+load, without them (``TraceSplit.has_ranks``): the ``rank`` input group is then not
+offered.
 
 Vocabulary: ``meta.json`` may name ``vocab_size`` (token ids are 0 ..
 vocab_size - 1); files without it are byte-level (256, the n-gram pair).
@@ -49,10 +56,12 @@ VOCAB = 256            # byte-level models: token ids are byte values (default v
 
 FORMAT_VERSION = 2     # the schema every split holds (ALL_FIELDS)
 SLOT_VERSION = 3       # files with the slot features (V3_FIELDS) as well
-FORMAT_VERSIONS = (FORMAT_VERSION, SLOT_VERSION)
+RANK_VERSION = 4       # and with the target's ranks (V4_FIELDS)
+FORMAT_VERSIONS = (FORMAT_VERSION, SLOT_VERSION, RANK_VERSION)
 SPLITS = D.SPLITS
 V2_PREFIX = "v2/"
 V3_PREFIX = "v3/"
+V4_PREFIX = "v4/"
 MASS_TOL = 1e-9        # tolerance of probability sums in validation
 
 # v2 fields beyond the v1 record. Kind: "row" (N,), "cand" (N, k), "ctx" (N, C).
@@ -88,6 +97,14 @@ KL_TOL = 1e-12         # a KL computed in float64 may round to a tiny negative
 CONTEXT_PAD = -1       # left padding of int32 contexts shorter than context_len
 ALL_FIELDS = tuple(D.FIELDS) + tuple(V2_FIELDS)    # the fields every split has
 V3_ALL_FIELDS = ALL_FIELDS + tuple(V3_FIELDS)
+# v4 fields: the target's rank of the drafted token and of each candidate,
+# #{y: p(y) > p(x)} over the whole vocabulary (0: the target's top token); int32 (a
+# rank is below the vocabulary size), a fifth of a row's bytes rather than two fifths.
+V4_FIELDS: dict[str, tuple[str, np.dtype]] = {
+    "target_rank": ("row", np.dtype(np.int32)),
+    "cand_target_rank": ("cand", np.dtype(np.int32)),
+}
+V4_ALL_FIELDS = V3_ALL_FIELDS + tuple(V4_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -128,8 +145,14 @@ class TraceSplit:
         return all(f in self.columns for f in V3_FIELDS)
 
     @property
+    def has_ranks(self) -> bool:
+        """Whether the split carries the v4 target ranks (``V4_FIELDS``)."""
+        return all(f in self.columns for f in V4_FIELDS)
+
+    @property
     def fields(self) -> tuple:
-        """The fields this split holds: ``V3_ALL_FIELDS`` or ``ALL_FIELDS``."""
+        """The fields this split holds: ``V4_ALL_FIELDS``, ``V3_ALL_FIELDS`` or
+        ``ALL_FIELDS``."""
         return fields_of(self.columns)
 
     @property
@@ -142,9 +165,23 @@ class TraceSplit:
                               source=self.meta.get("source", "<traces>"), name=self.name)
 
 
+def version_of(columns) -> int:
+    """The schema version of a split holding the fields (names) ``columns``: 4 with the
+    slot features and the ranks, 3 with the slot features, else 2."""
+    if not all(f in columns for f in V3_FIELDS):
+        return FORMAT_VERSION
+    return RANK_VERSION if all(f in columns for f in V4_FIELDS) else SLOT_VERSION
+
+
+def fields_for(version) -> tuple:
+    """The fields of a split of schema ``version``."""
+    return {RANK_VERSION: V4_ALL_FIELDS, SLOT_VERSION: V3_ALL_FIELDS}.get(version, ALL_FIELDS)
+
+
 def fields_of(columns) -> tuple:
-    """``V3_ALL_FIELDS`` if ``columns`` holds every slot feature, else ``ALL_FIELDS``."""
-    return V3_ALL_FIELDS if all(f in columns for f in V3_FIELDS) else ALL_FIELDS
+    """The fields of a split holding ``columns``: ``V4_ALL_FIELDS``, ``V3_ALL_FIELDS``
+    (every slot feature) or ``ALL_FIELDS``."""
+    return fields_for(version_of(columns))
 
 
 def vocab_size(meta: dict) -> int:
@@ -226,14 +263,21 @@ def scope_mismatch(rule_scope: dict | None, data_scope: dict) -> str | None:
 # ---------------------------------------------------------------- storage
 
 def save(ts: TraceSplit, path: str | os.PathLike) -> None:
-    """Write a split atomically as a deterministic, uncompressed .npz: schema v3
-    when its columns hold every slot feature, v2 when they hold none."""
+    """Write a split atomically as a deterministic, uncompressed .npz: schema v4 when
+    its columns hold every slot feature and the ranks, v3 with the slot features only,
+    v2 when they hold none."""
+    src = ts.meta.get('source', '<traces>')
     some = [f for f in V3_FIELDS if f in ts.columns]
     if some and not ts.has_slot_features:
         missing = next(f for f in V3_FIELDS if f not in ts.columns)
-        raise DataError(f"{ts.meta.get('source', '<traces>')}: field '{missing}' is "
+        raise DataError(f"{src}: field '{missing}' is "
                         f"missing (a v3 split needs all of {', '.join(V3_FIELDS)})")
-    version = SLOT_VERSION if some else FORMAT_VERSION
+    ranks = [f for f in V4_FIELDS if f in ts.columns]
+    if ranks and not (ts.has_ranks and ts.has_slot_features):
+        missing = next(f for f in (*V4_FIELDS, *V3_FIELDS) if f not in ts.columns)
+        raise DataError(f"{src}: field '{missing}' is missing (a v4 split needs all of "
+                        f"{', '.join(V4_FIELDS)} and the slot features)")
+    version = version_of(ts.columns)
     meta = {k: v for k, v in ts.meta.items() if k != "source"}
     meta["format_version"] = version
     D.write_npz(path, meta, {member: ts.columns[f]
@@ -245,11 +289,13 @@ def _members(version: int = FORMAT_VERSION) -> dict:
     m = {f: (f + ".npy" if f in D.FIELDS else V2_PREFIX + f) for f in ALL_FIELDS}
     if version >= SLOT_VERSION:
         m.update({f: V3_PREFIX + f for f in V3_FIELDS})
+    if version >= RANK_VERSION:
+        m.update({f: V4_PREFIX + f for f in V4_FIELDS})
     return m
 
 
 def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
-    """Load and validate a v2 or v3 split; a v1 file raises DataError saying so."""
+    """Load and validate a v2, v3 or v4 split; a v1 file raises DataError saying so."""
     path = Path(path)
     src = str(path)
     if not os.path.lexists(path):
@@ -264,7 +310,7 @@ def load(path: str | os.PathLike, name: str = "") -> TraceSplit:
             v = meta.get("format_version") if isinstance(meta, dict) else None
             if not _is_version(v):
                 raise DataError(f"{src}: format_version {show(v)} is not supported; a trace "
-                                "file has 2 or 3 (token splits, version 1, load with "
+                                "file has 2, 3 or 4 (token splits, version 1, load with "
                                 "evolve.data)")
             members = _members(v)
             cols = D.read_members(zf, src, members)
@@ -463,6 +509,47 @@ def validate(ts: TraceSplit, src: str) -> None:
              "must be token == target_top (the drafted byte is the target's argmax)")
     if ts.has_slot_features:
         _validate_v3(cols, n, V, src)
+    if ts.has_ranks:
+        _validate_v4(cols, n, k, V, src)
+
+
+def _validate_v4(cols: dict, n: int, k: int, V: int, src: str) -> None:
+    """The target's ranks: whole numbers 0..V-1; 0 exactly where the probability is the
+    target's top one; the drafted token's rank is its candidate's; among a row's
+    candidates a higher target probability has a smaller rank, an equal one the same."""
+    for f, (kind, dtype) in V4_FIELDS.items():
+        a = cols[f]
+        want = (n,) if kind == "row" else (n, k)
+        if a.shape != want:
+            raise DataError(f"{src}: field '{f}' has shape {a.shape}, expected {want}")
+        if a.dtype != dtype:
+            raise DataError(f"{src}: field '{f}' must be {dtype}, got {a.dtype}")
+        bad = ((a < 0) | (a >= V)).reshape(n, -1).any(axis=1)
+        if bad.any():
+            _bad(src, f, bad, a, f"a rank must be 0..{V - 1}")
+    rk, crk = cols["target_rank"], cols["cand_target_rank"]
+    cp, tp, pm = cols["cand_target_prob"], cols["target_prob"], cols["p_max"]
+    bad = (rk == 0) != (tp == pm)
+    if bad.any():
+        _bad(src, "target_rank", bad, rk, "rank 0 is the target's top token, and only it")
+    bad = ((crk == 0) != (cp == pm[:, None])).any(axis=1)
+    if bad.any():
+        _bad(src, "cand_target_rank", bad, crk, "rank 0 is the target's top token, and "
+             "only it")
+    dc = cols["draft_cand"]
+    inside = dc >= 0
+    bad = inside & (crk[np.arange(n), np.maximum(dc, 0)] != rk)
+    if bad.any():
+        _bad(src, "target_rank", bad, rk, "differs from its candidate's rank")
+    if k > 1:
+        order = np.argsort(-cp, axis=1, kind="stable")
+        ps = np.take_along_axis(cp, order, axis=1)
+        rs = np.take_along_axis(crk, order, axis=1)
+        dp, dr = np.diff(ps, axis=1), np.diff(rs, axis=1)
+        bad = ((dp < 0) & (dr <= 0) | (dp == 0) & (dr != 0)).any(axis=1)
+        if bad.any():
+            _bad(src, "cand_target_rank", bad, crk, "a candidate the target finds more "
+                 "probable must have a smaller rank, an equally probable one the same")
 
 
 def _validate_v3(cols: dict, n: int, V: int, src: str) -> None:

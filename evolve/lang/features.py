@@ -23,6 +23,9 @@ Groups, in table order; an input is offered to a search where its group's data i
   ``evolve.data.decode.lookahead_features``), so the exact objectives hold them at
   the recorded draft's values and a rule that reads them is scored by an estimate
   (``evolve run --lookahead`` offers them; the free-running comparison decides);
+- ``rank``: the drafted token's rank in the target's distribution (traces that record
+  it, schema v4, and every decoder: it needs the full target distribution); offered
+  where both splits of a run record it;
 - ``answer`` (the task world): the drafted token's log-probability margin below the
   target's top token, and the drafts accepted so far in the answer that were not the
   target's top token (path-dependent: held at the recorded path's values offline);
@@ -32,9 +35,10 @@ Groups, in table order; an input is offered to a search where its group's data i
 A group ``needs`` the groups it is computed from (lookahead: slot). A rule's signature
 (generated code and exports) is its world's own groups (token; token and trace on
 traces) plus every group it reads and what those need, in table order
-(``signature_of``): six, nine, twelve or fourteen inputs today. Inputs are appended
-so that trees and checkpoints written before them still parse; the kernels reserve
-``MAX_INPUTS`` opcodes for them (``evolve.lang.primitives``).
+(``signature_of``). Trees, checkpoints and exports name their inputs, and opcodes and
+input matrices are made from the table when a run starts, so a group may be inserted
+where its data belongs (the trace world's groups first: its input matrices then have
+no empty rows); the kernels reserve ``MAX_INPUTS`` opcodes (``evolve.lang.primitives``).
 
 This module imports nothing, so data modules can read it without loading Numba.
 """
@@ -63,6 +67,7 @@ GROUPS = {
     "slot": ("traces with the slot features (schema v3, or candidates holding all the mass)",
              ()),
     "lookahead": ("traces with the slot features, offered with --lookahead", ("slot",)),
+    "rank": ("traces that record the target's ranks (schema v4)", ()),
     "answer": ("task traces: where the drafted token stands and what the answer has "
                "accepted so far", ()),
     "verify": ("task traces: what verification knows of the block's later drafts", ()),
@@ -111,6 +116,10 @@ REGISTRY: tuple[Input, ...] = (
     Input("ahead", "ahead", float, "lookahead", False,
           "expected later drafts of the block the standard rule accepts after this one",
           'slots["ahead"]', domain="nonneg"),
+    Input("target_rank", "rank", float, "rank", True,
+          "tokens the target finds more probable than the drafted one (0: its top token; "
+          "TensorRT-LLM's relaxed_topk keeps a draft of rank below topk)",
+          "(p > p[rows, x].unsqueeze(-1)).sum(dim=-1).to(p.dtype)", domain="whole"),
     Input("logp_margin", "margin", float, "answer", True,
           "log p_max - log p(token): how far the drafted token is below the target's top "
           "one (TensorRT-LLM's relaxed_delta reads it)",
@@ -206,11 +215,12 @@ def signature_of(nodes, trace: bool = True) -> tuple:
 
 
 def offered(trace: bool = False, slots: bool = True, lookahead: bool = False,
-            extra=()) -> tuple:
+            extra=(), ranks: bool = False) -> tuple:
     """The inputs data of a kind offers a search, in table order: the token group; on
     traces also the trace group and, with ``slots`` (the split has them), the slot
-    group, and with ``lookahead`` (and ``slots``) the lookahead group; and the groups
-    ``extra`` (a world's own: the task world's answer and verify groups)."""
+    group, and with ``lookahead`` (and ``slots``) the lookahead group, and with
+    ``ranks`` (the split records them) the rank group; and the groups ``extra`` (a
+    world's own: the task world's answer and verify groups)."""
     groups = {"token", *extra}
     if trace:
         groups.add("trace")
@@ -218,4 +228,6 @@ def offered(trace: bool = False, slots: bool = True, lookahead: bool = False,
             groups.add("slot")
             if lookahead:
                 groups.add("lookahead")
+        if ranks:
+            groups.add("rank")
     return names_of(*groups)

@@ -236,10 +236,10 @@ def uses_lookahead_inputs(nodes) -> bool:
 
 
 def offered_inputs(trace: bool = False, slots: bool = True, lookahead: bool = False,
-                   extra=()) -> tuple:
+                   extra=(), ranks: bool = False) -> tuple:
     """The inputs data of a kind offers a search, in table order
     (``evolve.lang.features.offered``)."""
-    return offered(trace, slots, lookahead, extra)
+    return offered(trace, slots, lookahead, extra, ranks)
 
 
 def primitives_for(inputs) -> tuple:
@@ -253,16 +253,17 @@ def primitives_for(inputs) -> tuple:
 
 
 def make_pset(trace: bool = False, slots: bool = True, lookahead: bool = False,
-              only=None, extra=()):
+              only=None, extra=(), ranks: bool = False):
     """The strongly typed DEAP primitive set, built from the table.
 
     ``trace=True`` adds the trace features (block_position, p_max, q_max) and,
     with ``slots``, the slot features (the split must have them); ``lookahead``
-    (with ``slots``) also the lookahead inputs. ``only`` (input names, each among
-    those offered) keeps just those inputs (``evolve run --inputs``)."""
+    (with ``slots``) also the lookahead inputs; ``ranks`` the target's rank (the
+    splits record it). ``only`` (input names, each among those offered) keeps just
+    those inputs (``evolve run --inputs``)."""
     from deap import gp    # lazy: start-up (DEAP loads only where it is used)
 
-    names = offered_inputs(trace, slots, lookahead, extra)
+    names = offered_inputs(trace, slots, lookahead, extra, ranks)
     if only is not None:
         extra = [n for n in only if n not in names]
         if extra:

@@ -77,10 +77,10 @@ from evolve.data.decode import RESIDUAL_EPS, slots_missing
 from evolve.data import distance
 from evolve.errors import EvolveError
 from evolve.kernels import layout
-from evolve.lang.features import names_of
+from evolve.lang.features import ALL_INPUT_NAMES, names_of
 from evolve.objectives.metrics import clip01
 
-GROUPS = ("token", "trace", "slot", "lookahead")     # the inputs the trace world offers
+GROUPS = ("token", "trace", "slot", "lookahead", "rank")     # the inputs the trace world offers
 FEATURES = names_of(*GROUPS)      # the rows of a trace split's input matrix, in opcode order
 N_FEATURES = len(FEATURES)
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C
@@ -135,7 +135,8 @@ class TraceArrays:
 
     def features(self) -> dict:
         """Feature name -> (n, k) view of X."""
-        return {f: self.X[i].reshape(self.n, self.k) for i, f in enumerate(FEATURES[:len(self.X)])}
+        return {f: self.X[i].reshape(self.n, self.k)
+                for i, f in enumerate(ALL_INPUT_NAMES[:len(self.X)]) if f in FEATURES}
 
 
 def candidate_matrix(ts) -> np.ndarray:

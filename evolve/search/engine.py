@@ -56,8 +56,10 @@ class Evolution:
             raise ConfigError.of("lookahead", "the lookahead inputs are computed from the slot "
                                  "features, which these traces lack"
                                  + (f" ({why})" if len(why) > 1 else ""))
+        # the target's ranks only where both splits record them (schema v4)
+        ranks = self.objective.trace_inputs and all(map(records_ranks, (train, valid)))
         offered = P.offered_inputs(self.objective.trace_inputs, not any(missing),
-                                   config.lookahead, self.objective.extra_groups)
+                                   config.lookahead, self.objective.extra_groups, ranks)
         only = config.input_list()
         absent = next((n for n in only or () if n not in offered), None)
         if absent is not None:
@@ -68,7 +70,8 @@ class Evolution:
         # the inputs this search may use, in table order (recorded in each checkpoint)
         self.inputs = tuple(n for n in offered if only is None or n in only)
         self.pset = P.make_pset(self.objective.trace_inputs, not any(missing), config.lookahead,
-                                only=self.inputs, extra=self.objective.extra_groups)
+                                only=self.inputs, extra=self.objective.extra_groups,
+                                ranks=ranks)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
@@ -427,3 +430,18 @@ def _timed(parts: dict, name: str, fn, *args):
         return fn(*args)
     finally:
         parts[name] = parts.get(name, 0.0) + time.perf_counter() - t
+
+
+
+def records_ranks(split) -> bool:
+    """Whether a split (traces in memory or sharded, or task traces) gives the target's
+    ranks: its columns hold them (schema v4) or its candidates hold all the mass
+    (``evolve.data.inputs.rank_columns``), or a sharded split's manifest says v4."""
+    from evolve.data import traces as T     # lazy: as the module's others
+    from evolve.data.inputs import rank_columns   # lazy: as above
+    inner = getattr(split, "traces", split)
+    cols = getattr(inner, "columns", None)
+    if isinstance(cols, dict):
+        return rank_columns(cols) is not None
+    meta = getattr(split, "meta", None) or {}
+    return meta.get("format_version") == T.RANK_VERSION

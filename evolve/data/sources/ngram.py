@@ -256,7 +256,7 @@ def prompt_starts(pair: LMPair, split: str, n: int | None = None):
 
 
 def _meta(cfg: TraceConfig, split: str, rows: int, pair: LMPair | None) -> dict:
-    m = {"format_version": T.SLOT_VERSION, "rows": rows, "name": split,
+    m = {"format_version": T.RANK_VERSION, "rows": rows, "name": split,
          "block_size": cfg.block_size, "top_k": cfg.top_k, "context_len": cfg.context_len,
          "config": cfg.to_dict()}
     if pair is not None:

@@ -160,7 +160,7 @@ def split_bytes(rows: int, top_k: int, context_len: int) -> int:
 
 def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
     cfg = pair.config
-    return {"format_version": T.SLOT_VERSION, "rows": rows, "name": split,
+    return {"format_version": T.RANK_VERSION, "rows": rows, "name": split,
             "backend": "hf", "block_size": cfg.block_size, "top_k": cfg.top_k,
             "context_len": cfg.context_len, "vocab_size": pair.vocab,
             "config": cfg.to_dict(),

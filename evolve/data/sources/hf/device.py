@@ -25,7 +25,7 @@ import numpy as np
 from evolve.data.decode import (KL_FLOOR, RESIDUAL_EPS, SORT_ALL_MAX_VOCAB, STANDARD,
                                 clipped, judges_every_draft, residual_kind)
 from evolve.data.inputs import AT_SLOTS, Ops, Slots, at_slots
-from evolve.data.traces import V3_ALL_FIELDS
+from evolve.data.traces import V4_ALL_FIELDS
 from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, TOKEN_LEVEL
 
 PROB_FLOOR = float(np.finfo(np.float64).tiny)
@@ -123,9 +123,21 @@ def _log(a):
 
 
 # The torch functions the inputs are computed with (``evolve.data.inputs``)
+def ranks(P, values):
+    """``evolve.data.inputs.ranks`` on the device: how many entries of each row of P
+    are above each of its values (M,) or (M, T), int64."""
+    import torch  # lazy: the core install has no torch
+    one = values.dim() == 1
+    v = (values.unsqueeze(1) if one else values).to(P.dtype).contiguous()
+    S = torch.sort(P, dim=1).values
+    out = P.shape[1] - torch.searchsorted(S, v, right=True)
+    return out[:, 0] if one else out
+
+
 OPS = Ops(_take, lambda v, shape: v if len(shape) == 1 else v.unsqueeze(1).expand(*shape),
           entropy, lambda P: P.argmax(dim=1), lambda P: P.amax(dim=1), slot_features,
-          lookahead_features, _vocab, matches_ahead, count_before, _log)
+          lookahead_features, _vocab, matches_ahead, count_before, _log,
+          lambda P, v: ranks(P, v).to(P.dtype))
 
 
 def top_candidates(q, k: int):
@@ -150,9 +162,10 @@ def candidates(p, q, k: int) -> dict:
     order = top_candidates(q, k)
     tail = torch.ones_like(q, dtype=torch.bool).scatter_(1, order, False)
     plus = tail & (p > q)
+    cp = torch.gather(p, 1, order)
     return {"cand_token": order,
             "cand_draft_prob": torch.gather(q, 1, order),
-            "cand_target_prob": torch.gather(p, 1, order),
+            "cand_target_prob": cp, "cand_target_rank": ranks(p, cp).to(torch.int32),
             "tail_draft_prob": torch.where(tail, q, 0.0).sum(dim=1),
             "tail_target_prob": torch.where(tail, p, 0.0).sum(dim=1),
             "tail_excess_draft_prob": torch.where(plus, q, 0.0).sum(dim=1),
@@ -192,13 +205,15 @@ def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None) -> dict:
     s = Slots(Pg, Qg, x, (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
               jj.repeat(B), g=g, ops=OPS, history=None if mismatches is None else
               {"mismatches": mismatches.to(torch.float64).repeat_interleave(g)})
-    return {**at_slots(s), "token": x,
+    feats = at_slots(s)
+    feats["target_rank"] = feats["target_rank"].to(torch.int32)     # recorded as int32
+    return {**feats, "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
             "target_top": top, **cs, **s.slots}
 
 
 # the inputs a trace derives from its columns (block_features a trace does not record)
-RECORD_SKIPS = tuple(n for n in ALL_INPUT_NAMES if n not in V3_ALL_FIELDS)
+RECORD_SKIPS = tuple(n for n in ALL_INPUT_NAMES if n not in V4_ALL_FIELDS)
 
 
 def rule_acceptance(rule, F: dict, B: int, g: int):

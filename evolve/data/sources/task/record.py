@@ -86,7 +86,7 @@ def record_traces(pair, split: str, mode: str, prompts: int | None = None,
     live = cols.pop("live")
     cols = {f: np.ascontiguousarray(v[live]) for f, v in cols.items()}
     cfg = pair.config
-    meta = {"format_version": T.SLOT_VERSION, "rows": int(live.sum()), "name": split,
+    meta = {"format_version": T.RANK_VERSION, "rows": int(live.sum()), "name": split,
             "backend": "task", "block_size": cfg.block_size, "top_k": cfg.top_k,
             "context_len": cfg.context_len, "config": cfg.to_dict(), "decoding": mode,
             "task": {**pair.task_meta(), "problems": len(H)},
