@@ -259,14 +259,14 @@ def test_target_rank_at_slots_and_recorded_equals_a_count():
     np.testing.assert_array_equal(every, [[slow(i, y) for y in range(V)]
                                           for i in range(B * g)])
     cs = DC.candidate_summary(p, q, k)
-    np.testing.assert_array_equal(cs["cand_target_rank"],
-                                  [[slow(i, int(t)) for t in cs["cand_token"][i]]
-                                   for i in range(B * g)])
     px = np.take_along_axis(p, x[:, None], axis=1)[:, 0]
     qx = np.take_along_axis(q, x[:, None], axis=1)[:, 0]
     rec = DC.block_records(p, q, X, qx.reshape(B, g), px.reshape(B, g), np.zeros((B, g)),
                            np.zeros((B, g), bool), cs, np.zeros(B, np.int64), np.arange(B), 0)
     np.testing.assert_array_equal(rec["target_rank"], want)
+    np.testing.assert_array_equal(rec["cand_target_rank"],
+                                  [[slow(i, int(t)) for t in cs["cand_token"][i]]
+                                   for i in range(B * g)])
 
 
 def test_target_rank_in_torch_is_the_numpy_bits():
@@ -281,5 +281,7 @@ def test_target_rank_in_torch_is_the_numpy_bits():
     s = I.Slots(p, q, X.reshape(-1), np.zeros(B * g, np.int64), np.tile(np.arange(g), B), g=g)
     np.testing.assert_array_equal(F["target_rank"].numpy(), I.at_slots(s)["target_rank"])
     assert F["target_rank"].dtype == torch.int32
+    cs = DC.candidate_summary(p, q, k)
+    np.testing.assert_array_equal(F["cand_token"].numpy(), cs["cand_token"])
     np.testing.assert_array_equal(F["cand_target_rank"].numpy(),
-                                  DC.candidate_summary(p, q, k)["cand_target_rank"])
+                                  I.ranks(p, cs["cand_target_prob"]))

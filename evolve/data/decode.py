@@ -121,7 +121,7 @@ def candidate_summary(p: np.ndarray, q: np.ndarray, k: int, token_dtype=np.uint8
     return {
         "cand_token": order.astype(token_dtype),
         "cand_draft_prob": np.take_along_axis(q, order, axis=1),
-        "cand_target_prob": cp, "cand_target_rank": ranks(p, cp).astype(np.int32),
+        "cand_target_prob": cp,
         "tail_draft_prob": np.where(tail, q, 0.0).sum(axis=1),
         "tail_target_prob": np.where(tail, p, 0.0).sum(axis=1),
         "tail_excess_draft_prob": np.where(plus, q, 0.0).sum(axis=1),
@@ -378,7 +378,8 @@ def block_records(Pg, Qg, X, qx, px, rand, acc, cs: dict, gen_before, seqs, t: i
             "draft_cand": np.where(hit.any(axis=1), np.argmax(hit, axis=1), -1),
             "target_top": top, "p_max": Pg.max(axis=1), "q_max": Qg.max(axis=1), **cs,
             **slot_features(Pg, Qg),
-            "target_rank": ranks(Pg, px.reshape(-1)).astype(np.int32)}
+            "target_rank": ranks(Pg, px.reshape(-1)).astype(np.int32),
+            "cand_target_rank": ranks(Pg, cs["cand_target_prob"]).astype(np.int32)}
 
 
 INT_COLUMNS = ("position", "sequence", "block_index", "block_position", "token", "draft_cand",

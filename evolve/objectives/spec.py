@@ -330,18 +330,24 @@ def objectives_from_terms(sa: TraceArrays, terms: PositionTerms) -> Objectives:
         tv_p99=weighted_quantile(terms.tv, b["W"].reshape(-1), 0.99))
 
 
+def _reach_by_distance(sa: TraceArrays, h):
+    """Each slot's reach W and TV under thresholds ``h`` on the recorded path, and its
+    distance from the prompt (0: the first token after it), (n,) each."""
+    terms = position_terms(sa, h)
+    W = block_sums(sa, terms)["W"].reshape(-1)
+    return W, terms.tv, sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
+
+
 def tv_by_distance(sa: TraceArrays, h) -> dict:
     """Where a rule (thresholds ``h``) puts its distortion on the recorded path: per bin
     of distance from the prompt (``evolve.data.distance``; 0 is the first token after
     the prompt), the mean slot TV of the reached slots (weighted by reach, as
     ``tv_by_position`` is by block position; None where no slot falls) and the slots."""
-    terms = position_terms(sa, h)
-    W = block_sums(sa, terms)["W"].reshape(-1)
-    d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
+    W, tv, d = _reach_by_distance(sa, h)
     out = {}
     for label, m in distance.bins(d):
         w = W[m].sum()
-        out[label] = {"tv": float((W[m] * terms.tv[m]).sum() / w) if w > 0 else None,
+        out[label] = {"tv": float((W[m] * tv[m]).sum() / w) if w > 0 else None,
                       "slots": int(m.sum())}
     return out
 
@@ -350,10 +356,8 @@ def tv_first(sa: TraceArrays, h, k_max: int) -> list:
     """The mean slot TV (reach-weighted, on the recorded path) over the first k tokens
     after the prompt, for k = 1 .. ``k_max`` (0 where no such slot is reached): what
     ``--cap-tv-first`` caps (numpy reference)."""
-    terms = position_terms(sa, h)
-    W = block_sums(sa, terms)["W"].reshape(-1)
-    d = sa.X[names_of("token").index("position")].reshape(sa.n, sa.k)[:, 0]
-    num = np.bincount(np.minimum(d, k_max).astype(np.int64), weights=W * terms.tv,
+    W, tv, d = _reach_by_distance(sa, h)
+    num = np.bincount(np.minimum(d, k_max).astype(np.int64), weights=W * tv,
                       minlength=k_max + 1)[:k_max].cumsum()
     den = np.bincount(np.minimum(d, k_max).astype(np.int64), weights=W,
                       minlength=k_max + 1)[:k_max].cumsum()
