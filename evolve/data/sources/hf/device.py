@@ -165,7 +165,7 @@ def candidates(p, q, k: int) -> dict:
     cp = torch.gather(p, 1, order)
     return {"cand_token": order,
             "cand_draft_prob": torch.gather(q, 1, order),
-            "cand_target_prob": cp, "cand_target_rank": ranks(p, cp).to(torch.int32),
+            "cand_target_prob": cp,
             "tail_draft_prob": torch.where(tail, q, 0.0).sum(dim=1),
             "tail_target_prob": torch.where(tail, p, 0.0).sum(dim=1),
             "tail_excess_draft_prob": torch.where(plus, q, 0.0).sum(dim=1),
@@ -207,6 +207,7 @@ def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None) -> dict:
               {"mismatches": mismatches.to(torch.float64).repeat_interleave(g)})
     feats = at_slots(s)
     feats["target_rank"] = feats["target_rank"].to(torch.int32)     # recorded as int32
+    cs["cand_target_rank"] = ranks(Pg, cs["cand_target_prob"]).to(torch.int32)
     return {**feats, "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
             "target_top": top, **cs, **s.slots}
