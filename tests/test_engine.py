@@ -363,3 +363,43 @@ def test_the_target_rank_is_offered_where_both_splits_record_it():
     with pytest.raises(ConfigError, match=r"inputs.*'target_rank' is not offered"):
         Evolution(Config(objective="speed", generations=1, population=20,
                          inputs="target_prob,target_rank"), v3(tr), v3(va))
+
+
+def test_the_token_class_is_offered_where_both_splits_carry_the_vocabulary():
+    """Traces whose meta carries the pair's vocabulary classes offer ``token_class``:
+    the candidates' classes in the input matrix are the table at each candidate token
+    (counted here token by token), and the kernel scores a rule that reads it as the
+    numpy reference does; without the table it is not offered, and asking for it is
+    one ConfigError naming ``inputs``."""
+    from evolve.data import vocab_class as VC
+    from evolve.data.traces import TraceSplit
+    from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES, spec
+    from evolve.rules.tuning import tree_thresholds
+    from tests import tracekit
+    tr, va = tracekit.split("train"), tracekit.split("valid")
+    ev = Evolution(Config(objective="speed", generations=1, population=20), tr, va)
+    assert "token_class" in ev.inputs
+    sa = spec.TraceArrays.from_split(va)
+    table = [VC.token_class(chr(b)) if b < 128 else 3 for b in range(256)]
+    want_cls = np.array([[table[int(t)] for t in row] for row in va.columns["cand_token"]])
+    np.testing.assert_array_equal(sa.features()["token_class"], want_cls)
+    assert set(np.unique(want_cls)) >= {0, 2, 3}            # words, punctuation, spaces
+    tree = "ite(lt(token_class, 0.5), pmin(1.0, add(pdiv(target_prob, draft_prob), 0.4)), " \
+           "pdiv(target_prob, draft_prob))"
+    want = spec.objectives(sa, tree_thresholds(treeio.parse(tree), sa))
+    got = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(va, "valid"), [tree])
+    assert got["tokens"][0] == pytest.approx(want.tokens_per_call, rel=1e-12)
+    assert got["tv"][0] == pytest.approx(want.tv_per_token, rel=1e-9)
+    lossless = spec.objectives(sa, tree_thresholds(treeio.parse(
+        "pdiv(target_prob, draft_prob)"), sa))
+    assert want.tokens_per_call > lossless.tokens_per_call       # the class matters here
+
+    def bare(ts):
+        return TraceSplit(ts.columns, {k: v for k, v in ts.meta.items()
+                                       if k != VC.META_KEY}, ts.name)
+    ev = Evolution(Config(objective="speed", generations=1, population=20), tr, bare(va))
+    assert "token_class" not in ev.inputs and "target_rank" in ev.inputs
+    with pytest.raises(ConfigError, match=r"inputs.*'token_class' is not offered"):
+        Evolution(Config(objective="speed", generations=1, population=20,
+                         inputs="target_prob,token_class"), bare(tr), bare(va))

@@ -388,6 +388,55 @@ def test_dropin_reads_every_drafted_position_s_own_distributions(pair, tmp_path)
 
 
 @pytest.mark.slow
+def test_dropin_reads_the_token_class_from_the_tokenizer_as_the_traces_do(pair, tmp_path):
+    """A rule that reads token_class, inside ``generate``: install() without the
+    tokenizer refuses in one line; with it, every drafted token is accepted with the
+    exact acceptance at its class in the table the recorders write for this pair
+    (``evolve.data.vocab_class.table`` of the tokenizer), at every call."""
+    from transformers import AutoTokenizer
+    from evolve.data import vocab_class as VC
+    from tests import hfkit
+    target, draft = pair
+    tok = AutoTokenizer.from_pretrained(target.name_or_path)
+    tree = "ite(lt(token_class, 0.5), pmin(1.0, pdiv(target_prob, mul(0.3, draft_prob))), " \
+           "pdiv(target_prob, draft_prob))"
+    k = 8
+    mod = export(tmp_path, "hf", scope(k=k, vocab=hfkit.VOCAB, g=G), tree, name="cls")
+    prompt = torch.tensor([[100, 101, 32, 40]])
+    with pytest.raises(ValueError, match="tokenizer"):
+        mod.install(target, draft)
+    table = np.asarray(VC.tokenizer_table(tok, hfkit.VOCAB), dtype=np.float64)
+    assert len(set(table)) >= 3
+    seen, feats = [], mod.candidate_features
+
+    def spy(candidate_input_ids, q, p, candidate_length, prompt_length=0):
+        seen.append((candidate_input_ids.clone(), q.clone(), p.clone(), int(candidate_length),
+                     prompt_length))
+        return feats(candidate_input_ids, q, p, candidate_length, prompt_length)
+    mod.candidate_features = spy
+    torch.manual_seed(5)
+    try:
+        for _ in range(3):
+            mod.generate(target, draft, prompt, attention_mask=torch.ones_like(prompt),
+                         max_new_tokens=3 * G + 1, pad_token_id=0, tokenizer=tok)
+    finally:
+        mod.candidate_features = feats
+    assert len(seen) >= 6
+    rule, classes_seen = tree_rule(treeio.parse(tree)), set()
+    for ids, q, p, n, plen in seen:
+        tokens = ids[0, ids.shape[1] - n:].numpy()
+        classes_seen |= set(table[tokens])
+        f = feats(ids, q, p, n, plen)
+        np.testing.assert_array_equal(f["token_class"].numpy(), table[tokens])
+        got = mod.acceptance(f["draft_rank"], *[f[name] for name in mod.INPUTS]).numpy()
+        pn, qn = p[0, :n].double().numpy(), q[0, :n].double().numpy()
+        F = EM.vocab_features(pn, qn, f["position"].numpy(), np.arange(n), classes=table)
+        exact = EM.acceptance(pn, qn, F, rule, k)[np.arange(n), tokens]
+        np.testing.assert_allclose(got, exact, rtol=1e-12, atol=1e-15)
+    assert len(classes_seen) >= 2, classes_seen
+
+
+@pytest.mark.slow
 def test_install_pins_the_scored_decoding_and_puts_it_back(pair, tmp_path):
     import transformers.generation.utils as gu
     target, draft = pair

@@ -65,11 +65,18 @@ def _direct(path, contexts):
 
 
 def test_recorded_probabilities_are_the_models_softmax(models, traced):
+    from transformers import AutoTokenizer
+    from evolve.data import vocab_class as VC
     target, draft, _ = models
     for split in T.SPLITS:
         ts = T.load(traced / f"{split}.npz")
         c = ts.columns
         assert ts.vocab_size == hfkit.VOCAB and ts.backend == "hf"
+        # the vocabulary's classes: each id of the pair's tokenizer decoded alone
+        tok = AutoTokenizer.from_pretrained(target)
+        want = [VC.token_class(tok.decode([i], skip_special_tokens=True))
+                for i in range(hfkit.VOCAB)]
+        assert VC.from_text(ts.meta[VC.META_KEY]).tolist() == want
         assert c["cand_token"].dtype == np.int32 and c["context"].dtype == np.int32
         assert (c["context"][:, 0] == T.CONTEXT_PAD).all()      # whole histories stored
         P, Q = _direct(target, c["context"]), _direct(draft, c["context"])

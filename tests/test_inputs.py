@@ -213,14 +213,22 @@ def test_every_exported_input_is_the_registry_s_computation(tmp_path, fmt):
     p, q = _dists(g, V, RNG)
     x = RNG.integers(0, V, g)
     x[1] = np.argmax(p[1])
+    x[2], x[3] = V - 1, 2          # past the test tokenizer's ids; a number
+    classes = None
     if fmt == "hf":
+        assert "token_class" in names       # from the tokenizer install() is given
         ids = torch.as_tensor(np.concatenate([[1, 2, 3], x]))[None]
+        with pytest.raises(ValueError, match="tokenizer"):
+            mod.candidate_features(ids, torch.as_tensor(q)[None], torch.as_tensor(p)[None],
+                                   g, 3)
+        mod.use_tokenizer(_Tokenizer())     # 16 tokens: ids 16 .. 22 are other
+        classes = np.array(I.VC.tokenizer_table(_Tokenizer(), V), dtype=np.float64)
         f = mod.candidate_features(ids, torch.as_tensor(q)[None], torch.as_tensor(p)[None],
                                    g, 3)
     else:
         f = mod.token_features(torch.as_tensor(x), torch.as_tensor(q), torch.as_tensor(p),
                                torch.as_tensor([g]))
-    want = I.at_slots(I.Slots(p, q, x, np.arange(g), np.arange(g), g=g))
+    want = I.at_slots(I.Slots(p, q, x, np.arange(g), np.arange(g), g=g, classes=classes))
     for name in names:
         np.testing.assert_allclose(np.asarray(f[name], dtype=np.float64), want[name],
                                    rtol=1e-12, atol=1e-15, err_msg=name)
@@ -285,3 +293,109 @@ def test_target_rank_in_torch_is_the_numpy_bits():
     np.testing.assert_array_equal(F["cand_token"].numpy(), cs["cand_token"])
     np.testing.assert_array_equal(F["cand_target_rank"].numpy(),
                                   I.ranks(p, cs["cand_target_prob"]))
+
+
+# ------------------------------------------------------------ the token's class
+
+class _Tokenizer:
+    """A tokenizer of a few texts (special tokens decode to nothing when skipped)."""
+    TEXTS = ["Paris", " the", " 12", "3.5", ".", " ,", "\n", "  ", "<|end|>", "x1", "+",
+             " é", "1,000", "?!", "", "Ġ"]
+
+    def __len__(self):
+        return len(self.TEXTS)
+
+    def decode(self, ids, skip_special_tokens=False):
+        (i,) = ids
+        t = self.TEXTS[i]
+        return "" if skip_special_tokens and t.startswith("<|") else t
+
+
+def test_token_class_of_a_text_and_of_a_vocabulary():
+    """A token's class from its text: word, number, punctuation, other (white space,
+    special tokens skipped, empty); a tokenizer's table, ids past it other; the byte
+    table, bytes of UTF-8 sequences other; the meta text round trip and its checks."""
+    from evolve.data import vocab_class as VC
+    want = [0, 0, 1, 1, 2, 2, 3, 3, 3, 0, 2, 0, 1, 2, 3, 0]
+    assert [VC.token_class(t) for t in _Tokenizer.TEXTS[:8]] == want[:8]
+    assert VC.tokenizer_table(_Tokenizer(), 19) == want + [3, 3, 3]
+    b = VC.byte_table()
+    assert b[ord("a")] == b[ord("Z")] == 0 and b[ord("7")] == 1 and b[ord(";")] == 2
+    assert b[ord(" ")] == b[0] == b[0xC3] == 3 and b.shape == (256,)
+    text = VC.to_text(want)
+    assert np.array_equal(VC.from_text(text), want) and VC.check_text(text, 16) is None
+    assert "has 16 classes; the vocabulary has 17" in VC.check_text(text, 17)
+    assert "'4' at token 2" in VC.check_text("0040", 4)
+    assert "is list" in VC.check_text(want, 16)
+
+
+@pytest.mark.parametrize("x_kind", ["drafted", "candidates", "vocabulary"])
+def test_token_class_at_slots_is_the_table_in_numpy_and_torch(x_kind):
+    """token_class at slots is the vocabulary's class of each token asked (drafted,
+    several a slot, or every token), counted here token by token, in numpy and torch."""
+    torch = pytest.importorskip("torch")
+    from evolve.data.sources.hf.device import OPS
+    M, V = 6, 16
+    p, q = _dists(M, V, RNG)
+    table = np.array(I.VC.tokenizer_table(_Tokenizer(), V), dtype=np.float64)
+    x = {"drafted": RNG.integers(0, V, M), "candidates": RNG.integers(0, V, (M, 3)),
+         "vocabulary": None}[x_kind]
+    tokens = np.broadcast_to(np.arange(V), (M, V)) if x is None else x
+    want = np.vectorize(lambda t: I.VC.token_class(_Tokenizer().decode(
+        [int(t)], skip_special_tokens=True)))(tokens)
+    s = I.Slots(p, q, x, np.arange(M), np.arange(M) % 3, classes=table)
+    np.testing.assert_array_equal(I.at_slots(s, ["token_class"])["token_class"], want)
+    st = I.Slots(torch.as_tensor(p), torch.as_tensor(q),
+                 None if x is None else torch.as_tensor(x), torch.arange(M),
+                 torch.arange(M) % 3, ops=OPS, classes=torch.as_tensor(table))
+    np.testing.assert_array_equal(I.at_slots(st, ["token_class"])["token_class"].numpy(), want)
+    assert "token_class" not in I.at_slots(I.Slots(p, q, x, np.arange(M), np.arange(M) % 3))
+
+
+def test_recorded_traces_carry_the_byte_classes_and_a_bad_table_is_refused(tmp_path):
+    """The n-gram pair's traces carry the byte table in their meta; the input read from
+    the columns is the table at each token; a table of the wrong length or with a
+    digit above 3 is refused in one line naming the file and the field."""
+    from evolve.data import traces as T
+    from evolve.data import vocab_class as VC
+    from evolve.data.tokens import DataError
+    from tests import tracekit
+    ts = tracekit.split("valid")
+    assert ts.meta[VC.META_KEY] == VC.to_text(VC.byte_table())
+    cols = I.readable(ts.columns, ts.meta)
+    got = I.FROM_COLUMNS["token_class"].drafted(cols)
+    assert [int(v) for v in got] == [VC.token_class(chr(t)) if t < 128 else 3
+                                     for t in ts.columns["token"]]
+    for bad, why in (("0" * 255, "has 255 classes"),
+                     ("5" + "0" * 255, "'5' at token 0")):
+        T.save(T.TraceSplit(ts.columns, dict(ts.meta, vocab_classes=bad), "b"),
+               tmp_path / "b.npz")
+        with pytest.raises(DataError) as e:
+            T.load(tmp_path / "b.npz")
+        msg = str(e.value)
+        assert "b.npz" in msg and "'vocab_classes'" in msg and why in msg and "\n" not in msg
+
+
+def test_the_decoder_reads_each_drafted_token_s_class(task_pair_small):
+    """Greedy decoding with a rule that keeps a mismatching draft only when it is a word
+    byte (``token_class`` 0) emits mismatches that are all word bytes, and the converse
+    rule only other bytes: recounted from the decoded text. Fails if a decoder reads
+    another table, or none."""
+    from evolve.data import vocab_class as VC
+    from evolve.rules.adapters import tree_rule
+    pair = task_pair_small
+    H, rngs = pair.prompts("valid", 12)
+    C = H.shape[1]
+    for tree, word in (("ite(lt(token_class, 0.5), 1.0, 0.0)", True),
+                       ("ite(lt(token_class, 0.5), 0.0, 1.0)", False)):
+        _, _, hist, lens = pair.decode(H, rngs, pair.max_new("valid"), None,
+                                       rule=tree_rule(tree), record=False, history=True,
+                                       greedy=True, end=pair.end, max_tokens=pair.max_tokens)
+        kept = []
+        for i in range(hist.shape[0]):
+            text = hist[i, :lens[i]]
+            top = np.argmax(pair.target.probs(np.stack([text[j - C:j]
+                                                        for j in range(C, lens[i])])), axis=1)
+            kept += [int(t) for t in text[C:lens[i]][text[C:lens[i]] != top]]
+        classes = VC.byte_table()[kept]
+        assert len(kept) > 0 and ((classes == 0) == word).all(), (tree, kept)

@@ -73,7 +73,7 @@ def check(param: str, value, domain: str) -> np.ndarray:
                 bad = (x != 0.0) & (x != 1.0)
             else:
                 bad = (x <= lo if lo_open else x < lo) | (x > hi)
-                if domain == "whole":
+                if domain in ("whole", "class"):
                     bad |= x != np.floor(x)
     if bad.any():
         raise RuleInputError.of(param, f"{_at(a, bad)} is invalid; expected {expected}")

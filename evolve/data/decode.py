@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.data import vocab_class as VC
 # the elementary functions of the inputs, defined once with them (and read from here too)
 from evolve.data.inputs import (KL_FLOOR, Slots, at_slots, entropy,  # noqa: F401
                                 lookahead_features, ranks, slot_columns, slot_features,
@@ -231,6 +232,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
     hist[:, :L0] = prompts
     lens = np.full(B, L0, dtype=np.int64)
     rows = np.arange(B)
+    classes = None if rule is None else VC.of_pair(pair)
     rec: dict[str, list] = {}
     accepted = np.zeros((B, blocks), dtype=np.int64)
     done = np.zeros(B, dtype=bool)             # the sequence has emitted ``end``
@@ -270,10 +272,11 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, rule, record, pos0, g
             match = X == np.argmax(P[:, :g], axis=2)
             a_x = (match.astype(np.float64) if rule is None else np.where(
                 match, 1.0, drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs,
-                                               mism)))
+                                               mism, classes)))
         else:
             a_x = (np.minimum(1.0, px / qx) if rule is None
-                   else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs, mism))
+                   else drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs, mism,
+                                           classes))
         acc = rand < a_x
         n_acc = np.where(acc.all(axis=1), g, np.argmin(acc, axis=1))
         took = np.arange(g)[None, :] < n_acc[:, None]
@@ -336,7 +339,7 @@ def clipped(h) -> np.ndarray:
 
 
 def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict,
-                       mismatches=None) -> np.ndarray:
+                       mismatches=None, classes=None) -> np.ndarray:
     """Acceptance probabilities (B, g) of a block's drafted tokens under ``rule`` (a
     ``many(features) -> thresholds`` rule): its clipped threshold for drafts among the
     draft's top-k (``cs``, a ``candidate_summary``), the standard rule for the others.
@@ -344,13 +347,15 @@ def drafted_acceptance(rule, Pg, Qg, X, qx, px, gen_before, cs: dict,
     rows b g + j, so the lookahead inputs (``lookahead_features`` of the slot TVs) at
     slot j are those of the block's real later slots, along the drafted tokens, as
     verification knows them; ``mismatches`` (B,): each sequence's accepted drafts that
-    were not the target's top token before the block."""
+    were not the target's top token before the block; ``classes``: the vocabulary's
+    token classes (``evolve.data.vocab_class``)."""
     B, g = X.shape
     x = X.reshape(-1)
     feats = at_slots(Slots(
         Pg, Qg, x, (gen_before[:, None] + np.arange(g)[None, :]).reshape(-1),
         np.tile(np.arange(g), B), g=g,
-        history=None if mismatches is None else {"mismatches": np.repeat(mismatches, g)}))
+        history=None if mismatches is None else {"mismatches": np.repeat(mismatches, g)},
+        classes=None if classes is None else np.asarray(classes, dtype=np.float64)))
     a = clipped(rule.many(feats))
     if judges_every_draft(rule):             # an engine's knob judges every draft
         return a.reshape(B, g)

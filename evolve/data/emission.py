@@ -42,12 +42,13 @@ from evolve.lang.features import ALL_INPUT_NAMES, LOOKAHEAD_INPUT_NAMES, reads_a
 
 
 def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions,
-                   lookahead: dict | None = None) -> dict:
+                   lookahead: dict | None = None, classes=None) -> dict:
     """The (M, V) rule features of every token of the vocabulary at M slots.
     ``lookahead``: the slots' lookahead inputs (``next_tv`` and ``ahead``, (M,) each,
     ``evolve.data.decode.lookahead_features`` of their blocks), the same for every
     token of a slot; without it the features have none (``acceptance`` refuses a
-    rule that reads them)."""
+    rule that reads them). ``classes``: the vocabulary's token classes (V,)
+    (``evolve.data.vocab_class``; without them the features have no ``token_class``)."""
     M, V = p.shape
     look = {}
     if lookahead is not None:
@@ -61,7 +62,9 @@ def vocab_features(p: np.ndarray, q: np.ndarray, positions, block_positions,
 
     return inputs.at_slots(inputs.Slots(p, q, None, np.asarray(positions, np.int64),
                                         np.asarray(block_positions, np.int64),
-                                        lookahead=look if lookahead is not None else None))
+                                        lookahead=look if lookahead is not None else None,
+                                        classes=None if classes is None
+                                        else np.asarray(classes, dtype=np.float64)))
 
 
 def trace_lookahead(ts, rows) -> dict | None:
@@ -155,8 +158,8 @@ def distortion(p: np.ndarray, out: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def slot_distortion(p, q, positions, block_positions, rule, k: int,
-                    lookahead: dict | None = None):
-    """(TV, KL) of the emitted token at M slots under ``rule`` (``lookahead``: the
-    slots' lookahead inputs, as for ``vocab_features``)."""
-    F = vocab_features(p, q, positions, block_positions, lookahead)
+                    lookahead: dict | None = None, classes=None):
+    """(TV, KL) of the emitted token at M slots under ``rule`` (``lookahead`` and
+    ``classes``: as for ``vocab_features``)."""
+    F = vocab_features(p, q, positions, block_positions, lookahead, classes)
     return distortion(p, exact_output(p, q, acceptance(p, q, F, rule, k), residual_kind(rule)))

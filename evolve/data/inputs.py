@@ -26,6 +26,7 @@ from typing import Callable
 
 import numpy as np
 
+from evolve.data import vocab_class as VC
 from evolve.lang.features import (ALL_INPUT_NAMES, BY_NAME, PATH_GROUPS, PATH_INPUTS,
                                   REGISTRY)
 
@@ -208,13 +209,15 @@ class Slots:
     drafted there; ``history``: name -> (M,) what the path held before each slot's block,
     ``mismatches`` the accepted mismatches of the answer so far) or are given
     (``lookahead``: name -> (M,) per slot, or per token in x's shape); else the slots
-    have none. ``ops``: ``NUMPY``, or the torch ones
+    have none. ``classes``: the vocabulary's token classes (V,) as floats, in p's array
+    library (``evolve.data.vocab_class``; without them the slots have no
+    ``token_class``). ``ops``: ``NUMPY``, or the torch ones
     (``evolve.data.sources.hf.device.OPS``)."""
 
     def __init__(self, p, q, x, position, block_position, g: int | None = None,
                  lookahead: dict | None = None, ops: Ops = NUMPY, drafted=None,
-                 history: dict | None = None):
-        self.p, self.q, self.x = p, q, x
+                 history: dict | None = None, classes=None):
+        self.p, self.q, self.x, self.classes = p, q, x, classes
         self.position, self.block_position = position, block_position
         self.g, self.given, self.ops = g, lookahead, ops
         self.history = history or {}
@@ -264,9 +267,17 @@ class Slots:
             self._look = self.ops.lookahead(self.slots["slot_tv"], self.g)
         return self._look[name]
 
+    def token_class(self):
+        """The class of each token asked (every token's: (M, V) rows of the table)."""
+        c = self.classes[self.tokens]
+        return c if self.x is not None else c + 0.0 * self.p
+
     def has(self, name: str) -> bool:
         """Whether these slots can give the input (one that depends on the path needs
-        ``g``, with the drafted tokens and the history it reads, or given values)."""
+        ``g``, with the drafted tokens and the history it reads, or given values; the
+        token class, the vocabulary's classes)."""
+        if name == "token_class":
+            return self.classes is not None
         if name not in ON_PATH:
             return True
         if self.given is not None:
@@ -306,6 +317,7 @@ AT_SLOTS: dict[str, Callable] = {
     "mismatches": _lookahead("mismatches"),
     "next_matches": _lookahead("next_matches"),
     "target_rank": lambda s: s.ops.rank(s.p, s.at(s.p)),
+    "token_class": lambda s: s.token_class(),
 }
 
 
@@ -398,6 +410,8 @@ FROM_COLUMNS: dict[str, Columns] = {
     "mismatches": Columns(lambda c: _recorded_mismatches(c), lambda c: _recorded_mismatches(c)),
     "next_matches": Columns(lambda c: _next_matches(c), lambda c: _next_matches(c)),
     "target_rank": Columns(lambda c: c["target_rank"], lambda c: c["cand_target_rank"]),
+    "token_class": Columns(lambda c: c["vocab_class"][np.asarray(c["token"], np.int64)],
+                           lambda c: c["vocab_class"][np.asarray(c["cand_token"], np.int64)]),
 }
 
 if set(AT_SLOTS) != set(BY_NAME) or set(FROM_COLUMNS) != set(BY_NAME):
@@ -417,6 +431,8 @@ def readable(columns: dict, meta: dict) -> dict:
     if slots is not None:
         out["slots"] = slots
     out.update(rank_columns(columns) or {})
+    if VC.META_KEY in meta:
+        out["vocab_class"] = VC.from_text(meta[VC.META_KEY]).astype(np.float64)
     return out
 
 
@@ -424,7 +440,8 @@ def available(cols: dict) -> set:
     """The groups a split's columns (``readable``) hold."""
     return {"token", "trace", "answer", "verify"} | (
         {"slot", "lookahead"} if "slots" in cols else set()) | (
-        {"rank"} if "target_rank" in cols and "cand_target_rank" in cols else set())
+        {"rank"} if "target_rank" in cols and "cand_target_rank" in cols else set()) | (
+        {"vocab"} if "vocab_class" in cols else set())
 
 
 def input_matrix(cols: dict, at: str, groups=None) -> np.ndarray:

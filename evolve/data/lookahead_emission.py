@@ -34,12 +34,13 @@ import numpy as np
 from evolve.data import decode as DEC
 from evolve.data import inputs
 from evolve.data import emission as EM
+from evolve.data import vocab_class as VC
 
 VOCAB = DEC.VOCAB
 
 
 def _acceptance(rule, p, q, position, block_position, tokens, look: dict,
-                k: int) -> np.ndarray:
+                k: int, classes=None) -> np.ndarray:
     """a of ``tokens`` (N,) at one slot whose distributions are p, q (V,), at
     ``position`` and ``block_position``, with lookahead values ``look`` (N,) per token:
     the rule's clipped threshold for drafts among q's top k, the standard rule for the
@@ -47,7 +48,8 @@ def _acceptance(rule, p, q, position, block_position, tokens, look: dict,
     one row, and broadcast: the same values as on N repeated rows."""
     F = {n: v[0] for n, v in inputs.at_slots(inputs.Slots(
         p[None], q[None], tokens[None], np.array([position]), np.array([block_position]),
-        lookahead={n: v[None] for n, v in look.items()})).items()}
+        lookahead={n: v[None] for n, v in look.items()},
+        classes=None if classes is None else np.asarray(classes, np.float64))).items()}
     a = DEC.clipped(rule.many(F))
     if DEC.judges_every_draft(rule):
         return a
@@ -120,9 +122,9 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
     for i in range(j):
         tok = np.full(ys.size, int(block["token"][i]))
         w *= _acceptance(rule, PB[i], QB[i], block["position"][i], i, tok,
-                         {f: v[:, i] for f, v in look.items()}, k)
+                         {f: v[:, i] for f, v in look.items()}, k, VC.of_pair(pair))
     a = _acceptance(rule, p, q, block["position"][j], j, ys,
-                    {f: v[:, j] for f, v in look.items()}, k)
+                    {f: v[:, j] for f, v in look.items()}, k, VC.of_pair(pair))
     A = (w * a).reshape(V, M).mean(axis=1)               # E[w a_j | y]
     W = w.reshape(V, M).mean(axis=1)                     # E[w | y]
     R = (w * (1.0 - a)).reshape(V, M).mean(axis=1)       # E[w (1 - a_j) | y]

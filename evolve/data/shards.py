@@ -62,6 +62,7 @@ import numpy as np
 
 from evolve.data import labels as LB
 from evolve.data import traces as T
+from evolve.data import vocab_class as VC
 from evolve.data.tokens import DataError
 from evolve.errors import first_line
 from evolve.io import jsonio
@@ -317,6 +318,10 @@ def _manifest(directory: Path) -> dict:
     if "vocab_size" in meta and not _whole(meta["vocab_size"], 2):
         raise DataError(f"{where}: field 'meta.vocab_size' must be a whole number >= 2, "
                         f"got {meta['vocab_size']!r:.40}")
+    if VC.META_KEY in meta:
+        why = VC.check_text(meta[VC.META_KEY], T.vocab_size(meta))
+        if why:
+            raise DataError(f"{where}: field 'meta.{VC.META_KEY}' {why}")
     if "labels" in meta:
         if m["schema_version"] < T.SLOT_VERSION:
             raise DataError(f"{where}: field 'meta.labels': labelled task traces have schema "

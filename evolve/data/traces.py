@@ -29,7 +29,10 @@ load, without them (``TraceSplit.has_ranks``): the ``rank`` input group is then 
 offered.
 
 Vocabulary: ``meta.json`` may name ``vocab_size`` (token ids are 0 ..
-vocab_size - 1); files without it are byte-level (256, the n-gram pair).
+vocab_size - 1); files without it are byte-level (256, the n-gram pair). It may carry
+the class of every token of the vocabulary (``vocab_classes``: one digit a token, 0
+word, 1 number, 2 punctuation, 3 other; ``evolve.data.vocab_class``): the
+``token_class`` input is offered where it does.
 ``cand_token`` is uint8 (byte-level files), int32 or int64; ``context`` is
 uint8 (bytes) or int32 token ids, left-padded with -1 where the sequence is
 shorter than ``context_len`` (``context_len`` may be 0: no contexts stored).
@@ -48,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from evolve.data import tokens as D
+from evolve.data import vocab_class as VC
 from evolve.data.tokens import DataError
 from evolve.errors import first_line, show
 from evolve.io import jsonio
@@ -411,6 +415,10 @@ def validate(ts: TraceSplit, src: str) -> None:
         raise DataError(f"{src}: meta.json has a vocab_size that is not an integer") from None
     if V < 2:
         raise DataError(f"{src}: meta.json vocab_size is {V}, expected at least 2")
+    if VC.META_KEY in meta:
+        why = VC.check_text(meta[VC.META_KEY], V)
+        if why:
+            raise DataError(f"{src}: meta.json field '{VC.META_KEY}' {why}")
     if g < 1 or n % g:
         raise DataError(f"{src}: {n} rows is not a whole number of blocks of {g}")
     for f, (kind, dtype) in V2_FIELDS.items():

@@ -29,6 +29,7 @@ generated (``evolve.export.arrays``). Neither imports anything of this project.
 from __future__ import annotations
 
 # written into the generated code as literals
+from evolve.data import vocab_class as VC
 from evolve.data.decode import KL_FLOOR, RESIDUAL_EPS
 from evolve.export.formats import ENGINE_FORMATS, FORMATS, provides, reads
 from evolve.lang.features import BY_NAME, INPUT_NAMES, LOOKAHEAD_INPUT_NAMES
@@ -131,7 +132,34 @@ HF = '''
 RESIDUAL_EPS = {residual_eps!r}
 STATS = {{"calls": 0, "candidates": 0, "accepted": 0, "short_blocks": 0}}
 _STATE = {{"prompt_length": 0, "previous": None, "configs": []}}
+NEEDS_CLASSES = {needs_classes!r}   # the rule reads token_class: install(..., tokenizer=...)
+_CLASSES = {{"table": None, "tensor": None}}
 {entropy}
+
+# The class of each token of the vocabulary (0 word, 1 number, 2 punctuation, 3 other),
+# computed from the tokenizer as the traces the rule was scored on computed it.
+{vocab_source}
+
+
+def use_tokenizer(tokenizer):
+    """The tokenizer whose vocabulary's classes the token_class input reads."""
+    _CLASSES["table"] = tokenizer_table(tokenizer, len(tokenizer))
+    _CLASSES["tensor"] = None
+
+
+def token_classes(vocab, device):
+    """The classes of the ids 0 .. vocab - 1 (ids past the tokenizer's: 3, other)."""
+    table = _CLASSES["table"]
+    if table is None:
+        raise ValueError("the rule reads token_class, the class of each token of the "
+                         "vocabulary: pass install(..., tokenizer=...) (or generate(..., "
+                         "tokenizer=...))")
+    t = _CLASSES["tensor"]
+    if t is None or t.shape[0] != vocab or t.device != torch.device(device):
+        t = torch.tensor((table + [3] * vocab)[:vocab], dtype=torch.float64, device=device)
+        _CLASSES["tensor"] = t
+    return t
+
 
 def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_length=0):
     """The rule's inputs at each drafted position: float64 tensors of shape
@@ -148,6 +176,7 @@ def candidate_features(candidate_input_ids, q, p, candidate_length, prompt_lengt
     # the call's drafts are one block
     slots = slot_features(p, q, rows + 1 < candidate_length, candidate_length) \
         if NEEDS_SLOTS else {{}}
+    classes = token_classes(p.shape[-1], p.device) if NEEDS_CLASSES else None
 {features}
     f["draft_rank"] = draft_rank(q, x) if TOP_K is not None else torch.zeros_like(rows)
     return f
@@ -267,7 +296,7 @@ def _restore():
             setattr(config, k, v)
 
 
-def install(model=None, assistant_model=None, prompt_length=0):
+def install(model=None, assistant_model=None, prompt_length=0, tokenizer=None):
     """Use this rule in transformers' assisted generation (model.generate(...,
     assistant_model=assistant_model)), decoding as the rule was scored: the
     assistant's generation config drafts BLOCK_SIZE tokens per call with a constant
@@ -276,8 +305,14 @@ def install(model=None, assistant_model=None, prompt_length=0):
     back. A rule scored on traces needs both models. Keyword arguments given to
     generate() override these settings, so pass none of them (or use generate()
     below, which refuses them). prompt_length: the prompt's tokens (the position
-    input counts generated tokens from there)."""
+    input counts generated tokens from there). tokenizer: the models' tokenizer, for a
+    rule that reads token_class (NEEDS_CLASSES)."""
     import transformers.generation.utils as generation_utils
+    if tokenizer is not None:
+        use_tokenizer(tokenizer)
+    if NEEDS_CLASSES and _CLASSES["table"] is None:
+        raise ValueError("install(..., tokenizer=...): the rule reads token_class, the "
+                         "class of each token of the models' vocabulary")
     if not hasattr(generation_utils, "_speculative_sampling"):
         raise RuntimeError("this transformers version has no "
                            "generation.utils._speculative_sampling to replace")
@@ -312,14 +347,15 @@ def uninstall():
         _STATE["previous"] = None
 
 
-def generate(model, assistant_model, input_ids, **kwargs):
+def generate(model, assistant_model, input_ids, tokenizer=None, **kwargs):
     """model.generate(input_ids, assistant_model=assistant_model, **kwargs) with this
     rule and the settings it was scored with (install, generate, uninstall);
-    keyword arguments that would change those settings are refused."""
+    keyword arguments that would change those settings are refused (tokenizer: as
+    for install)."""
     bad = sorted(set(kwargs) & PINNED)
     if bad:
         raise ValueError(f"generate: {{bad[0]}} is set by the rule's scope; leave it out")
-    install(model, assistant_model, prompt_length=input_ids.shape[-1])
+    install(model, assistant_model, prompt_length=input_ids.shape[-1], tokenizer=tokenizer)
     try:
         return model.generate(input_ids, assistant_model=assistant_model, **kwargs)
     finally:
@@ -420,7 +456,8 @@ def engine_source(fmt: str, inputs: tuple = ()) -> str:
     the dict of the rule's ``inputs`` (its signature) from the registry's expressions."""
     if fmt == "hf":
         return HF.format(residual_eps=RESIDUAL_EPS, entropy=_entropy(needs_slots(fmt, inputs)),
-                         features=features_source(fmt, inputs))
+                         features=features_source(fmt, inputs),
+                         needs_classes="token_class" in inputs, vocab_source=VC.SOURCE.strip())
     if fmt == "vllm":
         return VLLM.format(entropy=_entropy(needs_slots(fmt, inputs)),
                            features=features_source(fmt, inputs))

@@ -36,7 +36,9 @@ class Format:
 # The glue tensors of the engine formats (evolve.export.engines): p and q the target's and
 # the draft's probabilities [n, vocab], x the drafted tokens, rows = arange(n), block the
 # block positions, position the sequence positions, slots the slot features and lookahead
-# inputs computed from p and q, entropy the entropy function, and torch itself.
+# inputs computed from p and q, entropy the entropy function, and torch itself; classes
+# the vocabulary's token classes (the transformers drop-in: from the tokenizer install()
+# is given, by the same code as the recorders, evolve.data.vocab_class).
 _GLUE = ("p", "q", "x", "rows", "block", "slots", "entropy", "torch")
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
@@ -44,7 +46,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
     Format("torch", "module", "torch", "torch", "threshold/accept over tensors", greedy=True),
     Format("hf", "module", "torch", "torch and transformers",
            "a drop-in for transformers' assisted generation", engine="transformers",
-           holds=_GLUE + ("position",)),
+           holds=_GLUE + ("position", "classes")),
     Format("vllm", "module", "torch", "torch (inside vLLM)",
            "the rule over the tensors of vLLM's rejection sampler (a module)", engine="vllm",
            holds=_GLUE),

@@ -35,6 +35,7 @@ import numpy as np
 
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
+from evolve.data import vocab_class as VC
 from evolve.data.sources import ngram as NG
 from evolve.errors import EvolveError
 from evolve.objectives import spec
@@ -250,7 +251,8 @@ def rows_features(pair: NG.LMPair, contexts: np.ndarray, positions, block_positi
     """p, q (M, 256) at the contexts and the (M, 256) feature columns of every byte
     (``lookahead``: the contexts' lookahead inputs, ``evolve.data.emission``)."""
     p, q = rows_probs(pair, contexts)
-    return p, q, EM.vocab_features(p, q, positions, block_positions, lookahead)
+    return p, q, EM.vocab_features(p, q, positions, block_positions, lookahead,
+                                   VC.of_pair(pair))
 
 
 def acceptance_matrix(pair: NG.LMPair, p, q, F, rule) -> np.ndarray:

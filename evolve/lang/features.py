@@ -26,6 +26,9 @@ Groups, in table order; an input is offered to a search where its group's data i
 - ``rank``: the drafted token's rank in the target's distribution (traces that record
   it, schema v4, and every decoder: it needs the full target distribution); offered
   where both splits of a run record it;
+- ``vocab``: the drafted token's class in the pair's vocabulary (word, number,
+  punctuation, other; ``evolve.data.vocab_class``): traces whose meta carries the
+  pair's table, and every decoder given its pair; offered where both splits carry it;
 - ``answer`` (the task world): the drafted token's log-probability margin below the
   target's top token, and the drafts accepted so far in the answer that were not the
   target's top token (path-dependent: held at the recorded path's values offline);
@@ -68,6 +71,7 @@ GROUPS = {
              ()),
     "lookahead": ("traces with the slot features, offered with --lookahead", ("slot",)),
     "rank": ("traces that record the target's ranks (schema v4)", ()),
+    "vocab": ("traces whose meta carries the pair's vocabulary classes", ()),
     "answer": ("task traces: where the drafted token stands and what the answer has "
                "accepted so far", ()),
     "verify": ("task traces: what verification knows of the block's later drafts", ()),
@@ -120,6 +124,10 @@ REGISTRY: tuple[Input, ...] = (
           "tokens the target finds more probable than the drafted one (0: its top token; "
           "TensorRT-LLM's relaxed_topk keeps a draft of rank below topk)",
           "(p > p[rows, x].unsqueeze(-1)).sum(dim=-1).to(p.dtype)", domain="whole"),
+    Input("token_class", "cls", float, "vocab", True,
+          "the drafted token's class in the vocabulary: 0 word, 1 number, 2 punctuation, "
+          "3 other (white space, special tokens; evolve.data.vocab_class)",
+          "classes[x].to(p.dtype)", domain="class"),
     Input("logp_margin", "margin", float, "answer", True,
           "log p_max - log p(token): how far the drafted token is below the target's top "
           "one (TensorRT-LLM's relaxed_delta reads it)",
@@ -150,6 +158,7 @@ DOMAIN_KINDS = {
     "real": ("finite numbers", float("-inf"), True, float("inf")),
     "whole": ("whole numbers >= 0", 0.0, False, float("inf")),
     "bool": ("booleans (True/False, or 1/0)", 0.0, False, 1.0),
+    "class": ("token classes 0, 1, 2 or 3", 0.0, False, 3.0),
 }
 DOMAINS = {i.name: i.domain for i in REGISTRY}
 if len(BY_NAME) != len(REGISTRY) or any(i.group not in GROUPS for i in REGISTRY) \

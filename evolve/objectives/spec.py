@@ -80,7 +80,7 @@ from evolve.kernels import layout
 from evolve.lang.features import ALL_INPUT_NAMES, names_of
 from evolve.objectives.metrics import clip01
 
-GROUPS = ("token", "trace", "slot", "lookahead", "rank")     # the inputs the trace world offers
+GROUPS = ("token", "trace", "slot", "lookahead", "rank", "vocab")   # the trace world offers
 FEATURES = names_of(*GROUPS)      # the rows of a trace split's input matrix, in opcode order
 N_FEATURES = len(FEATURES)
 TAIL_SHARE = 0.01        # --cap-tv-p99 C: at most this share of the reach has slot TV > C

@@ -26,7 +26,7 @@ def drafted_matrix(cols: dict, meta: dict) -> np.ndarray:
     return inputs.input_matrix(inputs.readable(cols, meta), "drafted", GROUPS)
 
 
-GROUPS = ("token", "trace", "slot", "answer", "verify", "rank")  # the inputs the task world offers
+GROUPS = ("token", "trace", "slot", "answer", "verify", "rank", "vocab")  # the task world offers
 
 
 class TaskData:

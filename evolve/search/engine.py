@@ -58,8 +58,12 @@ class Evolution:
                                  + (f" ({why})" if len(why) > 1 else ""))
         # the target's ranks only where both splits record them (schema v4)
         ranks = self.objective.trace_inputs and all(map(records_ranks, (train, valid)))
+        # the token classes only where both splits carry the pair's table
+        extra = tuple(self.objective.extra_groups) + (
+            ("vocab",) if self.objective.trace_inputs
+            and all(map(records_classes, (train, valid))) else ())
         offered = P.offered_inputs(self.objective.trace_inputs, not any(missing),
-                                   config.lookahead, self.objective.extra_groups, ranks)
+                                   config.lookahead, extra, ranks)
         only = config.input_list()
         absent = next((n for n in only or () if n not in offered), None)
         if absent is not None:
@@ -70,8 +74,7 @@ class Evolution:
         # the inputs this search may use, in table order (recorded in each checkpoint)
         self.inputs = tuple(n for n in offered if only is None or n in only)
         self.pset = P.make_pset(self.objective.trace_inputs, not any(missing), config.lookahead,
-                                only=self.inputs, extra=self.objective.extra_groups,
-                                ranks=ranks)
+                                only=self.inputs, extra=extra, ranks=ranks)
         self._fit = self.train       # this generation's fitness evaluator (--batch-blocks)
         self._rng = random.Random(config.seed)
         self.generation = -1
@@ -445,3 +448,12 @@ def records_ranks(split) -> bool:
         return rank_columns(cols) is not None
     meta = getattr(split, "meta", None) or {}
     return meta.get("format_version") == T.RANK_VERSION
+
+
+def records_classes(split) -> bool:
+    """Whether a split (traces in memory or sharded, or task traces) carries its pair's
+    vocabulary classes (``meta["vocab_classes"]``, ``evolve.data.vocab_class``)."""
+    from evolve.data import vocab_class as VC     # lazy: as the module's others
+    inner = getattr(split, "traces", split)
+    meta = getattr(inner, "meta", None) or getattr(split, "meta", None) or {}
+    return VC.META_KEY in meta

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from evolve.data import traces as T
+from evolve.data import vocab_class as VC
 from evolve.data.decode import decode
 from evolve.errors import EvolveError
 from evolve.data.sources import ngram_lm as LM
@@ -258,7 +259,7 @@ def prompt_starts(pair: LMPair, split: str, n: int | None = None):
 def _meta(cfg: TraceConfig, split: str, rows: int, pair: LMPair | None) -> dict:
     m = {"format_version": T.RANK_VERSION, "rows": rows, "name": split,
          "block_size": cfg.block_size, "top_k": cfg.top_k, "context_len": cfg.context_len,
-         "config": cfg.to_dict()}
+         "config": cfg.to_dict(), VC.META_KEY: VC.to_text(VC.byte_table())}
     if pair is not None:
         m["models"] = pair.describe()
     return m

@@ -20,6 +20,7 @@ import numpy as np
 from evolve.data import decode as DEC
 from evolve.data import emission as EM
 from evolve.data import lookahead_emission as LE
+from evolve.data import vocab_class as VC
 from evolve.data.sources import ngram as NG
 
 CHUNK = 20_000          # rows of full distributions evaluated at once (memory)
@@ -61,7 +62,7 @@ def slot_distortion(pair: NG.LMPair, cols: dict, reached: np.ndarray, rule, tick
         p, q = rows_probs(pair, cols["context"][r])
         tv[s:s + r.size], kl[s:s + r.size] = EM.slot_distortion(
             p, q, cols["position"][r], cols["block_position"][r], rule, pair.config.top_k,
-            {f: v[r] for f, v in look.items()})
+            {f: v[r] for f, v in look.items()}, VC.of_pair(pair))
         if tick is not None:
             tick()
     return tv, kl

@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, fields, replace
 
 from evolve.data import traces as T
+from evolve.data import vocab_class as VC
 from evolve.data.sources import ngram
 from evolve.data.tokens import MAX_SPLIT_BYTES
 
@@ -166,7 +167,8 @@ def meta(pair: HFPair, split: str, rows: int, prompt_source: dict) -> dict:
             "config": cfg.to_dict(),
             "sampling": {"temperature": cfg.temperature, "top_k": None, "top_p": None,
                          "applied_to": "draft and target", "rule": "standard rejection"},
-            "models": pair.info, "prompts": prompt_source}
+            "models": pair.info, "prompts": prompt_source,
+            VC.META_KEY: VC.to_text(VC.of_pair(pair))}
 
 
 def read_prompts(cfg: HFTraceConfig):

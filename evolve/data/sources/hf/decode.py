@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from evolve.data import vocab_class as VC
 from evolve.data.decode import residual_kind, sequence_major
 from evolve.data.emission import slot_distortion
 from evolve.data.sources.hf import device as DV
@@ -177,6 +178,9 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
     npos0 = lay.npos.clone()
     rows = torch.arange(B, device=dev)
     kind = residual_kind(rule)
+    classes = None if rule is None else VC.of_pair(pair)     # the token_class input's
+    classes = None if classes is None else torch.as_tensor(classes, dtype=torch.float64,
+                                                           device=dev)
     rec: dict[str, list] = {}
     drafts, counts, news = [], [], []
     tr: dict[str, list] = {f: [] for f in TRACKED}
@@ -204,7 +208,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
             X = lay.ids[:, lay.block_start + 1:lay.cols].clone()
             Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
             if record or rule is not None:
-                F = DV.block_features(Pg, Qg, X, gen_before, k, mism)
+                F = DV.block_features(Pg, Qg, X, gen_before, k, mism, classes)
             else:
                 x = X.reshape(-1, 1)
                 F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}
@@ -229,7 +233,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 Rn = rejection_residual(kind, Pn, Qn, X[rows, jm])
                 new = DV.sample(torch.where(rej, Rn, Pn), Ut[:, t, 2 * g])
             if track:
-                _track(tr, Pg, Qg, F, gen_before, n_acc, rule, k, seq0, t)
+                _track(tr, Pg, Qg, F, gen_before, n_acc, rule, k, seq0, t, classes)
             if record:
                 for f, v in F.items():
                     if f not in DV.RECORD_SKIPS:
@@ -294,7 +298,8 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
             hist)
 
 
-def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: int) -> None:
+def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: int,
+           classes=None) -> None:
     """The exact distortion of the emitted token at the block's reached positions: on
     the device (``hf_device.slot_distortion``), or, for a rule that judges every
     draft, in numpy with the reached slots' distributions brought to the host."""
@@ -304,12 +309,13 @@ def _track(tr: dict, Pg, Qg, F, gen_before, n_acc, rule, k: int, seq0: int, t: i
     j = torch.arange(g, device=Pg.device).repeat(B)
     seq = torch.arange(B, device=Pg.device).repeat_interleave(g)
     idx = torch.nonzero(j <= n_acc[seq]).squeeze(1)
-    dist = DV.slot_distortion(Pg, Qg, F, idx, rule)
+    dist = DV.slot_distortion(Pg, Qg, F, idx, rule, classes)
     if dist is None:
         pos = (gen_before[seq[idx]] + j[idx]).cpu().numpy()
         ahead = {f: F[f][idx].cpu().numpy() for f in LOOKAHEAD_INPUT_NAMES if f in F}
         tv, kl = slot_distortion(Pg[idx].cpu().numpy(), Qg[idx].cpu().numpy(), pos,
-                                 j[idx].cpu().numpy(), rule, k, ahead or None)
+                                 j[idx].cpu().numpy(), rule, k, ahead or None,
+                                 None if classes is None else classes.cpu().numpy())
     else:
         tv, kl = (d.cpu().numpy() for d in dist)
     idx, j, seq = idx.cpu().numpy(), j.cpu().numpy(), seq.cpu().numpy()

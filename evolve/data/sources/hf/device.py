@@ -186,12 +186,14 @@ def rejection_residual(kind: str, p, q, x):
     return torch.where(small.unsqueeze(1), p, r)
 
 
-def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None) -> dict:
+def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None, classes=None) -> dict:
     """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
     X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
     recorder stores and what a rule reads (every input, ``evolve.data.inputs``), all
     on the device; ``mismatches`` (B,): each sequence's accepted mismatches before the
-    block (the ``mismatches`` input, where given). The inputs a trace derives from its
+    block (the ``mismatches`` input, where given); ``classes`` (V,) the vocabulary's
+    token classes on the device (the ``token_class`` input, where given). The inputs a
+    trace derives from its
     columns (the lookahead, answer and verify groups, along the drafted tokens) are for
     rules only: the recorder leaves them out (``RECORD_SKIPS``)."""
     import torch  # lazy: the core install has no torch
@@ -204,7 +206,8 @@ def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None) -> dict:
     jj = torch.arange(g, device=dev)
     s = Slots(Pg, Qg, x, (gen_before.unsqueeze(1) + jj.unsqueeze(0)).reshape(-1),
               jj.repeat(B), g=g, ops=OPS, history=None if mismatches is None else
-              {"mismatches": mismatches.to(torch.float64).repeat_interleave(g)})
+              {"mismatches": mismatches.to(torch.float64).repeat_interleave(g)},
+              classes=classes)
     feats = at_slots(s)
     feats["target_rank"] = feats["target_rank"].to(torch.int32)     # recorded as int32
     cs["cand_target_rank"] = ranks(Pg, cs["cand_target_prob"]).to(torch.int32)
@@ -232,7 +235,7 @@ def rule_acceptance(rule, F: dict, B: int, g: int):
     return a.reshape(B, g)
 
 
-def slot_distortion(Pg, Qg, F: dict, idx, rule):
+def slot_distortion(Pg, Qg, F: dict, idx, rule, classes=None):
     """(TV, KL) of the emitted token at the rows ``idx`` of a block under ``rule``, on
     the device, as ``evolve.data.emission.slot_distortion`` computes them: the rule
     decides the draft's top-k candidates (their M k rows of features go to the host,
@@ -244,9 +247,11 @@ def slot_distortion(Pg, Qg, F: dict, idx, rule):
         return None
     p, q, cand = Pg[idx], Qg[idx], F["cand_token"][idx]
     M, k = cand.shape
-    at_cand = Slots(p, q, cand, None, None, ops=OPS)      # the token's own inputs
+    at_cand = Slots(p, q, cand, None, None, ops=OPS, classes=classes)  # the token's own
     host = {}
     for name in ALL_INPUT_NAMES:
+        if name in TOKEN_LEVEL and not at_cand.has(name):
+            continue                     # the token class, without the vocabulary's
         if name in TOKEN_LEVEL:
             v = AT_SLOTS[name](at_cand)
         elif name in F and F[name].dim() == 1:

@@ -42,6 +42,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from evolve.data import labels as LB
+from evolve.data import vocab_class as VC
 from evolve.data.decode import batch_ticks
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
@@ -301,7 +302,8 @@ class HFTaskPair:
         """The pair as the Hugging Face recorder reads it: the models themselves."""
         return SimpleNamespace(target=self.target.model, draft=self.draft.model,
                                vocab=self.vocab, device=self.target.device, config=self.config,
-                               info={"target": self.target.info, "draft": self.draft.info})
+                               info={"target": self.target.info, "draft": self.draft.info},
+                               _vocab_classes=VC.of_pair(self))
 
     def continuation_reader(self, hist, steps: int, greedy: bool):
         """How ``evolve.data.continuations.continue_text`` continues the histories ``hist``

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from evolve.data import labels as LB
+from evolve.data import vocab_class as VC
 from evolve.data import tokens as D
 from evolve.data import traces as T
 from evolve.data.sources.task.checker import DelimiterChecker
@@ -93,6 +94,9 @@ def record_traces(pair, split: str, mode: str, prompts: int | None = None,
             "models": pair.describe()}
     if getattr(pair, "vocab", None) is not None:
         meta["vocab_size"] = pair.vocab
+    classes = VC.table(pair)
+    if classes is not None:
+        meta[VC.META_KEY] = VC.to_text(classes)
     ts = T.TraceSplit(cols, meta, split)
     T.validate(ts, f"<{split} task traces>")
     return ts
