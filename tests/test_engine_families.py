@@ -137,7 +137,8 @@ def _spec_arrays(p, q, drafts, k=None):
     cs = DEC.candidate_summary(p, q, k, token_dtype=np.int64)
     order = cs["cand_token"]
     look = DEC.lookahead_features(DEC.slot_features(p, q)["slot_tv"], 1)   # g = 1 blocks
-    F = EM.vocab_features(p, q, np.zeros(n, np.int64), np.zeros(n, np.int64), look)
+    F = EM.vocab_features(p, q, np.zeros(n, np.int64), np.zeros(n, np.int64), look,
+                          classes=np.arange(Vv) % 4)
     X = np.stack([np.take_along_axis(np.asarray(F[f], dtype=np.float64), order, axis=1)
                   for f in spec.FEATURES]).reshape(len(spec.FEATURES), n * k)
     hit = order == drafts[:, None]

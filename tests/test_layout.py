@@ -226,5 +226,6 @@ def test_residual_eps_has_one_definition():
                     where.append(str(p.relative_to(ROOT)))
     assert where == ["evolve/data/decode.py"]
     assert spec.RESIDUAL_EPS is K.RESIDUAL_EPS is engines.RESIDUAL_EPS is decode.RESIDUAL_EPS
-    hf = engines.HF.format(residual_eps=engines.RESIDUAL_EPS, entropy="", features="")
+    hf = engines.HF.format(residual_eps=engines.RESIDUAL_EPS, entropy="", features="",
+                           needs_classes=False, vocab_source="")
     assert f"\nRESIDUAL_EPS = {decode.RESIDUAL_EPS!r}\n" in hf

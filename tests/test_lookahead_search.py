@@ -27,7 +27,7 @@ def test_the_input_matrix_reads_each_blocks_later_slots():
     ts = tracekit.split("valid")
     sa = spec.TraceArrays.from_split(ts)
     g, k = sa.g, sa.k
-    assert sa.X.shape[0] == len(spec.FEATURES) == 15 and not sa.missing
+    assert sa.X.shape[0] == len(spec.FEATURES) == 16 and not sa.missing
     F = sa.features()
     assert (np.asarray(ts.block_position) == np.tile(np.arange(g), len(ts) // g)).all()
     nxt, ahead = brute_lookahead(np.asarray(ts.slot_tv, dtype=np.float64), g)

@@ -65,19 +65,22 @@ SLOTS = set(FT.SLOT_INPUT_NAMES)
 LOOK = set(FT.LOOKAHEAD_INPUT_NAMES)
 TRACE = {"block_position", "p_max", "q_max"}
 RANK = set(FT.names_of("rank"))           # the target's ranks (the tiny traces record them)
+# the token's class (the tiny traces' meta carries the byte table, and so do their shards)
+VOCAB = set(FT.names_of("vocab"))
 
 # name -> (options, the inputs the run must offer beyond the six of a token record)
 CASES = {
-    "speed": (("--objective", "speed"), TRACE | SLOTS | RANK),
-    "trajectory": (("--objective", "speed", "--trajectory"), TRACE | SLOTS | RANK),
-    "lookahead": (("--objective", "speed", "--lookahead"), TRACE | SLOTS | LOOK | RANK),
+    "speed": (("--objective", "speed"), TRACE | SLOTS | RANK | VOCAB),
+    "trajectory": (("--objective", "speed", "--trajectory"), TRACE | SLOTS | RANK | VOCAB),
+    "lookahead": (("--objective", "speed", "--lookahead"),
+                  TRACE | SLOTS | LOOK | RANK | VOCAB),
     "trajectory-lookahead": (("--objective", "speed", "--trajectory", "--lookahead"),
-                             TRACE | SLOTS | LOOK | RANK),
-    "speed_kl": (("--objective", "speed_kl"), TRACE | SLOTS | RANK),
-    "pareto": (("--objective", "pareto"), TRACE | SLOTS | RANK),
+                             TRACE | SLOTS | LOOK | RANK | VOCAB),
+    "speed_kl": (("--objective", "speed_kl"), TRACE | SLOTS | RANK | VOCAB),
+    "pareto": (("--objective", "pareto"), TRACE | SLOTS | RANK | VOCAB),
     "inputs": (("--objective", "speed", "--inputs", "draft_prob,target_prob,block_position"),
                {"block_position"}),
-    "v2": (("--objective", "speed"), TRACE),
+    "v2": (("--objective", "speed"), TRACE | VOCAB),
 }
 
 
@@ -224,7 +227,7 @@ def test_task_traces_on_npz_and_shards_give_the_same_run(objective, task_data, t
     a = _run(opts, npz, tmp_path, "npz")
     b = _run(opts, sharded, tmp_path, "shards")
     own = set(FT.names_of("answer", "verify")) if objective.startswith("task") else set()
-    assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS | RANK | own
+    assert offered(a) == set(FT.INPUT_NAMES) | TRACE | SLOTS | RANK | VOCAB | own
     assert run_files(b) == run_files(a)
 
 

@@ -229,7 +229,7 @@ def test_candidate_matrix_layout():
     ts = tracekit.split("valid")
     sa = spec.TraceArrays.from_split(ts)
     assert spec.FEATURES[:6] == P.INPUT_NAMES
-    assert sa.X.shape == (15, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
+    assert sa.X.shape == (16, len(ts) * ts.top_k) and sa.X.flags.c_contiguous
     assert not np.isnan(sa.X).any()            # the trace world's rows: no empty one
     F = sa.features()
     i = 37

@@ -21,6 +21,8 @@ def _widened(vocab=WIDE_VOCAB):
     cols["cand_token"] = cols["cand_token"].astype(np.int32)
     cols["context"] = cols["context"].astype(np.int32)
     meta = {k: v for k, v in ts.meta.items() if k != "source"}
+    # the byte table's classes are of another vocabulary: a widened file has none
+    meta.pop("vocab_classes", None)
     return dataclasses.replace(ts, columns=cols, meta={**meta, "vocab_size": vocab})
 
 

@@ -2,8 +2,9 @@
 
 A token's class is read from its text alone (``token_class``): its text stripped of
 white space is empty (white space, an end-of-text or other special token, a partial
-UTF-8 byte): OTHER; digits, with or without ``.`` and ``,``: NUMBER; every character punctuation or a symbol (Unicode categories P and S): PUNCT;
-any letter: WORD; anything else: OTHER. A vocabulary's classes are one table, a
+UTF-8 byte): OTHER; digits, with or without ``.`` and ``,``: NUMBER; every character
+punctuation or a symbol (Unicode categories P and S): PUNCT; any letter: WORD;
+anything else: OTHER. A vocabulary's classes are one table, a
 token id's class at its index (``table``):
 
 - a Hugging Face tokenizer: each id decoded alone, special tokens skipped
@@ -33,7 +34,7 @@ META_KEY = "vocab_classes"
 
 def token_class(text):
     """0 word, 1 number, 2 punctuation, 3 other: the class of one token's text."""
-    import unicodedata
+    import unicodedata  # lazy: exports copy this function's source, self-contained
     s = text.strip()
     if not s:
         return 3
@@ -68,7 +69,8 @@ def byte_table(vocab: int = 256) -> np.ndarray:
 def table(pair) -> np.ndarray | None:
     """A pair's classes (V,) int8: its tokenizer's where it has one, the byte table of a
     byte-level pair (no ``vocab``, or 256 and no tokenizer); None where neither. A pair
-    that wraps one (``pair.pair``: a loaded pair with its prompts) has the inner one's."""
+    that wraps one (its attribute ``pair``: a loaded pair with its prompts) has the
+    inner one's."""
     inner = getattr(pair, "pair", None)
     if inner is not None and inner is not pair:
         return of_pair(inner)
