@@ -132,3 +132,54 @@ class Cached:
         """Read the prompts (all but their last tokens), if there is anything to read."""
         if lay.cols > 0:
             self.read(lay, lay.cols, 1)
+
+
+def shared_prefixes(ids: list) -> tuple[list, np.ndarray]:
+    """(bases, base of each history) of histories ``ids`` (arrays of token ids): each
+    history but its last token is a prefix of its base, and a base is the longest such
+    prefix of the histories it serves, so histories that continue one text (the
+    rows of a recorded problem) share one. Longest histories first; a history joins the
+    first base that starts with its prefix, else its prefix is a new base."""
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    bases: list = []
+    base_of = np.empty(len(ids), dtype=np.int64)
+    for i in order:
+        head = ids[i][:-1]
+        n = head.size
+        for b, base in enumerate(bases):
+            if base.size >= n and np.array_equal(base[:n], head):
+                base_of[i] = b
+                break
+        else:
+            base_of[i] = len(bases)
+            bases.append(head)
+    return bases, base_of
+
+
+def prefill_shared(model, ids: list, steps: int, device):
+    """(layout, cached model) of histories ``ids`` about to be continued ``steps``
+    tokens, each read once where it is shared: every distinct base (``shared_prefixes``)
+    is read once, its cache copied to each history it serves (the cache's
+    ``batch_select_indices``, or a legacy tuple's tensors, with repeated rows), and
+    each history's columns of its base past its own prefix become holes, as rejected
+    drafts do. The history's last token is left pending, as ``Layout`` leaves a prompt's.
+    None when the cache cannot copy rows (the caller reads each history whole)."""
+    import torch  # lazy: the core install has no torch
+    bases, base_of = shared_prefixes(ids)
+    lay = Layout([np.append(b, 0) for b in bases], steps, 0, device)  # 0: never read
+    cached = Cached(model)
+    cached.prefill(lay)
+    sel = torch.as_tensor(base_of, device=device)
+    if cached.past is not None and not cached.select(sel):
+        return None
+    lay.select(sel)
+    width = lay.cols                            # the bases' columns, right-aligned
+    lens = np.array([b.size for b in bases])[base_of]
+    own = np.array([len(h) - 1 for h in ids])   # each history's prefix in its base
+    cut = torch.as_tensor(width - lens + own, device=device)
+    cols = torch.arange(width, device=device)
+    lay.mask[:, :width] *= (cols.unsqueeze(0) < cut.unsqueeze(1)).to(lay.mask.dtype)
+    lay.npos = torch.as_tensor(own, dtype=torch.int64, device=device)
+    lay.pending = torch.as_tensor([int(h[-1]) for h in ids], dtype=torch.int64,
+                                  device=device)
+    return lay, cached

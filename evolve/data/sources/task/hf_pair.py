@@ -47,7 +47,7 @@ from evolve.data.decode import batch_ticks
 from evolve.data.sources import ngram
 from evolve.data.sources.hf import HFTraceConfig
 from evolve.data.sources.hf import decode as hf_decode
-from evolve.data.sources.hf.cache import Cached, Layout
+from evolve.data.sources.hf.cache import Cached, Layout, prefill_shared
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf import models as HM
 from evolve.data.sources.task.checker import (CheckerError, DelimiterChecker, RegexChecker,
@@ -309,8 +309,9 @@ class HFTaskPair:
         """How ``evolve.data.continuations.continue_text`` continues the histories ``hist``
         (B, L) over at most ``steps`` steps with the target's KV cache.
         ``next_tokens(live, h, u)`` gives the next token of each ``live`` row: the
-        first call reads the live rows' histories once, each later call only the
-        previous step's tokens (the last column of ``h``). The token is chosen on the
+        first call reads the live rows' histories, each shared prefix once (the rows of
+        one problem continue one text: ``cache.prefill_shared``), each later call only
+        the previous step's tokens (the last column of ``h``). The token is chosen on the
         device (greedy: the argmax; else the inverse-CDF draw with the uniforms ``u``,
         ``device.sample``), so only the tokens come back to the host. Rows that have
         ended leave the batch (``Cached.select``) once no more than ``COMPACT`` of its
@@ -325,9 +326,12 @@ class HFTaskPair:
             with torch.inference_mode():
                 if not state:
                     ids = [r[r != PAD].astype(np.int64) for r in np.asarray(hist)[live]]
-                    lay = Layout(ids, steps, 0, dev)
-                    model = Cached(view.model)
-                    model.prefill(lay)
+                    got = prefill_shared(view.model, ids, steps, dev)
+                    if got is None:          # a cache that cannot copy rows
+                        lay, model = Layout(ids, steps, 0, dev), Cached(view.model)
+                        model.prefill(lay)
+                    else:
+                        lay, model = got
                     lay.open_block()
                     state.update(lay=lay, model=model, rows=np.asarray(live))
                 else:
