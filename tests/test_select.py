@@ -227,3 +227,44 @@ def test_a_step_of_0_decodes_as_the_lossless_rule(task_pair_small, greedy):
     assert all(np.array_equal(a[k], b[k]) for k in ("correct", "tokens", "calls"))
     assert a["answers"] == b["answers"]
     assert TC.lossless_step(a)[0.0] == (TC.summary(b, a), TC.drop_of(b, a))
+
+
+def test_a_draft_cost_reports_time_per_correct_answer_and_the_speedup_over_the_target(
+        task_greedy_small, tmp_path):
+    """`evolve tradeoff --data TASK --draft-cost C`: a call verifying g drafts costs
+    1 + g C target calls; each rule's time per correct answer is its calls per correct
+    answer times that, its speed-up the target alone's calls per correct answer (one a
+    token of the lossless text) over it, so lossless's is its tokens per call over
+    1 + g C; differences scale alike; a bad cost, or one on TV traces, is one line."""
+    r = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 4,
+               "--family", "leniency", "--family", "trtllm_relaxed", "--draft-cost", 0.25,
+               "--json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    g = record.load(task_greedy_small, "valid").meta["block_size"]
+    per = 1 + g * 0.25
+    assert doc["time_model"] == {"draft_cost": 0.25, "block_size": g, "call_cost": per}
+    ll = doc["lossless"]["test"]
+    alone = ll["answer_tokens"] / ll["accuracy"]
+    assert ll["speedup"] == pytest.approx(ll["tokens_per_call"] / per, rel=1e-12)
+    checked = 0
+    for x in doc["budgets"][0]["rows"]:
+        t = x["test"]
+        if t is None:
+            continue
+        assert t["time_per_correct"] == pytest.approx(t["calls_per_correct"] * per)
+        assert t["speedup"] == pytest.approx(alone / t["time_per_correct"])
+        d = x["versus_lossless"]
+        assert d["time_per_correct"]["ci95"] == pytest.approx(
+            [v * per for v in d["calls_per_correct"]["ci95"]])
+        checked += 1
+    assert checked == 2
+    text = invoke("tradeoff", "--data", task_greedy_small, "--budget", 0.05, "--prompts", 3,
+                  "--family", "leniency", "--draft-cost", 0.25)
+    assert text.exit_code == 0, text.output
+    flat = " ".join(text.output.split())
+    assert "time/correct" in flat and "1.25x the target alone" in flat and "= 2 " in flat
+    one_line_error(invoke("tradeoff", "--data", task_greedy_small, "--draft-cost", -1),
+                   "--draft-cost", ">= 0")
+    one_line_error(invoke("tradeoff", "--data", tmp_path, "--draft-cost", 0.3),
+                   "--draft-cost", "only on task traces")

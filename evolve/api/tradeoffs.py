@@ -42,7 +42,7 @@ from evolve.runs import pictures
 DEFAULT_BUDGETS = (0.01, 0.03)
 FLAT = ("tokens_per_call", "tokens_se", "tv_per_token", "tv_p99", "kl_per_token")
 TASK_FLAT = ("calls_per_problem", "calls_per_correct", "accuracy", "agreement",
-             "answer_tokens", "tokens_per_call")
+             "answer_tokens", "tokens_per_call", "time_per_correct", "speedup")
 
 
 class TradeoffError(EvolveError):
@@ -135,8 +135,9 @@ class TaskTradeoff:
         """One flat record per rule and budget (``pandas.DataFrame(t.rows)``): budget,
         rule, kind (family, judge, run or oracle), param, fits_valid, oracle_share (with
         the oracle), then valid_* and test_* of calls_per_problem (target calls per
-        answer), calls_per_correct, accuracy, agreement, answer_tokens and
-        tokens_per_call (None where a row has none)."""
+        answer), calls_per_correct, accuracy, agreement, answer_tokens,
+        tokens_per_call, and with a draft cost time_per_correct and speedup (None where
+        a row has none)."""
         out = []
         for entry in self.report["budgets"]:
             for r in entry["rows"]:
@@ -246,7 +247,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              installed: bool = True, progress=None, meter=None,
              any_scope: bool = False, prompts: int | None = None,
              agreement_budget: float | None = None, oracle: bool | int = False,
-             families=None):
+             families=None, draft_cost: float | None = None):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
@@ -276,7 +277,9 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     ``agreement_budget`` also bounds the share of answers changed from lossless, and
     ``oracle`` adds the answer oracle's row (the headroom any judge has, decoded on test;
     a whole number: on that many test problems, every share measured on them) and each
-    rule's share of its saving."""
+    rule's share of its saving. ``draft_cost`` (the draft's cost per token relative to
+    a target call, >= 0) adds the time per correct answer under that cost model and the
+    speed-up over the target decoding alone (``task_compare.with_time``)."""
     budgets = check_budgets(budgets)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     if is_task(data_dir):
@@ -287,9 +290,11 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
             raise TradeoffError.of(bad, "not on task traces (their rules are compared by "
                                         "free-running decoding, on the CPU)")
         return task_tradeoff(data_dir, budgets, runs, runs_dir, engine, prompts,
-                             agreement_budget, any_scope, progress, oracle, families)
+                             agreement_budget, any_scope, progress, oracle, families,
+                             draft_cost)
     task_only = next((p for p, v in (("prompts", prompts), ("agreement_budget",
-                      agreement_budget), ("oracle", oracle or None)) if v is not None), None)
+                      agreement_budget), ("oracle", oracle or None),
+                      ("draft_cost", draft_cost)) if v is not None), None)
     if task_only is not None:
         raise TradeoffError.of(task_only, "only on task traces (evolve data task)"
                                + ("; on traces every table has its knapsack oracle"
@@ -416,7 +421,8 @@ def _share(param: str, value, optional: bool = True):
 
 def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
-                  progress=None, oracle: bool | int = False, chosen=None) -> TaskTradeoff:
+                  progress=None, oracle: bool | int = False, chosen=None,
+                  draft_cost: float | None = None) -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
     from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
@@ -425,6 +431,12 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     for b in budgets:
         _share("budgets", b, optional=False)
     agreement_budget = _share("agreement_budget", agreement_budget)
+    if draft_cost is not None and not (isinstance(draft_cost, (int, float))
+                                       and not isinstance(draft_cost, bool)
+                                       and math.isfinite(draft_cost) and draft_cost >= 0):
+        raise TradeoffError.of("draft_cost", f"{show(draft_cost)} is invalid; expected the "
+                                             "draft's cost per token relative to a target "
+                                             "call, a number >= 0")
     if not (isinstance(oracle, bool) or isinstance(oracle, int) and oracle >= 2):
         raise TradeoffError.of("oracle", f"{show(oracle)} is invalid; expected True, False "
                                          "or a whole number of test problems >= 2")
@@ -464,6 +476,8 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     res = task_compare.tradeoff(pair, TaskData(splits["train"]), budgets, champions, greedy,
                                 names, prompts, agreement_budget, say, oracle,
                                 judge=picked is None or JUDGE_FAMILY in picked)
+    if draft_cost is not None:
+        res = task_compare.with_time(res, float(draft_cost), int(meta["block_size"]))
     sizes = {s: len(pair.problems[s]) for s in ("train", "valid", "test")}
     report = {"data": str(data_dir), "task": True, "sizes": sizes, **res, "runs": infos,
               "engine": engine, "agreement_budget": agreement_budget,

@@ -232,12 +232,23 @@ def show_task_tradeoff(doc: dict, term) -> None:
                 f"{lossless['calls_per_problem']:.2f} target calls per answer, "
                 f"{lossless['calls_per_correct']:.2f} per correct answer, accuracy "
                 f"{lossless['accuracy']:.4f}.")
+    tm = doc.get("time_model")
+    if tm is not None:
+        term.result(f"Time in target calls: a call verifying {tm['block_size']} drafts costs "
+                    f"1 + {tm['block_size']} x {tm['draft_cost']:g} = {tm['call_cost']:g} "
+                    f"(the draft's cost per token --draft-cost {tm['draft_cost']:g}); the "
+                    f"target alone takes one call a token. Lossless: "
+                    f"{lossless['time_per_correct']:.2f} per correct answer, "
+                    f"{lossless['speedup']:.2f}x the target alone.")
     for entry in doc["budgets"]:
         b = entry["budget"]
         cols = [("rule", "left"), ("param", "right"), ("calls/answer", "right"),
                 ("calls/correct", "right"), ("accuracy", "right"), ("agreement", "right"),
                 ("answer tokens", "right"), ("tokens/call", "right"),
                 ("calls/correct minus lossless [95%]", "right")]
+        timed = tm is not None
+        if timed:
+            cols[4:4] = [("time/correct", "right"), ("vs target alone", "right")]
         oracle = any(r["kind"] == "oracle" for r in entry["rows"])
         if oracle:
             cols.append(("of oracle", "right"))
@@ -247,12 +258,14 @@ def show_task_tradeoff(doc: dict, term) -> None:
             mark = " *" if r["rule"] == entry["best"] else ""
             if t is None:
                 rows.append([r["rule"] + mark, "-", "no parameter fits on valid", "", "", "",
-                             "", "", ""] + [""] * oracle)
+                             "", "", ""] + [""] * (oracle + 2 * timed))
                 continue
             share = r.get("oracle_share")
+            time_cols = ([f"{t['time_per_correct']:.2f}", f"{t['speedup']:.2f}x"]
+                         if timed else [])
             rows.append([r["rule"] + mark, "-" if r["param"] is None else f"{r['param']:g}",
                          f"{t['calls_per_problem']:.2f}",
-                         f"{t['calls_per_correct']:.2f}", f"{t['accuracy']:.4f}",
+                         f"{t['calls_per_correct']:.2f}", *time_cols, f"{t['accuracy']:.4f}",
                          f"{t['agreement']:.4f}", f"{t['answer_tokens']:.1f}",
                          f"{t['tokens_per_call']:.3f}",
                          _diff(r["versus_lossless"].get("calls_per_correct"), 2)]

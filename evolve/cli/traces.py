@@ -209,11 +209,16 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
               help="Task traces: the oracle decodes only this many test problems (it is "
                    "many times a rule's cost), and every share is measured on them; "
                    "implies --oracle.")
+@click.option("--draft-cost", type=str, default=None, metavar="FLOAT",
+              help="Task traces: the draft's cost per token relative to a target call; adds "
+                   "the time per correct answer (a call costs 1 + g x this) and the speed-up "
+                   "over the target decoding alone.")
 @any_scope_option
 @json_option
 @friendly_errors
 def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, engine,
-                 families, device, prompts, agreement_budget, oracle, oracle_prompts, any_scope, json_mode):
+                 families, device, prompts, agreement_budget, oracle, oracle_prompts,
+                 draft_cost, any_scope, json_mode):
     """Every rule tuned to budgets on valid, reported on test (traces: TV; tasks: accuracy).
 
     Every rule family of the rules table is swept on valid and test; for each
@@ -241,7 +246,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
                        meter=out.meter, any_scope=any_scope, prompts=prompts,
                        agreement_budget=number("--agreement-budget", agreement_budget),
                        oracle=oracle_prompts if oracle_prompts is not None else oracle,
-                       families=list(families) or None)
+                       families=list(families) or None,
+                       draft_cost=number("--draft-cost", draft_cost))
     if json_mode:
         out.print_json(views.jsonable(res.report))
     elif isinstance(res, api.TaskTradeoff):

@@ -363,6 +363,48 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
 ORACLE = "oracle"
 
 
+def with_time(doc: dict, draft_cost: float, block_size: int) -> dict:
+    """A ``tradeoff`` report with what an answer takes in time under a cost model, in
+    units of one target call: a call verifying a block costs 1 and each of its
+    ``block_size`` drafted tokens ``draft_cost`` (the draft's cost per token relative to
+    a target call), so a call costs 1 + g c; the target decoding alone takes one call a
+    token of the lossless text (the same text in greedy decoding, the same
+    distribution sampled). Each summary gains ``time_per_correct`` (calls per correct
+    answer x (1 + g c)) and ``speedup`` (the target alone's time per correct answer,
+    from the lossless run of the same problems, over it: below 1 the pair is slower than
+    its target alone); each paired difference in calls per correct answer gains
+    ``time_per_correct``, scaled alike (every rule drafts g a call). With a constant
+    g the model rescales calls per correct answer, and no ranking changes."""
+    per = 1.0 + block_size * draft_cost
+
+    def timed(summary: dict | None, lossless: dict) -> None:
+        if summary is None:
+            return
+        alone = (lossless["answer_tokens"] / lossless["accuracy"]
+                 if lossless["accuracy"] > 0 else float("inf"))
+        summary["time_per_correct"] = summary["calls_per_correct"] * per
+        summary["speedup"] = (alone / summary["time_per_correct"]
+                              if np.isfinite(summary["time_per_correct"]) else 0.0)
+
+    def scaled(d: dict | None) -> None:
+        c = (d or {}).get("calls_per_correct")
+        if c is not None:
+            d["time_per_correct"] = {"difference": c["difference"] * per, "se": c["se"] * per,
+                                     "ci95": [x * per for x in c["ci95"]]}
+
+    for split in ("valid", "test"):
+        timed(doc["lossless"][split], dict(doc["lossless"][split]))
+    for entry in doc["budgets"]:
+        for r in entry["rows"]:
+            for split in ("valid", "test"):
+                timed(r.get(split), r.get(f"lossless_{split}") or doc["lossless"][split])
+            for key in ("versus_lossless", "versus_best"):
+                scaled(r.get(key))
+    doc["time_model"] = {"draft_cost": draft_cost, "block_size": block_size,
+                         "call_cost": per}
+    return doc
+
+
 def _head(r: dict, n: int) -> dict:
     """A decoding's record of its first ``n`` problems."""
     return {k: (v[:n] if isinstance(v, (np.ndarray, list)) else v) for k, v in r.items()}
@@ -385,4 +427,5 @@ def _add_oracle(rows: list, raw: dict, lossless: dict, raw_of) -> None:
                              else float((ls - t["calls_per_correct"]) / room))
     rows.append({"rule": ORACLE, "kind": "oracle", "param": None, "fits_valid": False,
                  "valid": None, "valid_drop": None, "tried": [], "test": o,
-                 "versus_lossless": paired(raw, ll, ll), "oracle_share": None})
+                 "versus_lossless": paired(raw, ll, ll), "oracle_share": None,
+                 "lossless_test": summary(ll, ll)})       # on the problems it decoded
