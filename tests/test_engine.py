@@ -363,6 +363,11 @@ def test_the_target_rank_is_offered_where_both_splits_record_it():
     with pytest.raises(ConfigError, match=r"inputs.*'target_rank' is not offered"):
         Evolution(Config(objective="speed", generations=1, population=20,
                          inputs="target_prob,target_rank"), v3(tr), v3(va))
+    # named with a ?, an input is used where the data offer it (evolve run --engine)
+    cfg = Config(objective="speed", generations=1, population=20,
+                 inputs="target_prob,draft_prob,target_rank?")
+    assert Evolution(cfg, v3(tr), v3(va)).inputs == ("draft_prob", "target_prob")
+    assert Evolution(cfg, tr, va).inputs == ("draft_prob", "target_prob", "target_rank")
 
 
 def test_the_token_class_is_offered_where_both_splits_carry_the_vocabulary():

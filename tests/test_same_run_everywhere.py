@@ -190,12 +190,24 @@ def test_an_engine_run_exports_to_that_engine(data, tmp_path):
 
 def test_an_engine_run_on_traces_offers_what_the_traces_and_the_engine_both_hold(data, tmp_path):
     """``--engine transformers`` on traces: the drop-in computes inputs the traces do not
-    offer (the task world's answer inputs); the run offers only what both hold."""
+    offer (the task world's answer inputs); the run offers only what both hold: the
+    target's rank and the token's class where the traces hold them, and no refusal
+    where they do not (on v2 traces, which hold neither)."""
     from evolve.lang.features import offered as offered_by
     npz, _ = data["v3"]
     run = _run(("--objective", "speed", "--engine", "transformers", "--generations", "2"),
                npz, tmp_path, "transformers")
-    assert offered(run) == set(offered_by(True, True, False))
+    assert offered(run) == set(offered_by(True, True, False)) | RANK | VOCAB
+    old = tmp_path / "v2-bare"
+    old.mkdir()
+    for s in T.SPLITS:
+        ts = T.load(data["v2"][0] / f"{s}.npz")
+        T.save(T.TraceSplit(ts.columns, {k: v for k, v in ts.meta.items()
+                                         if k not in ("vocab_classes", "source")}, s),
+               old / f"{s}.npz")
+    run = _run(("--objective", "speed", "--engine", "transformers", "--generations", "2"),
+               old, tmp_path, "transformers-v2")
+    assert offered(run) == set(FT.INPUT_NAMES) | TRACE
 
 
 # ------------------------------------------------------------ the task world

@@ -47,16 +47,21 @@ def engine_inputs(engine: str, objective: str, lookahead: bool = False) -> str:
     use: those its export format computes (``PROVIDES``), the token features only when
     the run's ``objective`` scores token splits, the lookahead inputs only with
     ``lookahead`` (the run offers them), and an input of another world's own group
-    (the task world's answer inputs) only where the objective's data offer it."""
+    (the task world's answer inputs) only where the objective's data offer it; the
+    inputs only some traces hold (the slot features, the target's rank, the token's
+    class) are named with a ``?``: used where the run's data offer them."""
     from evolve.lang.features import offered    # lazy: start-up (as below)
     from evolve.objectives import OBJECTIVES     # lazy: start-up (export modules load alone)
     if engine not in ENGINE_FORMATS:
         raise ValueError(f"unknown engine {engine!r}")
     obj = OBJECTIVES.get(objective)
     traces = obj is None or obj.trace_inputs      # an unknown objective is refused by Config
-    data = offered(bool(traces), True, True, obj.extra_groups if obj is not None else ())
+    extra = tuple(obj.extra_groups) if obj is not None else ()
+    data = offered(bool(traces), False, False, extra)
+    some = set(offered(bool(traces), True, True, extra + ("vocab",), ranks=True)) - set(data)
     names = PROVIDES[ENGINE_FORMATS[engine]]
-    return ",".join(n for n in names if n in data and (traces or n in INPUT_NAMES)
+    return ",".join(n + ("?" if n in some else "") for n in names
+                    if (n in data or n in some) and (traces or n in INPUT_NAMES)
                     and (lookahead or n not in LOOKAHEAD_INPUT_NAMES))
 
 

@@ -144,7 +144,8 @@ class Config:
                                     "slots (such rules are scored by an estimate; compare "
                                     "them free-running with evolve simulate --compare)")
     inputs: str = option("", "Only these inputs (comma-separated) in the search, a subset "
-                             "of what the data offer (all of them by default)")
+                             "of what the data offer (all of them by default); a name "
+                             "ending in ? is used where the data offer it")
     device: str = option("cpu", "Evaluate populations on cpu (the Numba kernels) or cuda "
                                 "(the same results bit for bit; pip install '.[gpu]')")
 
@@ -226,8 +227,15 @@ class Config:
              "device", "the trajectory estimate is scored on cpu only")
 
     def input_list(self) -> tuple | None:
-        """The inputs the search may use (``inputs`` split at commas), None for all."""
-        return tuple(n.strip() for n in self.inputs.split(",")) if self.inputs else None
+        """The inputs the search may use (``inputs`` split at commas, each name without
+        its ``?``), None for all."""
+        return (tuple(n.strip().rstrip("?") for n in self.inputs.split(","))
+                if self.inputs else None)
+
+    def optional_inputs(self) -> set:
+        """The inputs named with a trailing ``?``: used where the data offer them (what
+        ``evolve run --engine`` names for the inputs only some data hold)."""
+        return {n.strip()[:-1] for n in self.inputs.split(",") if n.strip().endswith("?")}
 
     def _check_inputs(self) -> None:
         names = self.input_list()

@@ -65,7 +65,8 @@ class Evolution:
         offered = P.offered_inputs(self.objective.trace_inputs, not any(missing),
                                    config.lookahead, extra, ranks)
         only = config.input_list()
-        absent = next((n for n in only or () if n not in offered), None)
+        optional = config.optional_inputs()
+        absent = next((n for n in only or () if n not in offered and n not in optional), None)
         if absent is not None:
             why = next((m for m in missing if m), "")
             raise ConfigError.of("inputs", f"{absent!r} is not offered by these data (they "
