@@ -221,7 +221,7 @@ def test_every_exported_input_is_the_registry_s_computation(tmp_path, fmt):
         with pytest.raises(ValueError, match="tokenizer"):
             mod.candidate_features(ids, torch.as_tensor(q)[None], torch.as_tensor(p)[None],
                                    g, 3)
-        mod.use_tokenizer(_Tokenizer())     # 16 tokens: ids 16 .. 22 are other
+        mod.use_tokenizer(_Tokenizer())     # 17 tokens: ids 17 .. 22 are other
         classes = np.array(I.VC.tokenizer_table(_Tokenizer(), V), dtype=np.float64)
         f = mod.candidate_features(ids, torch.as_tensor(q)[None], torch.as_tensor(p)[None],
                                    g, 3)
@@ -300,7 +300,7 @@ def test_target_rank_in_torch_is_the_numpy_bits():
 class _Tokenizer:
     """A tokenizer of a few texts (special tokens decode to nothing when skipped)."""
     TEXTS = ["Paris", " the", " 12", "3.5", ".", " ,", "\n", "  ", "<|end|>", "x1", "+",
-             " é", "1,000", "?!", "", "Ġ"]
+             " é", "1,000", "?!", "", "Ġ", " \ufffd"]
 
     def __len__(self):
         return len(self.TEXTS)
@@ -316,17 +316,17 @@ def test_token_class_of_a_text_and_of_a_vocabulary():
     special tokens skipped, empty); a tokenizer's table, ids past it other; the byte
     table, bytes of UTF-8 sequences other; the meta text round trip and its checks."""
     from evolve.data import vocab_class as VC
-    want = [0, 0, 1, 1, 2, 2, 3, 3, 3, 0, 2, 0, 1, 2, 3, 0]
+    want = [0, 0, 1, 1, 2, 2, 3, 3, 3, 0, 2, 0, 1, 2, 3, 0, 3]
     assert [VC.token_class(t) for t in _Tokenizer.TEXTS[:8]] == want[:8]
-    assert VC.tokenizer_table(_Tokenizer(), 19) == want + [3, 3, 3]
+    assert VC.tokenizer_table(_Tokenizer(), 20) == want + [3, 3, 3]
     b = VC.byte_table()
     assert b[ord("a")] == b[ord("Z")] == 0 and b[ord("7")] == 1 and b[ord(";")] == 2
     assert b[ord(" ")] == b[0] == b[0xC3] == 3 and b.shape == (256,)
     text = VC.to_text(want)
-    assert np.array_equal(VC.from_text(text), want) and VC.check_text(text, 16) is None
-    assert "has 16 classes; the vocabulary has 17" in VC.check_text(text, 17)
+    assert np.array_equal(VC.from_text(text), want) and VC.check_text(text, 17) is None
+    assert "has 17 classes; the vocabulary has 18" in VC.check_text(text, 18)
     assert "'4' at token 2" in VC.check_text("0040", 4)
-    assert "is list" in VC.check_text(want, 16)
+    assert "is list" in VC.check_text(want, 17)
 
 
 @pytest.mark.parametrize("x_kind", ["drafted", "candidates", "vocabulary"])
@@ -335,7 +335,7 @@ def test_token_class_at_slots_is_the_table_in_numpy_and_torch(x_kind):
     several a slot, or every token), counted here token by token, in numpy and torch."""
     torch = pytest.importorskip("torch")
     from evolve.data.sources.hf.device import OPS
-    M, V = 6, 16
+    M, V = 6, 17
     p, q = _dists(M, V, RNG)
     table = np.array(I.VC.tokenizer_table(_Tokenizer(), V), dtype=np.float64)
     x = {"drafted": RNG.integers(0, V, M), "candidates": RNG.integers(0, V, (M, 3)),

@@ -1,8 +1,9 @@
 """The class of each token of a vocabulary: a word, a number, punctuation, or other.
 
 A token's class is read from its text alone (``token_class``): its text stripped of
-white space is empty (white space, an end-of-text or other special token, a partial
-UTF-8 byte): OTHER; digits, with or without ``.`` and ``,``: NUMBER; every character
+white space is empty (white space, an end-of-text or other special token) or holds
+the replacement character (a tokenizer's token that is part of a UTF-8 character):
+OTHER; digits, with or without ``.`` and ``,``: NUMBER; every character
 punctuation or a symbol (Unicode categories P and S): PUNCT; any letter: WORD;
 anything else: OTHER. A vocabulary's classes are one table, a
 token id's class at its index (``table``):
@@ -36,7 +37,7 @@ def token_class(text):
     """0 word, 1 number, 2 punctuation, 3 other: the class of one token's text."""
     import unicodedata  # lazy: exports copy this function's source, self-contained
     s = text.strip()
-    if not s:
+    if not s or "\ufffd" in s:          # nothing, or part of a UTF-8 character
         return 3
     if any(c.isdigit() for c in s) and all(c.isdigit() or c in ".," for c in s):
         return 1
