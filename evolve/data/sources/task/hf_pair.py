@@ -211,6 +211,9 @@ class HFTaskPair:
 
     token_dtype = np.int32
     pad = PAD
+    # mining reads each prefix its histories share once (False: each history whole, the
+    # reference benchmarks/speed/mining_prefixes.py times it against)
+    share_prefixes = True
 
     @property
     def context_len(self) -> int:
@@ -326,7 +329,8 @@ class HFTaskPair:
             with torch.inference_mode():
                 if not state:
                     ids = [r[r != PAD].astype(np.int64) for r in np.asarray(hist)[live]]
-                    got = prefill_shared(view.model, ids, steps, dev)
+                    got = (prefill_shared(view.model, ids, steps, dev)
+                           if self.share_prefixes else None)
                     if got is None:          # a cache that cannot copy rows
                         lay, model = Layout(ids, steps, 0, dev), Cached(view.model)
                         model.prefill(lay)
