@@ -330,7 +330,7 @@ class HFTaskPair:
                 if not state:
                     ids = [r[r != PAD].astype(np.int64) for r in np.asarray(hist)[live]]
                     got = (prefill_shared(view.model, ids, steps, dev)
-                           if self.share_prefixes else None)
+                           if getattr(self, "share_prefixes", True) else None)
                     if got is None:          # a cache that cannot copy rows
                         lay, model = Layout(ids, steps, 0, dev), Cached(view.model)
                         model.prefill(lay)
