@@ -330,15 +330,14 @@ def test_p99_cap_holds_the_tail_of_slot_tv():
         objective="speed", tv_p99_cap=cap)), [capped, free])
     assert m["tail_share"][0] <= 0.01 < m["tail_share"][1]
 
+
 def test_the_target_rank_is_offered_where_both_splits_record_it():
     """Traces of schema v4 offer ``target_rank`` to a search, and the kernel scores a
     rule that reads it as the numpy reference does (the candidates' recorded ranks);
     traces without the ranks (schema v3) do not offer it, and asking for it there is
     one ConfigError naming ``inputs``."""
     from evolve.data.traces import V4_FIELDS, TraceSplit
-    from evolve.lang import treeio
-    from evolve.objectives import OBJECTIVES, spec
-    from evolve.rules.tuning import tree_thresholds
+    from evolve.objectives import spec
     from tests import tracekit
     tr, va = tracekit.split("train"), tracekit.split("valid")
     ev = Evolution(Config(objective="speed", generations=1, population=20), tr, va)
@@ -347,13 +346,7 @@ def test_the_target_rank_is_offered_where_both_splits_record_it():
            "pdiv(target_prob, draft_prob))"
     sa = spec.TraceArrays.from_split(va)
     np.testing.assert_array_equal(sa.features()["target_rank"], va.columns["cand_target_rank"])
-    want = spec.objectives(sa, tree_thresholds(treeio.parse(tree), sa))
-    got = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(va, "valid"), [tree])
-    assert got["tokens"][0] == pytest.approx(want.tokens_per_call, rel=1e-12)
-    assert got["tv"][0] == pytest.approx(want.tv_per_token, rel=1e-9)
-    lossless = spec.objectives(sa, tree_thresholds(treeio.parse(
-        "pdiv(target_prob, draft_prob)"), sa))
-    assert want.tokens_per_call > lossless.tokens_per_call       # the rank matters here
+    _scored_as_the_reference(va, sa, tree)                 # the rank matters here
 
     def v3(ts):
         return TraceSplit({f: v for f, v in ts.columns.items() if f not in V4_FIELDS},
@@ -370,6 +363,21 @@ def test_the_target_rank_is_offered_where_both_splits_record_it():
     assert Evolution(cfg, tr, va).inputs == ("draft_prob", "target_prob", "target_rank")
 
 
+def _scored_as_the_reference(va, sa, tree: str) -> None:
+    """The kernel scores ``tree`` on ``va`` as the numpy reference does, and it accepts
+    more than the lossless rule (the input it reads matters)."""
+    from evolve.lang import treeio
+    from evolve.objectives import OBJECTIVES, spec
+    from evolve.rules.tuning import tree_thresholds
+    want = spec.objectives(sa, tree_thresholds(treeio.parse(tree), sa))
+    got = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(va, "valid"), [tree])
+    assert got["tokens"][0] == pytest.approx(want.tokens_per_call, rel=1e-12)
+    assert got["tv"][0] == pytest.approx(want.tv_per_token, rel=1e-9)
+    lossless = spec.objectives(sa, tree_thresholds(treeio.parse(
+        "pdiv(target_prob, draft_prob)"), sa))
+    assert want.tokens_per_call > lossless.tokens_per_call
+
+
 def test_the_token_class_is_offered_where_both_splits_carry_the_vocabulary():
     """Traces whose meta carries the pair's vocabulary classes offer ``token_class``:
     the candidates' classes in the input matrix are the table at each candidate token
@@ -378,9 +386,7 @@ def test_the_token_class_is_offered_where_both_splits_carry_the_vocabulary():
     one ConfigError naming ``inputs``."""
     from evolve.data import vocab_class as VC
     from evolve.data.traces import TraceSplit
-    from evolve.lang import treeio
-    from evolve.objectives import OBJECTIVES, spec
-    from evolve.rules.tuning import tree_thresholds
+    from evolve.objectives import spec
     from tests import tracekit
     tr, va = tracekit.split("train"), tracekit.split("valid")
     ev = Evolution(Config(objective="speed", generations=1, population=20), tr, va)
@@ -392,13 +398,7 @@ def test_the_token_class_is_offered_where_both_splits_carry_the_vocabulary():
     assert set(np.unique(want_cls)) >= {0, 2, 3}            # words, punctuation, spaces
     tree = "ite(lt(token_class, 0.5), pmin(1.0, add(pdiv(target_prob, draft_prob), 0.4)), " \
            "pdiv(target_prob, draft_prob))"
-    want = spec.objectives(sa, tree_thresholds(treeio.parse(tree), sa))
-    got = OBJECTIVES["speed"].measures(OBJECTIVES["speed"].evaluator(va, "valid"), [tree])
-    assert got["tokens"][0] == pytest.approx(want.tokens_per_call, rel=1e-12)
-    assert got["tv"][0] == pytest.approx(want.tv_per_token, rel=1e-9)
-    lossless = spec.objectives(sa, tree_thresholds(treeio.parse(
-        "pdiv(target_prob, draft_prob)"), sa))
-    assert want.tokens_per_call > lossless.tokens_per_call       # the class matters here
+    _scored_as_the_reference(va, sa, tree)                 # the class matters here
 
     def bare(ts):
         return TraceSplit(ts.columns, {k: v for k, v in ts.meta.items()

@@ -250,6 +250,23 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
     assert lossless["problems"] == len(task.pair.problems["valid"])
     assert lossless["calls_per_problem"] * lossless["problems"] == len(valid) / G
     assert res["rules"]["leniency(l=0.5)"]["tokens_per_call"] > lossless["tokens_per_call"]
+    # the time model: by default the draft's cost measured on this pair, one decoding
+    # step of each model; a number given instead is taken as it is
+    tune = ("tradeoff", "--data", out, "--family", "leniency", "--prompts", 2,
+            "--budget", 0.5, "--json")
+    r = hfkit.invoke(*tune)
+    assert r.exit_code == 0, r.output
+    tm = json.loads(r.stdout)["time_model"]
+    m = tm["measured"]
+    assert tm["draft_cost"] == pytest.approx(m["draft_ms"] / m["target_ms"]) and m["draft_ms"] > 0
+    assert tm["call_cost"] == pytest.approx(1 + G * tm["draft_cost"]) and m["reps"] == 20
+    r = hfkit.invoke(*tune[:-1])
+    print(r.output)
+    assert r.exit_code == 0 and "measured now on this machine" in r.output, r.output
+    r = hfkit.invoke(*tune, "--draft-cost", 0.5)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["time_model"] == {"draft_cost": 0.5, "block_size": G,
+                                                  "call_cost": 1 + G * 0.5}
     task.path.write_text(task.path.read_text() + json.dumps({"prompt": "Q?",
                                                              "answer": 1}) + "\n")
     try:
@@ -257,6 +274,26 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
         one_line_error(r, "changed since")
     finally:
         task.path.write_text("".join(task.path.read_text().splitlines(True)[:-1]))
+
+
+def test_the_draft_cost_is_the_draft_step_over_the_target_step(task, monkeypatch):
+    """evolve.data.sources.hf.timing: a draft made slower by 20 ms a call is timed at
+    20 ms or more a step, and the cost is its step over the target's."""
+    import functools
+    import time
+    from evolve.data.sources.hf import timing
+    draft = task.pair.draft.model
+    plain = draft.forward
+
+    @functools.wraps(plain)                    # the signature the cache argument is read from
+    def slow(*args, **kwargs):
+        time.sleep(0.02)
+        return plain(*args, **kwargs)
+
+    monkeypatch.setattr(draft, "forward", slow)
+    m = timing.draft_cost(task.pair.target.model, draft, task.pair.vocab, context=8, reps=3)
+    assert m["draft_ms"] >= 20 and m["draft_cost"] == m["draft_ms"] / m["target_ms"]
+    assert (m["context"], m["reps"], m["batch"]) == (8, 3, 1)
 
 
 @pytest.mark.parametrize("args,needles", [

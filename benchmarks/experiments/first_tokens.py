@@ -18,24 +18,18 @@ section of docs/results/real-pair.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, write_section  # noqa: E402
-
-import numpy as np  # noqa: E402
+from benchmarks.common import ROOT  # noqa: E402
 
 import evolve  # noqa: E402
-from evolve.io import paths  # noqa: E402
-from benchmarks.experiments.trace_results import _commit, _shown  # noqa: E402
+from benchmarks.experiments import paired_seeds as PS  # noqa: E402
+from benchmarks.experiments.trace_results import _shown  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "experiments" / "first_tokens.json"
 SECTION = "first-tokens"
-DATA = (paths.DATA_DIR / "pairs" / "smollm2" / "results" / "traces", paths.DATA_DIR / "traces")
 
 
 def champion(data: Path, runs: Path, budget: float, seed: int, k: int, cap: bool, a) -> dict:
@@ -52,55 +46,25 @@ def champion(data: Path, runs: Path, budget: float, seed: int, k: int, cap: bool
             "tv_first": t["tv_first"][k - 1], "tv_first_token": t["tv_first"][0]}
 
 
-def _spread(x) -> dict:
-    x = np.asarray(x, dtype=np.float64)
-    return {"mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, nargs="+", default=None,
-                    help="trace directories [the real pair's, the default traces: those "
-                         "there]")
-    ap.add_argument("--budgets", type=float, nargs="+", default=[0.01, 0.03])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    ap = PS.arguments(__doc__.splitlines()[0], OUT)
     ap.add_argument("--first-tokens", type=int, default=1)
-    ap.add_argument("--population", type=int, default=300)
-    ap.add_argument("--generations", type=int, default=30)
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--page", action="store_true",
-                    help="write the section of docs/results/real-pair.md")
     a = ap.parse_args(argv)
-    data = a.data or [d for d in DATA if (d / "test.npz").exists()]
-    if not data:
-        raise SystemExit("no trace directory: record one (evolve data trace) or pass --data")
     k = a.first_tokens
-    t0 = time.perf_counter()
-    doc = {"commit": _commit(),
-           "command": " ".join(["python -m benchmarks.experiments.first_tokens",
-                                *(_shown(Path(x)) if Path(x).is_absolute() else x
-                                  for x in (argv if argv is not None else sys.argv[1:]))]),
-           "out": _shown(a.out), "first_tokens": k, "population": a.population, "generations": a.generations,
-           "data": {}}
+    data, doc = PS.start(a, "benchmarks.experiments.first_tokens", argv, first_tokens=k)
     with tempfile.TemporaryDirectory() as tmp:
         for d in data:
             rows = []
             for b in a.budgets:
                 plain = [champion(d, Path(tmp), b, s, k, False, a) for s in a.seeds]
                 capped = [champion(d, Path(tmp), b, s, k, True, a) for s in a.seeds]
-                diff = {m: _spread([c[m] - p[m] for p, c in zip(plain, capped)])
-                        for m in ("tokens_per_call", "tv_per_token", "tv_first")}
                 rows.append({"budget": b, "plain": plain, "capped": capped,
-                             "capped_minus_plain": diff})
+                             "capped_minus_plain": PS.paired(
+                                 plain, capped, ("tokens_per_call", "tv_per_token",
+                                                 "tv_first"))})
                 print(f"{_shown(d)} budget {b:g}: done", file=sys.stderr, flush=True)
             doc["data"][_shown(d)] = rows
-    doc["seconds"] = round(time.perf_counter() - t0, 1)
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    text = markdown(doc)
-    if a.page:
-        write_section(text, SECTION)
-    print(text)
-    return 0
+    return PS.finish(doc, a, markdown, SECTION)
 
 
 def markdown(doc: dict) -> str:
@@ -120,17 +84,14 @@ def markdown(doc: dict) -> str:
                 cs = r[kind]
 
                 def rng(m):
-                    s = _spread([c[m] for c in cs])
-                    return f"{s['mean']:.4f} ({s['min']:.4f} to {s['max']:.4f})"
+                    return PS.span([c[m] for c in cs])
                 label = "plain" if kind == "plain" else f"`--cap-tv-first {r['budget']:g}`"
                 lines.append(f"| {r['budget']:g} | {label} | {rng('tokens_per_call')} | "
                              f"{rng('tv_per_token')} | {rng('tv_first')} |")
             dd = r["capped_minus_plain"]
 
-            def delta(m, digits=4):
-                s = dd[m]
-                return (f"{s['mean']:+.{digits}f} ({s['min']:+.{digits}f} to "
-                        f"{s['max']:+.{digits}f})")
+            def delta(m):
+                return PS.signed(dd[m])
             lines.append(f"| {r['budget']:g} | capped minus plain, paired by seed | "
                          f"{delta('tokens_per_call')} | {delta('tv_per_token')} | "
                          f"{delta('tv_first')} |")

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -70,31 +69,15 @@ def accuracy(pair: Path, kinds, per_kind: int | None, max_new: int, batch: int) 
 
 def cost(pair: Path, context: int, reps: int, batches=(1, 16)) -> dict:
     import torch
-    from transformers import AutoModelForCausalLM, DynamicCache
+    from transformers import AutoModelForCausalLM
 
-    from evolve.data.sources.hf.cache import call_names
+    from evolve.data.sources.hf import timing
     models = {r: AutoModelForCausalLM.from_pretrained(pair / r, dtype=torch.float32).eval()
               for r in ("target", "draft")}
+    vocab = models["target"].config.vocab_size
     out = {"context": context, "reps": reps, "threads": torch.get_num_threads()}
-    g = torch.Generator().manual_seed(0)
     for b in batches:
-        ids = torch.randint(100, 40000, (b, context), generator=g)
-        nxt = torch.randint(100, 40000, (b, 1), generator=g)
-        times = {r: [] for r in models}
-        caches = {}
-        with torch.inference_mode():
-            for r, m in models.items():
-                name, _ = call_names(m)
-                caches[r] = (name, DynamicCache())
-                m(input_ids=ids, use_cache=True, **{name: caches[r][1]})
-            for _ in range(reps):              # the two models in turn: the same load
-                for r, m in models.items():
-                    name, cache = caches[r]
-                    t0 = time.perf_counter()
-                    m(input_ids=nxt, use_cache=True, **{name: cache})
-                    times[r].append(time.perf_counter() - t0)
-                    cache.crop(-1)              # the same context every step
-        med = {r: statistics.median(v) for r, v in times.items()}
+        med = timing.step_times(models, vocab, context, reps, batch=b)
         out[f"batch_{b}"] = {"target_ms": 1e3 * med["target"], "draft_ms": 1e3 * med["draft"],
                              "ratio": med["draft"] / med["target"]}
         print(f"batch {b}: target {1e3 * med['target']:.1f} ms, draft "

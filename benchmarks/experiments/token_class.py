@@ -19,27 +19,21 @@ section of docs/results/real-pair.md.
 
 from __future__ import annotations
 
-import argparse
-import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, write_section  # noqa: E402
-
-import numpy as np  # noqa: E402
+from benchmarks.common import ROOT  # noqa: E402
 
 import evolve  # noqa: E402
 from evolve.data import traces as T  # noqa: E402
 from evolve.data import vocab_class as VC  # noqa: E402
-from evolve.io import paths  # noqa: E402
-from benchmarks.experiments.trace_results import _commit, _shown  # noqa: E402
+from benchmarks.experiments import paired_seeds as PS  # noqa: E402
+from benchmarks.experiments.trace_results import _shown  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "experiments" / "token_class.json"
 SECTION = "token-class"
-DATA = (paths.DATA_DIR / "pairs" / "smollm2" / "results" / "traces", paths.DATA_DIR / "traces")
 
 
 def with_classes(data: Path, tmp: Path) -> Path:
@@ -87,34 +81,10 @@ def champion(data: Path, runs: Path, budget: float, seed: int, inputs: list, a,
             "tokens_per_call": t["tokens_per_call"], "tv_per_token": t["tv_per_token"]}
 
 
-def _spread(x) -> dict:
-    x = np.asarray(x, dtype=np.float64)
-    return {"mean": float(x.mean()), "min": float(x.min()), "max": float(x.max())}
-
-
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, nargs="+", default=None,
-                    help="trace directories [the real pair's, the default traces: those "
-                         "there]")
-    ap.add_argument("--budgets", type=float, nargs="+", default=[0.01, 0.03])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    ap.add_argument("--population", type=int, default=300)
-    ap.add_argument("--generations", type=int, default=30)
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--page", action="store_true",
-                    help="write the section of docs/results/real-pair.md")
+    ap = PS.arguments(__doc__.splitlines()[0], OUT)
     a = ap.parse_args(argv)
-    data = a.data or [d for d in DATA if (d / "test.npz").exists()]
-    if not data:
-        raise SystemExit("no trace directory: record one (evolve data trace) or pass --data")
-    t0 = time.perf_counter()
-    doc = {"commit": _commit(),
-           "command": " ".join(["python -m benchmarks.experiments.token_class",
-                                *(_shown(Path(x)) if Path(x).is_absolute() else x
-                                  for x in (argv if argv is not None else sys.argv[1:]))]),
-           "out": _shown(a.out), "population": a.population, "generations": a.generations,
-           "data": {}}
+    data, doc = PS.start(a, "benchmarks.experiments.token_class", argv)
     with tempfile.TemporaryDirectory() as tmp:
         for i, d in enumerate(data):
             src = with_classes(d, Path(tmp))
@@ -125,20 +95,13 @@ def main(argv=None) -> int:
             for b in a.budgets:
                 without = [champion(src, runs, b, s, less, a, "without") for s in a.seeds]
                 with_ = [champion(src, runs, b, s, every, a, "with") for s in a.seeds]
-                diff = {m: _spread([w[m] - o[m] for o, w in zip(without, with_)])
-                        for m in ("tokens_per_call", "tv_per_token")}
                 rows.append({"budget": b, "without": without, "with": with_,
-                             "with_minus_without": diff})
+                             "with_minus_without": PS.paired(
+                                 without, with_, ("tokens_per_call", "tv_per_token"))})
                 print(f"{_shown(d)} budget {b:g}: done", file=sys.stderr, flush=True)
             doc["data"][_shown(d)] = {"classes_added": src != d, "inputs": every,
                                       "rows": rows}
-    doc["seconds"] = round(time.perf_counter() - t0, 1)
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    text = markdown(doc)
-    if a.page:
-        write_section(text, SECTION)
-    print(text)
-    return 0
+    return PS.finish(doc, a, markdown, SECTION)
 
 
 def markdown(doc: dict) -> str:
@@ -159,18 +122,15 @@ def markdown(doc: dict) -> str:
                 cs = r[kind]
 
                 def rng(m):
-                    s = _spread([c[m] for c in cs])
-                    return f"{s['mean']:.4f} ({s['min']:.4f} to {s['max']:.4f})"
+                    return PS.span([c[m] for c in cs])
                 reads = sum(c["reads_class"] for c in cs)
                 label = "without `token_class`" if kind == "without" else "with `token_class`"
                 lines.append(f"| {r['budget']:g} | {label} | {rng('tokens_per_call')} | "
                              f"{rng('tv_per_token')} | {reads} of {len(cs)} |")
             dd = r["with_minus_without"]
 
-            def delta(m, digits=4):
-                s = dd[m]
-                return (f"{s['mean']:+.{digits}f} ({s['min']:+.{digits}f} to "
-                        f"{s['max']:+.{digits}f})")
+            def delta(m):
+                return PS.signed(dd[m])
             lines.append(f"| {r['budget']:g} | with minus without, paired by seed | "
                          f"{delta('tokens_per_call')} | {delta('tv_per_token')} | |")
         lines.append("")

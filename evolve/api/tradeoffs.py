@@ -247,7 +247,7 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
              installed: bool = True, progress=None, meter=None,
              any_scope: bool = False, prompts: int | None = None,
              agreement_budget: float | None = None, oracle: bool | int = False,
-             families=None, draft_cost: float | None = None):
+             families=None, draft_cost: float | str | None = "measure"):
     """Every rule family tuned on valid to each TV budget and reported on test.
 
     ``data_dir``: the trace splits, .npz files or shards (``evolve data shard``, read
@@ -279,7 +279,10 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
     a whole number: on that many test problems, every share measured on them) and each
     rule's share of its saving. ``draft_cost`` (the draft's cost per token relative to
     a target call, >= 0) adds the time per correct answer under that cost model and the
-    speed-up over the target decoding alone (``task_compare.with_time``)."""
+    speed-up over the target decoding alone (``task_compare.with_time``); "measure" (the
+    default) times one decoding step of each model where the pair has models to time (a
+    Hugging Face pair: ``report["time_model"]["measured"]`` says how; the built-in pair
+    has none, and gets no time model), None never adds it."""
     budgets = check_budgets(budgets)
     data_dir = Path(data_dir) if data_dir is not None else paths.TRACES_DIR
     if is_task(data_dir):
@@ -294,7 +297,8 @@ def tradeoff(data_dir=None, budgets=None, runs=(), runs_dir=None, png=None,
                              draft_cost)
     task_only = next((p for p, v in (("prompts", prompts), ("agreement_budget",
                       agreement_budget), ("oracle", oracle or None),
-                      ("draft_cost", draft_cost)) if v is not None), None)
+                      ("draft_cost", None if draft_cost == "measure" else draft_cost))
+                      if v is not None), None)
     if task_only is not None:
         raise TradeoffError.of(task_only, "only on task traces (evolve data task)"
                                + ("; on traces every table has its knapsack oracle"
@@ -422,7 +426,7 @@ def _share(param: str, value, optional: bool = True):
 def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
                   prompts=None, agreement_budget=None, any_scope=False,
                   progress=None, oracle: bool | int = False, chosen=None,
-                  draft_cost: float | None = None) -> TaskTradeoff:
+                  draft_cost: float | str | None = "measure") -> TaskTradeoff:
     """``tradeoff`` on task traces (see there)."""
     from evolve.freerun import task_compare           # lazy: the task world on use
     from evolve.data.sources.task import pair as TP   # lazy: as above
@@ -431,12 +435,12 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     for b in budgets:
         _share("budgets", b, optional=False)
     agreement_budget = _share("agreement_budget", agreement_budget)
-    if draft_cost is not None and not (isinstance(draft_cost, (int, float))
+    if draft_cost not in (None, "measure") and not (isinstance(draft_cost, (int, float))
                                        and not isinstance(draft_cost, bool)
                                        and math.isfinite(draft_cost) and draft_cost >= 0):
         raise TradeoffError.of("draft_cost", f"{show(draft_cost)} is invalid; expected the "
                                              "draft's cost per token relative to a target "
-                                             "call, a number >= 0")
+                                             "call, a number >= 0, or 'measure'")
     if not (isinstance(oracle, bool) or isinstance(oracle, int) and oracle >= 2):
         raise TradeoffError.of("oracle", f"{show(oracle)} is invalid; expected True, False "
                                          "or a whole number of test problems >= 2")
@@ -476,8 +480,14 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     res = task_compare.tradeoff(pair, TaskData(splits["train"]), budgets, champions, greedy,
                                 names, prompts, agreement_budget, say, oracle,
                                 judge=picked is None or JUDGE_FAMILY in picked)
+    measured = None
+    if draft_cost == "measure":               # where the pair has models to time
+        timer = getattr(pair, "step_cost", None)
+        measured = timer() if timer is not None else None
+        draft_cost = None if measured is None else measured["draft_cost"]
     if draft_cost is not None:
-        res = task_compare.with_time(res, float(draft_cost), int(meta["block_size"]))
+        res = task_compare.with_time(res, float(draft_cost), int(meta["block_size"]),
+                                     measured)
     sizes = {s: len(pair.problems[s]) for s in ("train", "valid", "test")}
     report = {"data": str(data_dir), "task": True, "sizes": sizes, **res, "runs": infos,
               "engine": engine, "agreement_budget": agreement_budget,

@@ -219,6 +219,17 @@ def show_comparison(doc: dict, term) -> None:
     term.result(f"({doc['seconds']:.1f} s)")
 
 
+def _cost_source(tm: dict) -> str:
+    """Where the time model's draft cost came from, in words."""
+    m = tm.get("measured")
+    if m is None:
+        return f"the draft's cost per token --draft-cost {tm['draft_cost']:g}"
+    return (f"the draft's cost per token measured now on this machine, {m['device']} with "
+            f"{m['threads']} threads: one decoding step after {m['context']} tokens, batch "
+            f"{m['batch']}, median of {m['reps']}, draft {m['draft_ms']:.1f} ms and target "
+            f"{m['target_ms']:.1f} ms; --draft-cost C sets it")
+
+
 def show_task_tradeoff(doc: dict, term) -> None:
     """``evolve tradeoff`` on task traces: per accuracy budget, every rule tuned on valid
     by free-running decoding and decoded once on test, what an answer costs first."""
@@ -235,8 +246,8 @@ def show_task_tradeoff(doc: dict, term) -> None:
     tm = doc.get("time_model")
     if tm is not None:
         term.result(f"Time in target calls: a call verifying {tm['block_size']} drafts costs "
-                    f"1 + {tm['block_size']} x {tm['draft_cost']:g} = {tm['call_cost']:g} "
-                    f"(the draft's cost per token --draft-cost {tm['draft_cost']:g}); the "
+                    f"1 + {tm['block_size']} x {tm['draft_cost']:.3g} = "
+                    f"{tm['call_cost']:.3g} ({_cost_source(tm)}); the "
                     f"target alone takes one call a token. Lossless: "
                     f"{lossless['time_per_correct']:.2f} per correct answer, "
                     f"{lossless['speedup']:.2f}x the target alone.")

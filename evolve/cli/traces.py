@@ -209,10 +209,11 @@ def simulate_cmd(heuristic, param, run, rules, data_dir, split, prompts, blocks,
               help="Task traces: the oracle decodes only this many test problems (it is "
                    "many times a rule's cost), and every share is measured on them; "
                    "implies --oracle.")
-@click.option("--draft-cost", type=str, default=None, metavar="FLOAT",
+@click.option("--draft-cost", type=str, default=None, metavar="FLOAT|measure",
               help="Task traces: the draft's cost per token relative to a target call; adds "
                    "the time per correct answer (a call costs 1 + g x this) and the speed-up "
-                   "over the target decoding alone.")
+                   "over the target decoding alone. Default: measured here, one decoding "
+                   "step of each model, where the pair has models (a Hugging Face pair).")
 @any_scope_option
 @json_option
 @friendly_errors
@@ -247,7 +248,8 @@ def tradeoff_cmd(data_dir, budgets, runs, runs_dir, png, max_tv, trajectory, eng
                        agreement_budget=number("--agreement-budget", agreement_budget),
                        oracle=oracle_prompts if oracle_prompts is not None else oracle,
                        families=list(families) or None,
-                       draft_cost=number("--draft-cost", draft_cost))
+                       draft_cost=("measure" if draft_cost in (None, "measure")
+                                   else number("--draft-cost", draft_cost)))
     if json_mode:
         out.print_json(views.jsonable(res.report))
     elif isinstance(res, api.TaskTradeoff):

@@ -363,7 +363,8 @@ def tradeoff(pair, train, budgets, champions: dict | None = None, greedy: bool =
 ORACLE = "oracle"
 
 
-def with_time(doc: dict, draft_cost: float, block_size: int) -> dict:
+def with_time(doc: dict, draft_cost: float, block_size: int,
+              measured: dict | None = None) -> dict:
     """A ``tradeoff`` report with what an answer takes in time under a cost model, in
     units of one target call: a call verifying a block costs 1 and each of its
     ``block_size`` drafted tokens ``draft_cost`` (the draft's cost per token relative to
@@ -374,7 +375,9 @@ def with_time(doc: dict, draft_cost: float, block_size: int) -> dict:
     from the lossless run of the same problems, over it: below 1 the pair is slower than
     its target alone); each paired difference in calls per correct answer gains
     ``time_per_correct``, scaled alike (every rule drafts g a call). With a constant
-    g the model rescales calls per correct answer, and no ranking changes."""
+    g the model rescales calls per correct answer, and no ranking changes. ``measured``:
+    how ``draft_cost`` was timed, where it was (``evolve.data.sources.hf.timing``), kept
+    in ``time_model["measured"]``."""
     per = 1.0 + block_size * draft_cost
 
     def timed(summary: dict | None, lossless: dict) -> None:
@@ -402,6 +405,8 @@ def with_time(doc: dict, draft_cost: float, block_size: int) -> dict:
                 scaled(r.get(key))
     doc["time_model"] = {"draft_cost": draft_cost, "block_size": block_size,
                          "call_cost": per}
+    if measured is not None:
+        doc["time_model"]["measured"] = dict(measured)
     return doc
 
 

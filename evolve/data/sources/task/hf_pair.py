@@ -371,6 +371,14 @@ class HFTaskPair:
         target's device (``free_memory``)."""
         return free_memory(self.target.device) // 2
 
+    def step_cost(self, reps: int = 20) -> dict:
+        """The draft's cost per token relative to a target call, timed now on this
+        machine (``evolve.data.sources.hf.timing.draft_cost``): one decoding step of each
+        model after a cache of 64 tokens (fewer where the context is shorter), batch 1."""
+        from evolve.data.sources.hf import timing   # lazy: on use
+        return timing.draft_cost(self.target.model, self.draft.model, self.vocab,
+                                 context=max(1, min(64, self.context_len - 1)), reps=reps)
+
     def task_meta(self) -> dict:
         cfg = self.config
         return {"name": cfg.task_file, "source": "hf", "checker": cfg.checker_text(),
