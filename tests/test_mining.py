@@ -240,6 +240,24 @@ def test_the_command_line_resumes_and_refuses_in_one_line(whole, tmp_path, monke
                    "--resume")
 
 
+def test_npy_headers_are_parsed_one_at_a_time(whole, monkeypatch):
+    """NumPy parses a .npy header with ast.literal_eval, which on CPython 3.11 can fail
+    when two threads parse at once (threaded Dask workers reading splits; see
+    evolve.data.tokens.read_npy_header): every header of a split is read holding the
+    one lock."""
+    from evolve.data import tokens
+    held = []
+    for name in ("read_array_header_1_0", "read_array_header_2_0"):
+        real = getattr(np.lib.format, name)
+
+        def spy(*args, _real=real, **kwargs):
+            held.append(tokens._HEADER_LOCK.locked())
+            return _real(*args, **kwargs)
+        monkeypatch.setattr(np.lib.format, name, spy)
+    T.load(whole / "train.npz")
+    assert len(held) >= 10 and all(held)
+
+
 def test_mining_on_a_dask_cluster_gives_the_same_labels(whole, tmp_path, monkeypatch):
     """Parts of 2 problems on two Dask workers (threads of this process here, so the
     test starts in a second; ``--cluster local:N`` starts processes): the files of a

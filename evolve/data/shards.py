@@ -63,7 +63,7 @@ import numpy as np
 from evolve.data import labels as LB
 from evolve.data import traces as T
 from evolve.data import vocab_class as VC
-from evolve.data.tokens import DataError
+from evolve.data.tokens import DataError, read_npy_header
 from evolve.errors import first_line
 from evolve.io import jsonio
 from evolve.io.atomic import sha256_file
@@ -204,15 +204,7 @@ def read_column(path: str | os.PathLike, f: str) -> np.ndarray:
         if size == 0:
             raise DataError(f"{where} is an empty file (expected a .npy array)")
         try:
-            version = np.lib.format.read_magic(fh)
-            if version == (1, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_1_0(
-                    fh, max_header_size=MAX_NPY_HEADER)
-            elif version == (2, 0):
-                shape, fortran, dtype = np.lib.format.read_array_header_2_0(
-                    fh, max_header_size=MAX_NPY_HEADER)
-            else:
-                raise ValueError(f"unsupported .npy version {version}")
+            shape, fortran, dtype = read_npy_header(fh, MAX_NPY_HEADER)
         except Exception as e:             # noqa: BLE001 (any header NumPy refuses)
             raise DataError(f"{where} is not a .npy array ({first_line(e, 120)})") \
                 from None

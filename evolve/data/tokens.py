@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass
@@ -223,17 +224,37 @@ def check_unique_members(zf: zipfile.ZipFile, src: str) -> set:
     return seen
 
 
+# NumPy parses a .npy header with ast.literal_eval. On CPython 3.11 the AST
+# constructor's recursion count is the interpreter's, not the thread's: two threads
+# parsing at once (Dask workers in threads reading splits or shards, a garbage
+# collection running Python code between them) can fail with "SystemError: AST
+# constructor recursion depth mismatch" (python/cpython#106905, seen here in a test of
+# mining on threaded workers). The headers this package reads are parsed one at a time.
+_HEADER_LOCK = threading.Lock()
+
+
+def read_npy_header(fh, max_header_size: int | None = None):
+    """(shape, fortran order, dtype) of the .npy stream ``fh`` after its magic; ValueError
+    for a version other than 1.0 or 2.0 (and whatever NumPy raises on a bad header)."""
+    fmt = np.lib.format
+    version = fmt.read_magic(fh)
+    if version not in ((1, 0), (2, 0)):
+        raise ValueError(f"unsupported .npy version {version}")
+    read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+    kw = {} if max_header_size is None else {"max_header_size": max_header_size}
+    with _HEADER_LOCK:
+        return read(fh, **kw)
+
+
 def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
                        budget: int) -> tuple[np.ndarray, int]:
-    fmt = np.lib.format
     with zf.open(member) as fh:
-        version = fmt.read_magic(fh)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(fh)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(fh)
-        else:
-            raise DataError(f"{src}: field '{field}': unsupported .npy version {version}")
+        try:
+            shape, fortran, dtype = read_npy_header(fh)
+        except ValueError as e:
+            if "unsupported .npy version" not in str(e):
+                raise
+            raise DataError(f"{src}: field '{field}': {e}") from None
         if dtype.hasobject:
             raise DataError(f"{src}: field '{field}': object arrays are not allowed")
         count = 1
