@@ -454,10 +454,6 @@ def task_tradeoff(data_dir: Path, budgets, runs=(), runs_dir=None, engine=None,
     t0 = time.perf_counter()
     splits = {s: record.load(data_dir, s) for s in ("train", "valid", "test")}
     meta = splits["valid"].meta
-    if oracle is not False and (meta.get("task") or {}).get("source") == "hf":
-        raise TradeoffError.of("oracle", "on the built-in task pair only: the oracle reads "
-                                         "the texts its decoder decodes, which a Hugging "
-                                         "Face pair's decoder does not give it")
     scope = traces.scope_of(meta)
     greedy = meta["decoding"] == "greedy"
     if isinstance(runs, (str, bytes)) or not hasattr(runs, "__iter__"):

@@ -164,6 +164,35 @@ def _contexts(hist, X, C):
     return ctx.reshape(B * g, C)
 
 
+def _texts_acceptance(rule, task, texts, X, P, Q, gen_before, live, std, greedy: bool):
+    """Acceptance probabilities (B, g) of a block's drafts under a rule that decides whole
+    blocks from the texts (``block_acceptance``, the answer oracle, ``evolve.rules.oracle``),
+    asked for the live sequences only, with the task pair ``task`` (its continuations,
+    answers and ends); an ended sequence gets the lossless rule's (it emits nothing)."""
+    import torch  # lazy: the core install has no torch
+    B, g = X.shape
+    if greedy:
+        base = (X == P.argmax(dim=2)).to(torch.float64)
+    else:
+        base = std
+    idx = np.flatnonzero(live.cpu().numpy())
+    if idx.size == 0:
+        return base
+    Xh = X.cpu().numpy()[idx]
+    width = max(len(texts[i]) for i in idx) + g
+    ctxs = np.full((idx.size, g, width), task.pad, dtype=np.int64)
+    for r, i in enumerate(idx):
+        for j in range(g):
+            h = texts[i] + Xh[r, :j].tolist()
+            ctxs[r, j, width - len(h):] = h
+    a = rule.block_acceptance(task, ctxs, Xh, P[idx].cpu().numpy(), Q[idx].cpu().numpy(),
+                              gen_before.cpu().numpy()[idx], greedy)
+    out = base.clone()
+    out[torch.as_tensor(idx, device=out.device)] = torch.as_tensor(a, dtype=out.dtype,
+                                                                   device=out.device)
+    return out
+
+
 def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, progress,
                   stop=(False, None, None, None)):
     import torch  # lazy: the core install has no torch
@@ -190,6 +219,12 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
     done = torch.zeros(B, dtype=torch.bool, device=dev)     # the sequence has ended
     mism = torch.zeros(B, dtype=torch.float64, device=dev)  # accepted mismatches so far
     ran = 0                 # blocks decoded (fewer once every sequence has ended)
+    texts = None            # a rule deciding whole blocks reads each sequence's text
+    if getattr(rule, "decides_blocks", False):
+        if getattr(pair, "task", None) is None:
+            raise ValueError(f"rule {getattr(rule, 'name', rule)!r} reads the texts of a "
+                             "task; this pair has no task")
+        texts = [h.tolist() for h in hist]
     with torch.no_grad():
         draft.prefill(lay)
         target.prefill(lay)
@@ -213,7 +248,10 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 x = X.reshape(-1, 1)
                 F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}
             std = (F["target_prob"] / F["draft_prob"]).clamp_max(1.0).reshape(B, g)
-            if greedy:      # matches kept, a rule judges the mismatches
+            if texts is not None:       # a rule that reads the texts (the answer oracle)
+                a = _texts_acceptance(rule, pair.task, texts, X, P[:, :g], Q, gen_before,
+                                      live, std, greedy)
+            elif greedy:      # matches kept, a rule judges the mismatches
                 match = X == P[:, :g].argmax(dim=2)
                 a = (match.to(torch.float64) if rule is None else
                      torch.where(match, 1.0, DV.rule_acceptance(rule, F, B, g)))
@@ -244,6 +282,12 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
                 if stops:
                     rec.setdefault("live", []).append(live.repeat_interleave(g))
             lay.settle(n_acc, new)
+            if texts is not None:       # each live sequence's emitted tokens, on the host
+                o = torch.cat([X, new.unsqueeze(1)], dim=1)
+                o[rows, n_acc] = new
+                o, n, lv = (v.cpu().numpy() for v in (o, n_acc, live))
+                for i in np.flatnonzero(lv):
+                    texts[i] += o[i, :n[i] + 1].tolist()
             drafts.append(X)
             news.append(new)
             if stops:       # an ended sequence emits nothing more; its blocks count -1

@@ -306,7 +306,7 @@ class HFTaskPair:
         return SimpleNamespace(target=self.target.model, draft=self.draft.model,
                                vocab=self.vocab, device=self.target.device, config=self.config,
                                info={"target": self.target.info, "draft": self.draft.info},
-                               _vocab_classes=VC.of_pair(self))
+                               _vocab_classes=VC.of_pair(self), task=self)
 
     def continuation_reader(self, hist, steps: int, greedy: bool):
         """How ``evolve.data.continuations.continue_text`` continues the histories ``hist``
