@@ -127,8 +127,7 @@ def ranks(P, values):
     """``evolve.data.inputs.ranks`` on the device: how many entries of each row of P
     are above each of its values (M,) or (M, T), int64. Counted one value column at a
     time, the same integers as sorting each row and searching it: a count costs one
-    pass over the vocabulary, a sort about log2 of it (on 64 rows of a 49,152-token
-    vocabulary on one CPU thread, 12 ms a column against 450 ms a sort)."""
+    pass over the vocabulary, a sort about log2 of it (``benchmarks/speed/ranks.py``)."""
     import torch  # lazy: the core install has no torch
     one = values.dim() == 1
     v = (values.unsqueeze(1) if one else values).to(P.dtype)
