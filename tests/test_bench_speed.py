@@ -212,3 +212,14 @@ def test_trace_speed_smoke(tmp_path):
     r = doc["run"]
     assert r["same_history"] and r["same_champion"] and r["this"]["deterministic"]
     assert "speed-up" in proc.stdout
+
+
+def test_the_ranks_benchmark_checks_counts_against_the_sort(capsys):
+    """benchmarks/speed/ranks.py on a small shape: both ways give the same integers."""
+    pytest.importorskip("torch")
+    from benchmarks.speed import ranks
+    assert ranks.main(["--rows", "8", "--vocab", "300", "--columns", "1", "5",
+                       "--repeats", "1", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out.split("\n", 2)[2])
+    assert doc["vocab"] == 300 and set(doc["columns"]) == {"1", "5"}
+    assert all(c["same_integers"] and c["count_ms"] > 0 for c in doc["columns"].values())
