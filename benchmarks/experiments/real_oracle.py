@@ -107,7 +107,10 @@ def markdown(doc: dict) -> str:
                          f"{share} |")
         same = m.get("study_lossless_test")
         check = ("" if same is None else f" The study's lossless decoding of the same "
-                 f"problems: {same:.2f} target calls per correct answer.")
+                 f"problems: {same:.2f} target calls per correct answer"
+                 + ("." if m.get("same_lossless") else
+                    ", not this run's (its recording sampled other texts), so its rules "
+                    "are not set beside the oracle here."))
         lines += ["", f"The oracle saves {ll['calls_per_correct'] - o['calls_per_correct']:.2f}"
                   f" target calls per correct answer{ci}.{check}", ""]
     return "\n".join(lines)
@@ -133,9 +136,14 @@ def main(argv=None) -> int:
         study = json.loads(STUDY.read_text())["modes"].get(mode) if STUDY.exists() else None
         same = (study is not None and study["data"] == _shown(a.data / mode)
                 and study["tradeoff"]["problems"]["test"] == res["problems"])
-        res["tuned"] = shares(mode, res) if same else []
         res["study_lossless_test"] = (study["tradeoff"]["lossless"]["test"]
                                       ["calls_per_correct"] if same else None)
+        # the study's rules are set beside the oracle only where its lossless decoding of
+        # these problems is this one's (the same texts: a recording made on another
+        # machine can sample other tokens at a float boundary)
+        mine = res["rules"]["lossless"]["calls_per_correct"]
+        res["same_lossless"] = same and abs(res["study_lossless_test"] - mine) <= 1e-9 * mine
+        res["tuned"] = shares(mode, res) if res["same_lossless"] else []
         doc["modes"][mode] = res
         a.out.write_text(json.dumps(doc, indent=1) + "\n")
     text = markdown(doc)
