@@ -10,7 +10,7 @@ problems (``benchmarks/experiments/real_task_results.json``): its share of the
 oracle's saving in target calls per correct answer.
 
     python -m benchmarks.experiments.real_oracle [--data datasets/pairs/smollm2/results/task]
-        [--modes greedy sample] [--problems 16] [--page]
+        [--modes greedy sample] [--problems 16] [--page] [--render]
 
 The figures go to ``benchmarks/experiments/real_oracle.json``; ``--page`` writes the
 section ``real-oracle`` of docs/results/real-pair.md.
@@ -62,6 +62,8 @@ def shares(mode: str, res: dict) -> list:
         return []
     lossless = res["rules"]["lossless"]["calls_per_correct"]
     room = lossless - res["rules"]["oracle"]["calls_per_correct"]
+    per = res["rules"]["lossless"]["calls_per_problem"]
+    room_per = per - res["rules"]["oracle"]["calls_per_problem"]
     out = []
     rep = study["tradeoff"]
     if rep["problems"]["test"] != res["problems"]:
@@ -73,8 +75,12 @@ def shares(mode: str, res: dict) -> list:
                 continue
             cpc = t["calls_per_correct"]
             out.append({"rule": r["rule"], "param": r.get("param"), "budget": entry["budget"],
-                        "calls_per_correct": cpc, "accuracy": t["accuracy"],
-                        "share": (lossless - cpc) / room if room > 0 else None})
+                        **{k: t.get(k) for k in ("calls_per_correct", "calls_per_problem",
+                                                 "accuracy", "agreement", "answer_tokens",
+                                                 "tokens_per_call")},
+                        "share": (lossless - cpc) / room if room > 0 else None,
+                        "share_per_answer": ((per - t["calls_per_problem"]) / room_per
+                                             if room_per > 0 else None)})
     return out
 
 
@@ -86,25 +92,32 @@ def markdown(doc: dict) -> str:
     for mode, m in doc["modes"].items():
         r, v = m["rules"], m["versus_reference"]["oracle"]
         ll, o = r["lossless"], r["oracle"]
-        c = v["calls_per_correct"]
+        c, p = v["calls_per_correct"], v["calls_per_problem"]
         ci = "" if c is None else (f" (oracle minus lossless {c['difference']:+.2f}, 95% "
                                    f"interval {c['ci95'][0]:+.2f} to {c['ci95'][1]:+.2f})")
+        ci += (f" and {-p['difference']:.2f} per answer ({p['difference']:+.2f}, "
+               f"{p['ci95'][0]:+.2f} to {p['ci95'][1]:+.2f}), agreement with the lossless "
+               f"answers {o['agreement']:.3f}")
         lines += [f"**{mode.capitalize()} decoding**, {m['problems']} test problems "
                   f"({m['seconds'] / 60:.0f} minutes; the oracle judged {m['judged']:,} "
                   f"drafts the lossless rule could reject and kept {m['kept']:,}):", "",
                   "| rule | target calls per correct answer | per answer | accuracy | "
-                  "agreement | answer tokens | tokens per call | share of the oracle's saving |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "agreement | answer tokens | tokens per call | share of the oracle's saving "
+                  "per correct answer | per answer |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for name, s in (("lossless", ll), ("oracle", o)):
             lines.append(f"| {name} | {s['calls_per_correct']:.2f} | "
                          f"{s['calls_per_problem']:.2f} | {s['accuracy']:.3f} | "
                          f"{s['agreement']:.3f} | {s['answer_tokens']:.1f} | "
-                         f"{s['tokens_per_call']:.3f} | {'' if name == 'lossless' else '1'} |")
+                         f"{s['tokens_per_call']:.3f} | {'' if name == 'lossless' else '1'} | "
+                         f"{'' if name == 'lossless' else '1'} |")
         for t in m["tuned"]:
-            share = "" if t["share"] is None else f"{t['share']:.2f}"
+            share = " | ".join("" if t.get(k) is None else f"{t[k]:.2f}"
+                               for k in ("share", "share_per_answer"))
             lines.append(f"| {t['rule']} (tuned, budget {t['budget']:g}) | "
-                         f"{t['calls_per_correct']:.2f} | | {t['accuracy']:.3f} | | | | "
-                         f"{share} |")
+                         f"{t['calls_per_correct']:.2f} | {t['calls_per_problem']:.2f} | "
+                         f"{t['accuracy']:.3f} | {t['agreement']:.3f} | "
+                         f"{t['answer_tokens']:.1f} | {t['tokens_per_call']:.3f} | {share} |")
         same = m.get("study_lossless_test")
         check = ("" if same is None else f" The study's lossless decoding of the same "
                  f"problems: {same:.2f} target calls per correct answer"
@@ -124,7 +137,20 @@ def main(argv=None) -> int:
     ap.add_argument("--problems", type=int, default=16)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--page", action="store_true")
+    ap.add_argument("--render", action="store_true",
+                    help="decode nothing: the tables again from --out, the study's rules "
+                         "read again")
     a = ap.parse_args(argv)
+    if a.render:
+        doc = json.loads(a.out.read_text())
+        for mode, res in doc["modes"].items():
+            res["tuned"] = shares(mode, res) if res.get("same_lossless") else []
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")
+        text = markdown(doc)
+        if a.page:
+            write_section(text, SECTION)
+        print(text)
+        return 0
     doc = {"commit": _commit(),
            "command": " ".join(["python -m benchmarks.experiments.real_oracle",
                                 *(argv if argv is not None else sys.argv[1:])]),
