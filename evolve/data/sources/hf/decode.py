@@ -243,7 +243,7 @@ def _decode_batch(pair, prompts, U, blocks, g, k, C, seq0, record, rule, track, 
             X = lay.ids[:, lay.block_start + 1:lay.cols].clone()
             Pg, Qg = P[:, :g].reshape(B * g, V), Q.reshape(B * g, V)
             if record or rule is not None:
-                F = DV.block_features(Pg, Qg, X, gen_before, k, mism, classes)
+                F = DV.block_features(Pg, Qg, X, gen_before, k, mism, classes, record)
             else:
                 x = X.reshape(-1, 1)
                 F = {"draft_prob": Qg.gather(1, x)[:, 0], "target_prob": Pg.gather(1, x)[:, 0]}

@@ -187,7 +187,8 @@ def rejection_residual(kind: str, p, q, x):
     return torch.where(small.unsqueeze(1), p, r)
 
 
-def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None, classes=None) -> dict:
+def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None, classes=None,
+                   record: bool = True) -> dict:
     """Every per-row quantity of a block's B g drafted positions (Pg, Qg: (B g, V);
     X: (B, g) drafts; gen_before: (B,) tokens generated before the block): what the
     recorder stores and what a rule reads (every input, ``evolve.data.inputs``), all
@@ -196,7 +197,9 @@ def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None, classes=None)
     token classes on the device (the ``token_class`` input, where given). The inputs a
     trace derives from its
     columns (the lookahead, answer and verify groups, along the drafted tokens) are for
-    rules only: the recorder leaves them out (``RECORD_SKIPS``)."""
+    rules only: the recorder leaves them out (``RECORD_SKIPS``). ``record=False`` leaves
+    out what only a trace records, the candidates' ranks (a pass over the vocabulary per
+    candidate)."""
     import torch  # lazy: the core install has no torch
     B, g = X.shape
     x = X.reshape(-1)
@@ -211,7 +214,8 @@ def block_features(Pg, Qg, X, gen_before, k: int, mismatches=None, classes=None)
               classes=classes)
     feats = at_slots(s)
     feats["target_rank"] = feats["target_rank"].to(torch.int32)     # recorded as int32
-    cs["cand_target_rank"] = ranks(Pg, cs["cand_target_prob"]).to(torch.int32)
+    if record:
+        cs["cand_target_rank"] = ranks(Pg, cs["cand_target_prob"]).to(torch.int32)
     return {**feats, "token": x,
             "draft_cand": torch.where(hit.any(dim=1), hit.to(torch.int8).argmax(dim=1), -1),
             "target_top": top, **cs, **s.slots}
