@@ -95,7 +95,9 @@ def markdown(doc: dict) -> str:
         c, p = v["calls_per_correct"], v["calls_per_problem"]
         ci = "" if c is None else (f" (oracle minus lossless {c['difference']:+.2f}, 95% "
                                    f"interval {c['ci95'][0]:+.2f} to {c['ci95'][1]:+.2f})")
-        ci += (f" and {-p['difference']:.2f} per answer ({p['difference']:+.2f}, "
+        fewer = (f"{-p['difference']:.2f} fewer" if p["difference"] <= 0
+                 else f"{p['difference']:.2f} more")
+        ci += (f", and {fewer} per answer ({p['difference']:+.2f}, "
                f"{p['ci95'][0]:+.2f} to {p['ci95'][1]:+.2f}), agreement with the lossless "
                f"answers {o['agreement']:.3f}")
         lines += [f"**{mode.capitalize()} decoding**, {m['problems']} test problems "
@@ -124,8 +126,9 @@ def markdown(doc: dict) -> str:
                  + ("." if m.get("same_lossless") else
                     ", not this run's (its recording sampled other texts), so its rules "
                     "are not set beside the oracle here."))
-        lines += ["", f"The oracle saves {ll['calls_per_correct'] - o['calls_per_correct']:.2f}"
-                  f" target calls per correct answer{ci}.{check}", ""]
+        saved = ll["calls_per_correct"] - o["calls_per_correct"]
+        verb = (f"saves {saved:.2f}" if saved >= 0 else f"takes {-saved:.2f} more")
+        lines += ["", f"The oracle {verb} target calls per correct answer{ci}.{check}", ""]
     return "\n".join(lines)
 
 
