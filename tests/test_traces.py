@@ -377,3 +377,28 @@ def test_each_split_reports_its_own_time_not_the_time_so_far(monkeypatch):
     assert [s for s in said if s.startswith(NG.SPLITS)] == [
         f"{s}: {n} rows (100.0 s)" for s, n in zip(NG.SPLITS, [
             int(x.split()[1]) for x in said if x.startswith(NG.SPLITS)])]
+
+
+def test_the_default_traces_have_the_sums_the_data_page_gives(tmp_path):
+    """datasets/TRACES.md gives the sha256 sums of `evolve data trace` with the default
+    settings for one corpus (its CRC-32) and NumPy version: where this installation has
+    both, a recording here has exactly those sums."""
+    import hashlib
+    import re
+    from evolve.io import paths
+    page = (paths.DATA_DIR / "TRACES.md").read_text()
+    crc = re.search(r"CRC-32 `([0-9a-f]{8})`", page).group(1)
+    numpy_version = re.search(r"NumPy (\d+\.\d+\.\d+)", page).group(1)
+    sums = dict((name, digest) for digest, name in
+                re.findall(r"^([0-9a-f]{64})  (\w+\.npz)", page, flags=re.M))
+    assert set(sums) == {"train.npz", "valid.npz", "test.npz"}
+    if np.__version__ != numpy_version:
+        pytest.skip(f"the page's sums are for NumPy {numpy_version}, not {np.__version__}")
+    from evolve.cli import main
+    r = CliRunner().invoke(main, ["data", "trace", "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    models = json.loads(zipfile.ZipFile(tmp_path / "test.npz").read("meta.json"))["models"]
+    if models["corpus_crc32"] != crc:
+        pytest.skip(f"this Python's corpus is {models['corpus_crc32']}, the page's {crc}")
+    for name, digest in sums.items():
+        assert hashlib.sha256((tmp_path / name).read_bytes()).hexdigest() == digest, name
