@@ -308,11 +308,11 @@ def test_record_evolve_and_compare_from_the_command_line(task, tmp_path, monkeyp
 
 
 def test_the_draft_cost_is_the_draft_step_over_the_target_step(task, monkeypatch):
-    """evolve.data.sources.hf.timing: a draft made slower by 20 ms a call is timed at
+    """evolve.data.sources.hf.clock: a draft made slower by 20 ms a call is timed at
     20 ms or more a step, and the cost is its step over the target's."""
     import functools
     import time
-    from evolve.data.sources.hf import timing
+    from evolve.data.sources.hf import clock
     draft = task.pair.draft.model
     plain = draft.forward
 
@@ -322,7 +322,7 @@ def test_the_draft_cost_is_the_draft_step_over_the_target_step(task, monkeypatch
         return plain(*args, **kwargs)
 
     monkeypatch.setattr(draft, "forward", slow)
-    m = timing.draft_cost(task.pair.target.model, draft, task.pair.vocab, context=8, reps=3)
+    m = clock.draft_cost(task.pair.target.model, draft, task.pair.vocab, context=8, reps=3)
     assert m["draft_ms"] >= 20 and m["draft_cost"] == m["draft_ms"] / m["target_ms"]
     assert (m["context"], m["reps"], m["batch"]) == (8, 3, 1)
 

@@ -71,13 +71,13 @@ def cost(pair: Path, context: int, reps: int, batches=(1, 16)) -> dict:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from evolve.data.sources.hf import timing
+    from evolve.data.sources.hf import clock
     models = {r: AutoModelForCausalLM.from_pretrained(pair / r, dtype=torch.float32).eval()
               for r in ("target", "draft")}
     vocab = models["target"].config.vocab_size
     out = {"context": context, "reps": reps, "threads": torch.get_num_threads()}
     for b in batches:
-        med = timing.step_times(models, vocab, context, reps, batch=b)
+        med = clock.step_times(models, vocab, context, reps, batch=b)
         out[f"batch_{b}"] = {"target_ms": 1e3 * med["target"], "draft_ms": 1e3 * med["draft"],
                              "ratio": med["draft"] / med["target"]}
         print(f"batch {b}: target {1e3 * med['target']:.1f} ms, draft "

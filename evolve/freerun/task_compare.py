@@ -376,7 +376,7 @@ def with_time(doc: dict, draft_cost: float, block_size: int,
     its target alone); each paired difference in calls per correct answer gains
     ``time_per_correct``, scaled alike (every rule drafts g a call). With a constant
     g the model rescales calls per correct answer, and no ranking changes. ``measured``:
-    how ``draft_cost`` was timed, where it was (``evolve.data.sources.hf.timing``), kept
+    how ``draft_cost`` was timed, where it was (``evolve.data.sources.hf.clock``), kept
     in ``time_model["measured"]``."""
     per = 1.0 + block_size * draft_cost
 

@@ -373,10 +373,10 @@ class HFTaskPair:
 
     def step_cost(self, reps: int = 20) -> dict:
         """The draft's cost per token relative to a target call, timed now on this
-        machine (``evolve.data.sources.hf.timing.draft_cost``): one decoding step of each
+        machine (``evolve.data.sources.hf.clock.draft_cost``): one decoding step of each
         model after a cache of 64 tokens (fewer where the context is shorter), batch 1."""
-        from evolve.data.sources.hf import timing   # lazy: on use
-        return timing.draft_cost(self.target.model, self.draft.model, self.vocab,
+        from evolve.data.sources.hf import clock   # lazy: on use
+        return clock.draft_cost(self.target.model, self.draft.model, self.vocab,
                                  context=max(1, min(64, self.context_len - 1)), reps=reps)
 
     def task_meta(self) -> dict:

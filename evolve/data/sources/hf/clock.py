@@ -27,7 +27,7 @@ def step_times(models: dict, vocab: int, context: int = 64, reps: int = 20,
     ({name: a transformers causal LM}), all on one device, reading the same random
     token ids (below ``vocab``)."""
     import torch  # lazy: the core install has no torch
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # lazy: as torch
 
     if context < 1 or reps < 1 or batch < 1:
         raise ValueError(f"context {context}, reps {reps} and batch {batch} must be >= 1")
