@@ -7,6 +7,7 @@ nothing here or in them edits ``sys.path``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -61,3 +62,14 @@ def write_section(text: str, section: str, path: Path | None = None) -> None:
     head, rest = page.split(begin, 1)
     tail = rest.split(end, 1)[1]
     path.write_text(head + begin + "\n" + text + "\n" + end + tail)
+
+
+def publish(doc: dict, out: Path, markdown, section: str, page: bool) -> int:
+    """Write an experiment's report ``doc`` to ``out`` as JSON, its markdown to the
+    results page's ``section`` where ``page`` says so, and print the markdown."""
+    out.write_text(json.dumps(doc, indent=1) + "\n")
+    text = markdown(doc)
+    if page:
+        write_section(text, section)
+    print(text)
+    return 0

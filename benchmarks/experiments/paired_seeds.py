@@ -8,12 +8,11 @@ difference paired by seed: the mean and the range over seeds.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import write_section  # noqa: E402
+from benchmarks.common import publish  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -57,12 +56,7 @@ def start(a, module: str, argv, **fields) -> tuple[list, dict]:
 def finish(doc: dict, a, markdown, section: str) -> int:
     """Write the report (and the page's section with ``--page``), print the markdown."""
     doc["seconds"] = round(time.perf_counter() - doc.pop("started"), 1)
-    a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    text = markdown(doc)
-    if a.page:
-        write_section(text, section)
-    print(text)
-    return 0
+    return publish(doc, a.out, markdown, section, a.page)
 
 
 def spread(x) -> dict:

@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, write_section  # noqa: E402
+from benchmarks.common import ROOT, publish  # noqa: E402
 
 from evolve.io import paths  # noqa: E402
 from benchmarks.experiments.trace_results import _commit, _shown  # noqa: E402
@@ -148,12 +148,7 @@ def main(argv=None) -> int:
         doc = json.loads(a.out.read_text())
         for mode, res in doc["modes"].items():
             res["tuned"] = shares(mode, res) if res.get("same_lossless") else []
-        a.out.write_text(json.dumps(doc, indent=1) + "\n")
-        text = markdown(doc)
-        if a.page:
-            write_section(text, SECTION)
-        print(text)
-        return 0
+        return publish(doc, a.out, markdown, SECTION, a.page)
     doc = {"commit": _commit(),
            "command": " ".join(["python -m benchmarks.experiments.real_oracle",
                                 *(argv if argv is not None else sys.argv[1:])]),
@@ -175,12 +170,8 @@ def main(argv=None) -> int:
         res["same_lossless"] = same and abs(res["study_lossless_test"] - mine) <= 1e-9 * mine
         res["tuned"] = shares(mode, res) if res["same_lossless"] else []
         doc["modes"][mode] = res
-        a.out.write_text(json.dumps(doc, indent=1) + "\n")
-    text = markdown(doc)
-    if a.page:
-        write_section(text, SECTION)
-    print(text)
-    return 0
+        a.out.write_text(json.dumps(doc, indent=1) + "\n")    # each decoding as it ends
+    return publish(doc, a.out, markdown, SECTION, a.page)
 
 
 if __name__ == "__main__":
