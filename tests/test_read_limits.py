@@ -14,7 +14,9 @@ is refused after reading at most its declared size. Tests:
 `test_npz_member_that_inflates_beyond_its_shape_is_refused` (64 MiB of zeros in a
 small file, refused in well under a second),
 `test_npz_compressed_bomb_with_a_big_declared_shape_is_refused`,
-`test_object_arrays_are_refused`. A split file (trace or token) that holds two zip
+`test_object_arrays_are_refused`, and a member of a .npy version other than 1.0 and
+2.0 is refused naming the file and the field
+(`test_a_member_of_another_npy_version_is_refused_naming_file_and_field`). A split file (trace or token) that holds two zip
 members of one name, of which a reader would silently take the last, is refused
 naming the file and the member
 (`test_a_member_held_twice_is_refused_naming_file_and_member`,
@@ -86,6 +88,18 @@ def test_object_arrays_are_refused(tmp_path):
     f = write_zip(tmp_path / "train.npz", {"draft_prob.npy": _npy((1,), dtype="|O")})
     with pytest.raises(data.DataError, match="object arrays|not a readable"):
         data.load_npz(f)
+
+
+def test_a_member_of_another_npy_version_is_refused_naming_file_and_field(tmp_path):
+    """A .npy member whose magic says version 3.0 is one DataError naming the split and
+    the field (read_npy_header refuses versions other than 1.0 and 2.0)."""
+    member = bytearray(_npy((1,), payload=b"\0" * 8))
+    member[6] = 3                                       # the magic's major version
+    f = write_zip(tmp_path / "train.npz", {"draft_prob.npy": bytes(member)})
+    with pytest.raises(data.DataError) as e:
+        data.load_npz(f)
+    assert "train.npz" in str(e.value) and "'draft_prob'" in str(e.value)
+    assert "unsupported .npy version (3, 0)" in str(e.value)
 
 
 def _with_a_second_copy(src: Path, dst: Path, member: str, change) -> Path:

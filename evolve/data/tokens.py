@@ -234,12 +234,13 @@ _HEADER_LOCK = threading.Lock()
 
 
 def read_npy_header(fh, max_header_size: int | None = None):
-    """(shape, fortran order, dtype) of the .npy stream ``fh`` after its magic; ValueError
-    for a version other than 1.0 or 2.0 (and whatever NumPy raises on a bad header)."""
+    """(shape, fortran order, dtype) of the .npy stream ``fh`` after its magic; DataError
+    for a version other than 1.0 or 2.0 (the caller names the file), and whatever NumPy
+    raises on a bad header."""
     fmt = np.lib.format
     version = fmt.read_magic(fh)
     if version not in ((1, 0), (2, 0)):
-        raise ValueError(f"unsupported .npy version {version}")
+        raise DataError(f"unsupported .npy version {version}")
     read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
     kw = {} if max_header_size is None else {"max_header_size": max_header_size}
     with _HEADER_LOCK:
@@ -251,9 +252,7 @@ def _read_member_array(zf: zipfile.ZipFile, member: str, src: str, field: str,
     with zf.open(member) as fh:
         try:
             shape, fortran, dtype = read_npy_header(fh)
-        except ValueError as e:
-            if "unsupported .npy version" not in str(e):
-                raise
+        except DataError as e:
             raise DataError(f"{src}: field '{field}': {e}") from None
         if dtype.hasobject:
             raise DataError(f"{src}: field '{field}': object arrays are not allowed")
