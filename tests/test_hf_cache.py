@@ -184,10 +184,26 @@ def test_llama_pair_recording_is_a_direct_forward_pass_of_each_context():
             assert abs(cols[field][r] - want) < TOL, (field, r)
 
 
+def test_continuations_read_at_once_keep_the_repeated_cache_within_its_budget():
+    """SmolLM2-135M's shape (30 layers, 3 key-value heads of 64) after a 200-token
+    history: 9.2 MB of keys and values per continuation, so 58 within 512 MiB, not the
+    512 (4.7 GB) that a fixed count would repeat; GPT-2's names are read too."""
+    from types import SimpleNamespace
+    from evolve.data.sources.hf import lookahead as HL
+    llama = SimpleNamespace(config=SimpleNamespace(
+        num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576))
+    assert HL.rows_per_read(llama, 200) == (512 << 20) // (2 * 30 * 3 * 64 * 4 * 200) == 58
+    assert HL.rows_per_read(llama, 1) == HL.MAX_ROWS
+    gpt2 = SimpleNamespace(config=SimpleNamespace(n_layer=2, n_head=2, n_embd=64))
+    assert HL.rows_per_read(gpt2, 4000) == (512 << 20) // (2 * 2 * 2 * 32 * 4 * 4000) == 131
+    assert HL.rows_per_read(gpt2, 10 ** 7) == 1                # at least one
+
+
 @pytest.mark.parametrize("build", [_gpt2, _llama], ids=["gpt2", "llama"])
-def test_continuations_after_a_history_are_an_uncached_forward(build):
+def test_continuations_after_a_history_are_an_uncached_forward(build, monkeypatch):
     from types import SimpleNamespace
     from evolve.data.sources.hf import device as DV
+    from evolve.data.sources.hf import lookahead as HL
     from evolve.data.sources.hf.lookahead import History
     model = build()
     pair = SimpleNamespace(target=model, draft=model, vocab=VOCAB, device="cpu",
@@ -199,10 +215,16 @@ def test_continuations_after_a_history_are_an_uncached_forward(build):
     want = np.stack([DV.probs(model(input_ids=torch.from_numpy(
         np.concatenate([history, r]))[None], use_cache=False).logits[0, -1].detach(),
         VOCAB, 1.0).numpy() for r in rows])
-    for repeat in (True, False):
+    for repeat, cache_bytes in ((True, HL.CACHE_BYTES), (False, HL.CACHE_BYTES), (True, 1)):
+        # a cache budget of one byte: one continuation per read, the kept cache copied
+        # for each (the history's cache is not consumed by a read)
+        monkeypatch.setattr(HL, "CACHE_BYTES", cache_bytes)
+        if cache_bytes == 1:
+            assert HL.rows_per_read(model, 10) == 1
         h = History(pair, history, repeat_cache=repeat)
-        P, Q = h.after(rows)
-        assert np.abs(P - want).max() < TOL and np.abs(Q - want).max() < TOL, repeat
+        for _ in range(2):                              # the kept cache read twice
+            P, Q = h.after(rows)
+            assert np.abs(P - want).max() < TOL and np.abs(Q - want).max() < TOL, repeat
     # the history's own positions: slot i of a block starting at 4 predicts token 4 + i
     P, Q = History(pair, history).slots(4, 2)
     for i in range(3):

@@ -262,7 +262,8 @@ def test_hf_estimate_of_a_rule_without_lookahead_is_the_tracked_exact_distortion
     from evolve.data.sources.hf import lookahead as HL
     rule = named_rule("leniency", 0.5)[0]
     lens, accepted, tracked = _hf_decoded(hf_free_pair, rule)
-    rows, tv, kl, tv_half = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 12, 4)
+    rows, tv, kl, tv_half, bound = HL.estimate(hf_free_pair, rule, lens, accepted, tracked,
+                                               2, 12, 4)
     assert rows.size == 12 and len(set(tracked["block_position"][rows])) >= 2
     np.testing.assert_allclose(tv, tracked["tv"][rows], rtol=0, atol=1e-6)
     np.testing.assert_allclose(kl, tracked["kl"][rows], rtol=0, atol=1e-6)
@@ -284,6 +285,12 @@ def test_hf_estimate_reads_the_same_distributions_with_and_without_the_repeated_
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-8)
     # a rule that reads the lookahead: the path's later slots are not every candidate's
     assert np.abs(cached[1] - tracked["tv"][cached[0]]).max() > 1e-5
+    # 256 tokens, 64 candidates: a bound where the slot has later slots, none at the
+    # block's last slot; every candidate: bound 0
+    last = tracked["block_position"][cached[0]] == 2
+    assert (cached[4][~last] > 0).all() and (cached[4][last] == 0).all() and (~last).any()
+    every = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4, candidates=None)
+    assert (every[4] == 0).all() and np.array_equal(every[0], cached[0])
 
 
 @pytest.mark.slow
@@ -312,6 +319,8 @@ def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
     d = a["distortion"]
     assert d["kind"] == "estimate" and d["slots"] == 6 and d["futures"] == 4
     assert d["reached"] > 6
+    # 256 tokens: the later drafts follow the draft's 64 most likely, with their bound
+    assert d["candidates"] == 64 and 0 < d["candidate_bound_mean"] <= d["candidate_bound_max"]
     for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "slot_tv_p99"):
         assert np.isfinite(a[key]), key
     assert np.isfinite(res["versus_reference"]["ahead"]["tv_per_token"]["difference"])

@@ -394,8 +394,13 @@ def markdown(doc: dict) -> str:
                           f" at {d['slots']:,} of {d['reached']:,} reached slots, "
                           f"{d['futures']} sampled later drafts per candidate (mean "
                           f"slot TV {d['slot_tv_mean']:.5f}; "
-                          f"{d['slot_tv_mean_half_futures']:.5f} at half the futures) "
-                          "(`evolve.data.lookahead_emission`)")
+                          f"{d['slot_tv_mean_half_futures']:.5f} at half the futures"
+                          + (f"; later drafts sampled after the draft's {d['candidates']} most "
+                             "likely candidates, which moves a slot's TV by at most "
+                             f"{d['candidate_bound_mean']:.5f} on average, "
+                             f"{d['candidate_bound_max']:.5f} at most"
+                             if "candidates" in d else "")
+                          + ") (`evolve.data.lookahead_emission`)")
                 else:
                     tv = "its TV is measured"
                 lines.append("  It reads a lookahead input: its offline numbers are an "

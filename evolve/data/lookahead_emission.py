@@ -78,7 +78,8 @@ def context_probs(pair, context: np.ndarray):
 
 
 def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
-                  dists=None, after=None) -> np.ndarray:
+                  dists=None, after=None, candidates: int | None = None,
+                  info: dict | None = None) -> np.ndarray:
     """The estimated emitted distribution (V,) at slot ``j`` of one block.
 
     ``block``: the block's recorded columns (g rows each): ``context`` (C tokens before
@@ -88,7 +89,14 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
     the draft's distributions (N, V) after the history before slot j followed by each
     row of ``appended`` (N, d): for a pair whose models read the whole history (the
     Hugging Face pair: ``evolve.data.sources.hf.lookahead``); by default the n-gram
-    pair's after ``block["context"][j]`` (``context_probs``)."""
+    pair's after ``block["context"][j]`` (``context_probs``).
+
+    ``candidates``: the later drafts are sampled after only the draft's most likely
+    ``candidates`` tokens at slot j (all by default: exact in the candidates); the
+    others' lookahead inputs are those of the most likely one's futures. Whatever the
+    others' acceptance, the emitted distribution moves by at most 1.5 tau / Z in TV
+    (tau: the draft's mass outside the candidates, Z: the chance the slot's drafts are
+    reached); ``info`` gets ``tail`` (tau) and ``bound`` (that TV bound)."""
     g = pair.config.block_size
     k = pair.config.top_k
     if after is None:
@@ -99,22 +107,32 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
     ids = np.uint8 if V <= 256 else np.int64   # the tokens' type
     depth = max(0, g - 2 - j)             # drafts after x_j that slots <= j read
     M = futures if depth >= 1 else 1      # none to sample at the last two slots: exact
-    ys = np.repeat(np.arange(V), M)       # (V M,): candidate y, each with M futures
+    if candidates is None or candidates >= V or j == g - 1:    # (no later slot to read)
+        head = np.arange(V)
+    else:                                 # the most likely first, ties by token
+        head = np.sort(np.argsort(-q, kind="stable")[:candidates])
+    ys = np.repeat(head, M)               # (H M,): candidate y, each with M futures
     app = ys[:, None].astype(ids)         # the tokens after the prefix, per row
     tv = np.tile(np.asarray(block["slot_tv"], dtype=np.float64)[:j + 1], (ys.size, 1))
     later = []
     for m in range(j + 1, g):             # slot m's TV, after x_(m-1)
         # each distinct continuation once (all share the block's prefix: the drafts
-        # after it tell them apart; V at m = j + 1, few more later where the draft is sure)
+        # after it tell them apart; H at m = j + 1, few more later where the draft is sure)
         _, first, inv = np.unique(app, axis=0, return_index=True, return_inverse=True)
         P, Q = (x[inv.reshape(-1)] for x in after(app[first]))
         later.append(np.maximum(Q - P, 0.0).sum(axis=1))
         if m < g - 1:                     # the next draft, for the next slot's context
             x = DEC.sample_rows(Q, rng.random(ys.size))
             app = np.concatenate([app, x[:, None].astype(ids)], axis=1)
+        del P, Q
     tv = np.concatenate([tv] + [t[:, None] for t in later], axis=1) if later else tv
     if tv.shape[1] < g:                   # j = g - 1: no later slots
         tv = np.concatenate([tv, np.zeros((ys.size, g - tv.shape[1]))], axis=1)
+    if head.size < V:                     # the others: the most likely one's futures
+        at = np.full(V, int(np.argmax(q[head])))
+        at[head] = np.arange(head.size)
+        tv = tv[(at[:, None] * M + np.arange(M)).reshape(-1)]
+        ys = np.repeat(np.arange(V), M)
     look = DEC.lookahead_features(tv.reshape(-1), g)
     look = {f: v.reshape(ys.size, g) for f, v in look.items()}
     # the earlier slots' acceptances of the path's drafts, under each future
@@ -131,6 +149,9 @@ def slot_emission(pair, rule, block: dict, j: int, futures: int, rng,
     r = DEC.residual(p[None], q[None])[0]
     r = r / r.sum()
     Z = float((q * W).sum())
+    if info is not None:
+        tail = float(max(0.0, 1.0 - q[head].sum() / q.sum())) if head.size < V else 0.0
+        info.update(tail=tail, bound=1.5 * tail / Z if Z > 0.0 else float("nan"))
     if Z <= 0.0:                          # the slot cannot be reached: nothing emitted
         return np.full(V, np.nan)
     return (q * A + r * float((q * R).sum())) / Z

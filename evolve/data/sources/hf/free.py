@@ -110,9 +110,13 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
     slots, futures = lookahead
     with (fp.meter(f"{label}: TV estimate", min(slots, tr["sequence"].size), "slots")
           if fp.meter else contextlib.nullcontext()) as m:
-        rows, tv, kl, tv_half = HL.estimate(fp, rule, lens, accepted, tr, seed, slots, futures,
-                                            progress=m.advance if m else None)
+        rows, tv, kl, tv_half, bound = HL.estimate(fp, rule, lens, accepted, tr, seed, slots,
+                                                   futures, progress=m.advance if m else None)
     note, weight = LE.estimate_note(tr["sequence"].size, futures, tv, tv_half)
+    if fp.pair.vocab > HL.CANDIDATES:
+        note |= {"candidates": HL.CANDIDATES,
+                 "candidate_bound_mean": float(bound.mean()) if bound.size else 0.0,
+                 "candidate_bound_max": float(bound.max()) if bound.size else 0.0}
     return {**out, "sequence": tr["sequence"][rows], "block": tr["block"][rows],
             "block_position": tr["block_position"][rows], "tv": tv, "kl": kl,
             "weight": weight, "distortion": note}

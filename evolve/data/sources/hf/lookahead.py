@@ -1,18 +1,27 @@
 """The emitted distribution of a rule that reads the lookahead inputs, estimated at a
 random sample of the reached slots of a Hugging Face pair's free-running decoding.
 
-The estimate is the n-gram pair's (``evolve.data.lookahead_emission``): every
-candidate at slot j, the later drafts that the lookahead inputs of slots <= j read
-sampled from the draft, and the tilt of reaching j. What differs is how the models
-are read: they read the whole history, so each sampled slot's history (the prompt,
-the text emitted before its block, and the block's accepted drafts before j) is read
-once per model, its KV cache repeated for every continuation
+The estimate is the n-gram pair's (``evolve.data.lookahead_emission``): the later
+drafts that the lookahead inputs of slots <= j read sampled from the draft after
+candidates at slot j, and the tilt of reaching j. What differs is how the models are
+read: they read the whole history, so each sampled slot's history (the prompt, the
+text emitted before its block, and the block's accepted drafts before j) is read
+once per model, its KV cache kept and repeated for the continuations
 (``Cache.batch_repeat_interleave``; where a release's cache lacks it, every
 continuation is read with the whole history instead: the same distributions, slower),
-and the continuations' one to three tokens are read after it.
+and the continuations' one to three tokens are read after it, as many at once as
+keep the repeated cache within CACHE_BYTES.
+
+A real vocabulary makes every candidate too many: 49,152 candidates with 8 futures
+each are 393,216 continuations per slot (an hour and more of a 135M model on two
+CPU cores, and their distributions 150 GB). The later drafts are sampled after the
+draft's CANDIDATES most likely tokens; the rest take the most likely one's, and each
+slot reports how far that can move its TV at most (``bound``).
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 
@@ -21,12 +30,32 @@ from evolve.data import lookahead_emission as LE
 from evolve.data.sources.hf import device as DV
 from evolve.data.sources.hf.cache import call_names
 
-ROWS = 512          # continuations read at once (the repeated cache's memory)
+# the continuations read at once: as many as keep one model's repeated KV cache within
+# this many bytes (at most MAX_ROWS), so that a real model's long history fits in memory
+CACHE_BYTES = 512 << 20
+MAX_ROWS = 512
+# the draft's candidates at a slot whose later drafts are sampled (the most likely first):
+# a real vocabulary's every candidate is tens of thousands of continuations per slot
+CANDIDATES = 64
+
+
+def rows_per_read(model, length: int) -> int:
+    """How many continuations of a ``length``-token history one read takes: the repeated
+    KV cache (keys and values of every layer, float32) within CACHE_BYTES."""
+    c = model.config
+    layers = getattr(c, "num_hidden_layers", None) or getattr(c, "n_layer", 1)
+    heads = getattr(c, "num_attention_heads", None) or getattr(c, "n_head", 1)
+    kv = getattr(c, "num_key_value_heads", None) or heads
+    width = getattr(c, "head_dim", None) or (getattr(c, "hidden_size", None)
+                                             or getattr(c, "n_embd", 1)) // heads
+    per_row = 2 * layers * kv * width * 4 * max(1, length)
+    return max(1, min(MAX_ROWS, CACHE_BYTES // per_row))
 
 
 class History:
     """Both models after one history (L,): their distributions at every position of
-    it, and after it followed by rows of further tokens (``after``)."""
+    it, and after it followed by rows of further tokens (``after``). Each model reads
+    the history once; its KV cache is kept and repeated for the rows."""
 
     def __init__(self, pair, history: np.ndarray, repeat_cache: bool = True):
         import torch  # lazy: the core install has no torch
@@ -34,11 +63,13 @@ class History:
         self.ids = torch.as_tensor(np.asarray(history, dtype=np.int64),
                                    device=pair.device)[None]
         self.repeat_cache = repeat_cache
-        self.dists = []
+        self.dists, self.pasts = [], []
         with torch.no_grad():
             for model in (pair.target, pair.draft):
-                out = self._read(model, self.ids, None, use_cache=False)
+                out = self._read(model, self.ids, None, use_cache=repeat_cache)
                 self.dists.append(self._probs(out.logits[0]))
+                past = getattr(out, call_names(model)[0], None) if repeat_cache else None
+                self.pasts.append(past if hasattr(past, "batch_repeat_interleave") else None)
 
     def _probs(self, logits) -> np.ndarray:
         return DV.probs(logits, self.pair.vocab, self.pair.config.temperature).cpu().numpy()
@@ -67,18 +98,14 @@ class History:
         app = torch.as_tensor(np.asarray(appended, dtype=np.int64), device=self.ids.device)
         out = []
         with torch.no_grad():
-            for model in (self.pair.target, self.pair.draft):
+            for model, base in zip((self.pair.target, self.pair.draft), self.pasts):
                 parts = []
-                for s in range(0, app.shape[0], ROWS):
-                    rows = app[s:s + ROWS]
+                step = rows_per_read(model, L + app.shape[1])
+                for s in range(0, app.shape[0], step):
+                    rows = app[s:s + step]
                     n = rows.shape[0]
-                    past = None
-                    if self.repeat_cache:
-                        arg, _ = call_names(model)
-                        past = getattr(self._read(model, self.ids, None, use_cache=True), arg)
-                        if not hasattr(past, "batch_repeat_interleave"):
-                            past = None
-                    if past is not None:
+                    if base is not None:
+                        past = copy.deepcopy(base)
                         past.batch_repeat_interleave(n)
                         o = self._read(model, rows, past, use_cache=True, start=L, keep=1)
                     else:
@@ -98,15 +125,18 @@ def block_starts(prompt_lens: np.ndarray, accepted: np.ndarray) -> np.ndarray:
 
 def estimate(fp, rule, prompt_lens: np.ndarray, accepted: np.ndarray, tracked: dict,
              seed: int, slots: int, futures: int, repeat_cache: bool = True,
-             progress=None):
+             progress=None, candidates: int | None = CANDIDATES):
     """Estimated TV and KL at a random sample of the reached slots (each weighing 1 / its
     sampling probability in the per-sequence sums; the sample is drawn as the n-gram
     pair's), the same at half the futures, and which rows of ``tracked`` (the
     decoder's reached slots: ``sequence``, ``block``, ``block_position``, ``history``)
-    they are: (rows, tv, kl, tv_half). ``progress(1)`` after each slot."""
+    they are, and each slot's bound on what sampling the later drafts after only the
+    draft's ``candidates`` most likely tokens can move its TV
+    (``lookahead_emission.slot_emission``; 0 where every token is one):
+    (rows, tv, kl, tv_half, bound). ``progress(1)`` after each slot."""
     rows = LE.sample_slots(tracked["sequence"].size, slots, seed)
     starts = block_starts(np.asarray(prompt_lens, dtype=np.int64), accepted)
-    tv, kl, tv_half = (np.empty(rows.size) for _ in range(3))
+    tv, kl, tv_half, bound = (np.empty(rows.size) for _ in range(4))
     for out_i, row in enumerate(rows):
         s = int(tracked["sequence"][row])
         t, j = int(tracked["block"][row]), int(tracked["block_position"][row])
@@ -119,14 +149,16 @@ def estimate(fp, rule, prompt_lens: np.ndarray, accepted: np.ndarray, tracked: d
                  "block_position": np.arange(j + 1),
                  "slot_tv": np.maximum(Q - P, 0.0).sum(axis=1)}
         for m, stream in ((futures, 0), (max(1, futures // 2), 1)):
+            info: dict = {}
             e = LE.slot_emission(fp, rule, block, j, m,
                                  np.random.default_rng((seed, int(row), stream)),
-                                 dists=(P, Q), after=h.after)
+                                 dists=(P, Q), after=h.after, candidates=candidates,
+                                 info=info)
             d_tv, d_kl = EM.distortion(P[j:j + 1], e[None])
             if stream == 0:
-                tv[out_i], kl[out_i] = d_tv[0], d_kl[0]
+                tv[out_i], kl[out_i], bound[out_i] = d_tv[0], d_kl[0], info["bound"]
             else:
                 tv_half[out_i] = d_tv[0]
         if progress is not None:
             progress(1)
-    return rows, tv, kl, tv_half
+    return rows, tv, kl, tv_half, bound
