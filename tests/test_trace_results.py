@@ -181,3 +181,42 @@ def test_value_gate_quick(tmp_path):
         assert b["offline_test"][label]["params"]["tv_cap"] == b["tv_cap"]
         assert b["offline_test"][label]["tv_p99"] <= b["tv_cap"] + 1e-12   # no slot spends more
     assert "| value gate reading ahead |" in r.stdout and "(estimate)" in r.stdout
+    assert doc["out"] == str(out) and f"figures in `{out}`" in r.stdout   # --out, not the default
+
+
+def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monkeypatch):
+    """`make results-real` (benchmarks/experiments/real_results.py): the pair, the TV
+    world's three studies (plain and p99 champions, the lookahead champions, the value
+    gates), the task world and the answer oracle, each writing its own section; --skip
+    and --modes leave steps out; recordings that exist are not made again."""
+    from benchmarks.experiments import (real_oracle, real_results, task_results,
+                                        trace_results, value_gate)
+    calls = []
+    monkeypatch.setattr(real_results, "_evolve", lambda *a: calls.append(
+        ("evolve", " ".join(map(str, a)))))
+    for mod, name in ((trace_results, "traces"), (value_gate, "value-gate"),
+                      (task_results, "task"), (real_oracle, "oracle")):
+        monkeypatch.setattr(mod, "main", lambda argv, name=name: calls.append((name, argv)))
+    pair = tmp_path / "pair"
+    for split in ("results/traces", "results/task/greedy"):
+        (pair / split).mkdir(parents=True)
+        (pair / split / "test.npz").write_bytes(b"")
+    real_results.main(["--pair", str(pair), "--page"])
+    names = [c[0] for c in calls]
+    assert names == ["evolve", "traces", "traces", "value-gate", "evolve", "task", "oracle"]
+    assert calls[0][1].startswith("data pair smollm2")
+    assert calls[4][1].startswith("data task") and "--decoding sample" in calls[4][1]
+    sections = [c[1][c[1].index("--section") + 1] for c in calls if "--section" in c[1]]
+    assert sections == ["real-trace-results", "real-lookahead-results", "real-value-gate",
+                        "real-task-results"]
+    assert calls[1][1][calls[1][1].index("--variants") + 1:][:2] == ["plain", "p99"]
+    assert calls[2][1][calls[2][1].index("--variants") + 1] == "lookahead"
+    assert all("--page" in c[1] for c in calls if c[0] != "evolve")
+    for section in sections[:3] + ["real-oracle"]:         # each has its page's markers
+        assert f"<!-- {section}:begin -->" in (ROOT / "docs/results/real-pair.md").read_text()
+    calls.clear()
+    real_results.main(["--pair", str(pair), "--modes", "greedy",
+                       "--skip", "lookahead", "value-gate", "oracle"])
+    assert [c[0] for c in calls] == ["evolve", "traces", "task"]
+    assert "--page" not in calls[1][1] and calls[2][1][calls[2][1].index("--modes") + 1:][:2] \
+        == ["greedy", "--budgets"]

@@ -9,13 +9,19 @@
    budget (multi-start; the spread over starts is reported), every rule family tuned
    on valid, everything on test exactly, and the champions against the best tuned
    baseline decoded free-running with the two models, paired;
-3. the task world, judged per answer: the capitals task recorded greedy and sampled
+3. the lookahead inputs and the learned value gates on the same traces: a champion
+   that may read ``next_tv`` and ``ahead`` evolved per TV budget (``trace_results
+   --variants lookahead``; free-running, a rule that reads them has its TV estimated at
+   the pair's reached slots), and the two value gates against per-position leniency
+   (``benchmarks.experiments.value_gate``), free-running once per seed of the uniforms;
+4. the task world, judged per answer: the capitals task recorded greedy and sampled
    with critical-token labels (``evolve data task --answer-words``), then
    ``benchmarks.experiments.task_results`` on them: a champion evolved per accuracy
    budget, chosen free-running on valid, and ``evolve tradeoff`` (the rules of
    ``FAMILIES`` tuned on valid free-running to the fewest target calls per correct
-   answer, decoded paired
-   on test). The answer oracle needs the built-in decoder and is not run here.
+   answer, decoded paired on test);
+5. the headroom: the answer oracle against lossless decoding on the same test problems
+   (``benchmarks.experiments.real_oracle``), each tuned rule's share of its saving.
 
 Each step keeps what an earlier run left (the traces, the task recordings, finished
 searches with ``--reuse-runs``), so an interrupted run continues, and the task world's
@@ -42,6 +48,7 @@ KIND = "capitals"
 # problems of the task's train, valid and test splits (the task file's first of each)
 TASK_SIZES = (16, 8, 16)
 MODES = ("greedy", "sample")
+STEPS = ("traces", "lookahead", "value-gate", "task", "oracle")
 # the rules the task world's trade-off tunes here: every candidate costs a free-running
 # decoding of valid per grid value with the two models (minutes each on 2 cores), so the
 # published lossy rules of each decoding (those of another decoding are left out there)
@@ -62,8 +69,9 @@ def main(argv=None) -> int:
     ap.add_argument("--pair", type=Path, default=PAIR, help="the pair's folder")
     ap.add_argument("--modes", nargs="*", choices=MODES, default=list(MODES),
                     help="the task world's decodings [greedy sample]")
-    ap.add_argument("--skip", nargs="*", choices=("traces", "task"), default=[],
-                    help="leave out the TV world (traces) or the task world")
+    ap.add_argument("--skip", nargs="*", choices=STEPS, default=[],
+                    help="leave out steps: the TV world (traces), its lookahead and value-gate "
+                         "studies, the task world (task), the answer oracle (oracle)")
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=48,
                     help="test prompts decoded free-running in the TV world [48]")
@@ -76,18 +84,25 @@ def main(argv=None) -> int:
     P = a.pair
     _evolve("data", "pair", "smollm2", "--out", P)
     page = ["--page"] if a.page else []
-    if "traces" not in a.skip:
-        traces = P / "results" / "traces"
-        if not (traces / "test.npz").exists():
-            _evolve("data", "trace", "--backend", "hf", "--target", P / "target", "--draft",
-                    P / "draft", "--prompts", P / "prompts.jsonl", "--out", traces)
-        from benchmarks.experiments import trace_results
-        trace_results.main(["--data", str(traces), "--starts", str(a.starts), "--population",
-                            "300", "--generations", "30", "--variants", "plain", "p99",
-                            "--prompts", str(a.prompts),
-                            "--out", str(EXP / "real_trace_results.json"),
-                            "--runs-dir", str(paths.RUNS_DIR / "real-trace-results"),
-                            "--section", "real-trace-results", *page])
+    traces = P / "results" / "traces"
+    if not {"traces", "lookahead", "value-gate"} <= set(a.skip) and \
+            not (traces / "test.npz").exists():
+        _evolve("data", "trace", "--backend", "hf", "--target", P / "target", "--draft",
+                P / "draft", "--prompts", P / "prompts.jsonl", "--out", traces)
+    from benchmarks.experiments import trace_results, value_gate
+    for step, variants, name in (("traces", ("plain", "p99"), "real-trace-results"),
+                                 ("lookahead", ("lookahead",), "real-lookahead-results")):
+        if step not in a.skip:
+            trace_results.main(["--data", str(traces), "--starts", str(a.starts),
+                                "--population", "300", "--generations", "30",
+                                "--variants", *variants, "--prompts", str(a.prompts),
+                                "--out", str(EXP / f"{name.replace('-', '_')}.json"),
+                                "--runs-dir", str(paths.RUNS_DIR / name),
+                                "--section", name, *page])
+    if "value-gate" not in a.skip:
+        value_gate.main(["--data", str(traces), "--prompts", str(a.prompts),
+                         "--out", str(EXP / "real_value_gate.json"),
+                         "--section", "real-value-gate", *page])
     if "task" not in a.skip and a.modes:
         task = P / "results" / "task"
         for mode in a.modes:
@@ -108,6 +123,9 @@ def main(argv=None) -> int:
                            "--section", "real-task-results", "--merge",
                            "--picture", str(ROOT / "docs" / "img" / "real_task_results.png"),
                            *(["--reuse-runs"] if a.reuse_runs else []), *page])
+    if "oracle" not in a.skip and a.modes:
+        from benchmarks.experiments import real_oracle
+        real_oracle.main(["--data", str(P / "results" / "task"), "--modes", *a.modes, *page])
     print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)
     return 0
 
