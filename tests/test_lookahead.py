@@ -277,24 +277,25 @@ def test_hf_estimate_reads_the_same_distributions_with_and_without_the_repeated_
     from evolve.data.sources.hf import lookahead as HL
     rule = tree_rule(AHEAD_TREE, "ahead")
     lens, accepted, tracked = _hf_decoded(hf_free_pair, rule)
-    cached = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4)
+    cached = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4, candidates=64)
     whole = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4,
-                        repeat_cache=False)
+                        repeat_cache=False, candidates=64)
     assert np.array_equal(cached[0], whole[0])
     for a, b in zip(cached[1:], whole[1:]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-8)
     # a rule that reads the lookahead: the path's later slots are not every candidate's
     assert np.abs(cached[1] - tracked["tv"][cached[0]]).max() > 1e-5
-    # 256 tokens, 64 candidates: a bound where the slot has later slots, none at the
-    # block's last slot; every candidate: bound 0
+    # 64 of 256 candidates: a bound where the slot has later slots, none at the
+    # block's last slot; every candidate (a vocabulary of 256 by default): bound 0
     last = tracked["block_position"][cached[0]] == 2
     assert (cached[4][~last] > 0).all() and (cached[4][last] == 0).all() and (~last).any()
-    every = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4, candidates=None)
+    every = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4)
     assert (every[4] == 0).all() and np.array_equal(every[0], cached[0])
+    assert HL.candidates_of(256) is None and HL.candidates_of(49152) == 64
 
 
 @pytest.mark.slow
-def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
+def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair, monkeypatch):
     from evolve.data.sources.hf import decode as hf_decode, prompts as hf_prompts
     fp = hf_free_pair
     ids, rngs = hf_prompts.split_prompts(fp.pair, "test", None, fp.corpus)
@@ -319,12 +320,18 @@ def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair):
     d = a["distortion"]
     assert d["kind"] == "estimate" and d["slots"] == 6 and d["futures"] == 4
     assert d["reached"] > 6
-    # 256 tokens: the later drafts follow the draft's 64 most likely, with their bound
-    assert d["candidates"] == 64 and 0 < d["candidate_bound_mean"] <= d["candidate_bound_max"]
+    assert "candidates" not in d                       # 256 tokens: every candidate
     for key in ("tokens_per_call", "tv_per_token", "kl_per_token", "slot_tv_p99"):
         assert np.isfinite(a[key]), key
     assert np.isfinite(res["versus_reference"]["ahead"]["tv_per_token"]["difference"])
     assert res["rules"]["standard"]["distortion"] == {"kind": "exact"}
+    # a vocabulary above EVERY_UP_TO: later drafts after the draft's most likely
+    # candidates, the note saying how many and their bound
+    from evolve.data.sources.hf import lookahead as HL
+    monkeypatch.setattr(HL, "EVERY_UP_TO", 100)
+    monkeypatch.setattr(HL, "CANDIDATES", 16)
+    d = paired.compare(fp, rules, "test", 8, 3, seed=2, **small)["rules"]["ahead"]["distortion"]
+    assert d["candidates"] == 16 and 0 < d["candidate_bound_mean"] <= d["candidate_bound_max"]
 
 
 def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):

@@ -113,8 +113,8 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
         rows, tv, kl, tv_half, bound = HL.estimate(fp, rule, lens, accepted, tr, seed, slots,
                                                    futures, progress=m.advance if m else None)
     note, weight = LE.estimate_note(tr["sequence"].size, futures, tv, tv_half)
-    if fp.pair.vocab > HL.CANDIDATES:
-        note |= {"candidates": HL.CANDIDATES,
+    if HL.candidates_of(fp.pair.vocab) is not None:
+        note |= {"candidates": HL.candidates_of(fp.pair.vocab),
                  "candidate_bound_mean": float(bound.mean()) if bound.size else 0.0,
                  "candidate_bound_max": float(bound.max()) if bound.size else 0.0}
     return {**out, "sequence": tr["sequence"][rows], "block": tr["block"][rows],

@@ -14,9 +14,9 @@ keep the repeated cache within CACHE_BYTES.
 
 A real vocabulary makes every candidate too many: 49,152 candidates with 8 futures
 each are 393,216 continuations per slot (an hour and more of a 135M model on two
-CPU cores, and their distributions 150 GB). The later drafts are sampled after the
-draft's CANDIDATES most likely tokens; the rest take the most likely one's, and each
-slot reports how far that can move its TV at most (``bound``).
+CPU cores, and their distributions 150 GB). Above EVERY_UP_TO tokens the later drafts
+are sampled after the draft's CANDIDATES most likely tokens; the rest take the most
+likely one's, and each slot reports how far that can move its TV at most (``bound``).
 """
 
 from __future__ import annotations
@@ -34,9 +34,17 @@ from evolve.data.sources.hf.cache import call_names
 # this many bytes (at most MAX_ROWS), so that a real model's long history fits in memory
 CACHE_BYTES = 512 << 20
 MAX_ROWS = 512
-# the draft's candidates at a slot whose later drafts are sampled (the most likely first):
-# a real vocabulary's every candidate is tens of thousands of continuations per slot
+# the draft's candidates at a slot whose later drafts are sampled (the most likely first)
+# where the vocabulary has more than EVERY_UP_TO tokens: a real vocabulary's every
+# candidate is tens of thousands of continuations per slot; a byte-level one's, every one
 CANDIDATES = 64
+EVERY_UP_TO = 1024
+
+
+def candidates_of(vocab: int) -> int | None:
+    """The candidates whose later drafts a vocabulary of ``vocab`` tokens samples (None:
+    every one)."""
+    return CANDIDATES if vocab > EVERY_UP_TO else None
 
 
 def rows_per_read(model, length: int) -> int:
@@ -125,15 +133,18 @@ def block_starts(prompt_lens: np.ndarray, accepted: np.ndarray) -> np.ndarray:
 
 def estimate(fp, rule, prompt_lens: np.ndarray, accepted: np.ndarray, tracked: dict,
              seed: int, slots: int, futures: int, repeat_cache: bool = True,
-             progress=None, candidates: int | None = CANDIDATES):
+             progress=None, candidates: int | None | str = "auto"):
     """Estimated TV and KL at a random sample of the reached slots (each weighing 1 / its
     sampling probability in the per-sequence sums; the sample is drawn as the n-gram
     pair's), the same at half the futures, and which rows of ``tracked`` (the
     decoder's reached slots: ``sequence``, ``block``, ``block_position``, ``history``)
     they are, and each slot's bound on what sampling the later drafts after only the
     draft's ``candidates`` most likely tokens can move its TV
-    (``lookahead_emission.slot_emission``; 0 where every token is one):
+    (``lookahead_emission.slot_emission``; "auto": ``candidates_of`` the pair's vocabulary;
+    the bound is 0 where every token is one):
     (rows, tv, kl, tv_half, bound). ``progress(1)`` after each slot."""
+    if candidates == "auto":
+        candidates = candidates_of(fp.pair.vocab)
     rows = LE.sample_slots(tracked["sequence"].size, slots, seed)
     starts = block_starts(np.asarray(prompt_lens, dtype=np.int64), accepted)
     tv, kl, tv_half, bound = (np.empty(rows.size) for _ in range(4))
