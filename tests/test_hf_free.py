@@ -144,3 +144,27 @@ def test_cli_compare_on_hf_traces_and_refusals(tmp_path, monkeypatch):
     ts.meta["config"]["target"] = str(tmp_path / "gone")
     T.save(ts, out / "test.npz")
     one_line_error(clikit.invoke(*args, env=ENV), "test.npz", "--target", "gone")
+
+
+def test_lookahead_candidates_benchmark_runs_on_hf_traces(tmp_path):
+    """benchmarks/experiments/lookahead_candidates.py at tiny sizes: one run per count of
+    candidates on the same slots; with every one of the 256 tokens the cut's worst case
+    is 0, with 16 it is a bound in (0, 1] where a slot has later slots."""
+    from benchmarks.experiments import lookahead_candidates as LC
+    target, draft = hfkit.tiny_pair(tmp_path / "models")
+    prompts = hfkit.write_prompts(tmp_path / "prompts.jsonl")
+    out = tmp_path / "traces"
+    r = clikit.invoke("data", "trace", "--backend", "hf", "--target", target, "--draft", draft,
+                      "--prompts", prompts, "--block-size", 4, "--top-k", K,
+                      "--blocks-per-prompt", 2, "--out", out, env=ENV)
+    assert r.exit_code == 0, r.output
+    res = tmp_path / "cand.json"
+    assert LC.main(["--data", str(out), "--candidates", "16", "256", "--prompts", "2",
+                    "--blocks", "2", "--slots", "4", "--futures", "2", "--out", str(res)]) == 0
+    doc = json.loads(res.read_text())
+    assert doc["vocabulary"] == 256 and [r["candidates"] for r in doc["runs"]] == [16, 256]
+    few, every = doc["runs"]
+    assert few["block_position"] == every["block_position"] and len(few["slot_tv"]) == 4
+    assert every["bound"] == [0.0] * 4 and every["largest_difference_from_most"] == 0.0
+    later = [b < 3 for b in few["block_position"]]
+    assert all((0 < x <= 1) == has for x, has in zip(few["bound"], later))

@@ -281,17 +281,22 @@ def test_hf_estimate_reads_the_same_distributions_with_and_without_the_repeated_
     whole = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4,
                         repeat_cache=False, candidates=64)
     assert np.array_equal(cached[0], whole[0])
-    for a, b in zip(cached[1:], whole[1:]):
+    for a, b in zip([*cached[1:4], cached[4]["tv_quarter"], cached[4]["bound"]],
+                    [*whole[1:4], whole[4]["tv_quarter"], whole[4]["bound"]]):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-8)
     # a rule that reads the lookahead: the path's later slots are not every candidate's
     assert np.abs(cached[1] - tracked["tv"][cached[0]]).max() > 1e-5
-    # 64 of 256 candidates: a bound where the slot has later slots, none at the
-    # block's last slot; every candidate (a vocabulary of 256 by default): bound 0
+    # 64 of 256 candidates: a worst case where the slot has later slots, none at the
+    # block's last slot, and the TV with 16; every candidate (the default for 256): no cut
+    cut = cached[4]
+    assert cut["candidates"] == 64 and cut["quarter"] == 16
     last = tracked["block_position"][cached[0]] == 2
-    assert (cached[4][~last] > 0).all() and (cached[4][last] == 0).all() and (~last).any()
+    assert (cut["bound"][~last] > 0).all() and (cut["bound"][last] == 0).all()
+    assert (~last).any() and (cut["bound"] <= 1).all()
+    np.testing.assert_allclose(cut["tv_quarter"][last], cached[1][last], rtol=0, atol=1e-12)
     every = HL.estimate(hf_free_pair, rule, lens, accepted, tracked, 2, 5, 4)
-    assert (every[4] == 0).all() and np.array_equal(every[0], cached[0])
-    assert HL.candidates_of(256) is None and HL.candidates_of(49152) == 64
+    assert every[4] is None and np.array_equal(every[0], cached[0])
+    assert HL.candidates_of(256) is None and HL.candidates_of(49152) == HL.CANDIDATES == 16
 
 
 @pytest.mark.slow
@@ -331,7 +336,8 @@ def test_hf_pair_free_running_with_a_lookahead_rule(hf_free_pair, monkeypatch):
     monkeypatch.setattr(HL, "EVERY_UP_TO", 100)
     monkeypatch.setattr(HL, "CANDIDATES", 16)
     d = paired.compare(fp, rules, "test", 8, 3, seed=2, **small)["rules"]["ahead"]["distortion"]
-    assert d["candidates"] == 16 and 0 < d["candidate_bound_mean"] <= d["candidate_bound_max"]
+    assert d["candidates"] == 16 and d["quarter"] == 4 and 0 < d["candidate_bound_mean"] <= 1
+    assert abs(d["slot_tv_mean_quarter_candidates"] - d["slot_tv_mean"]) < 0.05
 
 
 def test_simulation_at_trace_contexts_holds_the_recorded_lookahead(monkeypatch):

@@ -75,6 +75,9 @@ def main(argv=None) -> int:
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=48,
                     help="test prompts decoded free-running in the TV world [48]")
+    ap.add_argument("--lookahead-slots", type=int, default=100,
+                    help="reached slots at which the free-running TV of a rule that reads a "
+                         "lookahead input is estimated (about 3 s each on 2 cores) [100]")
     ap.add_argument("--reuse-runs", action="store_true",
                     help="keep finished task-world searches of the same name")
     ap.add_argument("--page", action="store_true",
@@ -96,11 +99,13 @@ def main(argv=None) -> int:
             trace_results.main(["--data", str(traces), "--starts", str(a.starts),
                                 "--population", "300", "--generations", "30",
                                 "--variants", *variants, "--prompts", str(a.prompts),
+                                "--lookahead-slots", str(a.lookahead_slots),
                                 "--out", str(EXP / f"{name.replace('-', '_')}.json"),
                                 "--runs-dir", str(paths.RUNS_DIR / name),
                                 "--section", name, *page])
     if "value-gate" not in a.skip:
         value_gate.main(["--data", str(traces), "--prompts", str(a.prompts),
+                         "--lookahead-slots", str(a.lookahead_slots),
                          "--out", str(EXP / "real_value_gate.json"),
                          "--section", "real-value-gate", *page])
     if "task" not in a.skip and a.modes:

@@ -396,9 +396,9 @@ def markdown(doc: dict) -> str:
                           f"slot TV {d['slot_tv_mean']:.5f}; "
                           f"{d['slot_tv_mean_half_futures']:.5f} at half the futures"
                           + (f"; later drafts sampled after the draft's {d['candidates']} most "
-                             "likely candidates, which moves a slot's TV by at most "
-                             f"{d['candidate_bound_mean']:.5f} on average, "
-                             f"{d['candidate_bound_max']:.5f} at most"
+                             f"likely candidates: {d['slot_tv_mean_quarter_candidates']:.5f} "
+                             f"with {d['quarter']}, a worst case of "
+                             f"{d['candidate_bound_mean']:.3f} on average"
                              if "candidates" in d else "")
                           + ") (`evolve.data.lookahead_emission`)")
                 else:

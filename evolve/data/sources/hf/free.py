@@ -110,13 +110,13 @@ def free_running(fp: FreePair, rule, split: str, prompts: int, blocks: int, seed
     slots, futures = lookahead
     with (fp.meter(f"{label}: TV estimate", min(slots, tr["sequence"].size), "slots")
           if fp.meter else contextlib.nullcontext()) as m:
-        rows, tv, kl, tv_half, bound = HL.estimate(fp, rule, lens, accepted, tr, seed, slots,
-                                                   futures, progress=m.advance if m else None)
+        rows, tv, kl, tv_half, cut = HL.estimate(fp, rule, lens, accepted, tr, seed, slots,
+                                                 futures, progress=m.advance if m else None)
     note, weight = LE.estimate_note(tr["sequence"].size, futures, tv, tv_half)
-    if HL.candidates_of(fp.pair.vocab) is not None:
-        note |= {"candidates": HL.candidates_of(fp.pair.vocab),
-                 "candidate_bound_mean": float(bound.mean()) if bound.size else 0.0,
-                 "candidate_bound_max": float(bound.max()) if bound.size else 0.0}
+    if cut is not None and tv.size:
+        note |= {"candidates": cut["candidates"], "quarter": cut["quarter"],
+                 "slot_tv_mean_quarter_candidates": float(cut["tv_quarter"].mean()),
+                 "candidate_bound_mean": float(cut["bound"].mean())}
     return {**out, "sequence": tr["sequence"][rows], "block": tr["block"][rows],
             "block_position": tr["block_position"][rows], "tv": tv, "kl": kl,
             "weight": weight, "distortion": note}
