@@ -214,6 +214,8 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
     assert all("--page" in c[1] for c in calls if c[0] != "evolve")
     for c in calls[1:4]:                     # the TV world's studies: the estimate's slots
         assert c[1][c[1].index("--lookahead-slots") + 1] == "100"
+        # the commands the pages show name the checkout's files as a user types them
+        assert c[1][c[1].index("--out") + 1].startswith("benchmarks/experiments/real_")
     for section in sections[:3] + ["real-oracle"]:         # each has its page's markers
         assert f"<!-- {section}:begin -->" in (ROOT / "docs/results/real-pair.md").read_text()
     calls.clear()

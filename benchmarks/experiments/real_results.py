@@ -57,6 +57,13 @@ FAMILIES = ("fuzzy_sd", "trtllm_relaxed", "kl_judge", "fly", "typical_acceptance
             "learned_judge")
 
 
+def _shown(path: Path) -> str:
+    """A path as the studies' commands show it: relative to the checkout where it is
+    inside it (these scripts run from the checkout's root)."""
+    from benchmarks.experiments.trace_results import _shown as shown
+    return shown(path)
+
+
 def _evolve(*args) -> None:
     """``evolve ARGS`` in a process of its own (the command a user would type)."""
     cmd = [sys.executable, "-c", "from evolve.cli import main; main()", *map(str, args)]
@@ -96,17 +103,17 @@ def main(argv=None) -> int:
     for step, variants, name in (("traces", ("plain", "p99"), "real-trace-results"),
                                  ("lookahead", ("lookahead",), "real-lookahead-results")):
         if step not in a.skip:
-            trace_results.main(["--data", str(traces), "--starts", str(a.starts),
+            trace_results.main(["--data", _shown(traces), "--starts", str(a.starts),
                                 "--population", "300", "--generations", "30",
                                 "--variants", *variants, "--prompts", str(a.prompts),
                                 "--lookahead-slots", str(a.lookahead_slots),
-                                "--out", str(EXP / f"{name.replace('-', '_')}.json"),
-                                "--runs-dir", str(paths.RUNS_DIR / name),
+                                "--out", _shown(EXP / f"{name.replace('-', '_')}.json"),
+                                "--runs-dir", _shown(paths.RUNS_DIR / name),
                                 "--section", name, *page])
     if "value-gate" not in a.skip:
-        value_gate.main(["--data", str(traces), "--prompts", str(a.prompts),
+        value_gate.main(["--data", _shown(traces), "--prompts", str(a.prompts),
                          "--lookahead-slots", str(a.lookahead_slots),
-                         "--out", str(EXP / "real_value_gate.json"),
+                         "--out", _shown(EXP / "real_value_gate.json"),
                          "--section", "real-value-gate", *page])
     if "task" not in a.skip and a.modes:
         task = P / "results" / "task"
@@ -119,18 +126,18 @@ def main(argv=None) -> int:
                         "--test-prompts", TASK_SIZES[2], "--out", task / mode,
                         *(["--resume"] if (task / mode).exists() else []))
         from benchmarks.experiments import task_results
-        task_results.main(["--data", str(task), "--modes", *a.modes, "--budgets", "0.01",
+        task_results.main(["--data", _shown(task), "--modes", *a.modes, "--budgets", "0.01",
                            "--oracle-prompts", "0", "--starts", str(a.starts),
                            "--population", "200", "--generations", "20", "--jobs", "1",
                            "--families", *FAMILIES,
-                           "--out", str(EXP / "real_task_results.json"),
-                           "--runs-dir", str(paths.RUNS_DIR / "real-task-results"),
+                           "--out", _shown(EXP / "real_task_results.json"),
+                           "--runs-dir", _shown(paths.RUNS_DIR / "real-task-results"),
                            "--section", "real-task-results", "--merge",
-                           "--picture", str(ROOT / "docs" / "img" / "real_task_results.png"),
+                           "--picture", _shown(ROOT / "docs" / "img" / "real_task_results.png"),
                            *(["--reuse-runs"] if a.reuse_runs else []), *page])
     if "oracle" not in a.skip and a.modes:
         from benchmarks.experiments import real_oracle
-        real_oracle.main(["--data", str(P / "results" / "task"), "--modes", *a.modes, *page])
+        real_oracle.main(["--data", _shown(P / "results" / "task"), "--modes", *a.modes, *page])
     print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)
     return 0
 
