@@ -198,4 +198,4 @@ def test_dropin_generation_under_release(tmp_path, release):
     p = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
-    assert "11 passed" in p.stdout, p.stdout[-2000:]
+    assert "12 passed" in p.stdout, p.stdout[-2000:]
