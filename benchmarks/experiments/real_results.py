@@ -40,6 +40,7 @@ from pathlib import Path
 
 from benchmarks.common import ROOT  # noqa: E402
 
+from benchmarks.experiments.trace_results import _shown  # noqa: E402
 from evolve.io import paths  # noqa: E402
 
 PAIR = paths.DATA_DIR / "pairs" / "smollm2"
@@ -55,13 +56,6 @@ STEPS = ("traces", "lookahead", "value-gate", "task", "oracle")
 # and the learned judge, not the whole table
 FAMILIES = ("fuzzy_sd", "trtllm_relaxed", "kl_judge", "fly", "typical_acceptance",
             "learned_judge")
-
-
-def _shown(path: Path) -> str:
-    """A path as the studies' commands show it: relative to the checkout where it is
-    inside it (these scripts run from the checkout's root)."""
-    from benchmarks.experiments.trace_results import _shown as shown
-    return shown(path)
 
 
 def _evolve(*args) -> None:

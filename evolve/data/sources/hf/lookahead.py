@@ -74,7 +74,6 @@ class History:
         self.pair = pair
         self.ids = torch.as_tensor(np.asarray(history, dtype=np.int64),
                                    device=pair.device)[None]
-        self.repeat_cache = repeat_cache
         self.dists, self.pasts = [], []
         with torch.no_grad():
             for model in (pair.target, pair.draft):
