@@ -96,6 +96,24 @@ def test_every_text_is_the_first_miners(pair, references, mode):
     assert greedy or any(a is None for a, _ in got)
 
 
+@pytest.mark.parametrize("mode", ["greedy", "sample"])
+def test_extra_tokens_are_the_first_miners_text_lengths(pair, references, mode):
+    """``mine_with_lengths``: the same labels as ``mine``, and each labelled row's extra
+    tokens are the length of the first miner's sub text minus its own (0 on every other
+    row); some drafts lengthen the text and some shorten it. Planted, each fails it:
+    own minus sub, the lengths of the rows shifted by one."""
+    _, ts, want, _, texts = references(mode)
+    labels, extra, _ = LB.mine_with_lengths(
+        pair, ts.columns, pair.answer_of, pair.done_of, mode == "greedy",
+        pair.max_new("valid"), 0, pad=pair.pad, uniform_rows=STREAM)
+    assert np.array_equal(labels, want)
+    rows = np.flatnonzero(want >= 0)
+    assert np.array_equal(extra[rows], [len(a) - len(b) for a, b in texts])
+    assert not extra[want < 0].any()
+    if mode == "greedy":
+        assert (extra > 0).any() and (extra < 0).any()
+
+
 def test_a_memory_bound_sizes_the_batches(pair):
     """The built-in pair's bound: fewer bytes, more batched calls of the target (the
     labels do not change: the test above)."""

@@ -76,8 +76,23 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
          pad: int = 0, max_tokens: int | None = None, tick=None, problems=None,
          reuse: bool = True, max_rows: int | None = None, max_memory: int | None = None,
          uniform_rows: int | None = None) -> tuple[np.ndarray, dict]:
+    """(labels, cost) of ``mine_with_lengths`` (see there)."""
+    labels, _, cost = mine_with_lengths(pair, cols, answer_of, done_of, greedy, max_new, seed,
+                                        pad, max_tokens, tick, problems, reuse, max_rows,
+                                        max_memory, uniform_rows)
+    return labels, cost
+
+
+def mine_with_lengths(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int,
+                      seed: int = 0, pad: int = 0, max_tokens: int | None = None, tick=None,
+                      problems=None, reuse: bool = True, max_rows: int | None = None,
+                      max_memory: int | None = None, uniform_rows: int | None = None
+                      ) -> tuple[np.ndarray, np.ndarray, dict]:
     """(labels (N,) int8: 1 critical, 0 harmless, -1 where no label is needed or the
-    row is not of ``problems``; cost) of a recording's columns ``cols`` (``context``
+    row is not of ``problems``; extra tokens (N,) int64: how many more tokens the text
+    with the draft substituted has than the text without, to the end of the answer or
+    the continuation's budget (0 where there is no label, and where both are one text),
+    the oracle's length condition (``evolve.rules.oracle``); cost) of a recording's columns ``cols`` (``context``
     (N, C) the tokens before each drafted row, in the histories' dtype, ``token``,
     ``target_top``, ``target_prob``, ``draft_prob``, ``position``; for reuse also the
     blocks: ``sequence``, ``block_index``, ``block_position``). ``answer_of`` and
@@ -123,6 +138,8 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
     plan = LP.plan(cols, rows, draws, greedy, reuse)
     texts = run.texts(plan, limit, None if u is None else u[:, 1:])
     labels[rows] = [0 if a is None else int(answer_of(a) != answer_of(b)) for a, b in texts]
+    extra = np.zeros(labels.size, dtype=np.int64)
+    extra[rows] = [0 if a is None else len(a) - len(b) for a, b in texts]
     if tick is not None:
         tick(int(rows.size))
     cost = {"rows": int(rows.size), "critical": int((labels == 1).sum()),
@@ -131,7 +148,7 @@ def mine(pair, cols: dict, answer_of, done_of, greedy: bool, max_new: int, seed:
             "continuations_computed": int(run.computed),
             "seconds": round(time.perf_counter() - t0, 3),
             "continuation": "greedy" if greedy else "seeded sampling", "max_new": max_new}
-    return labels, cost
+    return labels, extra, cost
 
 
 def available_memory() -> int:

@@ -50,10 +50,15 @@ class Judge:
 def fit(td) -> Judge:
     """The regression on the labelled rows of a task split (``TaskData``)."""
     labelled = td.arrays.critical != TL.UNLABELED
-    X = td.X[ROWS][:, labelled].T
-    y = (td.arrays.critical[labelled] == 1).astype(np.float64)
-    mean = X.mean(axis=0) if X.size else np.zeros(len(ROWS))
-    scale = X.std(axis=0) if X.size else np.ones(len(ROWS))
+    return fit_xy(td.X[ROWS][:, labelled].T,
+                  (td.arrays.critical[labelled] == 1).astype(np.float64))
+
+
+def fit_xy(X: np.ndarray, y: np.ndarray) -> Judge:
+    """The regression of 0/1 targets ``y`` (n,) on the rows of ``X`` (n, inputs), each
+    input standardised (one that does not vary keeps its scale 1)."""
+    mean = X.mean(axis=0) if X.size else np.zeros(X.shape[1])
+    scale = X.std(axis=0) if X.size else np.ones(X.shape[1])
     scale = np.where(scale > 0, scale, 1.0)
     A = np.column_stack([np.ones(len(y)), (X - mean) / scale])
     w = np.zeros(A.shape[1])
