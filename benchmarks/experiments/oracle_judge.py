@@ -1,0 +1,258 @@
+"""Can a judge of the rule inputs find the task world's headroom? A judge taught the
+answer oracle's own decisions, decoded free-running.
+
+On the built-in task in greedy decoding the answer oracle (``evolve.rules.oracle``)
+saves about 14% of the target calls per correct answer, and no tuned rule or evolved
+champion gets a fifth of that. Is the saving out of the inputs' reach, or only out of
+the labels' (a critical-token label says nothing of the oracle's second condition: the
+text must not get longer)? For each seed of the task (its problems and draft), this
+records train with the standard rule, labels every draft the rule could reject with
+both of the oracle's conditions (``evolve.data.labels.mine_with_lengths``: is the
+answer the same, and how many more tokens the text takes), and fits four logistic
+judges (``evolve.rules.judge.fit_xy``), each accepting a draft when its predicted
+probability of a bad acceptance is below λ:
+
+- taught the critical-token labels (bad: the answer changes; the learned judge's), or
+  the oracle's (bad: the answer changes or the text gets longer);
+- on the learned judge's twelve slot inputs, or on every input the task world offers
+  that varies on train (the token's class one-hot).
+
+λ is tuned on valid free-running to the fewest target calls per correct answer within
+the accuracy budget (``evolve.freerun.task_compare.tune``), and test is decoded once,
+paired with lossless decoding and the oracle on the same problems and uniforms.
+
+    python -m benchmarks.experiments.oracle_judge [--seeds 0 1 2] [--train 300]
+        [--valid 200] [--test 100] [--budget 0.01] [--page]
+
+The figures go to ``benchmarks/experiments/oracle_judge.json``; ``--page`` writes the
+section ``oracle-judge`` of docs/results/task-world.md (``--render JSON --page``: from
+the figures of an earlier run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.common import ROOT, publish, write_section  # noqa: E402
+
+from benchmarks.experiments.trace_results import _commit  # noqa: E402
+
+OUT = ROOT / "benchmarks" / "experiments" / "oracle_judge.json"
+SECTION = "oracle-judge"
+LABELS = ("critical", "oracle")          # what a judge is taught is a bad acceptance
+INPUT_SETS = ("slot", "all")
+GRID = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def input_names(X: np.ndarray, rows: np.ndarray) -> list:
+    """Every input of the task world's matrix ``X`` (registry order) that is finite and
+    varies on the labelled ``rows``."""
+    from evolve.lang.primitives import INPUT_INDEX
+    out = []
+    for name, i in sorted(INPUT_INDEX.items(), key=lambda kv: kv[1]):
+        v = X[i, rows]
+        if np.all(np.isfinite(v)) and v.std() > 0:
+            out.append(name)
+    return out
+
+
+class Design:
+    """A judge's inputs as a matrix (n, k) from named columns: each name as it is, but
+    ``token_class`` one-hot over the classes seen on train (the class codes are not an
+    order)."""
+
+    def __init__(self, names: list, classes=()):
+        self.names = list(names)
+        self.classes = [float(c) for c in classes]
+
+    def matrix(self, get) -> np.ndarray:
+        cols = []
+        for name in self.names:
+            v = get(name)
+            if v is None:
+                raise KeyError(f"the judge reads {name!r}, which the decoder does not give")
+            v = np.asarray(v, dtype=np.float64)
+            if name == "token_class":
+                cols.extend((v == c).astype(np.float64) for c in self.classes)
+            else:
+                cols.append(v)
+        return np.column_stack(cols)
+
+
+def judge_rule(model, design: Design, lam: float, label: str):
+    """The judge at λ as a decoder rule (greedy: 1 accepts, 0 is the standard rule's)."""
+    from evolve.rules.adapters import vector_rule
+
+    def thresholds(F: dict, model=model, design=design, lam=lam) -> np.ndarray:
+        return np.where(model.probability(design.matrix(F.get).T) < lam, 1.0, 0.0)
+    return vector_rule(thresholds, f"judge[{label}](lambda={lam:g})", lam=lam)
+
+
+def one_seed(seed: int, a) -> dict:
+    from evolve.data import inputs
+    from evolve.data import labels as LB
+    from evolve.data.sources.task import pair as TP, record
+    from evolve.freerun import task_compare as TC
+    from evolve.lang.features import SLOT_SIGNATURE
+    from evolve.lang.primitives import INPUT_INDEX
+    from evolve.objectives.task_data import GROUPS
+    from evolve.rules import judge as J
+    from evolve.rules.oracle import AnswerOracle
+    t0 = time.perf_counter()
+    pair = TP.build_pair(TP.TaskPairConfig(seed=seed, train_prompts=a.train,
+                                           valid_prompts=a.valid, test_prompts=a.test))
+    ts = record.record_traces(pair, "train", "greedy", a.train)
+    labels, extra, cost = LB.mine_with_lengths(
+        pair, ts.columns, pair.answer_of, pair.done_of, True, pair.max_new("train"), seed,
+        pad=pair.pad, max_tokens=pair.max_tokens)
+    rows = np.flatnonzero(labels >= 0)
+    X = inputs.input_matrix(inputs.readable(ts.columns, ts.meta), "drafted", GROUPS)
+    crit, ext = labels[rows], extra[rows]
+    bad = {"critical": (crit == 1).astype(np.float64),
+           "oracle": ~((crit == 0) & (ext <= 0))}
+    names = {"slot": list(SLOT_SIGNATURE), "all": input_names(X, rows)}
+    cls = np.unique(X[INPUT_INDEX["token_class"], rows]) if "token_class" in names["all"] \
+        else ()
+    _say(f"seed {seed}: {rows.size:,} labelled train drafts, {int(crit.sum()):,} critical, "
+         f"{int((~bad['oracle'].astype(bool)).sum()):,} the oracle keeps; "
+         f"{time.perf_counter() - t0:.0f} s")
+    judges = {}
+    for label in LABELS:
+        for inp in INPUT_SETS:
+            d = Design(names[inp], cls if inp == "all" else ())
+            model = J.fit_xy(d.matrix(lambda n: X[INPUT_INDEX[n], rows]),
+                             bad[label].astype(np.float64))
+            judges[f"{label} labels, {inp} inputs"] = (model, d, label)
+    ref = TC.run_rule(pair, None, "valid", a.valid, True)
+    tuned = {}
+    for name, (model, d, label) in judges.items():
+        t = TC.tune(pair, lambda lam, m=model, d=d, lb=label: judge_rule(m, d, lam, lb),
+                    a.grid, a.budget, ref, "valid", greedy=True, prompts=a.valid)
+        tuned[name] = {"lambda": t["param"], "tried": [list(map(_num, x)) for x in t["tried"]]}
+        _say(f"seed {seed}: {name}: lambda {t['param']} on valid")
+    rules = {"lossless": None, "oracle": AnswerOracle()}
+    for name, (model, d, label) in judges.items():
+        rules[name] = judge_rule(model, d, tuned[name]["lambda"], label)
+    res = TC.compare(pair, rules, "test", a.test, True, progress=_say)
+    return {"seed": seed, "train_labelled": int(rows.size), "train_critical": int(crit.sum()),
+            "train_oracle_keeps": int((~bad["oracle"].astype(bool)).sum()),
+            "train_longer": int(((crit == 0) & (ext > 0)).sum()),
+            "inputs": names, "mining": cost, "tuned": tuned, "test": res,
+            "seconds": round(time.perf_counter() - t0, 1)}
+
+
+def _num(x):
+    return None if x is None else (round(float(x), 6) if np.isfinite(x) else None)
+
+
+def run(a) -> dict:
+    t0 = time.perf_counter()
+    seeds = [one_seed(s, a) for s in a.seeds]
+    return {"seeds": seeds, "budget": a.budget, "train": a.train, "valid": a.valid,
+            "test": a.test, "grid": list(a.grid), "commit": _commit(),
+            "minutes": round((time.perf_counter() - t0) / 60, 1),
+            "command": "python -m benchmarks.experiments.oracle_judge " + " ".join(
+                ["--seeds", *map(str, a.seeds), "--train", str(a.train), "--valid",
+                 str(a.valid), "--test", str(a.test), "--budget", str(a.budget)]
+                + (["--grid", *map(str, a.grid)] if tuple(a.grid) != GRID else []))}
+
+
+def _share(d_rule: float, d_oracle: float):
+    return None if d_oracle >= 0 else d_rule / d_oracle
+
+
+def markdown(doc: dict) -> str:
+    seeds = doc["seeds"]
+    names = [k for k in seeds[0]["test"]["rules"] if k != "lossless"]
+    lines = [f"Generated by `{doc['command']} --page` at commit {doc['commit']} "
+             f"({doc['minutes']:.0f} minutes on 2 shared cores); figures in "
+             "`benchmarks/experiments/oracle_judge.json`. Built-in task, greedy decoding, "
+             f"{len(seeds)} seeds of the task (its problems and draft); each seed: "
+             f"{doc['train']} train problems labelled, λ tuned on {doc['valid']} valid "
+             f"problems free-running to the fewest target calls per correct answer within "
+             f"an accuracy drop of {doc['budget']:g}, {doc['test']} test problems decoded "
+             "once, paired with lossless decoding on the same problems and uniforms.", "",
+             "| seed | labelled train drafts | critical | the oracle keeps | harmless but longer |",
+             "|---|---|---|---|---|"]
+    for s in seeds:
+        lines.append(f"| {s['seed']} | {s['train_labelled']:,} | {s['train_critical']:,} | "
+                     f"{s['train_oracle_keeps']:,} | {s['train_longer']:,} |")
+    lines += ["", "Target calls per correct answer minus lossless on test (95% paired "
+              "interval; negative is a saving), the change in accuracy, and λ tuned on valid:", "",
+              "| rule | " + " | ".join(f"seed {s['seed']}" for s in seeds) + " | mean |",
+              "|---|" + "---|" * (len(seeds) + 1)]
+    for name in names:
+        cells, means = [], []
+        for s in seeds:
+            v = s["test"]["versus_reference"][name]
+            c = v["calls_per_correct"]
+            acc = -v["accuracy"]["difference"]
+            lam = "" if name == "oracle" else f", λ {s['tuned'][name]['lambda']:g}"
+            if c is None:
+                cells.append(f"no correct answer, accuracy {-acc:+.3f}{lam}")
+                continue
+            lo, hi = c["ci95"]
+            means.append(c["difference"])
+            cells.append(f"{c['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}], accuracy "
+                         f"{-acc:+.3f}{lam}")
+        mean = f"{np.mean(means):+.2f}" if len(means) == len(seeds) else ""
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {mean} |")
+    caps = (0.01, 0.05, 0.2, 0.5)
+    lines += ["", "Each judge on valid, over every λ tried: the most target calls per answer "
+              "(right or wrong) it saves against lossless within each accuracy drop, and "
+              "the most calls per correct answer (the best λ of each seed, mean over "
+              "seeds; the oracle saves calls at no drop):", "",
+              "| judge | " + " | ".join(f"per answer, drop ≤ {c:g}" for c in caps)
+              + " | per correct answer, any drop |", "|---|" + "---|" * (len(caps) + 1)]
+    for name in names:
+        if name == "oracle":
+            continue
+        row = []
+        for col, cap in [(3, c) for c in caps] + [(4, 1.0)]:
+            best = []
+            for s in seeds:
+                tried = s["tuned"][name]["tried"]
+                zero = next(t for t in tried if t[0] == 0.0)
+                best.append(max(zero[col] - t[col] for t in tried
+                                if t[2] <= cap + 1e-12 and t[col] is not None))
+            row.append(f"{np.mean(best):.2f}")
+        lines.append(f"| {name} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--train", type=int, default=300)
+    ap.add_argument("--valid", type=int, default=200)
+    ap.add_argument("--test", type=int, default=100)
+    ap.add_argument("--budget", type=float, default=0.01)
+    ap.add_argument("--grid", type=float, nargs="+", default=list(GRID),
+                    help="the values of λ tried on valid, strict to lenient")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--page", action="store_true")
+    ap.add_argument("--render", type=Path, default=None,
+                    help="render an earlier run's figures (its JSON; with --page, onto the "
+                         "page) instead of running")
+    a = ap.parse_args(argv)
+    if a.render is not None:
+        text = markdown(json.loads(a.render.read_text()))
+        if a.page:
+            write_section(text, SECTION)
+        print(text)
+        return 0
+    return publish(run(a), a.out, markdown, SECTION, a.page)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
