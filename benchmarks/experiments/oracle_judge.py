@@ -23,6 +23,11 @@ paired with lossless decoding and the oracle on the same problems and uniforms.
 
     python -m benchmarks.experiments.oracle_judge [--seeds 0 1 2] [--train 300]
         [--valid 200] [--test 100] [--budget 0.01] [--page]
+    python -m benchmarks.experiments.oracle_judge --data datasets/pairs/smollm2/results/task/greedy \
+        --out benchmarks/experiments/real_oracle_judge.json --section real-oracle-judge --page
+
+``--data``: the same study on a greedy task recording of any pair (the real pair's:
+its train labels are mined again with lengths, and must be the recorded ones).
 
 The figures go to ``benchmarks/experiments/oracle_judge.json``; ``--page`` writes the
 section ``oracle-judge`` of docs/results/task-world.md (``--render JSON --page``: from
@@ -41,7 +46,7 @@ import numpy as np
 
 from benchmarks.common import ROOT, publish, write_section  # noqa: E402
 
-from benchmarks.experiments.trace_results import _commit  # noqa: E402
+from benchmarks.experiments.trace_results import _commit, _shown  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "experiments" / "oracle_judge.json"
 SECTION = "oracle-judge"
@@ -99,22 +104,52 @@ def judge_rule(model, design: Design, lam: float, label: str):
 
 
 def one_seed(seed: int, a) -> dict:
+    """The study on the built-in task of this seed (its problems and draft)."""
+    from evolve.data.sources.task import pair as TP, record
+    t0 = time.perf_counter()
+    pair = TP.build_pair(TP.TaskPairConfig(seed=seed, train_prompts=a.train,
+                                           valid_prompts=a.valid, test_prompts=a.test))
+    ts = record.record_traces(pair, "train", "greedy", a.train)
+    return study(pair, ts, seed, seed, a.valid, a.test, a, t0)
+
+
+def one_recording(data: Path, a) -> dict:
+    """The study on a greedy task recording (``evolve data task``): its pair rebuilt from
+    the recording, its train traces labelled again with lengths (the labels must be the
+    recorded ones), its first valid and test problems decoded."""
+    from evolve.data.sources.task import pair as TP, record
+    t0 = time.perf_counter()
+    split = record.load(data, "train")
+    if split.meta.get("decoding") != "greedy":
+        raise SystemExit(f"{data}: a {split.meta.get('decoding')} recording; the study "
+                         "decodes greedy recordings only")
+    pair = TP.rebuild(split.meta)
+    sizes = {s: int(record.load(data, s).meta["task"]["problems"]) for s in ("valid", "test")}
+    seed = int(split.meta["config"]["seed"])
+    out = study(pair, split.traces, seed, _shown(data), min(a.valid, sizes["valid"]),
+                min(a.test, sizes["test"]), a, t0, recorded=split.critical)
+    return out
+
+
+def study(pair, ts, label_seed: int, tag, valid: int, test: int, a, t0,
+          recorded=None) -> dict:
+    """Train's drafts labelled with both of the oracle's conditions, the four judges fit
+    on them, λ tuned on ``valid`` problems free-running, ``test`` problems decoded once
+    beside lossless decoding and the oracle. ``recorded``: the recording's labels, which
+    the new ones must equal."""
     from evolve.data import inputs
     from evolve.data import labels as LB
-    from evolve.data.sources.task import pair as TP, record
     from evolve.freerun import task_compare as TC
     from evolve.lang.features import SLOT_SIGNATURE
     from evolve.lang.primitives import INPUT_INDEX
     from evolve.objectives.task_data import GROUPS
     from evolve.rules import judge as J
     from evolve.rules.oracle import AnswerOracle
-    t0 = time.perf_counter()
-    pair = TP.build_pair(TP.TaskPairConfig(seed=seed, train_prompts=a.train,
-                                           valid_prompts=a.valid, test_prompts=a.test))
-    ts = record.record_traces(pair, "train", "greedy", a.train)
     labels, extra, cost = LB.mine_with_lengths(
-        pair, ts.columns, pair.answer_of, pair.done_of, True, pair.max_new("train"), seed,
-        pad=pair.pad, max_tokens=pair.max_tokens)
+        pair, ts.columns, pair.answer_of, pair.done_of, True, pair.max_new("train"),
+        label_seed, pad=pair.pad, max_tokens=pair.max_tokens)
+    if recorded is not None and not np.array_equal(labels, recorded):
+        raise SystemExit(f"{tag}: the train labels mined again differ from the recorded ones")
     rows = np.flatnonzero(labels >= 0)
     X = inputs.input_matrix(inputs.readable(ts.columns, ts.meta), "drafted", GROUPS)
     crit, ext = labels[rows], extra[rows]
@@ -123,7 +158,7 @@ def one_seed(seed: int, a) -> dict:
     names = {"slot": list(SLOT_SIGNATURE), "all": input_names(X, rows)}
     cls = np.unique(X[INPUT_INDEX["token_class"], rows]) if "token_class" in names["all"] \
         else ()
-    _say(f"seed {seed}: {rows.size:,} labelled train drafts, {int(crit.sum()):,} critical, "
+    _say(f"{tag}: {rows.size:,} labelled train drafts, {int(crit.sum()):,} critical, "
          f"{int((~bad['oracle'].astype(bool)).sum()):,} the oracle keeps; "
          f"{time.perf_counter() - t0:.0f} s")
     judges = {}
@@ -133,21 +168,22 @@ def one_seed(seed: int, a) -> dict:
             model = J.fit_xy(d.matrix(lambda n: X[INPUT_INDEX[n], rows]),
                              bad[label].astype(np.float64))
             judges[f"{label} labels, {inp} inputs"] = (model, d, label)
-    ref = TC.run_rule(pair, None, "valid", a.valid, True)
+    ref = TC.run_rule(pair, None, "valid", valid, True)
     tuned = {}
     for name, (model, d, label) in judges.items():
         t = TC.tune(pair, lambda lam, m=model, d=d, lb=label: judge_rule(m, d, lam, lb),
-                    a.grid, a.budget, ref, "valid", greedy=True, prompts=a.valid)
+                    a.grid, a.budget, ref, "valid", greedy=True, prompts=valid)
         tuned[name] = {"lambda": t["param"], "tried": [list(map(_num, x)) for x in t["tried"]]}
-        _say(f"seed {seed}: {name}: lambda {t['param']} on valid")
+        _say(f"{tag}: {name}: lambda {t['param']} on valid")
     rules = {"lossless": None, "oracle": AnswerOracle()}
     for name, (model, d, label) in judges.items():
         rules[name] = judge_rule(model, d, tuned[name]["lambda"], label)
-    res = TC.compare(pair, rules, "test", a.test, True, progress=_say)
-    return {"seed": seed, "train_labelled": int(rows.size), "train_critical": int(crit.sum()),
+    res = TC.compare(pair, rules, "test", test, True, progress=_say)
+    return {"seed": tag, "train_labelled": int(rows.size), "train_critical": int(crit.sum()),
             "train_oracle_keeps": int((~bad["oracle"].astype(bool)).sum()),
             "train_longer": int(((crit == 0) & (ext > 0)).sum()),
-            "inputs": names, "mining": cost, "tuned": tuned, "test": res,
+            "train_problems": int(ts.meta["task"]["problems"]), "valid_problems": valid,
+            "test_problems": test, "inputs": names, "mining": cost, "tuned": tuned, "test": res,
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -157,30 +193,47 @@ def _num(x):
 
 def run(a) -> dict:
     t0 = time.perf_counter()
-    seeds = [one_seed(s, a) for s in a.seeds]
+    if a.data:
+        seeds = [one_recording(d, a) for d in a.data]
+        args = ["--data", *map(_shown, a.data), "--valid", str(a.valid), "--test",
+                str(a.test)]
+    else:
+        seeds = [one_seed(s, a) for s in a.seeds]
+        args = ["--seeds", *map(str, a.seeds), "--train", str(a.train), "--valid",
+                str(a.valid), "--test", str(a.test)]
+    args += ["--budget", str(a.budget)] + (["--grid", *map(str, a.grid)]
+                                           if tuple(a.grid) != GRID else [])
+    if a.out != OUT:
+        args += ["--out", _shown(a.out)]
+    if a.section != SECTION:
+        args += ["--section", a.section]
     return {"seeds": seeds, "budget": a.budget, "train": a.train, "valid": a.valid,
             "test": a.test, "grid": list(a.grid), "commit": _commit(),
-            "minutes": round((time.perf_counter() - t0) / 60, 1),
-            "command": "python -m benchmarks.experiments.oracle_judge " + " ".join(
-                ["--seeds", *map(str, a.seeds), "--train", str(a.train), "--valid",
-                 str(a.valid), "--test", str(a.test), "--budget", str(a.budget)]
-                + (["--grid", *map(str, a.grid)] if tuple(a.grid) != GRID else []))}
-
-
-def _share(d_rule: float, d_oracle: float):
-    return None if d_oracle >= 0 else d_rule / d_oracle
+            "data": [_shown(d) for d in a.data] if a.data else None,
+            "out": _shown(a.out), "minutes": round((time.perf_counter() - t0) / 60, 1),
+            "command": "python -m benchmarks.experiments.oracle_judge " + " ".join(args)}
 
 
 def markdown(doc: dict) -> str:
     seeds = doc["seeds"]
     names = [k for k in seeds[0]["test"]["rules"] if k != "lossless"]
+    out = doc.get("out", "benchmarks/experiments/oracle_judge.json")
+    if doc.get("data"):
+        s0 = seeds[0]
+        what = (f"The greedy recording {', '.join(f'`{d}`' for d in doc['data'])} (its pair "
+                f"and task): its {s0['train_problems']} train problems labelled again with "
+                f"lengths (the same labels as recorded), λ tuned on {s0['valid_problems']} "
+                f"valid problems")
+        test = s0["test_problems"]
+    else:
+        what = (f"Built-in task, greedy decoding, {len(seeds)} seeds of the task (its "
+                f"problems and draft); each seed: {doc['train']} train problems labelled, "
+                f"λ tuned on {doc['valid']} valid problems")
+        test = doc["test"]
     lines = [f"Generated by `{doc['command']} --page` at commit {doc['commit']} "
-             f"({doc['minutes']:.0f} minutes on 2 shared cores); figures in "
-             "`benchmarks/experiments/oracle_judge.json`. Built-in task, greedy decoding, "
-             f"{len(seeds)} seeds of the task (its problems and draft); each seed: "
-             f"{doc['train']} train problems labelled, λ tuned on {doc['valid']} valid "
-             f"problems free-running to the fewest target calls per correct answer within "
-             f"an accuracy drop of {doc['budget']:g}, {doc['test']} test problems decoded "
+             f"({doc['minutes']:.0f} minutes on 2 shared cores); figures in `{out}`. "
+             f"{what} free-running to the fewest target calls per correct answer within "
+             f"an accuracy drop of {doc['budget']:g}, {test} test problems decoded "
              "once, paired with lossless decoding on the same problems and uniforms.", "",
              "| seed | labelled train drafts | critical | the oracle keeps | harmless but longer |",
              "|---|---|---|---|---|"]
@@ -239,7 +292,12 @@ def main(argv=None) -> int:
     ap.add_argument("--budget", type=float, default=0.01)
     ap.add_argument("--grid", type=float, nargs="+", default=list(GRID),
                     help="the values of λ tried on valid, strict to lenient")
+    ap.add_argument("--data", type=Path, nargs="+", default=None,
+                    help="greedy task recordings (evolve data task) to run the study on, "
+                         "instead of the built-in task's seeds")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--section", default=SECTION,
+                    help="the results page's section --page writes [oracle-judge]")
     ap.add_argument("--page", action="store_true")
     ap.add_argument("--render", type=Path, default=None,
                     help="render an earlier run's figures (its JSON; with --page, onto the "
@@ -248,10 +306,10 @@ def main(argv=None) -> int:
     if a.render is not None:
         text = markdown(json.loads(a.render.read_text()))
         if a.page:
-            write_section(text, SECTION)
+            write_section(text, a.section)
         print(text)
         return 0
-    return publish(run(a), a.out, markdown, SECTION, a.page)
+    return publish(run(a), a.out, markdown, a.section, a.page)
 
 
 if __name__ == "__main__":
