@@ -119,8 +119,8 @@ results-task: $(STAMP)
 
 # The studies on a real model, SmolLM2-135M-Instruct and the draft distilled from it here
 # (docs/results/real-pair.md): the pair got and built (evolve data pair smollm2), its traces
-# and task recordings, the TV world and the task world judged per answer; every step keeps
-# what a run before it left
+# and task recordings, the TV world and the task world judged per answer, the answer oracle
+# and judges taught its decisions; every step keeps what a run before it left
 results-real: $(STAMP)
 	$(BIN)/python -m benchmarks.experiments.real_results --page --reuse-runs
 

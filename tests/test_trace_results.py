@@ -189,13 +189,14 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
     world's three studies (plain and p99 champions, the lookahead champions, the value
     gates), the task world and the answer oracle, each writing its own section; --skip
     and --modes leave steps out; recordings that exist are not made again."""
-    from benchmarks.experiments import (real_oracle, real_results, task_results,
-                                        trace_results, value_gate)
+    from benchmarks.experiments import (oracle_judge, real_oracle, real_results,
+                                        task_results, trace_results, value_gate)
     calls = []
     monkeypatch.setattr(real_results, "_evolve", lambda *a: calls.append(
         ("evolve", " ".join(map(str, a)))))
     for mod, name in ((trace_results, "traces"), (value_gate, "value-gate"),
-                      (task_results, "task"), (real_oracle, "oracle")):
+                      (task_results, "task"), (real_oracle, "oracle"),
+                      (oracle_judge, "oracle-judge")):
         monkeypatch.setattr(mod, "main", lambda argv, name=name: calls.append((name, argv)))
     pair = tmp_path / "pair"
     for split in ("results/traces", "results/task/greedy"):
@@ -203,12 +204,16 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
         (pair / split / "test.npz").write_bytes(b"")
     real_results.main(["--pair", str(pair), "--page"])
     names = [c[0] for c in calls]
-    assert names == ["evolve", "traces", "traces", "value-gate", "evolve", "task", "oracle"]
+    assert names == ["evolve", "traces", "traces", "value-gate", "evolve", "task", "oracle",
+                     "oracle-judge"]
     assert calls[0][1].startswith("data pair smollm2")
     assert calls[4][1].startswith("data task") and "--decoding sample" in calls[4][1]
     sections = [c[1][c[1].index("--section") + 1] for c in calls if "--section" in c[1]]
     assert sections == ["real-trace-results", "real-lookahead-results", "real-value-gate",
-                        "real-task-results"]
+                        "real-task-results", "real-oracle-judge"]
+    judge = calls[-1][1]                 # the greedy recording, its study's own sizes
+    assert judge[:2] == ["--data", str(pair / "results/task/greedy")]
+    assert judge[judge.index("--out") + 1] == "benchmarks/experiments/real_oracle_judge.json"
     assert calls[1][1][calls[1][1].index("--variants") + 1:][:2] == ["plain", "p99"]
     assert calls[2][1][calls[2][1].index("--variants") + 1] == "lookahead"
     assert all("--page" in c[1] for c in calls if c[0] != "evolve")
@@ -216,11 +221,15 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
         assert c[1][c[1].index("--lookahead-slots") + 1] == "100"
         # the commands the pages show name the checkout's files as a user types them
         assert c[1][c[1].index("--out") + 1].startswith("benchmarks/experiments/real_")
-    for section in sections[:3] + ["real-oracle"]:         # each has its page's markers
+    for section in sections[:3] + ["real-oracle", "real-oracle-judge"]:   # on the page
         assert f"<!-- {section}:begin -->" in (ROOT / "docs/results/real-pair.md").read_text()
     calls.clear()
     real_results.main(["--pair", str(pair), "--modes", "greedy",
                        "--skip", "lookahead", "value-gate", "oracle"])
-    assert [c[0] for c in calls] == ["evolve", "traces", "task"]
+    assert [c[0] for c in calls] == ["evolve", "traces", "task", "oracle-judge"]
     assert "--page" not in calls[1][1] and calls[2][1][calls[2][1].index("--modes") + 1:][:2] \
         == ["greedy", "--budgets"]
+    calls.clear()
+    real_results.main(["--pair", str(pair), "--modes", "sample",
+                       "--skip", "traces", "lookahead", "value-gate", "task"])
+    assert [c[0] for c in calls] == ["evolve", "oracle"]        # greedy recordings only

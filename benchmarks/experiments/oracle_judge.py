@@ -235,11 +235,49 @@ def markdown(doc: dict) -> str:
              f"{what} free-running to the fewest target calls per correct answer within "
              f"an accuracy drop of {doc['budget']:g}, {test} test problems decoded "
              "once, paired with lossless decoding on the same problems and uniforms.", "",
-             "| seed | labelled train drafts | critical | the oracle keeps | harmless but longer |",
+             f"| {'recording' if doc.get('data') else 'seed'} | labelled train drafts | "
+             "critical | the oracle keeps | harmless but longer |",
              "|---|---|---|---|---|"]
     for s in seeds:
         lines.append(f"| {s['seed']} | {s['train_labelled']:,} | {s['train_critical']:,} | "
                      f"{s['train_oracle_keeps']:,} | {s['train_longer']:,} |")
+    if doc.get("data"):
+        lines += _recording_tables(seeds, names)
+    else:
+        lines += _seed_tables(seeds, names)
+    return "\n".join(lines) + "\n"
+
+
+def _recording_tables(seeds: list, names: list) -> list:
+    """Each recording's test figures, rule by rule, minus lossless."""
+    lines = []
+    for s in seeds:
+        res = s["test"]
+        oracle = res["versus_reference"]["oracle"]["calls_per_problem"]["difference"]
+        lines += ["", f"`{s['seed']}`, test, minus lossless (95% paired interval; negative "
+                  "is a saving), and the share of the oracle's saving in calls per answer:",
+                  "", "| rule | λ (valid) | target calls per correct answer | per answer | "
+                  "accuracy | agreement | answer tokens | of the oracle's saving |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for name in names:
+            v = res["versus_reference"][name]
+            c, p = v["calls_per_correct"], v["calls_per_problem"]
+            cpc = ("" if c is None else
+                   f"{c['difference']:+.2f} [{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]")
+            share = (f"{p['difference'] / oracle + 0.0:.2f}" if name != "oracle" and oracle < 0
+                     else "")
+            lam = "" if name == "oracle" else f"{s['tuned'][name]['lambda']:g}"
+            lines.append(f"| {name} | {lam} | {cpc} | {p['difference']:+.2f} "
+                         f"[{p['ci95'][0]:+.2f}, {p['ci95'][1]:+.2f}] | "
+                         f"{v['accuracy']['difference']:+.3f} | "
+                         f"{res['rules'][name]['agreement']:.3f} | "
+                         f"{v['answer_tokens']['difference']:+.1f} | {share} |")
+    return lines + ["", *_valid_table(seeds, names)]
+
+
+def _seed_tables(seeds: list, names: list) -> list:
+    """Each rule's test figures per seed, and the judges over λ on valid."""
+    lines = []
     lines += ["", "Target calls per correct answer minus lossless on test (95% paired "
               "interval; negative is a saving), the change in accuracy, and λ tuned on valid:", "",
               "| rule | " + " | ".join(f"seed {s['seed']}" for s in seeds) + " | mean |",
@@ -260,11 +298,18 @@ def markdown(doc: dict) -> str:
                          f"{-acc:+.3f}{lam}")
         mean = f"{np.mean(means):+.2f}" if len(means) == len(seeds) else ""
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {mean} |")
+    return lines + ["", *_valid_table(seeds, names)]
+
+
+def _valid_table(seeds: list, names: list) -> list:
+    """The judges over every λ tried on valid."""
     caps = (0.01, 0.05, 0.2, 0.5)
-    lines += ["", "Each judge on valid, over every λ tried: the most target calls per answer "
-              "(right or wrong) it saves against lossless within each accuracy drop, and "
-              "the most calls per correct answer (the best λ of each seed, mean over "
-              "seeds; the oracle saves calls at no drop):", "",
+    many = len(seeds) > 1
+    lines = ["Each judge on valid, over every λ tried: the most target calls per answer "
+             "(right or wrong) it saves against lossless within each accuracy drop, and "
+             "the most calls per correct answer"
+             + (" (the best λ of each seed, mean over seeds)" if many else "")
+             + "; the oracle saves calls at no drop:", "",
               "| judge | " + " | ".join(f"per answer, drop ≤ {c:g}" for c in caps)
               + " | per correct answer, any drop |", "|---|" + "---|" * (len(caps) + 1)]
     for name in names:
@@ -280,7 +325,7 @@ def markdown(doc: dict) -> str:
                                 if t[2] <= cap + 1e-12 and t[col] is not None))
             row.append(f"{np.mean(best):.2f}")
         lines.append(f"| {name} | " + " | ".join(row) + " |")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def main(argv=None) -> int:

@@ -21,7 +21,10 @@
    ``FAMILIES`` tuned on valid free-running to the fewest target calls per correct
    answer, decoded paired on test);
 5. the headroom: the answer oracle against lossless decoding on the same test problems
-   (``benchmarks.experiments.real_oracle``), each tuned rule's share of its saving.
+   (``benchmarks.experiments.real_oracle``), each tuned rule's share of its saving;
+6. whether a judge reaches it: logistic judges taught critical tokens or the oracle's
+   own decisions, tuned on valid free-running and decoded on test beside the oracle
+   (``benchmarks.experiments.oracle_judge --data``, greedy decoding).
 
 Each step keeps what an earlier run left (the traces, the task recordings, finished
 searches with ``--reuse-runs``), so an interrupted run continues, and the task world's
@@ -49,7 +52,7 @@ KIND = "capitals"
 # problems of the task's train, valid and test splits (the task file's first of each)
 TASK_SIZES = (16, 8, 16)
 MODES = ("greedy", "sample")
-STEPS = ("traces", "lookahead", "value-gate", "task", "oracle")
+STEPS = ("traces", "lookahead", "value-gate", "task", "oracle", "oracle-judge")
 # the rules the task world's trade-off tunes here: every candidate costs a free-running
 # decoding of valid per grid value with the two models (minutes each on 2 cores), so the
 # published lossy rules of each decoding (those of another decoding are left out there)
@@ -72,7 +75,8 @@ def main(argv=None) -> int:
                     help="the task world's decodings [greedy sample]")
     ap.add_argument("--skip", nargs="*", choices=STEPS, default=[],
                     help="leave out steps: the TV world (traces), its lookahead and value-gate "
-                         "studies, the task world (task), the answer oracle (oracle)")
+                         "studies, the task world (task), the answer oracle (oracle), the "
+                         "judges taught its decisions (oracle-judge)")
     ap.add_argument("--starts", type=int, default=5)
     ap.add_argument("--prompts", type=int, default=48,
                     help="test prompts decoded free-running in the TV world [48]")
@@ -132,6 +136,12 @@ def main(argv=None) -> int:
     if "oracle" not in a.skip and a.modes:
         from benchmarks.experiments import real_oracle
         real_oracle.main(["--data", _shown(P / "results" / "task"), "--modes", *a.modes, *page])
+    if "oracle-judge" not in a.skip and "greedy" in a.modes:
+        from benchmarks.experiments import oracle_judge
+        oracle_judge.main(["--data", _shown(P / "results" / "task" / "greedy"),
+                           "--valid", str(TASK_SIZES[1]), "--test", str(TASK_SIZES[2]),
+                           "--out", _shown(EXP / "real_oracle_judge.json"),
+                           "--section", "real-oracle-judge", *page])
     print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)
     return 0
 
