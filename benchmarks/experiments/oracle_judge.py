@@ -153,20 +153,20 @@ def study(pair, ts, label_seed: int, tag, valid: int, test: int, a, t0,
     rows = np.flatnonzero(labels >= 0)
     X = inputs.input_matrix(inputs.readable(ts.columns, ts.meta), "drafted", GROUPS)
     crit, ext = labels[rows], extra[rows]
-    bad = {"critical": (crit == 1).astype(np.float64),
-           "oracle": ~((crit == 0) & (ext <= 0))}
+    keeps = (crit == 0) & (ext <= 0)          # the oracle's decision: answer kept, no longer
+    bad = {"critical": (crit == 1).astype(np.float64), "oracle": (~keeps).astype(np.float64)}
     names = {"slot": list(SLOT_SIGNATURE), "all": input_names(X, rows)}
     cls = np.unique(X[INPUT_INDEX["token_class"], rows]) if "token_class" in names["all"] \
         else ()
     _say(f"{tag}: {rows.size:,} labelled train drafts, {int(crit.sum()):,} critical, "
-         f"{int((~bad['oracle'].astype(bool)).sum()):,} the oracle keeps; "
+         f"{int(keeps.sum()):,} the oracle keeps; "
          f"{time.perf_counter() - t0:.0f} s")
     judges = {}
     for label in LABELS:
         for inp in INPUT_SETS:
             d = Design(names[inp], cls if inp == "all" else ())
             model = J.fit_xy(d.matrix(lambda n: X[INPUT_INDEX[n], rows]),
-                             bad[label].astype(np.float64))
+                             bad[label])
             judges[f"{label} labels, {inp} inputs"] = (model, d, label)
     ref = TC.run_rule(pair, None, "valid", valid, True)
     tuned = {}
@@ -180,7 +180,7 @@ def study(pair, ts, label_seed: int, tag, valid: int, test: int, a, t0,
         rules[name] = judge_rule(model, d, tuned[name]["lambda"], label)
     res = TC.compare(pair, rules, "test", test, True, progress=_say)
     return {"seed": tag, "train_labelled": int(rows.size), "train_critical": int(crit.sum()),
-            "train_oracle_keeps": int((~bad["oracle"].astype(bool)).sum()),
+            "train_oracle_keeps": int(keeps.sum()),
             "train_longer": int(((crit == 0) & (ext > 0)).sum()),
             "train_problems": int(ts.meta["task"]["problems"]), "valid_problems": valid,
             "test_problems": test, "inputs": names, "mining": cost, "tuned": tuned, "test": res,

@@ -92,8 +92,8 @@ def mine_with_lengths(pair, cols: dict, answer_of, done_of, greedy: bool, max_ne
     row is not of ``problems``; extra tokens (N,) int64: how many more tokens the text
     with the draft substituted has than the text without, to the end of the answer or
     the continuation's budget (0 where there is no label, and where both are one text),
-    the oracle's length condition (``evolve.rules.oracle``); cost) of a recording's columns ``cols`` (``context``
-    (N, C) the tokens before each drafted row, in the histories' dtype, ``token``,
+    the oracle's length condition (``evolve.rules.oracle``); cost) of a recording's
+    columns ``cols`` (``context`` (N, C) the tokens before each drafted row, in the histories' dtype, ``token``,
     ``target_top``, ``target_prob``, ``draft_prob``, ``position``; for reuse also the
     blocks: ``sequence``, ``block_index``, ``block_position``). ``answer_of`` and
     ``done_of`` see the generated text alone: the ``position`` tokens before the row,
