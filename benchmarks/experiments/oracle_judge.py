@@ -98,7 +98,7 @@ def judge_rule(model, design: Design, lam: float, label: str):
     """The judge at λ as a decoder rule (greedy: 1 accepts, 0 is the standard rule's)."""
     from evolve.rules.adapters import vector_rule
 
-    def thresholds(F: dict, model=model, design=design, lam=lam) -> np.ndarray:
+    def thresholds(F: dict, lam: float) -> np.ndarray:
         return np.where(model.probability(design.matrix(F.get).T) < lam, 1.0, 0.0)
     return vector_rule(thresholds, f"judge[{label}](lambda={lam:g})", lam=lam)
 
@@ -126,9 +126,8 @@ def one_recording(data: Path, a) -> dict:
     pair = TP.rebuild(split.meta)
     sizes = {s: int(record.load(data, s).meta["task"]["problems"]) for s in ("valid", "test")}
     seed = int(split.meta["config"]["seed"])
-    out = study(pair, split.traces, seed, _shown(data), min(a.valid, sizes["valid"]),
-                min(a.test, sizes["test"]), a, t0, recorded=split.critical)
-    return out
+    return study(pair, split.traces, seed, _shown(data), min(a.valid, sizes["valid"]),
+                 min(a.test, sizes["test"]), a, t0, recorded=split.critical)
 
 
 def study(pair, ts, label_seed: int, tag, valid: int, test: int, a, t0,
