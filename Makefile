@@ -120,9 +120,10 @@ results-task: $(STAMP)
 # The studies on a real model, SmolLM2-135M-Instruct and the draft distilled from it here
 # (docs/results/real-pair.md): the pair got and built (evolve data pair smollm2), its traces
 # and task recordings, the TV world and the task world judged per answer, the answer oracle
-# and judges taught its decisions; every step keeps what a run before it left
+# and judges taught its decisions. A run cut off continues where it stopped: the steps
+# finished before are kept (their times are in datasets/pairs/smollm2/results/steps.json)
 results-real: $(STAMP)
-	$(BIN)/python -m benchmarks.experiments.real_results --page --reuse-runs
+	$(BIN)/python -m benchmarks.experiments.real_results --page --resume
 
 # The engines' own knobs (transformers' ensemble weight, SGLang's two thresholds) tuned
 # on traces whose candidates hold the whole byte vocabulary (top-k 256), where every

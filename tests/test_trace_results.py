@@ -4,6 +4,7 @@ baselines (every family of the rules table) and the choice of the best one."""
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -233,3 +234,76 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
     real_results.main(["--pair", str(pair), "--modes", "sample",
                        "--skip", "traces", "lookahead", "value-gate", "task"])
     assert [c[0] for c in calls] == ["evolve", "oracle"]        # greedy recordings only
+
+
+def test_real_results_ledger_resumes_where_a_run_stopped(tmp_path, monkeypatch):
+    """results-real's ledger: a step that finished is kept by --resume (with the same
+    settings; another setting, or a page not yet written, runs it again), a step that
+    failed is not recorded as finished and its time is kept as cut off, and a process
+    killed mid-step leaves its time under `running`, which the next run counts as cut off."""
+    from benchmarks.experiments import (oracle_judge, real_oracle, real_results,
+                                        task_results, trace_results, value_gate)
+    calls, fail = [], set()
+    monkeypatch.setattr(real_results, "_evolve", lambda *a: None)
+
+    def study(name):
+        def main(argv):
+            calls.append(name)
+            if name in fail:
+                raise RuntimeError(name)
+        return main
+    for mod, name in ((trace_results, "traces"), (value_gate, "value-gate"),
+                      (task_results, "task"), (real_oracle, "oracle"),
+                      (oracle_judge, "oracle-judge")):
+        monkeypatch.setattr(mod, "main", study(name))
+    pair = tmp_path / "pair"
+    (pair / "draft").mkdir(parents=True)
+    for split in ("results/traces", "results/task/greedy", "results/task/sample"):
+        (pair / split).mkdir(parents=True)
+        (pair / split / "test.npz").write_bytes(b"")
+    fail.add("task")
+    with pytest.raises(RuntimeError):
+        real_results.main(["--pair", str(pair), "--resume"])
+    assert calls == ["traces", "traces", "value-gate", "task"]
+    led = json.loads((pair / "results/steps.json").read_text())
+    assert set(led["steps"]) == {"traces", "lookahead", "value-gate"}
+    assert [c["step"] for c in led["interrupted"]] == ["task"] and "running" not in led
+    calls.clear()
+    fail.clear()
+    real_results.main(["--pair", str(pair), "--resume"])
+    assert calls == ["task", "oracle", "oracle-judge"]           # the finished ones kept
+    calls.clear()
+    real_results.main(["--pair", str(pair), "--resume", "--starts", "3"])
+    assert calls == ["traces", "traces", "task"]                 # another setting: again
+    calls.clear()
+    real_results.main(["--pair", str(pair), "--resume", "--page", "--skip", "task"])
+    assert calls == ["traces", "traces", "value-gate", "oracle", "oracle-judge"]
+    calls.clear()
+    real_results.main(["--pair", str(pair)])                     # without --resume: all
+    assert calls == ["traces", "traces", "value-gate", "task", "oracle", "oracle-judge"]
+    # a process killed in a step: its last beat is under `running`
+    led = json.loads((pair / "results/steps.json").read_text())
+    led["running"] = {"step": "lookahead", "seconds": 1234.5}
+    (pair / "results/steps.json").write_text(json.dumps(led))
+    ledger = real_results.Ledger(pair / "results/steps.json")
+    assert ledger.d["interrupted"][-1] == {"step": "lookahead", "seconds": 1234.5}
+    assert "running" not in json.loads((pair / "results/steps.json").read_text())
+    done, cut = ledger.minutes()
+    assert cut >= 1234.5 / 60 and done >= 0
+
+
+def test_ledger_beats_while_a_step_runs(tmp_path):
+    """The running step's elapsed time reaches the file while it runs (what a killed
+    process leaves behind)."""
+    from benchmarks.experiments.real_results import Ledger
+    ledger = Ledger(tmp_path / "steps.json", beat=0.01)
+    seen, give_up = [], time.monotonic() + 120
+    with ledger.step("traces", {"starts": 1}):
+        while not seen or seen[-1] <= 0:        # wait for a beat, not for a guessed time
+            assert time.monotonic() < give_up, "no beat reached the ledger"
+            seen.append(json.loads((tmp_path / "steps.json").read_text())
+                        ["running"]["seconds"])
+            time.sleep(0.005)
+    d = json.loads((tmp_path / "steps.json").read_text())
+    assert "running" not in d and d["steps"]["traces"]["settings"] == {"starts": 1}
+    assert d["steps"]["traces"]["seconds"] >= seen[-1] > 0

@@ -27,8 +27,12 @@
    (``benchmarks.experiments.oracle_judge --data``, greedy decoding).
 
 Each step keeps what an earlier run left (the traces, the task recordings, finished
-searches with ``--reuse-runs``), so an interrupted run continues, and the task world's
-results of a decoding not run this time (``--modes``) are kept in its figures. The figures go to
+searches with ``--reuse-runs``), and the task world's results of a decoding not run this
+time (``--modes``) are kept in its figures. Every step's settings and time go to a ledger,
+``results/steps.json`` in the pair's folder; with ``--resume`` (``make results-real``) a
+step the ledger holds as finished with the same settings is not run again, so a run cut
+off continues where it stopped. The ledger also keeps the time of attempts cut off and
+done again, so the command's time is known however many sittings it took. The figures go to
 ``benchmarks/experiments/real_trace_results.json`` and ``real_task_results.json``;
 ``--page`` writes their sections of docs/results/real-pair.md and its picture.
 """
@@ -36,9 +40,13 @@ results of a decoding not run this time (``--modes``) are kept in its figures. T
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.common import ROOT  # noqa: E402
@@ -59,6 +67,81 @@ STEPS = ("traces", "lookahead", "value-gate", "task", "oracle", "oracle-judge")
 # and the learned judge, not the whole table
 FAMILIES = ("fuzzy_sd", "trtllm_relaxed", "kl_judge", "fly", "typical_acceptance",
             "learned_judge")
+
+
+class Ledger:
+    """Each finished step of results-real, its settings and its seconds, in a JSON file.
+
+    While a step runs, its elapsed time is written every ``beat`` seconds under
+    ``running``; a process cut off leaves it there, and the next ledger opened on the
+    file moves it to ``interrupted``, so time spent on work done again is not lost."""
+
+    def __init__(self, path: Path, beat: float = 30.0):
+        self.path, self.beat, self._lock = Path(path), beat, threading.Lock()
+        self.d = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.d.setdefault("steps", {})
+        self.d.setdefault("interrupted", [])
+        cut = self.d.pop("running", None)
+        if cut is not None:
+            self.d["interrupted"].append(cut)
+            self._save()
+
+    def _save(self) -> None:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(json.dumps(self.d, indent=1) + "\n")
+            os.replace(tmp, self.path)
+
+    def finished(self, step: str, settings: dict, page: bool = False) -> bool:
+        """The step ran to its end with these settings (and wrote its page section when
+        the page is asked for)."""
+        e = self.d["steps"].get(step)
+        return e is not None and e["settings"] == settings and (e["page"] or not page)
+
+    def forget(self, *steps: str) -> None:
+        for step in steps:
+            self.d["steps"].pop(step, None)
+        self._save()
+
+    @contextmanager
+    def step(self, step: str, settings: dict | None = None, page: bool = False):
+        """Time the body as ``step``; recorded as finished only when the body returns."""
+        t0 = time.time()
+        stop = threading.Event()
+
+        def running():
+            self.d["running"] = {"step": step, "seconds": round(time.time() - t0, 1)}
+            self._save()
+
+        def beat():
+            while not stop.wait(self.beat):
+                running()
+
+        running()
+        th = threading.Thread(target=beat, daemon=True)
+        th.start()
+        try:
+            yield
+        except BaseException:
+            stop.set()
+            th.join()
+            self.d["interrupted"].append(self.d.pop("running"))
+            self.d["interrupted"][-1]["seconds"] = round(time.time() - t0, 1)
+            self._save()
+            raise
+        stop.set()
+        th.join()
+        self.d.pop("running")
+        self.d["steps"][step] = {"settings": settings or {}, "page": page,
+                                 "seconds": round(time.time() - t0, 1),
+                                 "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
+        self._save()
+
+    def minutes(self) -> tuple[float, float]:
+        """Minutes of the steps' finished attempts, and of attempts cut off."""
+        return (sum(e["seconds"] for e in self.d["steps"].values()) / 60,
+                sum(e["seconds"] for e in self.d["interrupted"]) / 60)
 
 
 def _evolve(*args) -> None:
@@ -85,65 +168,108 @@ def main(argv=None) -> int:
                          "lookahead input is estimated (about 3 s each on 2 cores) [100]")
     ap.add_argument("--reuse-runs", action="store_true",
                     help="keep finished task-world searches of the same name")
+    ap.add_argument("--resume", action="store_true",
+                    help="leave out the steps the ledger (results/steps.json in the pair's "
+                         "folder) holds as finished with the same settings, and keep finished "
+                         "task-world searches (--reuse-runs)")
     ap.add_argument("--page", action="store_true",
                     help="write the sections of docs/results/real-pair.md and its picture")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     P = a.pair
-    _evolve("data", "pair", "smollm2", "--out", P)
+    reuse = a.reuse_runs or a.resume
+    built = not (P / "draft").exists()
+    ledger = Ledger(P / "results" / "steps.json")
+    with ledger.step("pair") if built else _nothing():
+        _evolve("data", "pair", "smollm2", "--out", P)
+    if built:
+        ledger.forget(*STEPS)
     page = ["--page"] if a.page else []
     traces = P / "results" / "traces"
+
+    def todo(step: str, settings: dict) -> bool:
+        if step in a.skip:
+            return False
+        if a.resume and ledger.finished(step, settings, a.page):
+            print(f"results-real: {step} finished before with these settings; kept",
+                  file=sys.stderr)
+            return False
+        return True
+
     if not {"traces", "lookahead", "value-gate"} <= set(a.skip) and \
             not (traces / "test.npz").exists():
-        _evolve("data", "trace", "--backend", "hf", "--target", P / "target", "--draft",
-                P / "draft", "--prompts", P / "prompts.jsonl", "--out", traces)
+        with ledger.step("record-traces"):
+            _evolve("data", "trace", "--backend", "hf", "--target", P / "target", "--draft",
+                    P / "draft", "--prompts", P / "prompts.jsonl", "--out", traces)
+        ledger.forget("traces", "lookahead", "value-gate")
     from benchmarks.experiments import trace_results, value_gate
+    tv = {"starts": a.starts, "prompts": a.prompts, "lookahead_slots": a.lookahead_slots}
     for step, variants, name in (("traces", ("plain", "p99"), "real-trace-results"),
                                  ("lookahead", ("lookahead",), "real-lookahead-results")):
-        if step not in a.skip:
-            trace_results.main(["--data", _shown(traces), "--starts", str(a.starts),
-                                "--population", "300", "--generations", "30",
-                                "--variants", *variants, "--prompts", str(a.prompts),
-                                "--lookahead-slots", str(a.lookahead_slots),
-                                "--out", _shown(EXP / f"{name.replace('-', '_')}.json"),
-                                "--runs-dir", _shown(paths.RUNS_DIR / name),
-                                "--section", name, *page])
-    if "value-gate" not in a.skip:
-        value_gate.main(["--data", _shown(traces), "--prompts", str(a.prompts),
-                         "--lookahead-slots", str(a.lookahead_slots),
-                         "--out", _shown(EXP / "real_value_gate.json"),
-                         "--section", "real-value-gate", *page])
+        if todo(step, tv):
+            with ledger.step(step, tv, a.page):
+                trace_results.main(["--data", _shown(traces), "--starts", str(a.starts),
+                                    "--population", "300", "--generations", "30",
+                                    "--variants", *variants, "--prompts", str(a.prompts),
+                                    "--lookahead-slots", str(a.lookahead_slots),
+                                    "--out", _shown(EXP / f"{name.replace('-', '_')}.json"),
+                                    "--runs-dir", _shown(paths.RUNS_DIR / name),
+                                    "--section", name, *page])
+    gate = {"prompts": a.prompts, "lookahead_slots": a.lookahead_slots}
+    if todo("value-gate", gate):
+        with ledger.step("value-gate", gate, a.page):
+            value_gate.main(["--data", _shown(traces), "--prompts", str(a.prompts),
+                             "--lookahead-slots", str(a.lookahead_slots),
+                             "--out", _shown(EXP / "real_value_gate.json"),
+                             "--section", "real-value-gate", *page])
+    task = P / "results" / "task"
     if "task" not in a.skip and a.modes:
-        task = P / "results" / "task"
         for mode in a.modes:
             if not (task / mode / "test.npz").exists():
-                _evolve("data", "task", "--task-file", P / "tasks" / f"{KIND}.jsonl",
-                        "--target", P / "target", "--draft", P / "draft", "--answer-words",
-                        "--max-new-tokens", 48, "--decoding", mode,
-                        "--train-prompts", TASK_SIZES[0], "--valid-prompts", TASK_SIZES[1],
-                        "--test-prompts", TASK_SIZES[2], "--out", task / mode,
-                        *(["--resume"] if (task / mode).exists() else []))
+                with ledger.step(f"record-task-{mode}"):
+                    _evolve("data", "task", "--task-file", P / "tasks" / f"{KIND}.jsonl",
+                            "--target", P / "target", "--draft", P / "draft",
+                            "--answer-words", "--max-new-tokens", 48, "--decoding", mode,
+                            "--train-prompts", TASK_SIZES[0], "--valid-prompts",
+                            TASK_SIZES[1], "--test-prompts", TASK_SIZES[2],
+                            "--out", task / mode,
+                            *(["--resume"] if (task / mode).exists() else []))
+                ledger.forget("task", "oracle", "oracle-judge")
+    modes = {"modes": sorted(a.modes), "starts": a.starts}
+    if a.modes and todo("task", modes):
         from benchmarks.experiments import task_results
-        task_results.main(["--data", _shown(task), "--modes", *a.modes, "--budgets", "0.01",
-                           "--oracle-prompts", "0", "--starts", str(a.starts),
-                           "--population", "200", "--generations", "20", "--jobs", "1",
-                           "--families", *FAMILIES,
-                           "--out", _shown(EXP / "real_task_results.json"),
-                           "--runs-dir", _shown(paths.RUNS_DIR / "real-task-results"),
-                           "--section", "real-task-results", "--merge",
-                           "--picture", _shown(ROOT / "docs" / "img" / "real_task_results.png"),
-                           *(["--reuse-runs"] if a.reuse_runs else []), *page])
-    if "oracle" not in a.skip and a.modes:
+        with ledger.step("task", modes, a.page):
+            task_results.main(["--data", _shown(task), "--modes", *a.modes, "--budgets",
+                               "0.01", "--oracle-prompts", "0", "--starts", str(a.starts),
+                               "--population", "200", "--generations", "20", "--jobs", "1",
+                               "--families", *FAMILIES,
+                               "--out", _shown(EXP / "real_task_results.json"),
+                               "--runs-dir", _shown(paths.RUNS_DIR / "real-task-results"),
+                               "--section", "real-task-results", "--merge",
+                               "--picture",
+                               _shown(ROOT / "docs" / "img" / "real_task_results.png"),
+                               *(["--reuse-runs"] if reuse else []), *page])
+    if a.modes and todo("oracle", {"modes": sorted(a.modes)}):
         from benchmarks.experiments import real_oracle
-        real_oracle.main(["--data", _shown(P / "results" / "task"), "--modes", *a.modes, *page])
-    if "oracle-judge" not in a.skip and "greedy" in a.modes:
+        with ledger.step("oracle", {"modes": sorted(a.modes)}, a.page):
+            real_oracle.main(["--data", _shown(task), "--modes", *a.modes, *page])
+    if "greedy" in a.modes and todo("oracle-judge", {}):
         from benchmarks.experiments import oracle_judge
-        oracle_judge.main(["--data", _shown(P / "results" / "task" / "greedy"),
-                           "--valid", str(TASK_SIZES[1]), "--test", str(TASK_SIZES[2]),
-                           "--out", _shown(EXP / "real_oracle_judge.json"),
-                           "--section", "real-oracle-judge", *page])
-    print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes", file=sys.stderr)
+        with ledger.step("oracle-judge", {}, a.page):
+            oracle_judge.main(["--data", _shown(task / "greedy"),
+                               "--valid", str(TASK_SIZES[1]), "--test", str(TASK_SIZES[2]),
+                               "--out", _shown(EXP / "real_oracle_judge.json"),
+                               "--section", "real-oracle-judge", *page])
+    done, cut = ledger.minutes()
+    print(f"results-real: {(time.perf_counter() - t0) / 60:.0f} minutes this run; the "
+          f"ledger's steps {done:.0f} minutes, and {cut:.0f} minutes of attempts cut off "
+          f"and done again ({_shown(ledger.path)})", file=sys.stderr)
     return 0
+
+
+@contextmanager
+def _nothing():
+    yield
 
 
 if __name__ == "__main__":
