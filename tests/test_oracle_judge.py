@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.experiments import oracle_judge as OJ
+from evolve.rules import judge
 
 
 def _args(**kw):
@@ -61,14 +62,14 @@ def test_a_judge_at_lambda_0_is_lossless(doc):
 
 
 def test_the_token_class_is_one_hot_and_thresholds_follow_lambda():
-    d = OJ.Design(["draft_prob", "token_class"], classes=[0.0, 2.0])
+    d = judge.Design(["draft_prob", "token_class"], classes=[0.0, 2.0])
     F = {"draft_prob": np.array([0.1, 0.2, 0.3]), "token_class": np.array([2.0, 0.0, 1.0])}
     assert d.matrix(F.get).tolist() == [[0.1, 0.0, 1.0], [0.2, 1.0, 0.0], [0.3, 0.0, 0.0]]
 
     class Fixed:
         def probability(self, X):
             return np.array([0.1, 0.5, 0.9])
-    rule = OJ.judge_rule(Fixed(), d, 0.5, "oracle")
+    rule = judge.rule(Fixed(), 0.5, True, d)
     assert rule.many(F).tolist() == [1.0, 0.0, 0.0]
 
 

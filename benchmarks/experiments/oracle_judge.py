@@ -71,38 +71,6 @@ def input_names(X: np.ndarray, rows: np.ndarray) -> list:
     return out
 
 
-class Design:
-    """A judge's inputs as a matrix (n, k) from named columns: each name as it is, but
-    ``token_class`` one-hot over the classes seen on train (the class codes are not an
-    order)."""
-
-    def __init__(self, names: list, classes=()):
-        self.names = list(names)
-        self.classes = [float(c) for c in classes]
-
-    def matrix(self, get) -> np.ndarray:
-        cols = []
-        for name in self.names:
-            v = get(name)
-            if v is None:
-                raise KeyError(f"the judge reads {name!r}, which the decoder does not give")
-            v = np.asarray(v, dtype=np.float64)
-            if name == "token_class":
-                cols.extend((v == c).astype(np.float64) for c in self.classes)
-            else:
-                cols.append(v)
-        return np.column_stack(cols)
-
-
-def judge_rule(model, design: Design, lam: float, label: str):
-    """The judge at λ as a decoder rule (greedy: 1 accepts, 0 is the standard rule's)."""
-    from evolve.rules.adapters import vector_rule
-
-    def thresholds(F: dict, lam: float) -> np.ndarray:
-        return np.where(model.probability(design.matrix(F.get).T) < lam, 1.0, 0.0)
-    return vector_rule(thresholds, f"judge[{label}](lambda={lam:g})", lam=lam)
-
-
 def one_seed(seed: int, a) -> dict:
     """The study on the built-in task of this seed (its problems and draft)."""
     from evolve.data.sources.task import pair as TP, record
@@ -163,20 +131,21 @@ def study(pair, ts, label_seed: int, tag, valid: int, test: int, a, t0,
     judges = {}
     for label in LABELS:
         for inp in INPUT_SETS:
-            d = Design(names[inp], cls if inp == "all" else ())
+            d = J.Design(names[inp], cls if inp == "all" else ())
             model = J.fit_xy(d.matrix(lambda n: X[INPUT_INDEX[n], rows]),
                              bad[label])
             judges[f"{label} labels, {inp} inputs"] = (model, d, label)
     ref = TC.run_rule(pair, None, "valid", valid, True)
     tuned = {}
     for name, (model, d, label) in judges.items():
-        t = TC.tune(pair, lambda lam, m=model, d=d, lb=label: judge_rule(m, d, lam, lb),
+        t = TC.tune(pair, lambda lam, m=model, d=d, lb=label:
+                    J.rule(m, lam, True, d, f"judge[{lb}]"),
                     a.grid, a.budget, ref, "valid", greedy=True, prompts=valid)
         tuned[name] = {"lambda": t["param"], "tried": [list(map(_num, x)) for x in t["tried"]]}
         _say(f"{tag}: {name}: lambda {t['param']} on valid")
     rules = {"lossless": None, "oracle": AnswerOracle()}
     for name, (model, d, label) in judges.items():
-        rules[name] = judge_rule(model, d, tuned[name]["lambda"], label)
+        rules[name] = J.rule(model, tuned[name]["lambda"], True, d, f"judge[{label}]")
     res = TC.compare(pair, rules, "test", test, True, progress=_say)
     return {"seed": tag, "train_labelled": int(rows.size), "train_critical": int(crit.sum()),
             "train_oracle_keeps": int(keeps.sum()),

@@ -112,13 +112,45 @@ def tune(model: Judge, td, budget: float):
     return float(best), np.atleast_2d(row)[0]
 
 
-def _judge_thresholds(F: dict, model: Judge, lam: float, greedy: bool) -> np.ndarray:
-    X = np.vstack([np.asarray(F[name], dtype=np.float64) for name in SLOT_SIGNATURE])
-    return np.where(model.probability(X) < lam, 1.0, _standard(X, greedy))
+class Design:
+    """A judge's inputs as a matrix (n, k) from named columns: each name as it is, but
+    ``token_class`` one-hot over the classes given (seen on train; the class codes are
+    not an order). The default is the twelve slot inputs (``SLOT_SIGNATURE``)."""
+
+    def __init__(self, names=SLOT_SIGNATURE, classes=()):
+        self.names = list(names)
+        self.classes = [float(c) for c in classes]
+
+    def matrix(self, get) -> np.ndarray:
+        cols = []
+        for name in self.names:
+            v = get(name)
+            if v is None:
+                raise KeyError(f"the judge reads {name!r}, which the decoder does not give")
+            v = np.asarray(v, dtype=np.float64)
+            if name == "token_class":
+                cols.extend((v == c).astype(np.float64) for c in self.classes)
+            else:
+                cols.append(v)
+        return np.column_stack(cols)
 
 
-def rule(model: Judge, lam: float, greedy: bool):
+SLOTS = Design()
+
+
+def _judge_thresholds(F: dict, model: Judge, lam: float, greedy: bool,
+                      design: Design) -> np.ndarray:
+    accept = model.probability(design.matrix(F.get).T) < lam
+    if greedy:
+        return np.where(accept, 1.0, 0.0)
+    return np.where(accept, 1.0, np.minimum(1.0, np.asarray(F["target_prob"], np.float64)
+                                            / np.asarray(F["draft_prob"], np.float64)))
+
+
+def rule(model: Judge, lam: float, greedy: bool, design: Design = SLOTS,
+         name: str = "learned_judge"):
     """The judge at λ as a decoder rule (``evolve.rules.adapters.VectorRule``): it
-    decides free-running as ``thresholds`` decides offline."""
-    return vector_rule(_judge_thresholds, f"learned_judge(lambda={lam:g})", model=model,
-                       lam=lam, greedy=greedy)
+    decides free-running as ``thresholds`` decides offline. ``design`` names what it
+    reads (the slot inputs unless a judge was fit on another matrix, ``fit_xy``)."""
+    return vector_rule(_judge_thresholds, f"{name}(lambda={lam:g})", model=model,
+                       lam=lam, greedy=greedy, design=design)
