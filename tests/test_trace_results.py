@@ -236,7 +236,7 @@ def test_real_results_runs_every_step_and_leaves_out_the_skipped(tmp_path, monke
     assert [c[0] for c in calls] == ["evolve", "oracle"]        # greedy recordings only
 
 
-def test_real_results_ledger_resumes_where_a_run_stopped(tmp_path, monkeypatch):
+def test_real_results_ledger_resumes_where_a_run_stopped(tmp_path, monkeypatch, capsys):
     """results-real's ledger: a step that finished is kept by --resume (with the same
     settings; another setting, or a page not yet written, runs it again), a step that
     failed is not recorded as finished and its time is kept as cut off, and a process
@@ -290,6 +290,11 @@ def test_real_results_ledger_resumes_where_a_run_stopped(tmp_path, monkeypatch):
     assert "running" not in json.loads((pair / "results/steps.json").read_text())
     done, cut = ledger.minutes()
     assert cut >= 1234.5 / 60 and done >= 0
+    calls.clear()
+    real_results.main(["--pair", str(pair), "--times"])         # prints, runs nothing
+    out = capsys.readouterr().out
+    assert calls == [] and "oracle-judge" in out and "lookahead" in out
+    assert f"{cut:>8.1f}" in out.splitlines()[-1]              # the time cut off, last
 
 
 def test_ledger_beats_while_a_step_runs(tmp_path):

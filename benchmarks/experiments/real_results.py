@@ -138,6 +138,31 @@ class Ledger:
                                  "finished": time.strftime("%Y-%m-%d %H:%M:%S")}
         self._save()
 
+    @classmethod
+    def read(cls, path: Path) -> "Ledger":
+        """The ledger as it is on disk (a step running now stays ``running``)."""
+        led = cls.__new__(cls)
+        led.path, led._lock = Path(path), threading.Lock()
+        if not led.path.exists():
+            raise SystemExit(f"{path}: no ledger (results-real has not run on this pair)")
+        led.d = json.loads(led.path.read_text())
+        return led
+
+    def table(self) -> str:
+        """The steps in the order they finished, their minutes and the totals."""
+        rows = [f"{'step':<20} {'minutes':>8}  finished"]
+        for step, e in sorted(self.d["steps"].items(), key=lambda kv: kv[1]["finished"]):
+            rows.append(f"{step:<20} {e['seconds'] / 60:>8.1f}  {e['finished']}")
+        done, cut = self.minutes()
+        rows.append(f"{'finished steps':<20} {done:>8.1f}")
+        rows.append(f"{'cut off, done again':<20} {cut:>8.1f}  "
+                    f"({len(self.d['interrupted'])} attempts)")
+        if "running" in self.d:
+            r = self.d["running"]
+            rows.append(f"{'running now':<20} {r['seconds'] / 60:>8.1f}  {r['step']} "
+                        "(or cut off, if no run is under way)")
+        return "\n".join(rows)
+
     def minutes(self) -> tuple[float, float]:
         """Minutes of the steps' finished attempts, and of attempts cut off."""
         return (sum(e["seconds"] for e in self.d["steps"].values()) / 60,
@@ -174,7 +199,12 @@ def main(argv=None) -> int:
                          "task-world searches (--reuse-runs)")
     ap.add_argument("--page", action="store_true",
                     help="write the sections of docs/results/real-pair.md and its picture")
+    ap.add_argument("--times", action="store_true",
+                    help="print the ledger's steps and times, and run nothing")
     a = ap.parse_args(argv)
+    if a.times:
+        print(Ledger.read(a.pair / "results" / "steps.json").table())
+        return 0
     t0 = time.perf_counter()
     P = a.pair
     reuse = a.reuse_runs or a.resume
