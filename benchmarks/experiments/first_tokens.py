@@ -53,11 +53,12 @@ def main(argv=None) -> int:
     k = a.first_tokens
     data, doc = PS.start(a, "benchmarks.experiments.first_tokens", argv, first_tokens=k)
     with tempfile.TemporaryDirectory() as tmp:
-        for d in data:
+        for i, d in enumerate(data):
+            runs = Path(tmp) / f"runs-{i}"          # run names repeat from one folder to the next
             rows = []
             for b in a.budgets:
-                plain = [champion(d, Path(tmp), b, s, k, False, a) for s in a.seeds]
-                capped = [champion(d, Path(tmp), b, s, k, True, a) for s in a.seeds]
+                plain = [champion(d, runs, b, s, k, False, a) for s in a.seeds]
+                capped = [champion(d, runs, b, s, k, True, a) for s in a.seeds]
                 rows.append({"budget": b, "plain": plain, "capped": capped,
                              "capped_minus_plain": PS.paired(
                                  plain, capped, ("tokens_per_call", "tv_per_token",
