@@ -295,6 +295,11 @@ def test_real_results_ledger_resumes_where_a_run_stopped(tmp_path, monkeypatch, 
     out = capsys.readouterr().out
     assert calls == [] and "oracle-judge" in out and "lookahead" in out
     assert f"{cut:>8.1f}" in out.splitlines()[-1]              # the time cut off, last
+    for bad in ("{", '{"steps": {"traces": {"seconds": 1}}}', "[]"):
+        (pair / "results/steps.json").write_text(bad)
+        with pytest.raises(SystemExit, match="steps.json: not a results-real ledger"):
+            real_results.main(["--pair", str(pair), "--resume"])
+    assert calls == []                                         # nothing ran
 
 
 def test_ledger_beats_while_a_step_runs(tmp_path):

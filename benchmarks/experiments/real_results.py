@@ -78,7 +78,7 @@ class Ledger:
 
     def __init__(self, path: Path, beat: float = 30.0):
         self.path, self.beat, self._lock = Path(path), beat, threading.Lock()
-        self.d = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.d = _load(self.path) if self.path.exists() else {}
         self.d.setdefault("steps", {})
         self.d.setdefault("interrupted", [])
         cut = self.d.pop("running", None)
@@ -145,7 +145,7 @@ class Ledger:
         led.path, led._lock = Path(path), threading.Lock()
         if not led.path.exists():
             raise SystemExit(f"{path}: no ledger (results-real has not run on this pair)")
-        led.d = json.loads(led.path.read_text())
+        led.d = _load(led.path)
         return led
 
     def table(self) -> str:
@@ -167,6 +167,24 @@ class Ledger:
         """Minutes of the steps' finished attempts, and of attempts cut off."""
         return (sum(e["seconds"] for e in self.d["steps"].values()) / 60,
                 sum(e["seconds"] for e in self.d["interrupted"]) / 60)
+
+
+def _load(path: Path) -> dict:
+    """A ledger's contents, or a one-line error naming the file."""
+    try:
+        d = json.loads(path.read_text())
+        if not isinstance(d, dict) or not isinstance(d.get("steps", {}), dict) or \
+                not isinstance(d.get("interrupted", []), list):
+            raise ValueError("its steps are not a mapping or its cut-off attempts not a list")
+        for step, e in d.get("steps", {}).items():
+            missing = {"seconds", "settings", "page", "finished"} - set(e)
+            if missing:
+                raise KeyError(f"step {step!r} lacks {', '.join(sorted(missing))}")
+            float(e["seconds"])
+        return d
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{path}: not a results-real ledger ({type(e).__name__}: {e}); "
+                         "remove it to run every step again") from None
 
 
 def _evolve(*args) -> None:
