@@ -75,8 +75,10 @@ def fit_xy(X: np.ndarray, y: np.ndarray) -> Judge:
     return Judge(mean, scale, w)
 
 
-def _standard(X: np.ndarray, greedy: bool) -> np.ndarray:
-    return np.zeros(X.shape[1]) if greedy else np.minimum(1.0, X[1] / X[0])
+def _standard(d, t, greedy: bool) -> np.ndarray:
+    """The standard rule's thresholds of drafts of probabilities d (draft) and t (target)."""
+    d = np.asarray(d, dtype=np.float64)
+    return np.zeros(d.shape) if greedy else np.minimum(1.0, np.asarray(t, np.float64) / d)
 
 
 def thresholds(model: Judge, td, lam: float) -> np.ndarray:
@@ -84,7 +86,9 @@ def thresholds(model: Judge, td, lam: float) -> np.ndarray:
     standard rule's (greedy: 0, a draft that is not the target's argmax is rejected;
     sampling: min(1, t/d))."""
     X = td.X[ROWS]
-    return np.where(model.probability(X) < lam, 1.0, _standard(X, td.greedy))
+    return np.where(model.probability(X) < lam, 1.0,
+                    _standard(X[SLOT_SIGNATURE.index("draft_prob")],
+                              X[SLOT_SIGNATURE.index("target_prob")], td.greedy))
 
 
 def tune(model: Judge, td, budget: float):
@@ -141,10 +145,9 @@ SLOTS = Design()
 def _judge_thresholds(F: dict, model: Judge, lam: float, greedy: bool,
                       design: Design) -> np.ndarray:
     accept = model.probability(design.matrix(F.get).T) < lam
-    if greedy:
+    if greedy:                              # the standard rule's 0: nothing else is read
         return np.where(accept, 1.0, 0.0)
-    return np.where(accept, 1.0, np.minimum(1.0, np.asarray(F["target_prob"], np.float64)
-                                            / np.asarray(F["draft_prob"], np.float64)))
+    return np.where(accept, 1.0, _standard(F["draft_prob"], F["target_prob"], False))
 
 
 def rule(model: Judge, lam: float, greedy: bool, design: Design = SLOTS,
