@@ -46,7 +46,7 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from benchmarks.common import ROOT  # noqa: E402
@@ -228,7 +228,7 @@ def main(argv=None) -> int:
     reuse = a.reuse_runs or a.resume
     built = not (P / "draft").exists()
     ledger = Ledger(P / "results" / "steps.json")
-    with ledger.step("pair") if built else _nothing():
+    with ledger.step("pair") if built else nullcontext():
         _evolve("data", "pair", "smollm2", "--out", P)
     if built:
         ledger.forget(*STEPS)
@@ -313,11 +313,6 @@ def main(argv=None) -> int:
           f"ledger's steps {done:.0f} minutes, and {cut:.0f} minutes of attempts cut off "
           f"and done again ({_shown(ledger.path)})", file=sys.stderr)
     return 0
-
-
-@contextmanager
-def _nothing():
-    yield
 
 
 if __name__ == "__main__":
