@@ -89,3 +89,31 @@ def test_several_starts_record_the_datas_digests_and_refuse_changed_data(tmp_pat
     assert r.exit_code == 2 and "split 'valid'" in r.output and \
         "has changed since run ms started" in r.output, r.output
     assert (runs / "ms" / "starts" / "seed12" / "history.jsonl").read_text() == before
+
+
+def test_task_study_continues_a_search_cut_off_and_refuses_other_settings(tmp_path,
+                                                                          task_greedy_small):
+    """The task world's study (results-real runs it across sittings) with --reuse-runs keeps
+    a finished search, continues one that was cut off (its finished starts kept, the same
+    champion), and stops in one line on a search of the same name with other settings."""
+    import argparse
+
+    import pytest
+
+    from benchmarks.experiments import task_results as TR
+    a = argparse.Namespace(starts=2, seed=5, population=TINY["population"],
+                           generations=TINY["generations"], reuse_runs=True)
+    first = TR.evolve_champion(task_greedy_small, tmp_path, 0.03, a, "greedy")
+    run = tmp_path / first["name"]
+    kept = (run / "starts" / "seed5" / "history.jsonl").read_bytes()
+    for f in (run / "summary.json", run / "champion.json",
+              run / "starts" / "seed6" / "summary.json"):
+        f.unlink()                  # as a process killed in the second start leaves it
+    again = TR.evolve_champion(task_greedy_small, tmp_path, 0.03, a, "greedy")
+    assert again["expression"] == first["expression"]
+    assert again["chosen_seed"] == first["chosen_seed"]
+    assert (run / "starts" / "seed5" / "history.jsonl").read_bytes() == kept
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    a.starts = 3
+    with pytest.raises(SystemExit, match="other settings .starts 2, not 3"):
+        TR.evolve_champion(task_greedy_small, tmp_path, 0.03, a, "greedy")

@@ -86,9 +86,20 @@ def evolve_champion(data: Path, runs_dir: Path, budget: float, a, mode: str) -> 
     opts = dict(objective="task_speed", critical_budget=budget, starts=a.starts, seed=a.seed,
                 population=a.population, generations=a.generations, seed_baselines=True,
                 tournament=3)
-    done = runs_dir / name / "summary.json"
+    folder = runs_dir / name
+    done = folder / "summary.json"
+    if a.reuse_runs and (folder / "config.json").exists():
+        kept = json.loads((folder / "config.json").read_text())["config"]
+        other = sorted(k for k, v in opts.items() if kept.get(k) != v)
+        if other:
+            raise SystemExit(f"{folder}: a search with other settings ({other[0]} "
+                             f"{kept.get(other[0])!r}, not {opts[other[0]]!r}); remove it "
+                             "or give another --runs-dir")
     if a.reuse_runs and done.exists() and json.loads(done.read_text()).get("status") == "finished":
-        res = evolve.load_run(runs_dir / name)      # the same command, run before
+        res = evolve.load_run(folder)               # the same command, run before
+    elif a.reuse_runs and (folder / "config.json").exists():
+        # the same command, cut off: its finished starts are kept and the rest continue
+        res = evolve.run(data_dir=data, runs_dir=runs_dir, resume=name, writeback=False)
     else:
         res = evolve.run(data_dir=data, runs_dir=runs_dir, name=name, writeback=False,
                          force=True, **opts)
@@ -175,7 +186,8 @@ def main(argv=None) -> int:
                     help="tune only these rule families (learned_judge: the learned judge) "
                          "[every one of the decoding, and the learned judge]")
     ap.add_argument("--reuse-runs", action="store_true",
-                    help="keep a finished search of the same name under --runs-dir")
+                    help="keep a finished search of the same name under --runs-dir, and continue "
+                         "one that was cut off (its settings must be the same)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the results of the decodings not run here from --out (each "
                          "one names the command and commit it came from)")
