@@ -38,6 +38,12 @@ def one_line(e: BaseException, limit: int = 160) -> str:
     return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:limit]}"
 
 
+def minutes(seconds: float) -> str:
+    """A study's time as its page states it: "under a minute", "1 minute", "12 minutes"."""
+    m = round(float(seconds) / 60)
+    return "under a minute" if m < 1 else f"{m} minute{'' if m == 1 else 's'}"
+
+
 def results_page(section: str, docs: Path = PAGES) -> Path:
     """The one page of ``docs`` (``results.md`` and ``results/*.md``) that holds the
     markers of ``section``."""

@@ -317,3 +317,10 @@ def test_ledger_beats_while_a_step_runs(tmp_path):
     d = json.loads((tmp_path / "steps.json").read_text())
     assert "running" not in d and d["steps"]["traces"]["settings"] == {"starts": 1}
     assert d["steps"]["traces"]["seconds"] >= seen[-1] > 0
+
+
+def test_a_studys_time_reads_as_the_page_states_it():
+    """The studies' pages give their time in words, one minute singular."""
+    from benchmarks.common import minutes
+    assert [minutes(s) for s in (20, 84.7, 150.9, 3000)] == [
+        "under a minute", "1 minute", "3 minutes", "50 minutes"]

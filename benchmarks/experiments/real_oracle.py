@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, publish  # noqa: E402
+from benchmarks.common import ROOT, minutes, publish  # noqa: E402
 
 from evolve.io import paths  # noqa: E402
 from benchmarks.experiments.trace_results import _commit, _shown  # noqa: E402
@@ -101,7 +101,7 @@ def markdown(doc: dict) -> str:
                f"answers {o['agreement']:.3f}")
         lines += [f"**{mode.capitalize()} decoding**, {m['problems']} test problems "
                   f"(`{m['command']}` at commit {m['commit']}, "
-                  f"{m['seconds'] / 60:.0f} minutes; the oracle judged {m['judged']:,} "
+                  f"{minutes(m['seconds'])}; the oracle judged {m['judged']:,} "
                   f"drafts the lossless rule could reject and kept {m['kept']:,}):", "",
                   "| rule | target calls per correct answer | per answer | accuracy | "
                   "agreement | answer tokens | tokens per call | share of the oracle's saving "
