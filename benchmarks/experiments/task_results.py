@@ -46,6 +46,7 @@ from evolve.data import traces  # noqa: E402
 from evolve.data.sources.task import pair as TP  # noqa: E402
 from evolve.data.sources.task import record  # noqa: E402
 from evolve.io import paths  # noqa: E402
+from evolve.runs.rundir import RunDir  # noqa: E402
 from evolve.api.tradeoffs import JUDGE_FAMILY  # noqa: E402
 from evolve.rules.table import families  # noqa: E402
 from benchmarks.experiments.trace_results import (  # noqa: E402  (one copy of each)
@@ -89,7 +90,7 @@ def evolve_champion(data: Path, runs_dir: Path, budget: float, a, mode: str) -> 
     folder = runs_dir / name
     done = folder / "summary.json"
     if a.reuse_runs and (folder / "config.json").exists():
-        kept = json.loads((folder / "config.json").read_text())["config"]
+        kept = RunDir(folder).meta()["config"]      # checked: a bad one is one line
         other = sorted(k for k, v in opts.items() if kept.get(k) != v)
         if other:
             raise SystemExit(f"{folder}: a search with other settings ({other[0]} "
